@@ -1,0 +1,107 @@
+"""Training configuration: one dataclass whose field names are the CLI flags and the YAML inputs.
+
+Azure ML passes every input as a string on the command line (booleans as ``True``/``False``), so
+the parser is generated from the dataclass and converts each value by the field's type.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+
+
+@dataclass
+class TrainConfig:
+    """Fine-tune a torchvision classifier on an ImageFolder (train/ and val/)."""
+
+    data: str = field(metadata={"help": "ImageFolder with train/ and val/, its parent, or a .zip"})
+    output_dir: str = field(default="outputs", metadata={"help": "checkpoints and run files"})
+    model_dir: str = field(
+        default="", metadata={"help": "where the servable model goes (default <output_dir>/model)"}
+    )
+    epochs: int = field(default=10, metadata={"help": "number of epochs"})
+    batch_size: int = field(default=32, metadata={"help": "per-process batch size"})
+    learning_rate: float = field(default=0.001, metadata={"help": "SGD learning rate"})
+    momentum: float = field(default=0.9, metadata={"help": "SGD momentum"})
+    weight_decay: float = field(default=0.0, metadata={"help": "SGD weight decay"})
+    step_size: int = field(default=7, metadata={"help": "StepLR: epochs between LR decays"})
+    gamma: float = field(default=0.1, metadata={"help": "StepLR: LR decay factor"})
+    arch: str = field(default="resnet18", metadata={"help": "any torchvision classification model"})
+    weights: str = field(
+        default="imagenet", metadata={"help": "'none', 'imagenet', or a path to a state-dict file"}
+    )
+    freeze_backbone: bool = field(default=False, metadata={"help": "train the new head only"})
+    image_size: int = field(default=224, metadata={"help": "training crop size in pixels"})
+    num_workers: int = field(
+        default=-1, metadata={"help": "data loader workers per process (-1: from the CPU count)"}
+    )
+    seed: int = field(default=42, metadata={"help": "random seed (epoch streams derive from it)"})
+    precision: str = field(default="fp32", metadata={"help": "fp32 or bf16 (autocast)"})
+    channels_last: bool = field(default=False, metadata={"help": "NHWC memory format"})
+    skip_bad_images: bool = field(
+        default=False, metadata={"help": "skip (and count) unreadable images instead of failing"}
+    )
+    register_name: str = field(
+        default="", metadata={"help": "log and register the model in MLflow under this name"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"--precision must be fp32 or bf16, got {self.precision!r}")
+        for name in ("epochs", "batch_size", "image_size", "step_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"--learning_rate must be positive, got {self.learning_rate}")
+
+    @property
+    def resolved_model_dir(self) -> str:
+        return self.model_dir or os.path.join(self.output_dir, "model")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def str2bool(value: str) -> bool:
+    """Accept the spellings Azure ML and shells produce: True/False, true/false, 1/0, yes/no."""
+    lowered = str(value).strip().lower()
+    if lowered in ("true", "1", "yes", "y", "on"):
+        return True
+    if lowered in ("false", "0", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (True/False), got {value!r}")
+
+
+_CONVERTERS = {"bool": str2bool, "int": int, "float": float, "str": str}
+
+
+def build_parser(config_cls: type = TrainConfig) -> argparse.ArgumentParser:
+    """One flag per dataclass field; ``--flag`` alone sets a boolean to True."""
+    parser = argparse.ArgumentParser(
+        description=(config_cls.__doc__ or "").strip(),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    for f in fields(config_cls):
+        kind = f.type if isinstance(f.type, str) else f.type.__name__
+        kwargs: dict = {"type": _CONVERTERS[kind], "help": f.metadata.get("help", "")}
+        if f.default is dataclasses.MISSING:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = f.default
+        if kind == "bool":
+            kwargs["nargs"] = "?"
+            kwargs["const"] = True
+        parser.add_argument(f"--{f.name}", **kwargs)
+    return parser
+
+
+def parse_config(argv: list[str] | None = None) -> TrainConfig:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return TrainConfig(**vars(args))
+    except ValueError as err:
+        parser.error(str(err))
+        raise  # unreachable: parser.error exits

@@ -1,0 +1,111 @@
+"""Experiment tracking: MLflow on rank 0, a no-op elsewhere.
+
+MLflow is used untouched: on Azure ML, azureml-mlflow and the MLFLOW_TRACKING_URI / MLFLOW_RUN_ID
+that Azure sets route everything to the job's run; locally the Makefile points
+MLFLOW_TRACKING_URI at a sqlite store and MLFLOW_EXPERIMENT_NAME picks the experiment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: compute nodes and CI have no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+
+class NullTracker:
+    run_id: str | None = None
+
+    def log_params(self, params: dict) -> None: ...
+    def log_metrics(self, metrics: dict, step: int) -> None: ...
+    def log_dict(self, data: dict, name: str) -> None: ...
+    def set_tags(self, tags: dict) -> None: ...
+    def log_figure(self, figure, name: str) -> None: ...
+    def register_model(self, model, model_dir: Path, name: str) -> None: ...
+    def close(self, ok: bool) -> None: ...
+
+
+class MlflowTracker(NullTracker):
+    def __init__(self, resume_run_id: str | None = None):
+        import mlflow
+
+        self._mlflow = mlflow
+        # MLFLOW_RUN_ID (set by Azure ML or a local runner) wins; else continue the run a
+        # preempted local training started, so a resumed run keeps one metric history.
+        run_id = None if os.environ.get("MLFLOW_RUN_ID") else resume_run_id
+        run = mlflow.start_run(run_id=run_id)
+        self.run_id = run.info.run_id
+        log.info("MLflow run %s (tracking URI %s)", self.run_id, mlflow.get_tracking_uri())
+
+    def log_params(self, params: dict) -> None:
+        self._mlflow.log_params(params)
+
+    def log_metrics(self, metrics: dict, step: int) -> None:
+        self._mlflow.log_metrics(metrics, step=step)
+
+    def log_dict(self, data: dict, name: str) -> None:
+        self._mlflow.log_dict(data, name)
+
+    def set_tags(self, tags: dict) -> None:
+        self._mlflow.set_tags(tags)
+
+    def log_figure(self, figure, name: str) -> None:
+        self._mlflow.log_figure(figure, name)
+        plt.close(figure)
+
+    def register_model(self, model, model_dir: Path, name: str) -> None:
+        """Log an MLflow pytorch model (pickle, not torch.export) carrying our model folder."""
+        import mlflow.pytorch
+
+        mlflow.pytorch.log_model(
+            model.cpu().eval(),
+            name="model",
+            registered_model_name=name,
+            serialization_format="pickle",
+            extra_files=[str(p) for p in sorted(model_dir.iterdir()) if p.is_file()],
+        )
+
+    def close(self, ok: bool) -> None:
+        self._mlflow.end_run(status="FINISHED" if ok else "FAILED")
+
+
+def curves_figure(history: list[dict]):
+    epochs = [row["epoch"] for row in history]
+    figure, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for split in ("train", "val"):
+        loss_ax.plot(epochs, [row[f"{split}_loss"] for row in history], marker="o", label=split)
+        acc_ax.plot(epochs, [row[f"{split}_acc"] for row in history], marker="o", label=split)
+    loss_ax.set(title="loss", xlabel="epoch")
+    acc_ax.set(title="accuracy", xlabel="epoch", ylim=(0, 1))
+    for axis in (loss_ax, acc_ax):
+        axis.legend()
+        axis.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure
+
+
+def confusion_figure(matrix, classes: list[str]):
+    """Rows are true classes, columns predicted; counts annotated in each cell."""
+    size = max(3.5, 0.6 * len(classes) + 2)
+    figure, axis = plt.subplots(figsize=(size, size))
+    axis.imshow(matrix, cmap="Blues")
+    axis.set_xticks(range(len(classes)), classes, rotation=45, ha="right")
+    axis.set_yticks(range(len(classes)), classes)
+    axis.set(xlabel="predicted", ylabel="true", title="confusion matrix (best epoch, val)")
+    peak = max(int(matrix.max()), 1)
+    for (row, col), count in _cells(matrix):
+        axis.text(col, row, str(count), ha="center", va="center",
+                  color="white" if count > peak / 2 else "black")
+    figure.tight_layout()
+    return figure
+
+
+def _cells(matrix):
+    rows, cols = matrix.shape
+    return [((r, c), int(matrix[r, c])) for r in range(rows) for c in range(cols)]

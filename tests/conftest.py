@@ -1,0 +1,40 @@
+"""Shared fixtures: tiny synthetic ImageFolders made in tmp dirs, and an isolated MLflow store."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from make_synthetic_data import generate  # noqa: E402
+
+HYMENOPTERA = ROOT.parent / "shared" / "data" / "hymenoptera_data"
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    """24 train / 8 val images per class, 48 px: enough to learn, fast to train."""
+    return generate(tmp_path_factory.mktemp("data") / "synthetic", train_per_class=24,
+                    val_per_class=8, size=48)
+
+
+@pytest.fixture
+def mlflow_store(tmp_path, monkeypatch) -> str:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "tests")
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return uri
+
+
+def train_args(data, out, epochs=2, **extra) -> list[str]:
+    """The flags every end-to-end test uses: CPU, no download, tiny images."""
+    args = {"data": data, "output_dir": out, "epochs": epochs, "image_size": 32,
+            "batch_size": 8, "learning_rate": 0.01, "weights": "none", "num_workers": 0,
+            "seed": 7, **extra}
+    return [item for key, value in args.items() for item in (f"--{key}", str(value))]

@@ -1,0 +1,40 @@
+from dataclasses import fields
+
+import pytest
+
+from image_classifier.config import TrainConfig, build_parser, parse_config
+
+
+def test_every_field_is_a_flag():
+    flags = {action.dest for action in build_parser()._actions if action.dest != "help"}
+    assert flags == {f.name for f in fields(TrainConfig)}
+
+
+@pytest.mark.parametrize(("text", "expected"), [("True", True), ("False", False),
+                                                 ("true", True), ("0", False)])
+def test_booleans_accept_azure_spelling(text, expected):
+    cfg = parse_config(["--data", "d", "--freeze_backbone", text, "--channels_last", text])
+    assert cfg.freeze_backbone is expected and cfg.channels_last is expected
+
+
+def test_bare_boolean_flag_means_true():
+    assert parse_config(["--data", "d", "--skip_bad_images"]).skip_bad_images is True
+
+
+def test_numbers_are_typed_and_defaults_match_the_spec():
+    cfg = parse_config(["--data", "d", "--learning_rate", "0.003", "--epochs", "3"])
+    assert cfg.learning_rate == 0.003 and cfg.epochs == 3
+    assert (cfg.step_size, cfg.gamma, cfg.arch, cfg.image_size) == (7, 0.1, "resnet18", 224)
+
+
+@pytest.mark.parametrize("argv", [["--precision", "fp16"], ["--epochs", "0"],
+                                  ["--freeze_backbone", "maybe"], ["--learning_rate", "-1"]])
+def test_bad_values_exit_with_a_message(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_config(["--data", "d", *argv])
+    assert exc.value.code == 2
+    assert argv[0] in capsys.readouterr().err
+
+
+def test_model_dir_defaults_under_output_dir():
+    assert parse_config(["--data", "d", "--output_dir", "o"]).resolved_model_dir == "o/model"

@@ -1,0 +1,90 @@
+import shutil
+import zipfile
+
+import pytest
+
+from image_classifier.data import DataError, build_datasets, resolve_data_root
+
+
+def _zip_folder(folder, zip_path, prefix=""):
+    with zipfile.ZipFile(zip_path, "w") as archive:
+        for path in sorted(folder.rglob("*")):
+            archive.write(path, f"{prefix}{path.relative_to(folder)}")
+    return zip_path
+
+
+def test_folder_with_splits(tiny_data):
+    bundle = build_datasets(tiny_data, image_size=32)
+    assert bundle.classes == ["chickens", "turkeys"]
+    assert (len(bundle.train), len(bundle.val)) == (48, 16)
+    image, label = bundle.train[0]
+    assert image.shape == (3, 32, 32) and label == 0
+
+
+def test_parent_with_single_child(tiny_data, tmp_path):
+    shutil.copytree(tiny_data, tmp_path / "fowl_data")
+    assert resolve_data_root(tmp_path) == tmp_path / "fowl_data"
+
+
+@pytest.mark.parametrize("prefix", ["", "fowl_data/"])
+def test_zip_is_extracted_once_into_the_cache(tiny_data, tmp_path, prefix):
+    archive = _zip_folder(tiny_data, tmp_path / "fowl.zip", prefix)
+    cache = tmp_path / "cache"
+    root = resolve_data_root(archive, cache)
+    assert root.is_relative_to(cache) and (root / "train" / "turkeys").is_dir()
+    marker = root / "extracted-once"
+    marker.touch()
+    assert resolve_data_root(archive, cache) == root and marker.exists()
+    assert len(build_datasets(archive, 32, cache_root=cache).train) == 48
+
+
+def test_folder_without_splits_names_what_it_found(tmp_path):
+    (tmp_path / "images").mkdir()
+    (tmp_path / "labels").mkdir()
+    with pytest.raises(DataError, match="expected train/ and val/.*images, labels"):
+        resolve_data_root(tmp_path)
+
+
+def test_missing_path_and_non_zip_file(tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        resolve_data_root(tmp_path / "nope")
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(DataError, match="must be a .zip"):
+        resolve_data_root(tmp_path / "notes.txt")
+
+
+def test_class_mismatch_between_splits(tiny_data, tmp_path):
+    data = shutil.copytree(tiny_data, tmp_path / "d")
+    (data / "val" / "turkeys").rename(data / "val" / "ducks")
+    with pytest.raises(DataError, match=r"only in train: \['turkeys'\], only in val: \['ducks'\]"):
+        build_datasets(data, 32)
+
+
+def test_empty_split_names_the_folder(tiny_data, tmp_path):
+    data = shutil.copytree(tiny_data, tmp_path / "d")
+    shutil.rmtree(data / "val")
+    (data / "val").mkdir()
+    with pytest.raises(DataError, match=f"{data / 'val'}: no images found"):
+        build_datasets(data, 32)
+
+
+def test_corrupt_image_is_an_error_naming_it_unless_skipped(tiny_data, tmp_path):
+    data = shutil.copytree(tiny_data, tmp_path / "d")
+    bad = data / "train" / "chickens" / "broken.jpg"
+    bad.write_bytes(b"this is not a jpeg")
+    with pytest.raises(DataError, match=f"{bad}: not a readable image.*--skip_bad_images"):
+        build_datasets(data, 32)
+    bundle = build_datasets(data, 32, skip_bad_images=True)
+    assert bundle.skipped == 1 and len(bundle.train) == 48
+    assert str(bad) not in [path for path, _ in bundle.train.samples]
+
+
+def test_large_jpeg_is_decoded_at_reduced_scale(tmp_path):
+    from PIL import Image
+
+    from image_classifier.data import ImageLoader
+
+    path = tmp_path / "big.jpg"
+    Image.new("RGB", (2400, 1800), (120, 80, 40)).save(path)
+    image = ImageLoader(min_side=256)(str(path))
+    assert image.mode == "RGB" and min(image.size) >= 256 and image.size[0] <= 600

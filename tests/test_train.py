@@ -1,0 +1,110 @@
+"""End-to-end runs of the trainer through main(): what MLflow, checkpoints and model dir hold."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import train_args
+from mlflow.tracking import MlflowClient
+
+from image_classifier import checkpoint
+from image_classifier.train import main
+
+METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "best_val_acc", "lr")
+
+
+def _only_run(uri):
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("tests")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 1, "exactly one MLflow run expected"
+    return client, runs[0]
+
+
+def _steps(client, run, metric):
+    return [m.step for m in client.get_metric_history(run.info.run_id, metric)]
+
+
+def test_end_to_end_tracks_checkpoints_and_writes_the_model(tiny_data, tmp_path, mlflow_store):
+    out = tmp_path / "out"
+    assert main(train_args(tiny_data, out, epochs=3)) == 0
+
+    client, run = _only_run(mlflow_store)
+    for metric in METRICS:
+        assert _steps(client, run, metric) == [1, 2, 3], metric
+    assert run.data.params["learning_rate"] == "0.01" and run.data.params["arch"] == "resnet18"
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.json", "training_curves.png", "confusion_matrix.png"} <= artifacts
+    best = run.data.metrics["best_val_acc"]
+    train_acc = [m.value for m in client.get_metric_history(run.info.run_id, "train_acc")]
+    assert train_acc[-1] >= 0.8, "the synthetic classes are learnable: accuracy must rise"
+
+    last = checkpoint.load(out / "checkpoints" / "last.pt")
+    assert last["epoch"] == 3 and last["classes"] == ["chickens", "turkeys"]
+    assert {"model", "optimizer", "scheduler", "best_val_acc", "arch", "image_size", "mean",
+            "std"} <= set(last)
+    assert sorted(p.name for p in (out / "model").iterdir()) == ["model.json", "model.pt"]
+    served = checkpoint.load(out / "model" / "model.pt")
+    assert "optimizer" not in served and served["best_val_acc"] == best
+    meta = json.loads((out / "model" / "model.json").read_text())
+    assert meta["classes"] == ["chickens", "turkeys"] and meta["image_size"] == 32
+    assert meta["arch"] == "resnet18" and len(meta["mean"]) == 3
+
+
+def test_rerun_with_same_output_dir_resumes_the_same_run(tiny_data, tmp_path, mlflow_store):
+    out = tmp_path / "out"
+    assert main(train_args(tiny_data, out, epochs=2)) == 0
+    assert main(train_args(tiny_data, out, epochs=3)) == 0
+    client, run = _only_run(mlflow_store)
+    assert _steps(client, run, "best_val_acc") == [1, 2, 3]
+    assert json.loads(run.data.tags["resumed_at_epoch_2"]) == {"epochs": 3}
+    assert checkpoint.load(out / "checkpoints" / "last.pt")["epoch"] == 3
+
+
+def test_resume_refuses_a_checkpoint_of_another_model(tiny_data, tmp_path, mlflow_store, capsys):
+    out = tmp_path / "out"
+    assert main(train_args(tiny_data, out, epochs=1)) == 0
+    assert main(train_args(tiny_data, out, epochs=2, arch="mobilenet_v3_small")) == 2
+    assert "checkpoint differs from this run in arch" in capsys.readouterr().out
+
+
+def test_bad_data_exits_2_with_the_path(tmp_path, mlflow_store, capsys):
+    assert main(train_args(tmp_path / "missing", tmp_path / "out")) == 2
+    assert f"{tmp_path / 'missing'}: no such file" in capsys.readouterr().out
+
+
+def _history(out):
+    rows = checkpoint.load(out / "checkpoints" / "last.pt")["history"]
+    return [(r["epoch"], r["train_loss"], r["val_loss"], r["val_acc"]) for r in rows]
+
+
+@pytest.mark.slow
+def test_killed_mid_run_then_resumed_equals_uninterrupted(tiny_data, tmp_path, mlflow_store):
+    epochs = 3
+    command = [sys.executable, "-m", "image_classifier.train",
+               *train_args(tiny_data, tmp_path / "interrupted", epochs=epochs)]
+    victim = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last = tmp_path / "interrupted" / "checkpoints" / "last.pt"
+    deadline = time.monotonic() + 120
+    while not last.exists() and victim.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    victim.send_signal(signal.SIGKILL)  # like a preempted node: no chance to clean up
+    victim.wait()
+    killed_at = checkpoint.load(last)["epoch"]
+    assert killed_at < epochs, "the run must be interrupted before its end"
+
+    subprocess.run(command, check=True, capture_output=True)
+    reference = [sys.executable, "-m", "image_classifier.train",
+                 *train_args(tiny_data, tmp_path / "straight", epochs=epochs)]
+    subprocess.run(reference, check=True, capture_output=True, env=os.environ)
+    assert _history(tmp_path / "interrupted") == _history(tmp_path / "straight")
+    resumed = checkpoint.load(last)["model"]
+    straight = checkpoint.load(tmp_path / "straight" / "checkpoints" / "last.pt")["model"]
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight)
