@@ -35,6 +35,7 @@ class Setting:
     draft_decode: bool
     precision: str
     channels_last: bool
+    cache_images_mb: int
 
 
 def compute_bound_rate(model, batch, setting: Setting, ctx, steps: int) -> float:
@@ -57,7 +58,7 @@ def compute_bound_rate(model, batch, setting: Setting, ctx, steps: int) -> float
 
 
 def run_setting(setting: Setting, args, ctx) -> dict:
-    bundle = build_datasets(args.data, 224)
+    bundle = build_datasets(args.data, 224, cache_images_mb=setting.cache_images_mb)
     if not setting.draft_decode:
         bundle.train.loader = bundle.val.loader = default_loader  # full-size decode
     loaders = [DataLoader(ds, batch_size=setting.batch_size, shuffle=shuffle,
@@ -86,8 +87,9 @@ def run_setting(setting: Setting, args, ctx) -> dict:
               flush=True)
     batch = next(iter(loaders[0]))
     compute = compute_bound_rate(model, batch, setting, ctx, args.compute_steps)
-    steady = epochs[-1]
+    steady = epochs[-1]  # epoch 1 is printed above: it also fills the decoded-image cache
     return {**steady, "compute_ips": compute, "efficiency": steady["train_ips"] / compute,
+            "first_efficiency": epochs[0]["train_ips"] / compute,
             "total_s": sum(e["epoch_s"] for e in epochs)}
 
 
@@ -102,12 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ours_workers", type=int, default=0, help="the trainer's CPU default")
     parser.add_argument("--ours_precision", default="bf16")
     parser.add_argument("--ours_channels_last", type=int, default=1)
+    parser.add_argument("--ours_cache_images_mb", type=int, default=1024)
     args = parser.parse_args(argv)
     ctx = DistContext(0, 1, 0, torch.device("cpu"))
     settings = [
         Setting("ours", args.ours_batch_size, args.ours_workers, True, args.ours_precision,
-                bool(args.ours_channels_last)),
-        Setting("tutorial", 4, 4, False, "fp32", False),
+                bool(args.ours_channels_last), args.ours_cache_images_mb),
+        Setting("tutorial", 4, 4, False, "fp32", False, 0),
     ]
     print(f"bench-train: resnet18 from scratch, 224 px, {args.epochs} epochs, {args.data}, "
           f"{torch.get_num_threads()} threads")
@@ -125,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ours, tutorial = results["ours"], results["tutorial"]
     speedup = tutorial["total_s"] / ours["total_s"]
     print(f"\nspeed-up (total time, tutorial / ours): {speedup:.2f}x   target >= 2x")
-    print(f"data-pipeline efficiency (ours): {ours['efficiency']:.2f}   target >= 0.95")
+    print(f"data-pipeline efficiency (ours, last epoch): {ours['efficiency']:.2f}   target >= 0.95"
+          f"  (first epoch, decoding every image: {ours['first_efficiency']:.2f})")
     print(f"val acc: ours {ours['val_acc']:.3f} vs tutorial {tutorial['val_acc']:.3f}")
     return 0
 

@@ -37,6 +37,9 @@ class TrainConfig:
     num_workers: int = field(
         default=-1, metadata={"help": "data loader workers per process (-1: from the CPU count)"}
     )
+    cache_images_mb: int = field(
+        default=1024, metadata={"help": "RAM for decoded images per process (MB); 0 disables"}
+    )
     seed: int = field(default=42, metadata={"help": "random seed (epoch streams derive from it)"})
     precision: str = field(default="fp32", metadata={"help": "fp32 or bf16 (autocast)"})
     channels_last: bool = field(default=False, metadata={"help": "NHWC memory format"})

@@ -188,7 +188,8 @@ def log_run_config(tracker, cfg: TrainConfig, state: TrainState) -> None:
 
 def train(cfg: TrainConfig, ctx: distributed.DistContext) -> TrainState:
     torch.manual_seed(cfg.seed)
-    bundle = build_datasets(cfg.data, cfg.image_size, cfg.skip_bad_images)
+    bundle = build_datasets(cfg.data, cfg.image_size, cfg.skip_bad_images,
+                            cache_images_mb=cfg.cache_images_mb)
     log.info("data %s: %d train / %d val images, classes %s, %d unreadable skipped",
              bundle.root, len(bundle.train), len(bundle.val), bundle.classes, bundle.skipped)
     model = build_model(cfg.arch, len(bundle.classes), cfg.weights, cfg.freeze_backbone)
