@@ -20,12 +20,38 @@ PYTEST_ARGS ?=
 # Local MLflow store; on Azure the job's own MLFLOW_TRACKING_URI is used instead.
 MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
 MLFLOW_EXPERIMENT_NAME ?= fowl-local
+SPECS ?=
+# Azure ML: empty values fall back to `az configure --defaults` (make workspace-defaults).
+SUBSCRIPTION ?=
+GROUP ?=
+WORKSPACE ?=
+LOCATION ?= eastus
+EXPERIMENT ?= fowl-classifier
+GPU_COMPUTE ?= gpu-cluster
+CPU_COMPUTE ?= cpu-cluster
+GPU_TIER ?= dedicated
+MODEL_NAME ?= fowl-classifier
+# Job name for stream/download/register (printed by the job targets).
+JOB ?=
+WAIT ?= 0
+DOWNLOAD_DIR ?= downloads
+# The ml extension this repo is tested with (its azure-ai-ml matches pyproject's pin).
+AZ_ML_VERSION ?= 2.38.0
 
-export MLFLOW_TRACKING_URI MLFLOW_EXPERIMENT_NAME
+export MLFLOW_TRACKING_URI MLFLOW_EXPERIMENT_NAME WAIT
 
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
+AZ_ARGS = $(if $(SUBSCRIPTION),--subscription $(SUBSCRIPTION)) \
+	$(if $(GROUP),--resource-group $(GROUP)) $(if $(WORKSPACE),--workspace-name $(WORKSPACE))
+NEED_JOB = $(if $(JOB),,$(error set JOB=<job name>, as printed by the job targets))
+# Submit a job spec; exit 3 if creation fails, else print its Studio URL (and wait if WAIT=1).
+define submit
+	@name=$$(az ml job create --file $(1) --set experiment_name=$(EXPERIMENT) $(AZ_ARGS) \
+		--query name --output tsv) || exit 3; \
+	scripts/az_wait.sh "$$name" $(AZ_ARGS)
+endef
 TRAIN_DATA = $(if $(DATA),$(DATA),$(SYNTHETIC_DATA))
 TRAIN_ARGS = --data $(TRAIN_DATA) --output_dir $(OUT) --epochs $(EPOCHS) \
 	--image_size $(IMAGE_SIZE) --batch_size $(BATCH_SIZE) --learning_rate $(LEARNING_RATE) \
@@ -33,7 +59,8 @@ TRAIN_ARGS = --data $(TRAIN_DATA) --output_dir $(OUT) --epochs $(EPOCHS) \
 
 .DEFAULT_GOAL := help
 .PHONY: help setup test lint train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
-	bench-train clean
+	bench-train clean validate schemas sync-env az-guard workspace-defaults compute environment \
+	data train train-distributed sweep pipeline stream download register
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -58,7 +85,16 @@ test: $(STAMP) ## Run the test suite (offline, CPU)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP) ## Lint Python with ruff
-	$(BIN)/ruff check src scripts tests
+	$(BIN)/ruff check src mlops scripts tests
+
+validate: $(STAMP) ## Validate specs offline: schemas, azure-ai-ml loaders, repo lint (SPECS=)
+	$(PY) -m mlops.validate $(SPECS)
+
+schemas: $(STAMP) ## Regenerate schemas/ from the pinned azure-ai-ml
+	$(PY) scripts/gen_schemas.py --out schemas
+
+sync-env: $(STAMP) ## Regenerate environments/conda.yml from pyproject.toml
+	$(PY) scripts/sync_env.py
 
 train-local: $(STAMP) $(if $(DATA),,$(SYNTHETIC_DATA)/README.txt) ## Main job on CPU (DATA= or the synthetic default)
 	$(PY) -m image_classifier.train $(TRAIN_ARGS)
@@ -68,7 +104,7 @@ train-local-ddp: $(STAMP) $(if $(DATA),,$(SYNTHETIC_DATA)/README.txt) ## Same jo
 	$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) -m image_classifier.train $(TRAIN_ARGS)
 	@echo "model: $(OUT)/model   MLflow: $(MLFLOW_TRACKING_URI) (make mlflow-ui)"
 
-mlflow-ui: $(STAMP) ## Browse local MLflow runs on http://127.0.0.1:$(MLFLOW_PORT)
+mlflow-ui: $(STAMP) ## Browse local MLflow runs on http://127.0.0.1:5000 (MLFLOW_PORT=)
 	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --host 127.0.0.1 --port $(MLFLOW_PORT)
 
 bench-train: $(STAMP) ## Benchmark training vs tutorial-style settings (BENCH_DATA=)
@@ -76,3 +112,46 @@ bench-train: $(STAMP) ## Benchmark training vs tutorial-style settings (BENCH_DA
 
 clean: ## Remove local runs, generated data and caches (keeps .venv)
 	rm -rf runs outputs data/synthetic_fowl .pytest_cache .ruff_cache
+
+## ---- Azure ML (az CLI + ml extension; every target checks both and the login first) ----
+
+az-guard:
+	@scripts/az_guard.sh $(AZ_ML_VERSION)
+
+workspace-defaults: az-guard ## Save GROUP/WORKSPACE/LOCATION as az defaults
+	az configure --defaults group=$(GROUP) workspace=$(WORKSPACE) location=$(LOCATION)
+
+compute: az-guard ## Create the GPU (GPU_TIER=low_priority for preemptible) and CPU clusters
+	az ml compute create --file assets/compute-gpu.yml --set name=$(GPU_COMPUTE) tier=$(GPU_TIER) $(AZ_ARGS)
+	az ml compute create --file assets/compute-cpu.yml --set name=$(CPU_COMPUTE) $(AZ_ARGS)
+
+environment: az-guard ## Create or update the training/inference environment
+	az ml environment create --file environments/image-classifier.yml $(AZ_ARGS)
+
+data: az-guard ## Register the fowl data asset (public zip URL)
+	az ml data create --file assets/data-fowl.yml $(AZ_ARGS)
+
+train: az-guard ## Submit jobs/train.yml (WAIT=1 polls to the end)
+	$(call submit,jobs/train.yml)
+
+train-distributed: az-guard ## Submit jobs/train-distributed.yml (2 nodes, DDP)
+	$(call submit,jobs/train-distributed.yml)
+
+sweep: az-guard ## Submit jobs/sweep.yml (random search, bandit policy)
+	$(call submit,jobs/sweep.yml)
+
+pipeline: az-guard ## Submit jobs/pipeline.yml (prep, train, evaluate, register)
+	$(call submit,jobs/pipeline.yml)
+
+stream: az-guard ## Stream a job's log (JOB=)
+	$(NEED_JOB)az ml job stream --name $(JOB) $(AZ_ARGS)
+
+download: az-guard ## Download a job's outputs to DOWNLOAD_DIR (JOB=)
+	$(NEED_JOB)az ml job download --name $(JOB) --all --download-path $(DOWNLOAD_DIR)/$(JOB) $(AZ_ARGS)
+
+register: az-guard ## Register JOB's model output as MODEL_NAME (a sweep: its best trial)
+	$(NEED_JOB)job=$(JOB); \
+	if [ "$$(az ml job show --name $(JOB) $(AZ_ARGS) --query type --output tsv)" = sweep ]; then \
+		job=$$(az ml job show --name $(JOB) $(AZ_ARGS) --query properties.best_child_run_id --output tsv); \
+		echo "best trial: $$job"; fi; \
+	az ml model create --name $(MODEL_NAME) --type custom_model --path azureml://jobs/$$job/outputs/model $(AZ_ARGS)

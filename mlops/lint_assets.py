@@ -1,0 +1,159 @@
+"""Repo lint for pipelines and assets: wiring, files on disk, names Azure would refuse."""
+
+from __future__ import annotations
+
+import re
+
+from .lint import ENDPOINT_NAME, REF, check_size
+from .specs import Finding, Spec, SpecError, load_spec
+
+PARENT_REF = re.compile(r"^parent\.(inputs|outputs)\.(\w+)$|^parent\.jobs\.(\w+)\.outputs\.(\w+)$")
+
+
+def _is_remote(path) -> bool:
+    return not isinstance(path, str) or bool(re.match(r"^(azureml|https?|wasbs?|abfss?):", path))
+
+
+def load_component(spec: Spec, key: str, ref) -> tuple[Spec | None, list[Finding]]:
+    if not isinstance(ref, str) or _is_remote(ref):
+        return None, []  # registered components (azureml:name@version) resolve in Azure
+    path = spec.resolve(ref.removeprefix("file:"))
+    if not path.is_file():
+        return None, [spec.finding(key, f"component file '{ref}' does not exist",
+                                   "point component: at a components/*.yml file, relative to "
+                                   "this pipeline")]
+    try:
+        return load_spec(path), []
+    except SpecError as err:
+        return None, [err.finding]
+
+
+def _check_binding(spec: Spec, key: str, value, jobs: dict, outputs_of: dict) -> list[Finding]:
+    found = []
+    for ref in REF.findall(str(value)):
+        match = PARENT_REF.match(ref)
+        if not match:
+            found.append(spec.finding(key, f"${{{{{ref}}}}} is not a pipeline reference",
+                                      "use ${{parent.inputs.x}}, ${{parent.outputs.x}} or "
+                                      "${{parent.jobs.<step>.outputs.<name>}}"))
+            continue
+        scope, name, step, output = match.groups()
+        if scope and name not in (spec.data.get(scope) or {}):
+            found.append(spec.finding(key, f"${{{{{ref}}}}}: the pipeline has no {scope[:-1]} "
+                                      f"'{name}'", f"declare '{name}' under the pipeline's "
+                                      f"{scope}:"))
+        elif step and step not in jobs:
+            found.append(spec.finding(key, f"${{{{{ref}}}}}: there is no step '{step}'",
+                                      f"use one of the steps: {', '.join(jobs)}"))
+        elif step and step in outputs_of and output not in outputs_of[step]:
+            found.append(spec.finding(key, f"${{{{{ref}}}}}: step '{step}' has no output "
+                                      f"'{output}'", f"use one of: {', '.join(outputs_of[step])}"))
+    return found
+
+
+def _check_node(spec, name, node, component, jobs, outputs_of) -> list[Finding]:
+    found = []
+    declared = component.data.get("inputs") or {}
+    for io in ("inputs", "outputs"):
+        for key, value in (node.get(io) or {}).items():
+            where = f"jobs.{name}.{io}.{key}"
+            if key not in (component.data.get(io) or {}):
+                found.append(spec.finding(where, f"{component.path.name} has no {io[:-1]} "
+                                          f"'{key}'", f"use one of: "
+                                          f"{', '.join(component.data.get(io) or {}) or 'none'}"))
+            found += _check_binding(spec, where, value, jobs, outputs_of)
+    for key, definition in declared.items():
+        required = not (definition or {}).get("optional") and "default" not in (definition or {})
+        if required and key not in (node.get("inputs") or {}):
+            found.append(spec.finding(f"jobs.{name}.inputs", f"required input '{key}' of "
+                                      f"{component.path.name} is not bound",
+                                      f"add {key}: ${{{{parent.inputs.{key}}}}} (or a step "
+                                      "output)"))
+    return found
+
+
+def check_pipeline(spec: Spec) -> list[Finding]:
+    jobs = spec.data.get("jobs") or {}
+    components, found = {}, []
+    for name, node in jobs.items():
+        component, problems = load_component(spec, f"jobs.{name}.component",
+                                             (node or {}).get("component"))
+        found += problems
+        if component:
+            components[name] = component
+    outputs_of = {name: list(c.data.get("outputs") or {}) for name, c in components.items()}
+    for name, node in jobs.items():
+        if name in components:
+            found += _check_node(spec, name, node, components[name], jobs, outputs_of)
+    text = str(jobs)
+    for name in spec.data.get("inputs") or {}:
+        if f"parent.inputs.{name}" not in text:
+            found.append(spec.finding(f"inputs.{name}", f"pipeline input '{name}' is not used "
+                                      "by any step", f"bind it with ${{{{parent.inputs.{name}}}}}"
+                                      " or remove it"))
+    return found
+
+
+def check_environment(spec: Spec) -> list[Finding]:
+    found = []
+    conda = spec.data.get("conda_file")
+    if isinstance(conda, str) and not spec.resolve(conda).is_file():
+        found.append(spec.finding("conda_file", f"conda file '{conda}' does not exist",
+                                  "point conda_file: at a file relative to this spec"))
+    build = spec.data.get("build") or {}
+    if build.get("path") and not _is_remote(build["path"]):
+        dockerfile = spec.resolve(build["path"]) / build.get("dockerfile_path", "Dockerfile")
+        if not dockerfile.is_file():
+            found.append(spec.finding("build", f"no Dockerfile at {dockerfile}",
+                                      "fix build.path / build.dockerfile_path"))
+    return found
+
+
+def check_data(spec: Spec) -> list[Finding]:
+    path = spec.data.get("path")
+    if path and not _is_remote(path) and not spec.resolve(path).exists():
+        return [spec.finding("path", f"local path '{path}' does not exist",
+                             "fix the path (relative to this spec) or use a URL")]
+    return []
+
+
+def check_compute(spec: Spec) -> list[Finding]:
+    return check_size(spec, "size", spec.data["size"]) if spec.data.get("size") else []
+
+
+def check_endpoint(spec: Spec) -> list[Finding]:
+    name = str(spec.data.get("name", ""))
+    if ENDPOINT_NAME.match(name) and "--" not in name:
+        return []
+    return [spec.finding("name", f"endpoint name '{name}' is not allowed by Azure",
+                         "use 3-32 characters: a letter first, then letters, digits and single "
+                         "hyphens, not ending in a hyphen")]
+
+
+def check_deployment(spec: Spec, endpoint_names: set[str]) -> list[Finding]:
+    found = []
+    if spec.data.get("instance_type"):
+        found += check_size(spec, "instance_type", spec.data["instance_type"])
+    config = spec.data.get("code_configuration") or {}
+    code = config.get("code")
+    if code and not _is_remote(code):
+        folder = spec.resolve(code)
+        script = config.get("scoring_script")
+        if not folder.is_dir():
+            found.append(spec.finding("code_configuration.code", f"code folder '{code}' does "
+                                      "not exist", "point it at ../src (relative to this spec)"))
+        elif script and not (folder / script).is_file():
+            found.append(spec.finding("code_configuration.scoring_script", f"scoring script "
+                                      f"'{script}' is not in {code}", "give the path of the "
+                                      "script relative to code_configuration.code"))
+    endpoint = spec.data.get("endpoint_name")
+    if endpoint_names and endpoint and endpoint not in endpoint_names:
+        found.append(spec.finding("endpoint_name", f"no endpoint spec named '{endpoint}'",
+                                  f"use one of: {', '.join(sorted(endpoint_names))}"))
+    model = spec.data.get("model")
+    local_model = isinstance(model, dict) and model.get("path") and not _is_remote(model["path"])
+    if local_model and not spec.resolve(model["path"]).exists():
+        found.append(spec.finding("model.path", f"model path '{model['path']}' does not "
+                                  "exist", "train first (make train-local) or reference a "
+                                  "registered model (azureml:name@version)"))
+    return found

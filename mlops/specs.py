@@ -1,0 +1,108 @@
+"""Load Azure ML YAML specs with line numbers, and name problems found in them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA_DIR = ROOT / "schemas"
+SPEC_FOLDERS = ("jobs", "components", "environments", "assets", "endpoints")
+SCHEMA_URL = "https://azuremlschemas.azureedge.net/latest/{kind}.schema.json"
+
+
+@dataclass
+class Finding:
+    path: Path
+    key: str  # dotted key path inside the spec ("" for the whole file)
+    problem: str
+    fix: str
+    line: int = 0
+
+    def __str__(self) -> str:
+        where = f"{_display(self.path)}:{self.line}" if self.line else _display(self.path)
+        key = f" {self.key}:" if self.key else ""
+        return f"{where}:{key} {self.problem}. Fix: {self.fix}"
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+@dataclass
+class Spec:
+    path: Path
+    data: dict
+    lines: dict[tuple, int] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """The schema name from the `$schema` URL: commandJob, sweepJob, pipelineJob, ..."""
+        url = str(self.data.get("$schema", ""))
+        return url.rsplit("/", 1)[-1].removesuffix(".schema.json") if url else ""
+
+    def line(self, key: str | tuple) -> int:
+        parts = tuple(key.split(".")) if isinstance(key, str) else key
+        while parts and parts not in self.lines:
+            parts = parts[:-1]
+        return self.lines.get(parts, 1)
+
+    def finding(self, key: str, problem: str, fix: str) -> Finding:
+        return Finding(self.path, key, problem, fix, self.line(key))
+
+    def resolve(self, relative: str) -> Path:
+        return (self.path.parent / relative).resolve()
+
+
+def _line_map(node, prefix: tuple, out: dict) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            path = (*prefix, str(key_node.value))
+            out[path] = key_node.start_mark.line + 1
+            _line_map(value_node, path, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            path = (*prefix, str(index))
+            out[path] = item.start_mark.line + 1
+            _line_map(item, path, out)
+
+
+class SpecError(ValueError):
+    def __init__(self, finding: Finding):
+        super().__init__(str(finding))
+        self.finding = finding
+
+
+def load_spec(path: str | Path) -> Spec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except OSError as err:
+        raise SpecError(Finding(path, "", f"cannot read the file ({err.strerror})",
+                                "check the path")) from err
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise SpecError(Finding(path, "", f"not valid YAML ({getattr(err, 'problem', err)})",
+                                "fix the YAML syntax", mark.line + 1 if mark else 0)) from err
+    if not isinstance(data, dict):
+        raise SpecError(Finding(path, "", "not a YAML mapping", "a spec is a mapping of keys"))
+    lines: dict[tuple, int] = {}
+    _line_map(node, (), lines)
+    return Spec(path, data, lines)
+
+
+def discover(root: Path = ROOT) -> list[Path]:
+    """Every YAML spec of the repo: files with a `$schema` line in the spec folders."""
+    found = []
+    for folder in SPEC_FOLDERS:
+        for path in sorted((root / folder).glob("**/*.yml")):
+            if "$schema:" in path.read_text():
+                found.append(path)
+    return found

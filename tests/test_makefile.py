@@ -1,0 +1,79 @@
+"""The Makefile renders the right az ml command lines (make -n: nothing runs, no Azure needed)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from mlops.specs import ROOT
+
+WS = ["SUBSCRIPTION=sub-id", "GROUP=rg", "WORKSPACE=ws"]
+WS_ARGS = "--subscription sub-id --resource-group rg --workspace-name ws"
+
+
+def make_n(*args: str) -> str:
+    result = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize(("target", "expected"), [
+    ("train", "az ml job create --file jobs/train.yml --set experiment_name=fowl-classifier"),
+    ("train-distributed", "az ml job create --file jobs/train-distributed.yml"),
+    ("sweep", "az ml job create --file jobs/sweep.yml"),
+    ("pipeline", "az ml job create --file jobs/pipeline.yml"),
+    ("compute", "az ml compute create --file assets/compute-gpu.yml --set name=gpu-cluster "
+                "tier=dedicated"),
+    ("environment", "az ml environment create --file environments/image-classifier.yml"),
+    ("data", "az ml data create --file assets/data-fowl.yml"),
+])
+def test_az_targets_render_their_command_with_workspace_args(target, expected):
+    out = make_n(target, *WS)
+    assert "scripts/az_guard.sh" in out, "every az target runs the guard first"
+    line = next(line for line in out.splitlines() if expected.split(" --")[0] in line)
+    assert expected in line and WS_ARGS in line
+
+
+def test_job_targets_wait_and_report_the_studio_url():
+    out = make_n("train", *WS)
+    assert "|| exit 3" in out and 'scripts/az_wait.sh "$name"' in out
+
+
+@pytest.mark.parametrize(("target", "expected"), [
+    ("stream", "az ml job stream --name job-1"),
+    ("download", "az ml job download --name job-1 --all --download-path downloads/job-1"),
+    ("register", "az ml model create --name fowl-classifier --type custom_model --path "
+                 "azureml://jobs/$job/outputs/model"),
+])
+def test_job_name_targets(target, expected):
+    out = make_n(target, "JOB=job-1", *WS)
+    assert expected in out
+
+
+def test_job_name_targets_say_what_is_missing():
+    result = subprocess.run(["make", "-n", "stream"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode != 0 and "set JOB=<job name>" in result.stderr
+
+
+def test_low_priority_option():
+    assert "tier=low_priority" in make_n("compute", "GPU_TIER=low_priority")
+
+
+def test_guard_fails_fast_without_az(tmp_path):
+    env = {"PATH": "/usr/bin:/bin"}  # no az here, as on this machine and in CI
+    result = subprocess.run(["bash", "scripts/az_guard.sh", "2.38.0"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 4
+    assert result.stderr.count("\n") == 1 and "az extension add --name ml" in result.stderr
+
+
+def test_every_public_target_is_documented_and_help_is_default():
+    help_text = make_n()  # default goal
+    out = subprocess.run(["make"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert "train-local" in out and "validate" in out and help_text
+    makefile = (ROOT / "Makefile").read_text()
+    targets = re.findall(r"^([a-zA-Z][\w-]*):(?!=)", makefile, flags=re.MULTILINE)
+    undocumented = [t for t in targets if t not in out and t != "az-guard"]
+    assert not undocumented, f"targets without ## help: {undocumented}"

@@ -1,0 +1,82 @@
+"""Every repo spec passes all three validation layers; every invalid spec is rejected clearly."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlops.specs import ROOT, discover, load_spec
+from mlops.validate import KINDS, validate
+
+INVALID = sorted((ROOT / "tests" / "invalid_specs").glob("*.yml"))
+
+
+def test_repo_has_every_spec_kind_it_promises():
+    kinds = {load_spec(p).kind for p in discover()}
+    assert {"commandJob", "sweepJob", "pipelineJob", "commandComponent", "environment",
+            "amlCompute", "data"} <= kinds
+
+
+def test_every_repo_spec_passes_schema_sdk_and_lint():
+    findings = validate(discover())
+    assert not findings, "\n".join(map(str, findings))
+
+
+def test_invalid_corpus_is_large_enough():
+    assert len(INVALID) >= 20
+
+
+@pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
+def test_invalid_spec_is_rejected_with_its_message(path):
+    expected = re.match(r"# expect: (.*)", path.read_text()).group(1).strip()
+    findings = validate([path])
+    messages = [str(f) for f in findings]
+    assert any(expected in m for m in messages), f"expected {expected!r} in {messages}"
+    assert all(". Fix: " in m for m in messages)
+
+
+def test_findings_name_file_line_and_key():
+    path = ROOT / "tests" / "invalid_specs" / "min-above-max.yml"
+    (finding,) = [f for f in validate([path]) if "min_value" in f.problem]
+    text = path.read_text().splitlines()
+    assert text[finding.line - 1].strip().startswith("learning_rate:")
+    assert str(finding).startswith("tests/invalid_specs/min-above-max.yml:") or \
+        "min-above-max.yml:" in str(finding)
+    assert finding.key == "search_space.learning_rate"
+
+
+def test_committed_schemas_match_the_pinned_sdk(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_schemas.py"), "--out",
+                    str(tmp_path)], check=True, capture_output=True)
+    for kind in KINDS:
+        fresh = json.loads((tmp_path / f"{kind}.schema.json").read_text())
+        committed = json.loads((ROOT / "schemas" / f"{kind}.schema.json").read_text())
+        assert fresh == committed, f"schemas/{kind}.schema.json is stale: run make schemas"
+
+
+def test_editor_settings_map_every_schema():
+    settings = json.loads((ROOT / ".vscode" / "settings.json").read_text())["yaml.schemas"]
+    assert {Path(p).name for p in settings} == {f"{k}.schema.json" for k in KINDS}
+    for schema in settings:
+        assert (ROOT / schema).is_file()
+
+
+def test_conda_env_is_generated_from_pyproject():
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "sync_env.py"), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_job_input_of_train_is_a_trainer_flag_with_the_same_name():
+    """Config field names = CLI flags = YAML input names."""
+    from image_classifier.config import TrainConfig
+
+    fields = set(TrainConfig.__dataclass_fields__)
+    for spec in ("jobs/train.yml", "jobs/train-distributed.yml", "components/train.yml"):
+        inputs = set(load_spec(ROOT / spec).data["inputs"])
+        assert inputs <= fields, f"{spec}: {inputs - fields} are not trainer fields"
