@@ -6,14 +6,17 @@ VENV ?= .venv
 # Training data: empty = the embedded synthetic default (generated offline, deterministic).
 DATA ?=
 SYNTHETIC_DATA ?= data/synthetic_fowl
-OUT ?= runs/train-local-$(shell date +%Y%m%d-%H%M%S)
+# Local runs of the job specs (make local): overrides, a run folder to reuse (resumes training).
+JOB ?= jobs/train.yml
+SET ?=
+RUN_DIR ?=
 EPOCHS ?= 5
 IMAGE_SIZE ?= 64
 BATCH_SIZE ?= 16
 LEARNING_RATE ?= 0.01
 ARCH ?= resnet18
 WEIGHTS ?= none
-NPROC ?= 2
+NPROC ?= $(shell nproc 2>/dev/null || echo 2)
 BENCH_DATA ?= ../shared/data/hymenoptera_data
 MLFLOW_PORT ?= 5000
 PYTEST_ARGS ?=
@@ -31,8 +34,8 @@ GPU_COMPUTE ?= gpu-cluster
 CPU_COMPUTE ?= cpu-cluster
 GPU_TIER ?= dedicated
 MODEL_NAME ?= fowl-classifier
-# Job name for stream/download/register (printed by the job targets).
-JOB ?=
+# Azure job name for stream/download/register (printed by the job targets).
+AZ_JOB ?=
 WAIT ?= 0
 DOWNLOAD_DIR ?= downloads
 # The ml extension this repo is tested with (its azure-ai-ml matches pyproject's pin).
@@ -45,20 +48,25 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 AZ_ARGS = $(if $(SUBSCRIPTION),--subscription $(SUBSCRIPTION)) \
 	$(if $(GROUP),--resource-group $(GROUP)) $(if $(WORKSPACE),--workspace-name $(WORKSPACE))
-NEED_JOB = $(if $(JOB),,$(error set JOB=<job name>, as printed by the job targets))
+NEED_JOB = $(if $(AZ_JOB),,$(error set AZ_JOB=<job name>, as printed by the job targets))
 # Submit a job spec; exit 3 if creation fails, else print its Studio URL (and wait if WAIT=1).
 define submit
 	@name=$$(az ml job create --file $(1) --set experiment_name=$(EXPERIMENT) $(AZ_ARGS) \
 		--query name --output tsv) || exit 3; \
 	scripts/az_wait.sh "$$name" $(AZ_ARGS)
 endef
-TRAIN_DATA = $(if $(DATA),$(DATA),$(SYNTHETIC_DATA))
-TRAIN_ARGS = --data $(TRAIN_DATA) --output_dir $(OUT) --epochs $(EPOCHS) \
-	--image_size $(IMAGE_SIZE) --batch_size $(BATCH_SIZE) --learning_rate $(LEARNING_RATE) \
-	--arch $(ARCH) --weights $(WEIGHTS)
+TRAIN_DATA = $(abspath $(if $(DATA),$(DATA),$(SYNTHETIC_DATA)))
+DATA_DEP = $(if $(DATA),,$(SYNTHETIC_DATA)/README.txt)
+LOCAL = $(PY) -m mlops.run
+LOCAL_ARGS = $(if $(RUN_DIR),--run-dir $(RUN_DIR)) --max-procs $(NPROC) $(foreach s,$(SET),--set $(s))
+# The main job's inputs for a CPU run in about a minute (the spec's own values target a GPU).
+TRAIN_SET = --set inputs.data.path=$(TRAIN_DATA) --set inputs.epochs=$(EPOCHS) \
+	--set inputs.image_size=$(IMAGE_SIZE) --set inputs.batch_size=$(BATCH_SIZE) \
+	--set inputs.learning_rate=$(LEARNING_RATE) --set inputs.arch=$(ARCH) \
+	--set inputs.weights=$(WEIGHTS)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test lint train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
+.PHONY: help setup test lint local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
 	bench-train clean validate schemas sync-env az-guard workspace-defaults compute environment \
 	data train train-distributed sweep pipeline stream download register
 
@@ -96,19 +104,34 @@ schemas: $(STAMP) ## Regenerate schemas/ from the pinned azure-ai-ml
 sync-env: $(STAMP) ## Regenerate environments/conda.yml from pyproject.toml
 	$(PY) scripts/sync_env.py
 
-train-local: $(STAMP) $(if $(DATA),,$(SYNTHETIC_DATA)/README.txt) ## Main job on CPU (DATA= or the synthetic default)
-	$(PY) -m image_classifier.train $(TRAIN_ARGS)
-	@echo "model: $(OUT)/model   MLflow: $(MLFLOW_TRACKING_URI) (make mlflow-ui)"
+local: $(STAMP) $(DATA_DEP) ## Run a job spec locally: JOB=jobs/x.yml SET="inputs.epochs=1 ..."
+	$(LOCAL) $(JOB) $(LOCAL_ARGS)
 
-train-local-ddp: $(STAMP) $(if $(DATA),,$(SYNTHETIC_DATA)/README.txt) ## Same job, NPROC processes via torchrun (gloo)
-	$(BIN)/torchrun --standalone --nproc_per_node $(NPROC) -m image_classifier.train $(TRAIN_ARGS)
-	@echo "model: $(OUT)/model   MLflow: $(MLFLOW_TRACKING_URI) (make mlflow-ui)"
+train-local: $(STAMP) $(DATA_DEP) ## The main job (jobs/train.yml) on CPU: DATA= or the synthetic default
+	$(LOCAL) jobs/train.yml $(TRAIN_SET) $(LOCAL_ARGS)
+
+train-local-ddp: $(STAMP) $(DATA_DEP) ## jobs/train-distributed.yml: NPROC processes via torchrun (gloo)
+	$(LOCAL) jobs/train-distributed.yml $(TRAIN_SET) $(LOCAL_ARGS)
+
+sweep-local: $(STAMP) $(DATA_DEP) ## jobs/sweep.yml locally: Optuna trials, bandit early termination
+	$(LOCAL) jobs/sweep.yml --set inputs.data.path=$(TRAIN_DATA) --set inputs.epochs=4 \
+		--set inputs.image_size=32 --set inputs.batch_size=$(BATCH_SIZE) --set inputs.weights=none \
+		--set limits.max_total_trials=4 --set early_termination.delay_evaluation=1 $(LOCAL_ARGS)
+
+pipeline-local: $(STAMP) $(DATA_DEP) ## jobs/pipeline.yml locally: prep, train, evaluate, register
+	$(LOCAL) jobs/pipeline.yml --set inputs.data.path=$(TRAIN_DATA) --set inputs.epochs=$(EPOCHS) \
+		--set inputs.image_size=$(IMAGE_SIZE) --set jobs.train.inputs.weights=$(WEIGHTS) \
+		--set jobs.train.inputs.learning_rate=$(LEARNING_RATE) \
+		--set jobs.train.inputs.batch_size=$(BATCH_SIZE) --set inputs.min_val_acc=0.5 $(LOCAL_ARGS)
 
 mlflow-ui: $(STAMP) ## Browse local MLflow runs on http://127.0.0.1:5000 (MLFLOW_PORT=)
 	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --host 127.0.0.1 --port $(MLFLOW_PORT)
 
 bench-train: $(STAMP) ## Benchmark training vs tutorial-style settings (BENCH_DATA=)
 	$(PY) scripts/bench_train.py --data $(BENCH_DATA)
+
+bench-sweep: $(STAMP) ## Benchmark a local sweep with vs without the bandit policy (BENCH_DATA=)
+	$(PY) scripts/bench_sweep.py --data $(abspath $(BENCH_DATA))
 
 clean: ## Remove local runs, generated data and caches (keeps .venv)
 	rm -rf runs outputs data/synthetic_fowl .pytest_cache .ruff_cache
@@ -143,15 +166,15 @@ sweep: az-guard ## Submit jobs/sweep.yml (random search, bandit policy)
 pipeline: az-guard ## Submit jobs/pipeline.yml (prep, train, evaluate, register)
 	$(call submit,jobs/pipeline.yml)
 
-stream: az-guard ## Stream a job's log (JOB=)
-	$(NEED_JOB)az ml job stream --name $(JOB) $(AZ_ARGS)
+stream: az-guard ## Stream a job's log (AZ_JOB=)
+	$(NEED_JOB)az ml job stream --name $(AZ_JOB) $(AZ_ARGS)
 
-download: az-guard ## Download a job's outputs to DOWNLOAD_DIR (JOB=)
-	$(NEED_JOB)az ml job download --name $(JOB) --all --download-path $(DOWNLOAD_DIR)/$(JOB) $(AZ_ARGS)
+download: az-guard ## Download a job's outputs to DOWNLOAD_DIR (AZ_JOB=)
+	$(NEED_JOB)az ml job download --name $(AZ_JOB) --all --download-path $(DOWNLOAD_DIR)/$(AZ_JOB) $(AZ_ARGS)
 
-register: az-guard ## Register JOB's model output as MODEL_NAME (a sweep: its best trial)
-	$(NEED_JOB)job=$(JOB); \
-	if [ "$$(az ml job show --name $(JOB) $(AZ_ARGS) --query type --output tsv)" = sweep ]; then \
-		job=$$(az ml job show --name $(JOB) $(AZ_ARGS) --query properties.best_child_run_id --output tsv); \
+register: az-guard ## Register AZ_JOB's model output as MODEL_NAME (a sweep: its best trial)
+	$(NEED_JOB)job=$(AZ_JOB); \
+	if [ "$$(az ml job show --name $(AZ_JOB) $(AZ_ARGS) --query type --output tsv)" = sweep ]; then \
+		job=$$(az ml job show --name $(AZ_JOB) $(AZ_ARGS) --query properties.best_child_run_id --output tsv); \
 		echo "best trial: $$job"; fi; \
 	az ml model create --name $(MODEL_NAME) --type custom_model --path azureml://jobs/$$job/outputs/model $(AZ_ARGS)

@@ -68,7 +68,7 @@ def step_values(name, node, component, ctx, state) -> tuple[dict, dict]:
 
 
 def run_step(name, node, ctx, state, parent_run: str) -> int:
-    component = load_spec((ctx.spec.path.parent / node["component"].removeprefix("file:")))
+    component = load_spec(ctx.spec.path.parent / node["component"].removeprefix("file:"))
     inputs, outputs = step_values(name, node, component, ctx, state)
     command = render_command(str(component.data["command"]), {"inputs": inputs,
                              "outputs": outputs}, component.path, "command")

@@ -21,8 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import execute
-from .resolve import (ASSET_MAP, LocalRunError, apply_overrides, load_asset_map,
-                      render_command, resolve_inputs)
+from .resolve import (
+    ASSET_MAP,
+    LocalRunError,
+    apply_overrides,
+    load_asset_map,
+    render_command,
+    resolve_inputs,
+)
 from .specs import ROOT, Spec, SpecError, load_spec
 from .validate import lint_layer, schema_layer
 

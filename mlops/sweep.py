@@ -3,12 +3,13 @@ early-termination policies stop trials while they run (read from each trial's ML
 
 Search space types follow Azure's definitions: loguniform(min, max) is exp(uniform(min, max)),
 q* types round to multiples of q, normal/lognormal are sampled through the inverse normal CDF of
-a uniform Optuna variable (so TPE can model them). random -> RandomSampler, grid -> GridSampler
-(choice only), bayesian -> TPESampler.
+a uniform Optuna variable (so TPE can model them). random -> RandomSampler, grid -> every
+combination enqueued in order (choice only), bayesian -> TPESampler.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
@@ -48,17 +49,21 @@ def sample(trial: optuna.Trial, name: str, p: dict):
     raise LocalRunError(f"search_space.{name}: type {kind} is not supported locally")
 
 
-def make_sampler(algorithm, space: dict, seed: int | None):
+def make_study(algorithm, space: dict, maximize: bool) -> optuna.Study:
     kind = str(algorithm.get("type") if isinstance(algorithm, dict) else algorithm).lower()
-    if kind == "grid":
-        return optuna.samplers.GridSampler({n: list(p["values"]) for n, p in space.items()},
-                                           seed=seed)
-    if kind == "bayesian":
-        return optuna.samplers.TPESampler(seed=seed)
-    if kind == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise LocalRunError(f"sampling_algorithm {kind} is not supported locally: use random, grid "
-                        "or bayesian")
+    seed = algorithm.get("seed") if isinstance(algorithm, dict) else None
+    samplers = {"random": optuna.samplers.RandomSampler, "grid": optuna.samplers.RandomSampler,
+                "bayesian": optuna.samplers.TPESampler}
+    if kind not in samplers:
+        raise LocalRunError(f"sampling_algorithm {kind} is not supported locally: use random, "
+                            "grid or bayesian")
+    study = optuna.create_study(direction="maximize" if maximize else "minimize",
+                                sampler=samplers[kind](seed=seed))
+    if kind == "grid":  # every combination once, in order (GridSampler cannot ask/tell)
+        names = list(space)
+        for combo in itertools.product(*(space[n]["values"] for n in names)):
+            study.enqueue_trial(dict(zip(names, combo, strict=True)))
+    return study
 
 
 @dataclass
@@ -91,11 +96,8 @@ class Sweep:
         self.concurrency = max(1, min(int(limits.get("max_concurrent_trials", 1)), ctx.max_procs))
         self.timeout = float(limits.get("timeout") or 0)
         self.trial_timeout = float(limits.get("trial_timeout") or 0)
-        seed = (spec.get("sampling_algorithm") or {}).get("seed") \
-            if isinstance(spec.get("sampling_algorithm"), dict) else None
-        self.study = optuna.create_study(
-            direction="maximize" if self.maximize else "minimize",
-            sampler=make_sampler(spec.get("sampling_algorithm", "random"), self.space, seed))
+        self.study = make_study(spec.get("sampling_algorithm", "random"), self.space,
+                                self.maximize)
         trial_spec = spec["trial"]
         self.inputs = resolve_inputs(spec.get("inputs"), ctx.spec.path, ctx.asset_map,
                                      ctx.map_file)

@@ -15,7 +15,7 @@ while true; do
   status=$(az ml job show --name "$name" "$@" --query status --output tsv) || exit 2
   case "$status" in
     Completed) echo "job $name: Completed"; exit 0 ;;
-    Failed) echo "job $name: Failed (make stream JOB=$name shows the log)"; exit 1 ;;
+    Failed) echo "job $name: Failed (make stream AZ_JOB=$name shows the log)"; exit 1 ;;
     Canceled|NotResponding|Paused) echo "job $name: $status"; exit 2 ;;
   esac
   sleep "${POLL_SECONDS:-30}"

@@ -48,13 +48,13 @@ def test_job_targets_wait_and_report_the_studio_url():
                  "azureml://jobs/$job/outputs/model"),
 ])
 def test_job_name_targets(target, expected):
-    out = make_n(target, "JOB=job-1", *WS)
+    out = make_n(target, "AZ_JOB=job-1", *WS)
     assert expected in out
 
 
 def test_job_name_targets_say_what_is_missing():
     result = subprocess.run(["make", "-n", "stream"], cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode != 0 and "set JOB=<job name>" in result.stderr
+    assert result.returncode != 0 and "set AZ_JOB=<job name>" in result.stderr
 
 
 def test_low_priority_option():

@@ -1,0 +1,203 @@
+"""The repo's job specs, unchanged, run locally through mlops.run (no Docker, no Azure)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from mlops import run as local
+from mlops.resolve import LocalRunError, apply_overrides, render_command
+from mlops.specs import ROOT
+
+HELLO = ROOT / "tests" / "fixtures" / "hello"
+TINY = ["inputs.epochs=1", "inputs.image_size=32", "inputs.weights=none", "inputs.batch_size=8"]
+
+
+@pytest.fixture
+def assets(tmp_path, tiny_data) -> Path:
+    path = tmp_path / "local-paths.yml"
+    path.write_text(yaml.safe_dump({"azureml:fowl-data": str(tiny_data)}))
+    return path
+
+
+def run(spec, run_dir, assets=None, sets=(), max_procs=2) -> int:
+    argv = [str(spec), "--run-dir", str(run_dir), "--max-procs", str(max_procs)]
+    argv += ["--assets", str(assets)] if assets else []
+    for item in sets:
+        argv += ["--set", item]
+    return local.main(argv)
+
+
+def runs_of(experiment: str):
+    client = MlflowClient()
+    found = client.get_experiment_by_name(experiment)
+    return client, client.search_runs([found.experiment_id]) if found else []
+
+
+def test_train_spec_runs_locally(tmp_path, assets, mlflow_store):
+    assert run(ROOT / "jobs/train.yml", tmp_path / "run", assets, TINY) == 0
+    assert (tmp_path / "run/outputs/model/model.pt").is_file()
+    client, runs = runs_of("fowl-classifier")
+    (mlflow_run,) = runs
+    assert mlflow_run.info.run_name == "fowl-train" and mlflow_run.info.status == "FINISHED"
+    assert mlflow_run.data.tags["mlops.spec"].endswith("jobs/train.yml")
+    assert "best_val_acc" in mlflow_run.data.metrics
+
+
+@pytest.mark.slow
+def test_distributed_spec_runs_two_processes_with_torchrun(tmp_path, assets, mlflow_store,
+                                                           monkeypatch, capsys):
+    monkeypatch.setenv("LOG_LEVEL", "INFO")
+    assert run(ROOT / "jobs/train-distributed.yml", tmp_path / "run", assets, TINY) == 0
+    log = (tmp_path / "run/log.txt").read_text()
+    digests = dict(re.findall(r"rank (\d) final weights digest (\w+)", log))
+    assert "--nproc_per_node 2" in capsys.readouterr().out
+    assert set(digests) == {"0", "1"} and len(set(digests.values())) == 1
+    assert len(runs_of("fowl-classifier")[1]) == 1
+
+
+@pytest.mark.slow
+def test_sweep_spec_runs_locally(tmp_path, assets, mlflow_store):
+    sets = [*TINY, "inputs.epochs=2", "limits.max_total_trials=2",
+            "early_termination.delay_evaluation=1"]
+    assert run(ROOT / "jobs/sweep.yml", tmp_path / "run", assets, sets) == 0
+    summary = json.loads((tmp_path / "run/sweep_summary.json").read_text())
+    assert len(summary["trials"]) == 2 and summary["best_trial"] is not None
+    for trial in summary["trials"]:
+        assert 0.0005 <= trial["params"]["learning_rate"] <= 0.005
+    client, runs = runs_of("fowl-classifier")
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    assert parent.data.tags["best_child_run_id"] == summary["best_trial"]["run_id"]
+    assert len(runs) == 3
+
+
+@pytest.mark.slow
+def test_pipeline_spec_runs_locally(tmp_path, assets, mlflow_store):
+    sets = ["inputs.epochs=1", "inputs.image_size=32", "jobs.train.inputs.weights=none",
+            "jobs.train.inputs.batch_size=8", "inputs.min_val_acc=0"]
+    assert run(ROOT / "jobs/pipeline.yml", tmp_path / "run", assets, sets) == 0
+    steps = tmp_path / "run" / "steps"
+    report = json.loads((steps / "prep/prepared/prep_report.json").read_text())
+    assert report["counts"]["train"] == {"chickens": 24, "turkeys": 24}
+    assert (tmp_path / "run/outputs/model/model.pt").is_file()  # parent output wired
+    assert json.loads((steps / "evaluate/metrics/metrics.json").read_text())["val_count"] == 16
+    assert json.loads((steps / "register/registration/registration.json").read_text())[
+        "registered"]
+
+
+def test_failing_pipeline_step_stops_and_shows_its_log(tmp_path, assets, mlflow_store, capsys):
+    sets = ["inputs.epochs=1", "inputs.image_size=32", "jobs.train.inputs.weights=none",
+            "inputs.min_val_acc=1.5"]  # an impossible gate: register must refuse
+    sets[-1] = "jobs.train.inputs.arch=not_a_model"
+    assert run(ROOT / "jobs/pipeline.yml", tmp_path / "run", assets, sets) != 0
+    err = capsys.readouterr().err
+    assert "step train failed" in err and "components/train.yml" in err
+    assert "--arch not_a_model: not a torchvision classification model" in err
+    assert not (tmp_path / "run/steps/evaluate").exists()
+
+
+def test_third_party_sweep_with_choice_and_uniform(tmp_path, mlflow_store):
+    assert run(HELLO / "hello-sweep.yml", tmp_path / "run") == 0
+    summary = json.loads((tmp_path / "run/sweep_summary.json").read_text())
+    assert [t["status"] for t in summary["trials"]] == ["Completed"] * 3
+    for trial in summary["trials"]:
+        assert trial["params"]["quality"] in (0.9, 0.6)
+        assert 0.0 <= trial["params"]["noise"] <= 0.01
+        assert trial["intervals"] == 4
+
+
+def test_grid_enumerates_and_bandit_stops_weak_trials_while_they_run(tmp_path, mlflow_store):
+    assert run(HELLO / "hello-grid.yml", tmp_path / "run", max_procs=4) == 0
+    trials = json.loads((tmp_path / "run/sweep_summary.json").read_text())["trials"]
+    combos = sorted((t["params"]["quality"], t["params"]["noise"]) for t in trials)
+    assert combos == [(0.3, 0.0), (0.3, 0.001), (0.9, 0.0), (0.9, 0.001)]
+    for trial in trials:
+        if trial["params"]["quality"] == 0.3:
+            assert trial["status"] == "EarlyTerminated" and trial["intervals"] < 6
+        else:
+            assert trial["status"] == "Completed" and trial["intervals"] == 6
+
+
+def test_command_job_gets_environment_variables_and_outputs(tmp_path, mlflow_store):
+    assert run(HELLO / "hello-command.yml", tmp_path / "run") == 0
+    assert (tmp_path / "run/outputs/result/greeting").read_text() == "hi"
+    client, (mlflow_run,) = runs_of("hello-command")
+    assert [m.value for m in client.get_metric_history(mlflow_run.info.run_id, "accuracy")] == \
+        [0.25, 0.375]
+
+
+def test_unmapped_asset_names_the_asset_and_the_file(tmp_path, assets, mlflow_store, capsys):
+    code = run(ROOT / "jobs/train.yml", tmp_path / "run", assets,
+               [*TINY, "inputs.data.path=azureml:mystery-data@3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "azureml:mystery-data@3 has no local stand-in" in err
+    assert f"'azureml:mystery-data: <local path>' to {assets}" in err
+
+
+@pytest.mark.parametrize(("spec", "sets", "message"), [
+    ("jobs/train-distributed.yml", ["distribution.type=mpi"], "not supported locally"),
+    ("components/train.yml", [], "is not a job"),
+    ("tests/invalid_specs/undefined-input-ref.yml", [], "refers to an undefined input 'lr'"),
+    ("jobs/train.yml", ["inputs.epochs"], "is not key=value"),
+])
+def test_bad_specs_give_clear_errors(spec, sets, message, tmp_path, assets, mlflow_store, capsys):
+    assert run(ROOT / spec, tmp_path / "run", assets, sets) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_render_command_handles_optional_segments():
+    command = "python t.py --a ${{inputs.a}} $[[--b ${{inputs.b}}]] --o ${{outputs.o}}"
+    values = {"inputs": {"a": "1", "b": None}, "outputs": {"o": "/tmp/o x"}}
+    assert render_command(command, values, Path("s.yml"), "command") == \
+        "python t.py --a 1  --o '/tmp/o x'"
+    values["inputs"]["b"] = "2"
+    assert "--b 2" in render_command(command, values, Path("s.yml"), "command")
+    values["inputs"]["a"] = None
+    with pytest.raises(LocalRunError, match=r"\$\{\{inputs.a\}\} has no value"):
+        render_command(command, values, Path("s.yml"), "command")
+
+
+def test_overrides_follow_az_set_syntax():
+    data = {"inputs": {"epochs": 10, "data": {"type": "uri_file", "path": "azureml:x@1"}}}
+    apply_overrides(data, ["inputs.epochs=1", "inputs.data.path=/d", "limits.timeout=60",
+                           "inputs.flag=true"], Path("s.yml"))
+    assert data["inputs"]["epochs"] == 1 and data["inputs"]["data"]["path"] == "/d"
+    assert data["limits"]["timeout"] == 60 and data["inputs"]["flag"] is True
+
+
+def test_environment_pin_mismatch_warns_once(tmp_path, capsys, monkeypatch):
+    envs = tmp_path / "environments"
+    envs.mkdir()
+    (envs / "conda.yml").write_text("dependencies:\n  - pip:\n      - torch==1.0.0\n")
+    (envs / "env.yml").write_text("$schema: x\nname: old-env\nconda_file: conda.yml\n")
+    monkeypatch.setattr(local, "ROOT", tmp_path)
+    ctx = type("Ctx", (), {"warned": set()})()
+    local.check_environment_pins("azureml:old-env@latest", ctx)
+    local.check_environment_pins("azureml:old-env@latest", ctx)
+    assert capsys.readouterr().err.count("pins torch==1.0.0") == 1
+
+
+def test_ctrl_c_stops_the_job_and_its_children(tmp_path, mlflow_store):
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "mlops.run", str(HELLO / "hello-command.yml"), "--run-dir",
+         str(tmp_path / "run"), "--set", "inputs.steps=200", "--set", "inputs.sleep=0.2"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid_file = tmp_path / "run/outputs/result/pid"
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    runner.send_signal(signal.SIGINT)
+    assert runner.wait(timeout=60) == 130
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
