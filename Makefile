@@ -19,6 +19,10 @@ WEIGHTS ?= none
 NPROC ?= $(shell nproc 2>/dev/null || echo 2)
 BENCH_DATA ?= ../shared/data/hymenoptera_data
 MLFLOW_PORT ?= 5000
+# Local endpoint: port, deployment spec, model folder (default: the newest local run's model).
+PORT ?= 5001
+DEPLOYMENT ?= endpoints/blue.yml
+MODEL_DIR ?= $(shell ls -td runs/*/outputs/model 2>/dev/null | head -1)
 PYTEST_ARGS ?=
 # Local MLflow store; on Azure the job's own MLFLOW_TRACKING_URI is used instead.
 MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
@@ -38,6 +42,13 @@ MODEL_NAME ?= fowl-classifier
 AZ_JOB ?=
 WAIT ?= 0
 DOWNLOAD_DIR ?= downloads
+# Online endpoint: name, model to deploy, live/candidate deployments, rollout percentages.
+ENDPOINT ?= fowl-classifier
+MODEL ?= azureml:$(MODEL_NAME)@latest
+LIVE ?= blue
+CANDIDATE ?= green
+MIRROR ?= 10
+GREEN_TRAFFIC ?= 10
 # The ml extension this repo is tested with (its azure-ai-ml matches pyproject's pin).
 AZ_ML_VERSION ?= 2.38.0
 
@@ -66,6 +77,9 @@ TRAIN_SET = --set inputs.data.path=$(TRAIN_DATA) --set inputs.epochs=$(EPOCHS) \
 	--set inputs.weights=$(WEIGHTS)
 
 .DEFAULT_GOAL := help
+.PHONY: export-onnx serve-local invoke-local stop-local bench-score endpoint deploy-blue \
+	deploy-green invoke-green mirror-green shift rollback endpoint-logs delete-deployment \
+	delete-endpoint invoke
 .PHONY: help setup test lint local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
 	bench-train clean validate schemas sync-env az-guard workspace-defaults compute environment \
 	data train train-distributed sweep pipeline stream download register
@@ -133,6 +147,23 @@ bench-train: $(STAMP) ## Benchmark training vs tutorial-style settings (BENCH_DA
 bench-sweep: $(STAMP) ## Benchmark a local sweep with vs without the bandit policy (BENCH_DATA=)
 	$(PY) scripts/bench_sweep.py --data $(abspath $(BENCH_DATA))
 
+export-onnx: $(STAMP) $(DATA_DEP) ## Write model.onnx beside MODEL_DIR's model.pt, parity-checked
+	$(if $(MODEL_DIR),,$(error no model: run make train-local or pass MODEL_DIR=))
+	$(PY) -m image_classifier.export --model_dir $(MODEL_DIR) --data $(TRAIN_DATA)
+
+serve-local: $(STAMP) ## Local endpoint from DEPLOYMENT's spec on 127.0.0.1:PORT (MODEL_DIR=)
+	$(PY) -m mlops.serve start --deployment $(DEPLOYMENT) --port $(PORT) \
+		$(if $(MODEL_DIR),--model $(MODEL_DIR))
+
+invoke-local: $(STAMP) ## POST endpoints/sample-request.json to the local endpoint
+	$(PY) -m mlops.serve invoke --port $(PORT)
+
+stop-local: $(STAMP) ## Stop the local endpoint
+	$(PY) -m mlops.serve stop
+
+bench-score: $(STAMP) $(DATA_DEP) ## Benchmark scoring through the real server on loopback
+	$(PY) scripts/bench_score.py --data $(abspath $(BENCH_DATA))
+
 clean: ## Remove local runs, generated data and caches (keeps .venv)
 	rm -rf runs outputs data/synthetic_fowl .pytest_cache .ruff_cache
 
@@ -178,3 +209,42 @@ register: az-guard ## Register AZ_JOB's model output as MODEL_NAME (a sweep: its
 		job=$$(az ml job show --name $(AZ_JOB) $(AZ_ARGS) --query properties.best_child_run_id --output tsv); \
 		echo "best trial: $$job"; fi; \
 	az ml model create --name $(MODEL_NAME) --type custom_model --path azureml://jobs/$$job/outputs/model $(AZ_ARGS)
+
+endpoint: az-guard ## Create (or update) the online endpoint
+	az ml online-endpoint create --file endpoints/endpoint.yml --set name=$(ENDPOINT) $(AZ_ARGS) \
+		|| az ml online-endpoint update --file endpoints/endpoint.yml --set name=$(ENDPOINT) $(AZ_ARGS)
+
+deploy-blue: az-guard ## Deploy MODEL as LIVE (blue) with all traffic
+	az ml online-deployment create --file endpoints/$(LIVE).yml --set endpoint_name=$(ENDPOINT) \
+		model=$(MODEL) --all-traffic $(AZ_ARGS)
+
+deploy-green: az-guard ## Deploy MODEL as CANDIDATE (green) at 0% traffic
+	az ml online-deployment create --file endpoints/$(CANDIDATE).yml --set endpoint_name=$(ENDPOINT) \
+		model=$(MODEL) $(AZ_ARGS)
+
+invoke-green: az-guard ## Call CANDIDATE directly (deployment header), bypassing traffic rules
+	az ml online-endpoint invoke --name $(ENDPOINT) --deployment-name $(CANDIDATE) \
+		--request-file endpoints/sample-request.json $(AZ_ARGS)
+
+mirror-green: az-guard ## Mirror MIRROR% of live traffic to CANDIDATE (its answers are discarded)
+	az ml online-endpoint update --name $(ENDPOINT) --mirror-traffic "$(CANDIDATE)=$(MIRROR)" $(AZ_ARGS)
+
+shift: az-guard ## Send GREEN_TRAFFIC% to CANDIDATE, the rest to LIVE (100 promotes)
+	az ml online-endpoint update --name $(ENDPOINT) \
+		--traffic "$(LIVE)=$(shell expr 100 - $(GREEN_TRAFFIC)) $(CANDIDATE)=$(GREEN_TRAFFIC)" $(AZ_ARGS)
+
+rollback: az-guard ## All traffic back to LIVE; stop mirroring
+	az ml online-endpoint update --name $(ENDPOINT) --mirror-traffic "$(CANDIDATE)=0" \
+		--traffic "$(LIVE)=100 $(CANDIDATE)=0" $(AZ_ARGS)
+
+endpoint-logs: az-guard ## Show a deployment's container logs (CANDIDATE)
+	az ml online-deployment get-logs --name $(CANDIDATE) --endpoint-name $(ENDPOINT) --lines 200 $(AZ_ARGS)
+
+delete-deployment: az-guard ## Delete LIVE after CANDIDATE was promoted
+	az ml online-deployment delete --name $(LIVE) --endpoint-name $(ENDPOINT) --yes $(AZ_ARGS)
+
+delete-endpoint: az-guard ## Delete the endpoint and all its deployments
+	az ml online-endpoint delete --name $(ENDPOINT) --yes $(AZ_ARGS)
+
+invoke: az-guard ## POST the sample request to the Azure endpoint (traffic rules apply)
+	az ml online-endpoint invoke --name $(ENDPOINT) --request-file endpoints/sample-request.json $(AZ_ARGS)

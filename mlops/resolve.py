@@ -44,6 +44,18 @@ def apply_overrides(data: dict, sets: list[str], spec: Path) -> dict:
     return data
 
 
+def apply_removals(data: dict, keys: list[str], spec: Path) -> dict:
+    """`--remove early_termination`, as az's generic update arguments take it."""
+    for key in keys:
+        node, parts = data, key.split(".")
+        for part in parts[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or parts[-1] not in node:
+            raise LocalRunError(f"{spec}: --remove {key}: no such key in the spec")
+        del node[parts[-1]]
+    return data
+
+
 def load_asset_map(path: Path = ASSET_MAP) -> dict[str, str]:
     if not path.is_file():
         return {}

@@ -25,6 +25,7 @@ from .resolve import (
     ASSET_MAP,
     LocalRunError,
     apply_overrides,
+    apply_removals,
     load_asset_map,
     render_command,
     resolve_inputs,
@@ -135,10 +136,10 @@ def run_command_job(ctx: Context) -> int:
     return code
 
 
-def prepare(spec_path: str, sets: list[str], map_file: Path, run_dir: Path | None,
-            max_procs: int) -> Context:
+def prepare(spec_path: str, sets: list[str], removes: list[str], map_file: Path,
+            run_dir: Path | None, max_procs: int) -> Context:
     spec = load_spec(spec_path)
-    spec.data = apply_overrides(spec.data, sets, spec.path)
+    spec.data = apply_removals(apply_overrides(spec.data, sets, spec.path), removes, spec.path)
     problems = schema_layer(spec) or lint_layer(spec)
     if problems:
         raise LocalRunError("\n".join(map(str, problems)))
@@ -155,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("spec", help="a command, sweep or pipeline job spec")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a spec value, as az ml job create --set does")
+    parser.add_argument("--remove", action="append", default=[], metavar="KEY",
+                        help="delete a spec key, as az's --remove does")
     parser.add_argument("--assets", type=Path, default=ASSET_MAP,
                         help="mapping of azureml: assets and URLs to local paths")
     parser.add_argument("--run-dir", type=Path, help="reuse a run folder (resumes training)")
@@ -162,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="cap on processes run at once (default: the cores available)")
     args = parser.parse_args(argv)
     try:
-        ctx = prepare(args.spec, args.set, args.assets, args.run_dir, max(1, args.max_procs))
+        ctx = prepare(args.spec, args.set, args.remove, args.assets, args.run_dir,
+                      max(1, args.max_procs))
         kind = ctx.spec.kind
         if kind == "commandJob":
             return run_command_job(ctx)

@@ -46,6 +46,9 @@ class TrainConfig:
     skip_bad_images: bool = field(
         default=False, metadata={"help": "skip (and count) unreadable images instead of failing"}
     )
+    export_onnx: bool = field(
+        default=False, metadata={"help": "also write model.onnx (parity-checked) to the model dir"}
+    )
     register_name: str = field(
         default="", metadata={"help": "log and register the model in MLflow under this name"}
     )

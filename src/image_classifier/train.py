@@ -158,10 +158,25 @@ def _progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
 
 
-def finalize(cfg: TrainConfig, model, state: TrainState, classes, tracker) -> None:
-    """Rank 0: the servable model folder, plots, and (optionally) a registered MLflow model."""
+def export(model, best: dict, val_dataset, model_dir) -> None:
+    """model.onnx beside model.pt, checked against torch on real validation images."""
+    from .export import ONNX_FILE, export_onnx
+
+    model.load_state_dict(best["model"])
+    batch = torch.stack([val_dataset[i][0] for i in range(min(16, len(val_dataset)))])
+    model = model.cpu().to(memory_format=torch.contiguous_format)
+    difference = export_onnx(model, batch, model_dir / ONNX_FILE)
+    log.info("wrote %s; parity max |onnxruntime - torch| = %.2e", model_dir / ONNX_FILE,
+             difference)
+
+
+def finalize(cfg: TrainConfig, model, state: TrainState, bundle: DataBundle, tracker) -> None:
+    """Rank 0: the servable model folder, plots, and (optionally) ONNX and an MLflow model."""
+    classes = bundle.classes
     best = checkpoint.load(checkpoint.checkpoint_dir(cfg.output_dir) / checkpoint.BEST)
     model_dir = checkpoint.write_model_dir(best, cfg.resolved_model_dir)
+    if cfg.export_onnx:
+        export(model, best, bundle.val, model_dir)
     tracker.log_figure(curves_figure(state.history), "training_curves.png")
     import numpy as np
 
@@ -214,7 +229,7 @@ def train(cfg: TrainConfig, ctx: distributed.DistContext) -> TrainState:
         if ctx.is_distributed:
             log.info("rank %d final weights digest %s", ctx.rank, weights_digest(model))
         if ctx.is_main:
-            finalize(cfg, model, state, bundle.classes, tracker)
+            finalize(cfg, model, state, bundle, tracker)
         distributed.barrier(ctx)
         ok = True
     finally:

@@ -1,0 +1,167 @@
+"""A local online endpoint from a deployment spec, without Docker.
+
+    python -m mlops.serve start  [--deployment endpoints/blue.yml] [--model DIR] [--port 5001]
+    python -m mlops.serve invoke [--request endpoints/sample-request.json] [--port 5001]
+    python -m mlops.serve stop
+
+`start` runs azureml-inference-server-http's own app (what azmlinfsrv runs) under gunicorn, with
+the deployment's code_configuration, environment_variables and model, bound to 127.0.0.1
+(azmlinfsrv itself always binds 0.0.0.0), and waits until the server is healthy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from .resolve import ASSET_MAP, load_asset_map
+from .specs import ROOT, load_spec
+
+STATE = ROOT / "runs" / "serve-local"
+APP = "azureml_inference_server_http.server.entry:app"
+
+
+class ServeError(RuntimeError):
+    pass
+
+
+def latest_model() -> Path:
+    """The newest model folder a local run wrote (runs/*/outputs/model or a pipeline's)."""
+    found = sorted(ROOT.glob("runs/**/model/model.pt"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise ServeError("no trained model under runs/: run `make train-local` first, or pass "
+                         "MODEL=<folder with model.pt>")
+    return found[-1].parent
+
+
+def resolve_model(deployment: dict, override: str | None) -> Path:
+    if override:
+        return Path(override).resolve()
+    model = deployment.get("model")
+    reference = model if isinstance(model, str) else (model or {}).get("path", "")
+    local = load_asset_map(ASSET_MAP).get(reference.split("@")[0].rsplit(":", 1)[0]) \
+        if reference.startswith("azureml:") else None
+    return (ROOT / local).resolve() if local else latest_model()
+
+
+def server_command(port: int, workers: int = 1) -> list[str]:
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    return [str(gunicorn), "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+            "--timeout", os.environ.get("WORKER_TIMEOUT", "300"), "--access-logfile", "-", APP]
+
+
+def server_env(deployment_spec: Path, model_dir: Path, extra: dict | None = None) -> dict:
+    spec = load_spec(deployment_spec)
+    config = spec.data.get("code_configuration") or {}
+    code = (spec.path.parent / config.get("code", ".")).resolve()
+    env = {**os.environ, **{k: str(v) for k, v in (spec.data.get("environment_variables")
+                                                   or {}).items()}}
+    env.update({"AML_APP_ROOT": str(code), "AZUREML_ENTRY_SCRIPT": config["scoring_script"],
+                "AZUREML_MODEL_DIR": str(model_dir), **(extra or {})})
+    return env
+
+
+def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ServeError(f"the server exited with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.3)
+    raise ServeError(f"{url} not healthy after {timeout:.0f}s")
+
+
+def start(deployment: Path, model: str | None, port: int) -> int:
+    if (STATE / "pid").is_file():
+        stop()
+    model_dir = resolve_model(load_spec(deployment).data, model)
+    STATE.mkdir(parents=True, exist_ok=True)
+    log = (STATE / "server.log").open("w")
+    env = server_env(deployment, model_dir)
+    process = subprocess.Popen(server_command(port, int(env.get("WORKER_COUNT", 1))), env=env,
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               cwd=ROOT)
+    (STATE / "pid").write_text(str(process.pid))
+    (STATE / "port").write_text(str(port))
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/", process)
+    except ServeError as err:
+        stop()
+        tail = (STATE / "server.log").read_text().splitlines()[-25:]
+        print(f"error: {err}\n" + "\n".join(f"  | {line}" for line in tail), file=sys.stderr)
+        return 1
+    print(f"serving {model_dir} ({deployment.name}) on http://127.0.0.1:{port}/score "
+          f"(log {STATE / 'server.log'}; stop: make stop-local)")
+    return 0
+
+
+def stop() -> int:
+    pid_file = STATE / "pid"
+    if not pid_file.is_file():
+        print("no local server running")
+        return 0
+    pid = int(pid_file.read_text())
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(50):
+            os.kill(pid, 0)
+            time.sleep(0.1)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    pid_file.unlink(missing_ok=True)
+    print(f"stopped the local server (pid {pid})")
+    return 0
+
+
+def invoke(request: Path, port: int) -> int:
+    body = request.read_bytes()
+    call = urllib.request.Request(f"http://127.0.0.1:{port}/score", data=body, method="POST",
+                                  headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(call, timeout=60) as response:
+            print(json.dumps(json.loads(response.read()), indent=2))
+            return 0
+    except urllib.error.HTTPError as err:
+        print(f"HTTP {err.code}: {err.read().decode(errors='replace')}", file=sys.stderr)
+    except urllib.error.URLError as err:
+        print(f"cannot reach 127.0.0.1:{port} ({err.reason}): make serve-local first",
+              file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Local online endpoint (no Docker).")
+    parser.add_argument("action", choices=["start", "stop", "invoke"])
+    parser.add_argument("--deployment", type=Path, default=ROOT / "endpoints" / "blue.yml")
+    parser.add_argument("--model", help="model folder (default: the newest local run's)")
+    parser.add_argument("--request", type=Path,
+                        default=ROOT / "endpoints" / "sample-request.json")
+    parser.add_argument("--port", type=int, default=5001)
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "start":
+            return start(args.deployment, args.model, args.port)
+        if args.action == "invoke":
+            return invoke(args.request, args.port)
+        return stop()
+    except ServeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Scoring benchmark through the real inference server on loopback.
+
+Serves a ResNet-18 (224 px) model folder with azureml-inference-server-http under gunicorn on
+127.0.0.1 and measures requests/s, p50/p99 latency and failures at concurrency 1 and 4, with 1
+and 8 real JPEGs per request, for torch and onnxruntime. Beside them, in the same run: the
+upstream request design (client-preprocessed 1x3x224x224 float JSON, parsed per request) and
+the in-process compute-bound rate (the model alone at its best batch size).
+
+    python scripts/bench_score.py --data ../shared/data/hymenoptera_data
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from image_classifier import checkpoint  # noqa: E402
+from image_classifier.data import IMAGENET_MEAN, IMAGENET_STD, build_datasets  # noqa: E402
+from image_classifier.export import ONNX_FILE, export_onnx  # noqa: E402
+from image_classifier.inference import load_model  # noqa: E402
+from image_classifier.model import build_model  # noqa: E402
+from mlops.serve import server_command, server_env, wait_healthy  # noqa: E402
+
+
+def make_model_dir(folder: Path, val_batch: torch.Tensor) -> Path:
+    """Untrained ResNet-18 weights: serving speed does not depend on what the model learned."""
+    model = build_model("resnet18", 2, "none").eval()
+    best = {"model": model.state_dict(), "arch": "resnet18", "classes": ["ants", "bees"],
+            "image_size": 224, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
+            "epoch": 0, "best_val_acc": 0.0}
+    checkpoint.write_model_dir(best, folder)
+    print(f"onnx parity: {export_onnx(model, val_batch, folder / ONNX_FILE):.2e}")
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, model_dir: Path, env: dict, script: str | None = None):
+        self.port = free_port()
+        spec = ROOT / "endpoints" / "blue.yml"
+        extra = dict(env)
+        if script:
+            extra.update({"AML_APP_ROOT": str(ROOT / "scripts" / "bench"),
+                          "AZUREML_ENTRY_SCRIPT": script, "PYTHONPATH": str(ROOT / "src")})
+        workers = int(env.get("WORKER_COUNT", 1))
+        self.process = subprocess.Popen(server_command(self.port, workers),
+                                        env=server_env(spec, model_dir, extra),
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+        wait_healthy(self.url + "/", self.process)
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def load(url: str, body: bytes, clients: int, seconds: float) -> dict:
+    latencies, failures = [], [0]
+    deadline = time.monotonic() + seconds
+
+    def client() -> None:
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            request = urllib.request.Request(url + "/score", data=body, method="POST",
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    response.read()
+                latencies.append(time.perf_counter() - started)
+            except (urllib.error.URLError, OSError):
+                failures[0] += 1
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {"rps": len(latencies) / elapsed, "p50": statistics.median(latencies) * 1e3,
+            "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3,
+            "failed": failures[0], "requests": len(latencies)}
+
+
+def compute_bound(model_dir: Path, batch: torch.Tensor) -> tuple[float, int]:
+    model = load_model(model_dir).model
+    best = (0.0, 1)
+    for size in (1, 8, 16, 32):
+        inputs = batch[:size] if size <= len(batch) else batch.repeat(size // len(batch) + 1,
+                                                                      1, 1, 1)[:size]
+        with torch.inference_mode():
+            model(inputs)
+            started, runs = time.perf_counter(), 0
+            while time.perf_counter() - started < 3:
+                model(inputs)
+                runs += 1
+        rate = runs * size / (time.perf_counter() - started)
+        best = max(best, (rate, size))
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(ROOT.parent / "shared/data/hymenoptera_data"))
+    parser.add_argument("--seconds", type=float, default=8.0, help="per measurement")
+    args = parser.parse_args(argv)
+    bundle = build_datasets(args.data, 224)
+    jpegs = [Path(p).read_bytes() for p, _ in bundle.val.samples[:8]]
+    val_batch = torch.stack([bundle.val[i][0] for i in range(8)])
+    bodies = {n: json.dumps({"images": [base64.b64encode(j).decode() for j in jpegs[:n]]})
+              .encode() for n in (1, 8)}
+    upstream = json.dumps({"data": val_batch[:1].tolist()}).encode()
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = make_model_dir(Path(tmp) / "model", val_batch)
+        rate, size = compute_bound(model_dir, val_batch)
+        print(f"compute-bound (torch in-process, best batch {size}): {rate:.1f} images/s\n")
+        rows = []
+        baseline_server = Server(model_dir, {"SCORE_BACKEND": "torch"}, "upstream_score.py")
+        base = load(baseline_server.url, upstream, 1, args.seconds)
+        baseline_server.close()
+        rows.append(("upstream float JSON", "torch", 1, 1, len(upstream), base))
+        configs = [("torch", {"SCORE_BACKEND": "torch"}),
+                   ("onnx", {"SCORE_BACKEND": "onnx"}),
+                   ("torch 2 workers", {"SCORE_BACKEND": "torch", "WORKER_COUNT": "2",
+                                        "OMP_NUM_THREADS": "1"}),
+                   ("onnx 2 workers", {"SCORE_BACKEND": "onnx", "WORKER_COUNT": "2",
+                                       "OMP_NUM_THREADS": "1", "SCORE_THREADS": "1"})]
+        for name, env in configs:
+            server = Server(model_dir, env)
+            for images in (1, 8):
+                for clients in (1, 4):
+                    result = load(server.url, bodies[images], clients, args.seconds)
+                    rows.append(("base64 JPEG", name, clients, images, len(bodies[images]),
+                                 result))
+            server.close()
+    print(f"{'request design':20} {'backend':16} {'conc':>4} {'img/req':>7} {'bytes/req':>10} "
+          f"{'req/s':>7} {'img/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'failed':>6}")
+    for design, backend, clients, images, size_bytes, r in rows:
+        print(f"{design:20} {backend:16} {clients:4d} {images:7d} {size_bytes:10d} "
+              f"{r['rps']:7.1f} {r['rps'] * images:7.1f} {r['p50']:7.1f} {r['p99']:7.1f} "
+              f"{r['failed']:6d}")
+    ours_c1 = max(r["rps"] for d, _, c, i, _, r in rows if d == "base64 JPEG" and c == 1
+                  and i == 1)
+    best_c4 = max(r["rps"] * i for d, _, c, i, _, r in rows if d == "base64 JPEG" and c == 4)
+    failed = sum(r["failed"] for *_, r in rows)
+    print(f"\nconcurrency 1, 1 image/request: {ours_c1 / base['rps']:.1f}x the upstream design's "
+          f"requests/s (target >= 5x)")
+    print(f"concurrency 4, best images/s through the server: {best_c4:.1f} = "
+          f"{best_c4 / rate:.2f} of the compute-bound rate (target >= 0.9); failed requests: "
+          f"{failed}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
