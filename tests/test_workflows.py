@@ -27,7 +27,8 @@ def test_repo_workflows_pass_every_linter():
 
 
 PLANTED = {
-    "unpinned action": ("train.yml", "azure/login@a65d910e8af852a8061c627c456678983e180302 # v2.2.0",
+    "unpinned action": ("train.yml",
+                        "azure/login@a65d910e8af852a8061c627c456678983e180302 # v2.2.0",
                         "azure/login@v2", "unpinned-uses"),
     "script injection": ("ci.yml", "      - name: Set up\n",
                          '      - name: Greet\n        run: echo "${{ github.event.pull_request'
@@ -77,7 +78,8 @@ def test_untrusted_inputs_never_reach_run_scripts():
     for path in WORKFLOWS.glob("*.yml"):
         for job in yaml.safe_load(path.read_text())["jobs"].values():
             for step in job["steps"]:
-                assert not re.search(r"\$\{\{\s*(inputs|github\.event)", str(step.get("run", ""))), \
+                script = str(step.get("run", ""))
+                assert not re.search(r"\$\{\{\s*(inputs|github\.event)", script), \
                     f"{path.name}: {step.get('name')}"
 
 
