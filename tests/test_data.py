@@ -88,3 +88,25 @@ def test_large_jpeg_is_decoded_at_reduced_scale(tmp_path):
     Image.new("RGB", (2400, 1800), (120, 80, 40)).save(path)
     image = ImageLoader(min_side=256)(str(path))
     assert image.mode == "RGB" and min(image.size) >= 256 and image.size[0] <= 600
+
+
+def test_real_imagefolder_with_odd_names_and_a_gif(caplog):
+    """Optional: the real hymenoptera data (398 files; a GIF ImageFolder skips, with a warning)."""
+    from conftest import HYMENOPTERA
+
+    if not HYMENOPTERA.is_dir():
+        pytest.skip("../shared/data/hymenoptera_data is not here")
+    bundle = build_datasets(HYMENOPTERA, 64)
+    assert bundle.classes == ["ants", "bees"]
+    assert (len(bundle.train), len(bundle.val), bundle.skipped) == (244, 153, 0)
+    assert "ignored 1 file(s)" in caplog.text and "imageNotFound.gif" in caplog.text
+    paths = [path for path, _ in bundle.train.samples]
+    assert str(HYMENOPTERA / "train" / "ants" / "ant photos.jpg") in paths
+    assert bundle.train[0][0].shape == (3, 64, 64)
+
+
+def test_files_imagefolder_cannot_read_are_reported(tiny_data, tmp_path, caplog):
+    data = shutil.copytree(tiny_data, tmp_path / "d")
+    (data / "train" / "chickens" / "notes.txt").write_text("not an image")
+    assert len(build_datasets(data, 32).train) == 48
+    assert "ignored 1 file(s)" in caplog.text and "notes.txt" in caplog.text

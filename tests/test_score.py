@@ -125,7 +125,9 @@ BAD_REQUESTS = {
     "too many images": (json.dumps({"images": ["aGk="] * 17}), 413, "17 images"),
     "body over the cap": (json.dumps({"images": ["A" * (16 * 2**20)]}), 413, "the limit is"),
     "decompression bomb": (json.dumps({"images": [base64.b64encode(
-        _png_header_only(30000, 30000)).decode()]}), 413, "30000x30000 pixels"),
+        _png_header_only(30000, 30000)).decode()]}), 413, "decompression bomb protection"),
+    "bomb just over the limit": (json.dumps({"images": [base64.b64encode(
+        _png_header_only(6001, 6000)).decode()]}), 413, "larger than the limit of 36000000"),
 }
 
 

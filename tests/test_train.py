@@ -108,3 +108,13 @@ def test_killed_mid_run_then_resumed_equals_uninterrupted(tiny_data, tmp_path, m
     resumed = checkpoint.load(last)["model"]
     straight = checkpoint.load(tmp_path / "straight" / "checkpoints" / "last.pt")["model"]
     assert all(torch.equal(resumed[k], straight[k]) for k in straight)
+
+
+def test_register_name_registers_an_mlflow_model(tiny_data, tmp_path, mlflow_store):
+    out = tmp_path / "out"
+    assert main(train_args(tiny_data, out, epochs=1, register_name="fowl-test")) == 0
+    client = MlflowClient(mlflow_store)
+    (version,) = client.search_model_versions("name='fowl-test'")
+    assert version.run_id == _only_run(mlflow_store)[1].info.run_id
+    files = {a.path for a in client.list_artifacts(version.run_id)} if version.run_id else set()
+    assert files  # the run holds the logged model

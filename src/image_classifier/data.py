@@ -12,6 +12,7 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 from torchvision import datasets, transforms
+from torchvision.datasets.folder import IMG_EXTENSIONS
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +167,18 @@ class DataBundle:
 
 def _image_folder(split_dir: Path, transform, loader) -> datasets.ImageFolder:
     try:
-        return datasets.ImageFolder(str(split_dir), transform=transform, loader=loader)
+        dataset = datasets.ImageFolder(str(split_dir), transform=transform, loader=loader)
     except FileNotFoundError as err:
         raise DataError(
             f"{split_dir}: no images found ({err}). Each split needs one sub-folder per class "
             "holding .jpg/.png files."
         ) from err
+    ignored = [p for p in split_dir.rglob("*") if p.is_file() and not p.name.startswith(".")
+               and not p.name.lower().endswith(IMG_EXTENSIONS)]
+    if ignored:
+        log.warning("%s: ignored %d file(s) of a type ImageFolder does not read (%s), e.g. %s",
+                    split_dir, len(ignored), " ".join(IMG_EXTENSIONS), ignored[0])
+    return dataset
 
 
 def build_datasets(data: str | os.PathLike, image_size: int, skip_bad_images: bool = False,

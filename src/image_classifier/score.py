@@ -34,6 +34,7 @@ from image_classifier.inference import find_model_file, load_model
 MAX_IMAGES = int(os.environ.get("SCORE_MAX_IMAGES", "16"))
 MAX_BODY_BYTES = int(os.environ.get("SCORE_MAX_BODY_BYTES", str(16 * 2**20)))
 MAX_PIXELS = int(os.environ.get("SCORE_MAX_PIXELS", str(36_000_000)))  # per image (6000 x 6000)
+Image.MAX_IMAGE_PIXELS = MAX_PIXELS  # Pillow's bomb guard, at our limit (warns above, errs 2x)
 log = logging.getLogger("image_classifier.score")
 _service = None
 
@@ -116,17 +117,16 @@ def decode_image(data: bytes, index: int, min_side: int = 0) -> Image.Image:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
-            if image.width * image.height > MAX_PIXELS:
-                raise RequestError(413, f"images[{index}] is {image.width}x{image.height} "
-                                        f"pixels; the limit is {MAX_PIXELS} pixels")
+            image = Image.open(io.BytesIO(data))  # reads the header only
             if image.format not in ("JPEG", "PNG"):
                 raise RequestError(415, f"images[{index}] is {image.format}; send JPEG or PNG")
             if min_side and image.format == "JPEG":
                 image.draft("RGB", (min_side, min_side))
             return image.convert("RGB")
-    except (UnidentifiedImageError, Image.DecompressionBombError,
-            Image.DecompressionBombWarning):
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise RequestError(413, f"images[{index}] is larger than the limit of {MAX_PIXELS} "
+                                "pixels (decompression bomb protection)") from None
+    except UnidentifiedImageError:
         raise RequestError(400, f"images[{index}] is not a readable JPEG or PNG image") from None
     except OSError as err:
         raise RequestError(400, f"images[{index}] could not be decoded ({err})") from None
