@@ -10,9 +10,8 @@ import importlib
 import re
 
 from . import skus
-from .specs import Finding, Spec
+from .specs import REF, Finding, Spec
 
-REF = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
 FLAG = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*)")
 MODULE = re.compile(r"python\s+-m\s+([\w.]+)")
 UNIFORM_LIKE = {"uniform", "quniform", "loguniform", "qloguniform"}

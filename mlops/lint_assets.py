@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from .lint import ENDPOINT_NAME, REF, check_size
-from .specs import Finding, Spec, SpecError, load_spec
+from .lint import ENDPOINT_NAME, check_size
+from .specs import REF, Finding, Spec, SpecError, load_spec
 
 PARENT_REF = re.compile(r"^parent\.(inputs|outputs)\.(\w+)$|^parent\.jobs\.(\w+)\.outputs\.(\w+)$")
 

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from .specs import ROOT
+from .specs import REF, ROOT
 
 ASSET_MAP = ROOT / "assets" / "local-paths.yml"
-REF = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
 OPTIONAL = re.compile(r"\$\[\[(.*?)\]\]", re.DOTALL)
 DATA_TYPES = {"uri_file", "uri_folder", "mltable", "custom_model", "mlflow_model",
               "triton_model"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = ROOT / "schemas"
 SPEC_FOLDERS = ("jobs", "components", "environments", "assets", "endpoints")
 SCHEMA_URL = "https://azuremlschemas.azureedge.net/latest/{kind}.schema.json"
+REF = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")  # ${{inputs.x}} and friends
 
 
 @dataclass

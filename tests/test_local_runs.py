@@ -123,9 +123,9 @@ def test_grid_enumerates_and_bandit_stops_weak_trials_while_they_run(tmp_path, m
     assert combos == [(0.3, 0.0), (0.3, 0.001), (0.9, 0.0), (0.9, 0.001)]
     for trial in trials:
         if trial["params"]["quality"] == 0.3:
-            assert trial["status"] == "EarlyTerminated" and trial["intervals"] < 6
+            assert trial["status"] == "EarlyTerminated" and trial["intervals"] < 10
         else:
-            assert trial["status"] == "Completed" and trial["intervals"] == 6
+            assert trial["status"] == "Completed" and trial["intervals"] == 10
 
 
 def test_command_job_gets_environment_variables_and_outputs(tmp_path, mlflow_store):
