@@ -43,3 +43,45 @@ def test_two_processes_shard_data_and_agree_on_weights(tiny_data, tmp_path, mlfl
     history = client.get_metric_history(runs[0].info.run_id, "best_val_acc")
     assert [m.step for m in history] == [1, 2]
     assert (out / "model" / "model.pt").is_file()
+
+
+def _finalize_worker(rank: int, port: int, results) -> None:
+    """One of two gloo processes; rank 0's finalize fails as a full disk would make it."""
+    import image_classifier.train as trainer
+    from image_classifier import distributed
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE="2", LOCAL_RANK=str(rank))
+    ctx = distributed.setup()
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    trainer.finalize = full_disk
+    try:
+        trainer.finalize_on_rank0(None, ctx, None, None, None, None)
+        results.put((rank, "returned"))
+    except Exception as err:  # noqa: BLE001 - the test reports whatever each rank raised
+        results.put((rank, f"{type(err).__name__}: {err}"))
+    finally:
+        distributed.cleanup()
+
+
+def test_a_rank0_failure_reaches_every_rank_instead_of_hanging():
+    import multiprocessing
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    workers = [context.Process(target=_finalize_worker, args=(r, port, results))
+               for r in (0, 1)]
+    for worker in workers:
+        worker.start()
+    outcome = dict(results.get(timeout=120) for _ in workers)
+    for worker in workers:
+        worker.join(timeout=30)
+    assert "No space left on device" in outcome[0]
+    assert outcome[1].startswith("ModelError: rank 0 failed to write the model")

@@ -79,13 +79,8 @@ def sync_buffers(model: torch.nn.Module, ctx: DistContext) -> None:
             dist.broadcast(buffer, src=0)
 
 
-def barrier(ctx: DistContext) -> None:
-    if ctx.is_distributed:
-        dist.barrier()
-
-
 def broadcast_object(obj, ctx: DistContext):
-    """Rank 0's value on every rank (e.g. whether to stop on a rank-0-only failure)."""
+    """Rank 0's value on every rank: how the others learn of a rank-0-only failure."""
     if not ctx.is_distributed:
         return obj
     box = [obj]

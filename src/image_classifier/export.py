@@ -19,13 +19,14 @@ import torch
 
 from .data import DataError, build_datasets
 from .inference import find_model_file, load_model
+from .model import ModelError
 
 ONNX_FILE = "model.onnx"
 log = logging.getLogger("image_classifier.export")
 
 
-class ParityError(RuntimeError):
-    pass
+class ParityError(ModelError):
+    """onnxruntime and torch disagree beyond the tolerance."""
 
 
 def sample_batch(data: str, transform, count: int = 16) -> torch.Tensor:

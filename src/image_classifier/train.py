@@ -16,6 +16,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -178,8 +179,6 @@ def finalize(cfg: TrainConfig, model, state: TrainState, bundle: DataBundle, tra
     if cfg.export_onnx:
         export(model, best, bundle.val, model_dir)
     tracker.log_figure(curves_figure(state.history), "training_curves.png")
-    import numpy as np
-
     tracker.log_figure(confusion_figure(np.array(state.best_confusion), classes),
                        "confusion_matrix.png")
     if cfg.register_name:
@@ -191,6 +190,21 @@ def finalize(cfg: TrainConfig, model, state: TrainState, bundle: DataBundle, tra
         log.info("MLflow run %s; browse with: make mlflow-ui", tracker.run_id)
 
 
+def finalize_on_rank0(cfg, ctx, model, state, bundle, tracker) -> None:
+    """Rank 0 finalizes; every rank learns the outcome, so none waits on a rank 0 that failed."""
+    error = None
+    if ctx.is_main:
+        try:
+            finalize(cfg, model, state, bundle, tracker)
+        except (ModelError, OSError) as err:
+            error = err
+    failure = distributed.broadcast_object(str(error) if error else "", ctx)
+    if error:
+        raise error
+    if failure:
+        raise ModelError(f"rank 0 failed to write the model: {failure}")
+
+
 def log_run_config(tracker, cfg: TrainConfig, state: TrainState) -> None:
     """Params once per run (MLflow params are immutable); a resume is recorded as tags."""
     if state.epoch == 0:
@@ -198,7 +212,7 @@ def log_run_config(tracker, cfg: TrainConfig, state: TrainState) -> None:
         tracker.log_dict(cfg.to_dict(), "config.json")
         return
     changed = {k: v for k, v in cfg.to_dict().items() if state.config.get(k) != v}
-    tracker.set_tags({f"resumed_at_epoch_{state.epoch}": json.dumps(changed) or "{}"})
+    tracker.set_tags({f"resumed_at_epoch_{state.epoch}": json.dumps(changed)})
 
 
 def train(cfg: TrainConfig, ctx: distributed.DistContext) -> TrainState:
@@ -228,9 +242,7 @@ def train(cfg: TrainConfig, ctx: distributed.DistContext) -> TrainState:
             run_epoch(epoch, cfg, ctx, parts, state, tracker)
         if ctx.is_distributed:
             log.info("rank %d final weights digest %s", ctx.rank, weights_digest(model))
-        if ctx.is_main:
-            finalize(cfg, model, state, bundle, tracker)
-        distributed.barrier(ctx)
+        finalize_on_rank0(cfg, ctx, model, state, bundle, tracker)
         ok = True
     finally:
         tracker.close(ok)
