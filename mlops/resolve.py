@@ -61,7 +61,7 @@ def load_asset_map(path: Path = ASSET_MAP) -> dict[str, str]:
     return {str(k): str(v) for k, v in (yaml.safe_load(path.read_text()) or {}).items()}
 
 
-def _asset_key(reference: str) -> str:
+def asset_key(reference: str) -> str:
     """azureml:name@latest, azureml:name:3 and azureml:name@3 all map by name."""
     name = reference.removeprefix("azureml:")
     return "azureml:" + re.split(r"[@:]", name, maxsplit=1)[0]
@@ -69,11 +69,11 @@ def _asset_key(reference: str) -> str:
 
 def resolve_path(reference: str, key: str, spec: Path, asset_map: dict, map_file: Path) -> str:
     if reference.startswith(("azureml:", "http://", "https://")):
-        local = asset_map.get(reference) or asset_map.get(_asset_key(reference))
+        local = asset_map.get(reference) or asset_map.get(asset_key(reference))
         if local is None:
             raise LocalRunError(
                 f"{spec}: {key}: {reference} has no local stand-in. Add a line "
-                f"'{_asset_key(reference) if reference.startswith('azureml:') else reference}: "
+                f"'{asset_key(reference) if reference.startswith('azureml:') else reference}: "
                 f"<local path>' to {map_file}, or override it: --set {key}.path=<local path>")
         path = (ROOT / local).resolve()
     else:

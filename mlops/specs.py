@@ -11,7 +11,6 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = ROOT / "schemas"
 SPEC_FOLDERS = ("jobs", "components", "environments", "assets", "endpoints")
-SCHEMA_URL = "https://azuremlschemas.azureedge.net/latest/{kind}.schema.json"
 REF = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")  # ${{inputs.x}} and friends
 
 

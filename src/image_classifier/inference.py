@@ -1,4 +1,4 @@
-"""Rebuild a trained model from its model folder and predict: shared by evaluation and scoring."""
+"""Rebuild a trained model from its model folder: shared by evaluation, export and scoring."""
 
 from __future__ import annotations
 
@@ -48,9 +48,3 @@ def load_model(root: str | os.PathLike) -> LoadedModel:
                                  std=ckpt["std"])
     metadata = {k: v for k, v in ckpt.items() if k != "model"}
     return LoadedModel(model, list(ckpt["classes"]), ckpt["image_size"], transform, metadata)
-
-
-@torch.no_grad()
-def predict(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
-    """Class probabilities for a batch of preprocessed images (N x 3 x H x W)."""
-    return torch.softmax(model(batch).float(), dim=1)
