@@ -68,11 +68,14 @@ define submit
 	scripts/az_wait.sh "$$name" $(AZ_ARGS)
 endef
 TRAIN_DATA = $(abspath $(if $(DATA),$(DATA),$(SYNTHETIC_DATA)))
+# A .zip is a uri_file input (as the fowl data asset is on Azure); a folder is a uri_folder.
+DATA_TYPE = $(if $(filter %.zip,$(TRAIN_DATA)),uri_file,uri_folder)
+DATA_SET = --set inputs.data.path=$(TRAIN_DATA) --set inputs.data.type=$(DATA_TYPE)
 DATA_DEP = $(if $(DATA),,$(SYNTHETIC_DATA)/README.txt)
 LOCAL = $(PY) -m mlops.run
 LOCAL_ARGS = $(if $(RUN_DIR),--run-dir $(RUN_DIR)) --max-procs $(NPROC) $(foreach s,$(SET),--set $(s))
 # The main job's inputs for a CPU run in about a minute (the spec's own values target a GPU).
-TRAIN_SET = --set inputs.data.path=$(TRAIN_DATA) --set inputs.epochs=$(EPOCHS) \
+TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 	--set inputs.image_size=$(IMAGE_SIZE) --set inputs.batch_size=$(BATCH_SIZE) \
 	--set inputs.learning_rate=$(LEARNING_RATE) --set inputs.arch=$(ARCH) \
 	--set inputs.weights=$(WEIGHTS)
@@ -82,6 +85,7 @@ TRAIN_SET = --set inputs.data.path=$(TRAIN_DATA) --set inputs.epochs=$(EPOCHS) \
 	deploy-green invoke-green mirror-green shift rollback endpoint-logs delete-deployment \
 	delete-endpoint invoke slots
 .PHONY: help setup test lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
+	envs clean-envs bench-envs \
 	bench-train clean validate schemas sync-env az-guard workspace-defaults compute environment \
 	data train train-distributed sweep pipeline stream download register
 
@@ -139,19 +143,28 @@ local: $(STAMP) $(DATA_DEP) ## Run a job spec locally: JOB=jobs/x.yml SET="input
 train-local: $(STAMP) $(DATA_DEP) ## The main job (jobs/train.yml) on CPU: DATA= or the synthetic default
 	$(LOCAL) jobs/train.yml $(TRAIN_SET) $(LOCAL_ARGS)
 
-train-local-ddp: $(STAMP) $(DATA_DEP) ## jobs/train-distributed.yml: NPROC processes via torchrun (gloo)
+train-local-ddp: $(STAMP) $(DATA_DEP) ## jobs/train-distributed.yml: one process per simulated node (gloo)
 	$(LOCAL) jobs/train-distributed.yml $(TRAIN_SET) $(LOCAL_ARGS)
 
 sweep-local: $(STAMP) $(DATA_DEP) ## jobs/sweep.yml locally: Optuna trials, bandit early termination
-	$(LOCAL) jobs/sweep.yml --set inputs.data.path=$(TRAIN_DATA) --set inputs.epochs=4 \
+	$(LOCAL) jobs/sweep.yml $(DATA_SET) --set inputs.epochs=4 \
 		--set inputs.image_size=32 --set inputs.batch_size=$(BATCH_SIZE) --set inputs.weights=none \
 		--set limits.max_total_trials=4 --set early_termination.delay_evaluation=1 $(LOCAL_ARGS)
 
 pipeline-local: $(STAMP) $(DATA_DEP) ## jobs/pipeline.yml locally: prep, train, evaluate, register
-	$(LOCAL) jobs/pipeline.yml --set inputs.data.path=$(TRAIN_DATA) --set inputs.epochs=$(EPOCHS) \
+	$(LOCAL) jobs/pipeline.yml $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 		--set inputs.image_size=$(IMAGE_SIZE) --set jobs.train.inputs.weights=$(WEIGHTS) \
 		--set jobs.train.inputs.learning_rate=$(LEARNING_RATE) \
 		--set jobs.train.inputs.batch_size=$(BATCH_SIZE) --set inputs.min_val_acc=0.5 $(LOCAL_ARGS)
+
+envs: $(STAMP) ## List cached local environments: size, packages, the specs that use them
+	$(PY) -m mlops.envs list
+
+clean-envs: $(STAMP) ## Remove the cached local environments (rebuilt when next needed)
+	$(PY) -m mlops.envs clean
+
+bench-envs: $(STAMP) ## Benchmark building a cached environment and reusing it
+	$(PY) scripts/bench_envs.py
 
 mlflow-ui: $(STAMP) ## Browse local MLflow runs on http://127.0.0.1:5000 (MLFLOW_PORT=)
 	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --host 127.0.0.1 --port $(MLFLOW_PORT)
@@ -179,7 +192,7 @@ stop-local: $(STAMP) ## Stop the local endpoint
 bench-score: $(STAMP) $(DATA_DEP) ## Benchmark scoring through the real server on loopback
 	$(PY) scripts/bench_score.py --data $(abspath $(BENCH_DATA))
 
-clean: ## Remove local runs, generated data and caches (keeps .venv)
+clean: ## Remove local runs, generated data and caches (keeps .venv and cached environments)
 	rm -rf runs outputs data/synthetic_fowl .pytest_cache .ruff_cache
 
 ## ---- Azure ML (az CLI + ml extension; every target checks both and the login first) ----

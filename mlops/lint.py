@@ -15,6 +15,7 @@ from .specs import REF, Finding, Spec
 FLAG = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*)")
 MODULE = re.compile(r"python\s+-m\s+([\w.]+)")
 UNIFORM_LIKE = {"uniform", "quniform", "loguniform", "qloguniform"}
+BAYESIAN_TYPES = {"choice", "uniform", "quniform"}
 SEARCH_TYPES = UNIFORM_LIKE | {"choice", "randint", "normal", "qnormal", "lognormal",
                                "qlognormal"}
 TRAINER_METRICS = {"best_val_acc", "val_acc", "val_loss", "train_acc", "train_loss"}
@@ -40,13 +41,14 @@ def check_flags(spec: Spec, key: str, command: str) -> list[Finding]:
         return []
     known = {opt for action in parser._actions for opt in action.option_strings}
     module = MODULE.search(command).group(1)
-    found = [spec.finding(key, f"--{flag} is not a flag of {module}",
+    found = [spec.warning(key, f"--{flag} is not a flag of {module}: the job would fail at start",
                           f"use one of {', '.join(sorted(known - {'-h', '--help'}))}")
              for flag in FLAG.findall(command) if f"--{flag}" not in known]
     used = {f"--{flag}" for flag in FLAG.findall(command)}
     for action in parser._actions:
         if action.required and not used & set(action.option_strings):
-            found.append(spec.finding(key, f"{module} requires {action.option_strings[0]}",
+            found.append(spec.warning(key, f"{module} requires {action.option_strings[0]}: the "
+                                      "job would fail at start",
                                       f"add {action.option_strings[0]} ${{{{inputs.…}}}}"))
     return found
 
@@ -60,7 +62,8 @@ def check_command(spec: Spec, key: str, command: str, inputs: dict, outputs: dic
         scope, _, name = ref.partition(".")
         declared = {"inputs": inputs, "outputs": outputs, "search_space": search_space}.get(scope)
         if declared is None:
-            found.append(spec.finding(key, f"${{{{{ref}}}}} is not a reference a command can use",
+            found.append(spec.warning(key, f"${{{{{ref}}}}} is not a reference a command can use "
+                                      "(Azure would pass it through as text)",
                                       "use ${{inputs.x}}, ${{outputs.x}} or ${{search_space.x}}"))
         elif name not in declared:
             section = "search_space" if scope == "search_space" else scope
@@ -72,11 +75,11 @@ def check_command(spec: Spec, key: str, command: str, inputs: dict, outputs: dic
     for name in inputs:
         if name not in used["inputs"]:
             fix = f"add --{name} ${{{{inputs.{name}}}}} to the command, or remove the input"
-            found.append(spec.finding(f"inputs.{name}", f"input '{name}' is declared but never "
+            found.append(spec.warning(f"inputs.{name}", f"input '{name}' is declared but never "
                                       "passed to the command", fix))
     for name in search_space or {}:
         if name not in used["search_space"]:
-            found.append(spec.finding(f"search_space.{name}", f"swept parameter '{name}' is not "
+            found.append(spec.warning(f"search_space.{name}", f"swept parameter '{name}' is not "
                                       "in the trial command, so every trial would be the same",
                                       f"add --{name} ${{{{search_space.{name}}}}} to the command"))
     return found + check_flags(spec, key, command)
@@ -104,7 +107,7 @@ def check_resources(spec: Spec, data: dict, computes: dict[str, str]) -> list[Fi
     per_instance = (data.get("distribution") or {}).get("process_count_per_instance")
     gpus = skus.GPUS.get(skus.canonical(size) or "", 0) if size else 0
     if per_instance and gpus and int(per_instance) > gpus:
-        found.append(spec.finding("distribution.process_count_per_instance",
+        found.append(spec.warning("distribution.process_count_per_instance",
                                   f"{per_instance} processes per node but {size} has {gpus} GPU"
                                   f"{'s' if gpus > 1 else ''}", f"set it to {gpus} (one process"
                                   " per GPU), or choose a larger size"))
@@ -114,7 +117,7 @@ def check_resources(spec: Spec, data: dict, computes: dict[str, str]) -> list[Fi
 def check_size(spec: Spec, key: str, size) -> list[Finding]:
     if skus.canonical(size):
         return []
-    return [spec.finding(key, f"unknown VM size '{size}'", f"{skus.suggestion(size)}Use a size "
+    return [spec.warning(key, f"unknown VM size '{size}'", f"{skus.suggestion(size)}Use a size "
                          "from mlops/skus.py (add it there, with its GPU count, if it is real)")]
 
 
@@ -126,7 +129,7 @@ def check_search_space(spec: Spec) -> list[Finding]:
         if kind not in SEARCH_TYPES:
             found.append(spec.finding(key, f"unknown search space type '{kind}'",
                                       f"use one of {', '.join(sorted(SEARCH_TYPES))}"))
-        elif kind in UNIFORM_LIKE and not param["min_value"] < param["max_value"]:
+        elif kind in UNIFORM_LIKE and not float(param["min_value"]) < float(param["max_value"]):
             found.append(spec.finding(key, f"min_value {param['min_value']} is not below "
                                       f"max_value {param['max_value']}", "swap or fix the bounds"))
         elif kind == "choice" and not param.get("values"):
@@ -136,12 +139,38 @@ def check_search_space(spec: Spec) -> list[Finding]:
                                       "set upper: to the exclusive upper bound"))
     algorithm = spec.data.get("sampling_algorithm")
     algorithm = algorithm.get("type") if isinstance(algorithm, dict) else algorithm
+    if str(algorithm).lower() == "bayesian":
+        found += check_bayesian(spec, space)
     if str(algorithm).lower() == "grid":
         for name, param in space.items():
             if (param or {}).get("type") != "choice":
                 found.append(spec.finding(f"search_space.{name}", "grid sampling needs choice "
                                           "parameters only", "use type: choice with values:, or "
                                           "sampling_algorithm: random"))
+    return found
+
+
+def _int(value) -> int | None:
+    """A YAML number or a --set string ("3"), else None."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def check_bayesian(spec: Spec, space: dict) -> list[Finding]:
+    """What Azure refuses for Bayesian sampling: other types than choice/uniform/quniform, and
+    any early termination policy."""
+    found = [spec.finding(f"search_space.{name}", f"Bayesian sampling supports only choice, "
+                          f"uniform and quniform, not {param.get('type')}", "use one of those "
+                          "types, or sampling_algorithm: random")
+             for name, param in space.items()
+             if (param or {}).get("type") not in BAYESIAN_TYPES]
+    policy = spec.data.get("early_termination")
+    if policy and str((policy or {}).get("type", "")).lower() not in ("", "none"):
+        found.append(spec.finding("early_termination", "Bayesian sampling does not support "
+                                  "early termination policies", "remove early_termination, or "
+                                  "use sampling_algorithm: random"))
     return found
 
 
@@ -156,15 +185,15 @@ def check_sweep_policy(spec: Spec) -> list[Finding]:
                                       "keep slack_factor (a ratio) or slack_amount (absolute)"))
     epochs = (spec.data.get("inputs") or {}).get("epochs")
     delay = policy.get("delay_evaluation")
-    if isinstance(epochs, int) and delay is not None and int(delay) >= epochs:
-        found.append(spec.finding("early_termination.delay_evaluation", f"delay_evaluation "
-                                  f"{delay} is not below epochs {epochs}: nothing is ever stopped",
-                                  "use a delay of a few epochs"))
+    if _int(epochs) is not None and _int(delay) is not None and _int(delay) >= _int(epochs):
+        found.append(spec.warning("early_termination.delay_evaluation", f"delay_evaluation "
+                                  f"{delay} is not below epochs {epochs}: the policy never "
+                                  "stops a trial", "use a delay of a few epochs"))
     objective = spec.data.get("objective") or {}
     command = str((spec.data.get("trial") or {}).get("command", ""))
     metric = objective.get("primary_metric")
     if "image_classifier.train" in command and metric not in TRAINER_METRICS:
-        found.append(spec.finding("objective.primary_metric", f"the trainer never logs "
+        found.append(spec.warning("objective.primary_metric", f"the trainer never logs "
                                   f"'{metric}'", f"use one of {', '.join(sorted(TRAINER_METRICS))}"
                                   ))
     return found

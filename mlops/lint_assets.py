@@ -7,6 +7,7 @@ import re
 from .lint import ENDPOINT_NAME, check_size
 from .specs import REF, Finding, Spec, SpecError, load_spec
 
+RUNTIME_EXPRESSIONS = {"name", "output_name"}
 PARENT_REF = re.compile(r"^parent\.(inputs|outputs)\.(\w+)$|^parent\.jobs\.(\w+)\.outputs\.(\w+)$")
 
 
@@ -15,15 +16,17 @@ def _is_remote(path) -> bool:
 
 
 def load_component(spec: Spec, key: str, ref) -> tuple[Spec | None, list[Finding]]:
+    if isinstance(ref, dict):
+        return Spec(spec.path, ref, spec.lines, "component"), []  # inline: this file's lines
     if not isinstance(ref, str) or _is_remote(ref):
         return None, []  # registered components (azureml:name@version) resolve in Azure
     path = spec.resolve(ref.removeprefix("file:"))
     if not path.is_file():
         return None, [spec.finding(key, f"component file '{ref}' does not exist",
-                                   "point component: at a components/*.yml file, relative to "
-                                   "this pipeline")]
+                                   "point component: at a component file, relative to this "
+                                   "pipeline")]
     try:
-        return load_spec(path), []
+        return load_spec(path, role="component"), []
     except SpecError as err:
         return None, [err.finding]
 
@@ -32,6 +35,8 @@ def _check_binding(spec: Spec, key: str, value, jobs: dict, outputs_of: dict) ->
     found = []
     for ref in REF.findall(str(value)):
         match = PARENT_REF.match(ref)
+        if ref in RUNTIME_EXPRESSIONS:
+            continue  # filled in by Azure when the job runs (output paths: ${{name}})
         if not match:
             found.append(spec.finding(key, f"${{{{{ref}}}}} is not a pipeline reference",
                                       "use ${{parent.inputs.x}}, ${{parent.outputs.x}} or "
@@ -53,42 +58,69 @@ def _check_binding(spec: Spec, key: str, value, jobs: dict, outputs_of: dict) ->
 
 def _check_node(spec, name, node, component, jobs, outputs_of) -> list[Finding]:
     found = []
+    label = "its inline component" if component.path == spec.path else component.path.name
     declared = component.data.get("inputs") or {}
     for io in ("inputs", "outputs"):
         for key, value in (node.get(io) or {}).items():
             where = f"jobs.{name}.{io}.{key}"
-            if key not in (component.data.get(io) or {}):
-                found.append(spec.finding(where, f"{component.path.name} has no {io[:-1]} "
-                                          f"'{key}'", f"use one of: "
+            if key not in (component.data.get(io) or {}) and not _swept(node, key):
+                found.append(spec.warning(where, f"{label} has no {io[:-1]} '{key}' (Azure "
+                                          "ignores the binding)",
+                                          f"use one of: "
                                           f"{', '.join(component.data.get(io) or {}) or 'none'}"))
             found += _check_binding(spec, where, value, jobs, outputs_of)
     for key, definition in declared.items():
-        required = not (definition or {}).get("optional") and "default" not in (definition or {})
-        if required and key not in (node.get("inputs") or {}):
+        definition = definition if isinstance(definition, dict) else {}
+        required = not definition.get("optional") and "default" not in definition
+        if required and key not in (node.get("inputs") or {}) and not _swept(node, key):
             found.append(spec.finding(f"jobs.{name}.inputs", f"required input '{key}' of "
-                                      f"{component.path.name} is not bound",
-                                      f"add {key}: ${{{{parent.inputs.{key}}}}} (or a step "
-                                      "output)"))
+                                      f"{label} is not bound", f"add {key}: "
+                                      "${{parent.inputs.…}} (or a step output)"))
     return found
+
+
+def _swept(node: dict, key: str) -> bool:
+    return str(node.get("type", "")).lower() == "sweep" and key in (node.get("search_space")
+                                                                    or {})
+
+
+def _is_inline(node: dict) -> bool:
+    """A command node with no component: it declares its own inputs and outputs."""
+    return str(node.get("type") or "command").lower() == "command" and "component" not in node
+
+
+def _node_component(spec: Spec, name: str, node: dict):
+    kind = str(node.get("type") or "command").lower()
+    if kind == "sweep":
+        return load_component(spec, f"jobs.{name}.trial", node.get("trial"))
+    if node.get("component") is not None:
+        return load_component(spec, f"jobs.{name}.component", node.get("component"))
+    return None, []  # an inline command node declares its own inputs and outputs
 
 
 def check_pipeline(spec: Spec) -> list[Finding]:
     jobs = spec.data.get("jobs") or {}
     components, found = {}, []
     for name, node in jobs.items():
-        component, problems = load_component(spec, f"jobs.{name}.component",
-                                             (node or {}).get("component"))
+        component, problems = _node_component(spec, name, node or {})
         found += problems
         if component:
             components[name] = component
     outputs_of = {name: list(c.data.get("outputs") or {}) for name, c in components.items()}
+    outputs_of.update({name: list((node or {}).get("outputs") or {}) for name, node in
+                       jobs.items() if _is_inline(node or {})})
     for name, node in jobs.items():
         if name in components:
             found += _check_node(spec, name, node, components[name], jobs, outputs_of)
+        elif _is_inline(node or {}):
+            for io in ("inputs", "outputs"):
+                for key, value in ((node or {}).get(io) or {}).items():
+                    found += _check_binding(spec, f"jobs.{name}.{io}.{key}", value, jobs,
+                                            outputs_of)
     text = str(jobs)
     for name in spec.data.get("inputs") or {}:
         if f"parent.inputs.{name}" not in text:
-            found.append(spec.finding(f"inputs.{name}", f"pipeline input '{name}' is not used "
+            found.append(spec.warning(f"inputs.{name}", f"pipeline input '{name}' is not used "
                                       "by any step", f"bind it with ${{{{parent.inputs.{name}}}}}"
                                       " or remove it"))
     return found
@@ -148,7 +180,7 @@ def check_deployment(spec: Spec, endpoint_names: set[str]) -> list[Finding]:
                                       "script relative to code_configuration.code"))
     endpoint = spec.data.get("endpoint_name")
     if endpoint_names and endpoint and endpoint not in endpoint_names:
-        found.append(spec.finding("endpoint_name", f"no endpoint spec named '{endpoint}'",
+        found.append(spec.warning("endpoint_name", f"no endpoint spec named '{endpoint}'",
                                   f"use one of: {', '.join(sorted(endpoint_names))}"))
     model = spec.data.get("model")
     local_model = isinstance(model, dict) and model.get("path") and not _is_remote(model["path"])

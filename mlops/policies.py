@@ -38,8 +38,12 @@ class Policy:
     def from_spec(cls, spec: Mapping | None) -> Policy:
         spec = dict(spec or {})
         kind = str(spec.pop("type", "none")).lower()
-        allowed = {f for f in cls.__dataclass_fields__ if f != "type"}
-        return cls(type=kind, **{k: v for k, v in spec.items() if k in allowed})
+        # `--set` passes strings ("1"); the SDK converts them, and so do we
+        types = {"evaluation_interval": int, "delay_evaluation": int, "slack_factor": float,
+                 "slack_amount": float, "truncation_percentage": int,
+                 "exclude_finished_jobs": lambda v: str(v).lower() == "true"}
+        return cls(type=kind, **{k: types[k](v) for k, v in spec.items()
+                                 if k in types and v is not None})
 
     def applies_at(self, interval: int) -> bool:
         every = max(1, int(self.evaluation_interval or 1))

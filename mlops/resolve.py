@@ -1,87 +1,51 @@
-"""Turn a job spec's inputs, outputs and command into what a local process needs.
+"""What a spec's inputs, outputs and command mean, in Azure's terms.
 
-Inputs: literals as Azure renders them, local paths relative to the spec, and `azureml:` assets
-or `https://` URLs through the mapping file (assets/local-paths.yml). Overrides use
-`az ml job create --set` syntax. `$[[ ... ]]` segments are kept only when every input they name
-has a value, as Azure does with optional inputs.
+Inputs: a scalar is a literal (a string that looks like a path or URL stays a string, as Azure
+keeps it); a mapping with a data `type` or a `path` is data, resolved to a local path (relative to
+the spec, or through assets/local-paths.yml for references). Outputs: a name with no body is a
+uri_folder. The command is rendered by plain textual substitution of `${{scope.name}}`, as Azure
+does: values are inserted raw, never quoted, so a command that quotes its own references gets the
+same argv here and on Azure. `$[[ ... ]]` segments are kept only when every input they name has
+a value.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from .errors import LocalRunError
+from .specs import REF
+from .uris import AssetMap
 
-from .specs import REF, ROOT
-
-ASSET_MAP = ROOT / "assets" / "local-paths.yml"
 OPTIONAL = re.compile(r"\$\[\[(.*?)\]\]", re.DOTALL)
 DATA_TYPES = {"uri_file", "uri_folder", "mltable", "custom_model", "mlflow_model",
               "triton_model"}
+FILE_TYPES = {"uri_file"}
 
 
-class LocalRunError(Exception):
-    """A spec cannot run locally; the message names the spec, the key and the fix."""
+@dataclass
+class Value:
+    """A resolved input: a literal's text, or the local source of a data input."""
+
+    text: str | None = None
+    path: Path | None = None
+    type: str = "string"
+    mode: str | None = None
+
+    @property
+    def is_data(self) -> bool:
+        return self.path is not None
 
 
-def apply_overrides(data: dict, sets: list[str], spec: Path) -> dict:
-    """`inputs.epochs=1 inputs.data.path=/x` as `az ml job create --set` takes them."""
-    for item in sets:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise LocalRunError(f"{spec}: --set {item!r} is not key=value "
-                                "(example: --set inputs.epochs=1)")
-        node = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {} if node.get(part) is None else {"value": node[part]}
-            node = node[part]
-        node[parts[-1]] = yaml.safe_load(raw) if raw else ""
-    return data
+@dataclass
+class OutputSpec:
+    """A declared output; `target` is set when a pipeline binds it to another folder."""
 
-
-def apply_removals(data: dict, keys: list[str], spec: Path) -> dict:
-    """`--remove early_termination`, as az's generic update arguments take it."""
-    for key in keys:
-        node, parts = data, key.split(".")
-        for part in parts[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or parts[-1] not in node:
-            raise LocalRunError(f"{spec}: --remove {key}: no such key in the spec")
-        del node[parts[-1]]
-    return data
-
-
-def load_asset_map(path: Path = ASSET_MAP) -> dict[str, str]:
-    if not path.is_file():
-        return {}
-    return {str(k): str(v) for k, v in (yaml.safe_load(path.read_text()) or {}).items()}
-
-
-def asset_key(reference: str) -> str:
-    """azureml:name@latest, azureml:name:3 and azureml:name@3 all map by name."""
-    name = reference.removeprefix("azureml:")
-    return "azureml:" + re.split(r"[@:]", name, maxsplit=1)[0]
-
-
-def resolve_path(reference: str, key: str, spec: Path, asset_map: dict, map_file: Path) -> str:
-    if reference.startswith(("azureml:", "http://", "https://")):
-        local = asset_map.get(reference) or asset_map.get(asset_key(reference))
-        if local is None:
-            raise LocalRunError(
-                f"{spec}: {key}: {reference} has no local stand-in. Add a line "
-                f"'{asset_key(reference) if reference.startswith('azureml:') else reference}: "
-                f"<local path>' to {map_file}, or override it: --set {key}.path=<local path>")
-        path = (ROOT / local).resolve()
-    else:
-        path = (spec.parent / reference.removeprefix("file:")).resolve()
-    if not path.exists():
-        raise LocalRunError(f"{spec}: {key}: local path {path} does not exist. Create it (the "
-                            "synthetic default: make data-synthetic) or point the input elsewhere")
-    return str(path)
+    type: str = "uri_folder"
+    filename: str | None = None
+    target: Path | None = None
 
 
 def render_literal(value) -> str:
@@ -90,23 +54,49 @@ def render_literal(value) -> str:
     return str(value)
 
 
-def resolve_inputs(inputs: dict, spec: Path, asset_map: dict, map_file: Path) -> dict:
-    resolved: dict[str, str | None] = {}
-    for name, value in (inputs or {}).items():
-        key = f"inputs.{name}"
-        if isinstance(value, dict) and (value.get("type") in DATA_TYPES or "path" in value):
-            path = value.get("path")
-            resolved[name] = resolve_path(str(path), key, spec, asset_map, map_file) if path \
-                else None
-        elif isinstance(value, dict):
-            resolved[name] = None if value.get("value") is None else render_literal(value["value"])
-        else:
-            resolved[name] = None if value is None else render_literal(value)
-    return resolved
+def data_value(definition: dict, key: str, base: Path, assets: AssetMap) -> Value:
+    kind = str(definition.get("type") or "uri_folder")
+    path = definition.get("path")
+    if path is None:
+        return Value(type=kind, mode=definition.get("mode"))
+    return Value(path=assets.resolve(path, key, base), type=kind, mode=definition.get("mode"))
 
 
-def render_command(command: str, values: dict[str, dict], spec: Path, key: str) -> str:
-    """Substitute ${{scope.name}}; values = {"inputs": {...}, "outputs": {...}, ...}."""
+def input_value(value, key: str, base: Path, assets: AssetMap) -> Value:
+    """One job (or pipeline) input as written in the spec."""
+    if isinstance(value, dict):
+        kind = str(value.get("type") or "")
+        if kind in DATA_TYPES or (not kind and "path" in value):
+            return data_value(value, key, base, assets)
+        literal = value.get("value", value.get("default"))
+        return Value(None if literal is None else render_literal(literal), type=kind or "string")
+    return Value(None if value is None else render_literal(value))
+
+
+def job_inputs(inputs: dict | None, base: Path, assets: AssetMap,
+               prefix: str = "inputs") -> dict[str, Value]:
+    return {name: input_value(value, f"{prefix}.{name}", base, assets)
+            for name, value in (inputs or {}).items()}
+
+
+def output_spec(value) -> OutputSpec:
+    if not isinstance(value, dict):
+        return OutputSpec()
+    kind = str(value.get("type") or "uri_folder")
+    filename = None
+    if kind in FILE_TYPES:
+        declared = str(value.get("path") or "")
+        filename = declared.rstrip("/").rsplit("/", 1)[-1] if declared else None
+        filename = filename if filename and "${{" not in filename else None
+    return OutputSpec(kind, filename)
+
+
+def job_outputs(outputs: dict | None) -> dict[str, OutputSpec]:
+    return {name: output_spec(value) for name, value in (outputs or {}).items()}
+
+
+def render_command(command: str, values: dict[str, dict], where: str) -> str:
+    """Substitute ${{scope.name}} raw; values = {"inputs": {...}, "outputs": {...}, ...}."""
 
     def lookup(ref: str):
         scope, _, name = ref.partition(".")
@@ -119,9 +109,9 @@ def render_command(command: str, values: dict[str, dict], spec: Path, key: str) 
     def substitute(match: re.Match) -> str:
         value = lookup(match.group(1))
         if value is None:
-            raise LocalRunError(f"{spec}: {key}: ${{{{{match.group(1)}}}}} has no value. Give "
-                                "the input a value (or --set it), or wrap the flag in $[[ ]] "
-                                "if the input is optional")
-        return shlex.quote(str(value))
+            raise LocalRunError(f"{where}: ${{{{{match.group(1)}}}}} has no value. Give the "
+                                "input a value (or --set it), or wrap the flag in $[[ ]] if the "
+                                "input is optional")
+        return str(value)
 
     return REF.sub(substitute, OPTIONAL.sub(optional, command))

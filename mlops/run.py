@@ -1,188 +1,183 @@
-"""Run an Azure ML job spec of this repo locally, without Docker or Azure.
+"""Run an Azure ML CLI v2 job spec on this machine, as Azure would run it: no Docker, no Azure.
 
-    python -m mlops.run jobs/train.yml [--set inputs.epochs=1 ...]
+    python -m mlops.run jobs/train.yml [--set inputs.epochs=1 ...] [--run-dir runs/x]
 
-Command jobs run their command in the project venv (distribution: pytorch through torchrun);
-sweeps run their trials through Optuna with Azure's early-termination policies; pipelines run
-their steps in dependency order. Outputs land in runs/<display name>-<timestamp>/; MLflow runs land
-in the local store under the spec's experiment. The exit code is the job's.
+The spec is checked as `az ml job create` checks it (azure-ai-ml's own loader and validation,
+plus what the service refuses); `--set` works as the CLI's. Command jobs, sweep trials and
+pipeline steps then run through one runtime (mlops/runtime.py). The exit code is the job's;
+2 when the spec cannot run; 128 + the signal number when interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
+import json
 import os
-import re
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from . import execute
-from .resolve import (
-    ASSET_MAP,
-    LocalRunError,
-    apply_overrides,
-    apply_removals,
-    load_asset_map,
-    render_command,
-    resolve_inputs,
-)
-from .specs import ROOT, Spec, SpecError, load_spec
-from .validate import lint_layer, schema_layer
+import yaml
 
-VENV_BIN = Path(sys.executable).parent
+from . import launch, runtime
+from .envs import Environments
+from .envspec import ENV_MAP
+from .errors import LocalRunError
+from .overrides import apply_removals, apply_sets, parse_sets
+from .specs import JOB_TYPES, ROOT, Spec, SpecError, load_spec
+from .tasks import command_task, experiment_name
+from .tracking import Tracking, tracking_uri
+from .tracking_server import Server
+from .uris import ASSET_MAP, AssetMap
+
+RUNS = ROOT / "runs"
 
 
 @dataclass
-class Context:
+class Job:
+    """A spec that passed Azure's checks, with the overrides it was run with."""
+
     spec: Spec
-    run_dir: Path
-    asset_map: dict
-    map_file: Path
-    max_procs: int
-    tracking: execute.Tracking
-    warned: set = field(default_factory=set)
+    assets: AssetMap
+
+    @property
+    def data(self) -> dict:
+        return self.spec.data
+
+    @property
+    def name(self) -> str:
+        return str(self.data.get("display_name") or self.spec.path.stem)
 
 
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def check_environment_pins(environment, ctx: Context) -> None:
-    """Warn once when the spec's environment pins another torch/torchvision than the venv."""
-    name = str(environment or "").removeprefix("azureml:").split("@")[0].split(":")[0]
-    for env_file in (ROOT / "environments").glob("*.yml"):
-        data = load_spec(env_file).data
-        if data.get("name") != name or not data.get("conda_file"):
-            continue
-        conda = (env_file.parent / data["conda_file"]).read_text()
-        for package in ("torch", "torchvision"):
-            pinned = re.search(rf"^\s*-\s*{package}==([\w.]+)\s*$", conda, re.MULTILINE)
-            have = importlib.metadata.version(package).split("+")[0]
-            if pinned and pinned.group(1) != have and package not in ctx.warned:
-                ctx.warned.add(package)
-                print(f"warning: {env_file.name} pins {package}=={pinned.group(1)} but this venv "
-                      f"has {have}: local results may differ from Azure (make setup)",
-                      file=sys.stderr)
+def prepare(spec_path: str, sets: list[str], removes: list[str], assets: Path) -> Job:
+    """Load, override, and refuse what Azure would refuse; print what it would only warn about."""
+    from .validate import check
+
+    spec = load_spec(spec_path, role="job")
+    apply_removals(apply_sets(spec.data, parse_sets(sets, spec.path), spec.path), removes,
+                   spec.path)
+    if spec.kind not in JOB_TYPES.values():
+        raise LocalRunError(f"{spec_path}: a {spec.kind or 'spec of unknown type'} is not a job; "
+                            "run a command, sweep or pipeline job spec (a component runs as a "
+                            "pipeline step)")
+    findings = check(spec)
+    for finding in findings:
+        if not finding.is_error:
+            print(finding, file=sys.stderr)
+    errors = [str(f) for f in findings if f.is_error]
+    if errors:
+        raise LocalRunError("\n".join(errors) + "\nAzure would refuse this spec: fix it first")
+    return Job(spec, AssetMap(assets))
 
 
-def process_env(extra: dict | None, run_id: str | None, threads: int | None = None) -> dict:
-    env = {**os.environ, **{k: str(v) for k, v in (extra or {}).items()}}
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"  # `python` is the venv's
-    if run_id:
-        env["MLFLOW_RUN_ID"] = run_id
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
-    return env
+def run_folder(job: Job, requested: Path | None) -> Path:
+    """A new runs/<name>-<time>, or the requested folder (a rerun resumes a command job)."""
+    if requested is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        folder, n = RUNS / f"{job.name}-{stamp}", 1
+        while folder.exists():
+            n += 1
+            folder = RUNS / f"{job.name}-{stamp}-{n}"
+        return folder
+    folder = requested.resolve()
+    previous = folder / "run.json"
+    if previous.is_file():
+        kind = json.loads(previous.read_text()).get("kind")
+        if kind == "sweepJob":
+            raise LocalRunError(f"{folder} holds a sweep already; a sweep cannot be resumed (its "
+                                "trials would mix parameters). Use a new --run-dir")
+        if kind != job.spec.kind:
+            raise LocalRunError(f"{folder} holds a {kind} run; a {job.spec.kind} cannot reuse it. "
+                                "Use a new --run-dir")
+    return folder
 
 
-def launcher(command: str, job: dict, ctx: Context, key: str) -> str:
-    """distribution: pytorch -> torchrun --standalone with instance_count x processes/node."""
-    distribution = job.get("distribution") or {}
-    kind = str(distribution.get("type", "")).lower()
-    if not kind:
-        return command
-    if kind != "pytorch":
-        raise LocalRunError(f"{ctx.spec.path}: distribution.type {kind} is not supported "
-                            "locally (only pytorch, through torchrun)")
-    instances = int((job.get("resources") or {}).get("instance_count", 1))
-    wanted = instances * int(distribution.get("process_count_per_instance", 1))
-    nproc = max(1, min(wanted, ctx.max_procs))
-    if nproc < wanted:
-        print(f"note: {wanted} processes requested, running {nproc} (--max-procs)",
-              file=sys.stderr)
-    match = re.match(r"^\s*python3?\s+", command)
-    if not match:
-        raise LocalRunError(f"{ctx.spec.path}: {key}: a distributed command must start with "
-                            "`python` to run under torchrun locally")
-    torchrun = VENV_BIN / "torchrun"
-    return f"{torchrun} --standalone --nproc_per_node {nproc} {command[match.end():]}"
+def run_command_job(job: Job, rt: runtime.Runtime) -> int:
+    path = job.spec.path
+    task = command_task(job.data, path.parent, rt.root, job.assets, f"{path}: command",
+                        job.name, experiment_name(job.data),
+                        tags={"mlops.spec": str(path), "mlops.local": "true"})
+    print(f"{job.name}: running in {rt.root / 'wd'}")
+    result = runtime.run(task, rt)
+    status = "Completed" if result.code == 0 else f"Failed (exit {result.code}; log {result.log})"
+    print(f"{job.name}: {status}\n  outputs: {rt.root / 'outputs'}\n  MLflow run: {result.run_id}")
+    return result.code
 
 
-def output_dirs(outputs: dict, folder: Path) -> dict[str, str]:
-    paths = {}
-    for name in outputs or {}:
-        path = folder / name
-        path.mkdir(parents=True, exist_ok=True)
-        paths[name] = str(path)
-    return paths
+def execute(job: Job, rt: runtime.Runtime) -> int:
+    rt.root.mkdir(parents=True, exist_ok=True)
+    (rt.root / "spec.yml").write_text(yaml.safe_dump(job.data, sort_keys=False))
+    (rt.root / "run.json").write_text(json.dumps({"kind": job.spec.kind,
+                                                  "spec": str(job.spec.path)}) + "\n")
+    if job.spec.kind == "sweepJob":
+        from .sweep import run_sweep_job
+
+        return run_sweep_job(job, rt)
+    if job.spec.kind == "pipelineJob":
+        from .pipeline import run_pipeline_job
+
+        return run_pipeline_job(job, rt)
+    return run_command_job(job, rt)
 
 
-def run_command_job(ctx: Context) -> int:
-    job, path = ctx.spec.data, ctx.spec.path
-    check_environment_pins(job.get("environment"), ctx)
-    values = {"inputs": resolve_inputs(job.get("inputs"), path, ctx.asset_map, ctx.map_file),
-              "outputs": output_dirs(job.get("outputs"), ctx.run_dir / "outputs")}
-    command = launcher(render_command(str(job["command"]), values, path, "command"), job, ctx,
-                       "command")
-    name = job.get("display_name") or path.stem
-    run_id = ctx.tracking.start(job.get("experiment_name") or "Default", name,
-                                {"mlops.spec": str(path), "mlops.local": "true"})
-    cwd = (path.parent / job["code"]).resolve() if job.get("code") else path.parent
-    print(f"{name}: {command}\n  cwd {cwd}\n  outputs {ctx.run_dir / 'outputs'}")
-    proc = execute.start("", command, cwd, process_env(job.get("environment_variables"), run_id),
-                         ctx.run_dir / "log.txt", echo=True)
-    try:
-        code = execute.wait(proc)
-    except KeyboardInterrupt:
-        ctx.tracking.finish(run_id, "KILLED")
-        return 130
-    ctx.tracking.finish(run_id, "FINISHED" if code == 0 else "FAILED")
-    status = "Completed" if code == 0 else f"Failed (exit {code}; log {ctx.run_dir / 'log.txt'})"
-    print(f"{name}: {status}\n  outputs: {ctx.run_dir / 'outputs'}\n  MLflow run: {run_id}")
-    return code
-
-
-def prepare(spec_path: str, sets: list[str], removes: list[str], map_file: Path,
-            run_dir: Path | None, max_procs: int) -> Context:
-    spec = load_spec(spec_path)
-    spec.data = apply_removals(apply_overrides(spec.data, sets, spec.path), removes, spec.path)
-    problems = schema_layer(spec) or lint_layer(spec)
-    if problems:
-        raise LocalRunError("\n".join(map(str, problems)))
-    name = spec.data.get("display_name") or spec.path.stem
-    run_dir = run_dir or ROOT / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(spec.path, run_dir / "spec.yml")
-    return Context(spec, run_dir.resolve(), load_asset_map(map_file), map_file, max_procs,
-                   execute.Tracking())
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Run a job spec locally (no Docker, no Azure).")
+    parser.add_argument("spec", help="a command, sweep or pipeline job spec")
+    parser.add_argument("--set", action="append", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="override a spec value, as az ml job create --set does")
+    parser.add_argument("--remove", action="append", default=[], metavar="KEY",
+                        help="delete a spec key, as az's generic --remove does")
+    parser.add_argument("--assets", type=Path, default=ASSET_MAP,
+                        help="mapping of azureml: assets and URLs to local paths")
+    parser.add_argument("--envs", type=Path, default=ENV_MAP,
+                        help="mapping of curated, registry and image environments to packages")
+    parser.add_argument("--run-dir", type=Path, help="reuse a run folder (resumes a command job)")
+    parser.add_argument("--max-procs", type=int, default=_cores(),
+                        help="cap on processes run at once (default: the cores available)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run a job spec locally (no Docker, no Azure).")
-    parser.add_argument("spec", help="a command, sweep or pipeline job spec")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a spec value, as az ml job create --set does")
-    parser.add_argument("--remove", action="append", default=[], metavar="KEY",
-                        help="delete a spec key, as az's --remove does")
-    parser.add_argument("--assets", type=Path, default=ASSET_MAP,
-                        help="mapping of azureml: assets and URLs to local paths")
-    parser.add_argument("--run-dir", type=Path, help="reuse a run folder (resumes training)")
-    parser.add_argument("--max-procs", type=int, default=_cores(),
-                        help="cap on processes run at once (default: the cores available)")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    handlers = launch.install_signal_handlers()
+    bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the lint imports entry
+    try:  # points: write no .pyc into the sources being run
+        return _main(args)
+    finally:
+        sys.dont_write_bytecode = bytecode
+        launch.restore_signal_handlers(handlers)
+
+
+def _main(args: argparse.Namespace) -> int:
+    rt = None
+    created = False
+    server = Server(tracking_uri(), Path("mlruns").resolve())  # starts while the spec is checked
     try:
-        ctx = prepare(args.spec, args.set, args.remove, args.assets, args.run_dir,
-                      max(1, args.max_procs))
-        kind = ctx.spec.kind
-        if kind == "commandJob":
-            return run_command_job(ctx)
-        if kind == "sweepJob":
-            from .sweep import run_sweep
-
-            return run_sweep(ctx)
-        if kind == "pipelineJob":
-            from .pipeline import run_pipeline
-
-            return run_pipeline(ctx)
-        raise LocalRunError(f"{args.spec}: a {kind or 'spec without $schema'} is not a job; "
-                            "run a command, sweep or pipeline job spec")
+        job = prepare(args.spec, [s for group in args.set for s in group], args.remove,
+                      args.assets)
+        launch.check_interrupt()
+        folder = run_folder(job, args.run_dir)
+        created = not folder.exists()
+        rt = runtime.Runtime(folder, max(1, args.max_procs), Tracking(server),
+                             Environments(args.envs))
+        return execute(job, rt)
     except (LocalRunError, SpecError) as err:
         print(f"error: {err}", file=sys.stderr)
+        if created and rt is not None and not rt.started:
+            shutil.rmtree(rt.root, ignore_errors=True)  # nothing ran: leave nothing behind
         return 2
+    except KeyboardInterrupt as err:
+        if created and rt is not None and not rt.started:
+            shutil.rmtree(rt.root, ignore_errors=True)
+        return 128 + getattr(err, "signum", 2)
+    finally:
+        server.close()
 
 
 if __name__ == "__main__":

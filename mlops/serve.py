@@ -22,8 +22,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .resolve import ASSET_MAP, asset_key, load_asset_map
 from .specs import ROOT, load_spec
+from .uris import ASSET_MAP, asset_key, load_map
 
 STATE = ROOT / "runs" / "serve-local"
 APP = "azureml_inference_server_http.server.entry:app"
@@ -47,7 +47,7 @@ def resolve_model(deployment: dict, override: str | None) -> Path:
         return Path(override).resolve()
     model = deployment.get("model")
     reference = model if isinstance(model, str) else (model or {}).get("path", "")
-    local = load_asset_map(ASSET_MAP).get(asset_key(reference)) \
+    local = load_map(ASSET_MAP).get(asset_key(reference)) \
         if reference.startswith("azureml:") else None
     return (ROOT / local).resolve() if local else latest_model()
 

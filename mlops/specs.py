@@ -12,20 +12,32 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = ROOT / "schemas"
 SPEC_FOLDERS = ("jobs", "components", "environments", "assets", "endpoints")
 REF = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")  # ${{inputs.x}} and friends
+# What `az ml job create` makes of a file without a $schema line: its `type:` (default command).
+JOB_TYPES = {"command": "commandJob", "sweep": "sweepJob", "pipeline": "pipelineJob"}
+COMPONENT_TYPES = {"command": "commandComponent", "pipeline": "pipelineComponent"}
 
 
 @dataclass
 class Finding:
+    """A problem in a spec. An error is what Azure would refuse (or what cannot run at all); a
+    warning is what Azure accepts but probably not what the author meant."""
+
     path: Path
     key: str  # dotted key path inside the spec ("" for the whole file)
     problem: str
     fix: str
     line: int = 0
+    severity: str = "error"
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == "error"
 
     def __str__(self) -> str:
         where = f"{_display(self.path)}:{self.line}" if self.line else _display(self.path)
         key = f" {self.key}:" if self.key else ""
-        return f"{where}:{key} {self.problem}. Fix: {self.fix}"
+        level = " warning:" if not self.is_error else ""
+        return f"{where}:{level}{key} {self.problem}. Fix: {self.fix}"
 
 
 def _display(path: Path) -> str:
@@ -40,12 +52,18 @@ class Spec:
     path: Path
     data: dict
     lines: dict[tuple, int] = field(default_factory=dict)
+    role: str = ""  # "job" or "component" when the caller knows; it types a spec without $schema
 
     @property
     def kind(self) -> str:
-        """The schema name from the `$schema` URL: commandJob, sweepJob, pipelineJob, ..."""
+        """The schema name from the `$schema` URL (commandJob, sweepJob, ...); without one, the
+        kind its `type:` gives in its role, as the CLI types it."""
         url = str(self.data.get("$schema", ""))
-        return url.rsplit("/", 1)[-1].removesuffix(".schema.json") if url else ""
+        if url:
+            return url.rsplit("/", 1)[-1].removesuffix(".schema.json")
+        kind = str(self.data.get("type") or "command").lower()
+        table = {"job": JOB_TYPES, "component": COMPONENT_TYPES}.get(self.role, {})
+        return table.get(kind, "")
 
     def line(self, key: str | tuple) -> int:
         parts = tuple(key.split(".")) if isinstance(key, str) else key
@@ -53,8 +71,11 @@ class Spec:
             parts = parts[:-1]
         return self.lines.get(parts, 1)
 
-    def finding(self, key: str, problem: str, fix: str) -> Finding:
-        return Finding(self.path, key, problem, fix, self.line(key))
+    def finding(self, key: str, problem: str, fix: str, severity: str = "error") -> Finding:
+        return Finding(self.path, key, problem, fix, self.line(key), severity)
+
+    def warning(self, key: str, problem: str, fix: str) -> Finding:
+        return self.finding(key, problem, fix, "warning")
 
     def resolve(self, relative: str) -> Path:
         return (self.path.parent / relative).resolve()
@@ -79,7 +100,7 @@ class SpecError(ValueError):
         self.finding = finding
 
 
-def load_spec(path: str | Path) -> Spec:
+def load_spec(path: str | Path, role: str = "") -> Spec:
     path = Path(path)
     try:
         text = path.read_text()
@@ -96,7 +117,7 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(Finding(path, "", "not a YAML mapping", "a spec is a mapping of keys"))
     lines: dict[tuple, int] = {}
     _line_map(node, (), lines)
-    return Spec(path, data, lines)
+    return Spec(path, data, lines, role)
 
 
 def discover(root: Path = ROOT) -> list[Path]:

@@ -1,10 +1,11 @@
-"""Local sweep jobs: Optuna samples the search space, trials run as processes, and Azure's
+"""Sweeps: Optuna samples the search space, every trial is a task of the one runtime, and Azure's
 early-termination policies stop trials while they run (read from each trial's MLflow metric).
 
 Search space types follow Azure's definitions: loguniform(min, max) is exp(uniform(min, max)),
 q* types round to multiples of q, normal/lognormal are sampled through the inverse normal CDF of
 a uniform Optuna variable (so TPE can model them). random -> RandomSampler, grid -> every
-combination enqueued in order (choice only), bayesian -> TPESampler.
+combination in order (choice only), bayesian -> TPESampler. Used by sweep jobs and by pipeline
+nodes of type sweep; the best trial's outputs become the sweep's outputs, as on Azure.
 """
 
 from __future__ import annotations
@@ -14,14 +15,19 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from statistics import NormalDist
 
 import optuna
 
-from . import execute
+from . import launch, runtime
+from .errors import LocalRunError
+from .outputs import publish
 from .policies import Policy, should_stop
-from .resolve import LocalRunError, render_command, resolve_inputs
+from .resolve import Value, job_inputs, job_outputs, render_literal
+from .tasks import command_task, experiment_name, load_component
 
 POLL_S = 0.5
 _EPS = 1e-9
@@ -37,16 +43,16 @@ def sample(trial: optuna.Trial, name: str, p: dict):
         return trial.suggest_categorical(name, list(p["values"]))
     if kind == "randint":
         return trial.suggest_int(name, 0, int(p["upper"]) - 1)
+    low, high = (float(p.get("min_value", 0)), float(p.get("max_value", 0)))
     if kind in ("uniform", "quniform"):
-        return _q(trial.suggest_float(name, p["min_value"], p["max_value"]), p.get("q"))
+        return _q(trial.suggest_float(name, low, high), p.get("q"))
     if kind in ("loguniform", "qloguniform"):
-        exponent = trial.suggest_float(name, p["min_value"], p["max_value"])
-        return _q(math.exp(exponent), p.get("q"))
+        return _q(math.exp(trial.suggest_float(name, low, high)), p.get("q"))
     if kind in ("normal", "qnormal", "lognormal", "qlognormal"):
         u = trial.suggest_float(f"{name}__u", _EPS, 1 - _EPS)
         value = NormalDist(float(p["mu"]), float(p["sigma"])).inv_cdf(u)
         return _q(math.exp(value) if "lognormal" in kind else value, p.get("q"))
-    raise LocalRunError(f"search_space.{name}: type {kind} is not supported locally")
+    raise LocalRunError(f"search_space.{name}: type {kind} is not an Azure search space type")
 
 
 def make_study(algorithm, space: dict, maximize: bool) -> optuna.Study:
@@ -55,10 +61,9 @@ def make_study(algorithm, space: dict, maximize: bool) -> optuna.Study:
     samplers = {"random": optuna.samplers.RandomSampler, "grid": optuna.samplers.RandomSampler,
                 "bayesian": optuna.samplers.TPESampler}
     if kind not in samplers:
-        raise LocalRunError(f"sampling_algorithm {kind} is not supported locally: use random, "
-                            "grid or bayesian")
+        raise LocalRunError(f"sampling_algorithm {kind}: Azure knows random, grid and bayesian")
     study = optuna.create_study(direction="maximize" if maximize else "minimize",
-                                sampler=samplers[kind](seed=seed))
+                                sampler=samplers[kind](seed=None if seed is None else int(seed)))
     if kind == "grid":  # every combination once, in order (GridSampler cannot ask/tell)
         names = list(space)
         for combo in itertools.product(*(space[n]["values"] for n in names)):
@@ -67,130 +72,115 @@ def make_study(algorithm, space: dict, maximize: bool) -> optuna.Study:
 
 
 @dataclass
+class Settings:
+    space: dict
+    metric: str
+    maximize: bool
+    policy: Policy
+    max_trials: int
+    concurrency: int
+    timeout: float
+    trial_timeout: float
+    algorithm: object
+
+    @classmethod
+    def from_spec(cls, data: dict, max_procs: int) -> Settings:
+        space = data.get("search_space") or {}
+        limits = data.get("limits") or {}
+        algorithm = data.get("sampling_algorithm", "random")
+        is_grid = "grid" in str(algorithm).lower()
+        grid = math.prod(len(p["values"]) for p in space.values()) if is_grid else None
+        objective = data.get("objective") or {}
+        return cls(space, str(objective.get("primary_metric")),
+                   str(objective.get("goal", "maximize")).lower() == "maximize",
+                   Policy.from_spec(data.get("early_termination")),
+                   min(int(limits.get("max_total_trials") or grid or 1), grid or 10**9),
+                   max(1, min(int(limits.get("max_concurrent_trials") or 1), max_procs)),
+                   float(limits.get("timeout") or 0), float(limits.get("trial_timeout") or 0),
+                   algorithm)
+
+
+@dataclass
 class Trial:
     number: int
     params: dict
-    run_id: str
-    process: execute.Process
-    started: float
+    running: runtime.Running
     optuna_trial: optuna.Trial
     history: list = field(default_factory=list)
     evaluated: int = 0
     status: str = "Running"
-    seconds: float = 0.0
+    result: runtime.Result | None = None
 
 
 class Sweep:
-    def __init__(self, ctx, parent_run: str):
-        spec = ctx.spec.data
-        self.ctx, self.spec, self.parent_run = ctx, spec, parent_run
-        self.space = spec["search_space"]
-        objective = spec["objective"]
-        self.metric = objective["primary_metric"]
-        self.maximize = str(objective.get("goal", "maximize")).lower() == "maximize"
-        self.policy = Policy.from_spec(spec.get("early_termination"))
-        limits = spec.get("limits") or {}
-        grid = math.prod(len(p["values"]) for p in self.space.values()) \
-            if "grid" in str(spec.get("sampling_algorithm")).lower() else None
-        self.max_trials = min(int(limits.get("max_total_trials", grid or 1)), grid or 10**9)
-        self.concurrency = max(1, min(int(limits.get("max_concurrent_trials", 1)), ctx.max_procs))
-        self.timeout = float(limits.get("timeout") or 0)
-        self.trial_timeout = float(limits.get("trial_timeout") or 0)
-        self.study = make_study(spec.get("sampling_algorithm", "random"), self.space,
-                                self.maximize)
-        trial_spec = spec["trial"]
-        self.inputs = resolve_inputs(spec.get("inputs"), ctx.spec.path, ctx.asset_map,
-                                     ctx.map_file)
-        self.cwd = (ctx.spec.path.parent / trial_spec.get("code", ".")).resolve()
+    def __init__(self, settings: Settings, rt: runtime.Runtime,
+                 make_task: Callable[[int, dict], runtime.Task]):
+        self.s, self.rt, self.make_task = settings, rt, make_task
+        self.study = make_study(settings.algorithm, settings.space, settings.maximize)
         self.trials: list[Trial] = []
 
-    def launch(self) -> Trial:
+    def launch(self) -> None:
         number = len(self.trials)
         optuna_trial = self.study.ask()
-        params = {name: sample(optuna_trial, name, p) for name, p in self.space.items()}
-        folder = self.ctx.run_dir / "trials" / f"trial_{number:03d}"
-        outputs = {}
-        for name in self.spec.get("outputs") or {}:
-            (folder / "outputs" / name).mkdir(parents=True, exist_ok=True)
-            outputs[name] = str(folder / "outputs" / name)
-        values = {"inputs": self.inputs, "outputs": outputs,
-                  "search_space": {k: str(v) for k, v in params.items()}}
-        command = render_command(str(self.spec["trial"]["command"]), values, self.ctx.spec.path,
-                                 "trial.command")
-        name = f"{self.spec.get('display_name', 'sweep')}_{number}"
-        run_id = self.ctx.tracking.start(self.spec.get("experiment_name") or "Default", name,
-                                         {"mlops.spec": str(self.ctx.spec.path),
-                                          "mlops.trial": str(number),
-                                          **{f"param.{k}": str(v) for k, v in params.items()}},
-                                         parent=self.parent_run)
-        threads = max(1, self.ctx.max_procs // self.concurrency)
-        from .run import process_env  # a trial is a command job: same environment rules
-
-        env = process_env(self.spec["trial"].get("environment_variables"), run_id, threads)
-        process = execute.start(name, command, self.cwd, env, folder / "log.txt", echo=False)
-        trial = Trial(number, params, run_id, process, time.monotonic(), optuna_trial)
-        self.trials.append(trial)
+        params = {name: sample(optuna_trial, name, p) for name, p in self.s.space.items()}
+        running = runtime.start(self.make_task(number, params), self.rt, echo=False)
+        self.trials.append(Trial(number, params, running, optuna_trial))
         print(f"trial {number} started: {params}", flush=True)
-        return trial
 
     def running(self) -> list[Trial]:
         return [t for t in self.trials if t.status == "Running"]
 
+    def best(self, trial: Trial):
+        if not trial.history:
+            return None
+        return max(trial.history) if self.s.maximize else min(trial.history)
+
     def finish(self, trial: Trial, status: str) -> None:
-        if status != "Completed":
-            execute.stop(trial.process)
-        trial.process.reader.join(timeout=5)
-        trial.seconds = time.monotonic() - trial.started
-        trial.history = self.ctx.tracking.history(trial.run_id, self.metric)
-        trial.status = status
+        trial.result = runtime.finish(trial.running, self.rt, None if status == "Ended" else
+                                      status)
+        trial.status = trial.result.status
+        trial.history = self.rt.tracking.history(trial.running.run_id, self.s.metric)
+        value = self.best(trial)
         state = {"Completed": optuna.trial.TrialState.COMPLETE,
                  "EarlyTerminated": optuna.trial.TrialState.PRUNED}.get(
-                     status, optuna.trial.TrialState.FAIL)
-        value = self.best(trial)
+                     trial.status, optuna.trial.TrialState.FAIL)
         if state == optuna.trial.TrialState.COMPLETE and value is None:
             state = optuna.trial.TrialState.FAIL
         self.study.tell(trial.optuna_trial, value if state == optuna.trial.TrialState.COMPLETE
                         else None, state=state)
-        self.ctx.tracking.finish(trial.run_id, {"Completed": "FINISHED",
-                                                "EarlyTerminated": "KILLED"}.get(status, "FAILED"))
-        print(f"trial {trial.number} {status}: {self.metric}={value} after "
+        print(f"trial {trial.number} {trial.status}: {self.s.metric}={value} after "
               f"{len(trial.history)} report(s)", flush=True)
-
-    def best(self, trial: Trial):
-        if not trial.history:
-            return None
-        return max(trial.history) if self.maximize else min(trial.history)
 
     def apply_policy(self, trial: Trial) -> bool:
         """Evaluate every interval the trial reported since the last check, in order."""
-        trial.history = self.ctx.tracking.history(trial.run_id, self.metric)
+        trial.history = self.rt.tracking.history(trial.running.run_id, self.s.metric)
         others = [t.history for t in self.running() if t is not trial]
         done = [t.history for t in self.trials if t.status != "Running" and t.history]
         while trial.evaluated < len(trial.history):
             trial.evaluated += 1
-            if should_stop(self.policy, trial.history[:trial.evaluated], others, done,
-                           self.maximize):
+            if should_stop(self.s.policy, trial.history[:trial.evaluated], others, done,
+                           self.s.maximize):
                 print(f"trial {trial.number}: early-terminated at interval {trial.evaluated} "
-                      f"({self.policy.type})", flush=True)
+                      f"({self.s.policy.type})", flush=True)
                 return True
         return False
 
     def step(self) -> None:
         for trial in self.running():
-            code = trial.process.popen.poll()
-            if code is not None:
-                self.finish(trial, "Completed" if code == 0 else "Failed")
+            if trial.running.launch.poll() is not None:
+                self.finish(trial, "Ended")
             elif self.apply_policy(trial):
                 self.finish(trial, "EarlyTerminated")
-            elif self.trial_timeout and time.monotonic() - trial.started > self.trial_timeout:
+            elif self.s.trial_timeout and \
+                    time.monotonic() - trial.running.started > self.s.trial_timeout:
                 self.finish(trial, "TimedOut")
 
     def run(self) -> None:
         started = time.monotonic()
         while True:
-            out_of_time = self.timeout and time.monotonic() - started > self.timeout
-            while (not out_of_time and len(self.running()) < self.concurrency
-                   and len(self.trials) < self.max_trials):
+            out_of_time = self.s.timeout and time.monotonic() - started > self.s.timeout
+            while (not out_of_time and len(self.running()) < self.s.concurrency
+                   and len(self.trials) < self.s.max_trials):
                 self.launch()
             if not self.running():
                 return
@@ -199,17 +189,22 @@ class Sweep:
                     self.finish(trial, "Canceled")
                 return
             time.sleep(POLL_S)
+            launch.check_interrupt()
             self.step()
 
     def summary(self) -> dict:
         rows = [{"trial": t.number, "params": t.params, "metric": self.best(t),
-                 "status": t.status, "intervals": len(t.history), "run_id": t.run_id,
-                 "seconds": round(t.seconds, 2)} for t in self.trials]
+                 "status": t.status, "intervals": len(t.history), "run_id": t.running.run_id,
+                 "folder": str(t.running.task.folder),
+                 "seconds": round(t.result.seconds, 2) if t.result else None}
+                for t in self.trials]
         scored = [r for r in rows if r["metric"] is not None and r["status"] == "Completed"]
-        pick = max if self.maximize else min
+        pick = max if self.s.maximize else min
         best = pick(scored, key=lambda r: r["metric"]) if scored else None
-        return {"primary_metric": self.metric, "goal": "maximize" if self.maximize else
-                "minimize", "trials": rows, "best_trial": best}
+        logged = sorted({m for t in self.trials for m in
+                         self.rt.tracking.metric_names(t.running.run_id)})
+        return {"primary_metric": self.s.metric, "goal": "maximize" if self.s.maximize else
+                "minimize", "trials": rows, "best_trial": best, "metrics_logged": logged}
 
 
 def print_table(summary: dict) -> None:
@@ -224,29 +219,85 @@ def print_table(summary: dict) -> None:
     if best:
         print(f"best trial: {best['trial']} ({summary['primary_metric']}={best['metric']:.6g}, "
               f"MLflow run {best['run_id']})")
+    elif summary["trials"]:
+        logged = ", ".join(summary["metrics_logged"]) or "none"
+        print(f"no completed trial logged the primary metric '{summary['primary_metric']}'; "
+              f"the trials logged: {logged}. Fix objective.primary_metric or the trial's "
+              "logging", file=sys.stderr)
 
 
-def run_sweep(ctx) -> int:
-    spec = ctx.spec.data
-    name = spec.get("display_name") or ctx.spec.path.stem
-    parent = ctx.tracking.start(spec.get("experiment_name") or "Default", name,
-                                {"mlops.spec": str(ctx.spec.path), "mlops.local": "true"})
+def sweep(data: dict, rt: runtime.Runtime, folder: Path, parent_run: str,
+          make_task: Callable[[int, dict], runtime.Task]) -> dict:
+    """Run the trials; write sweep_summary.json in `folder`; return the summary."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sweep = Sweep(ctx, parent)
+    settings = Settings.from_spec(data, rt.max_procs)
+    engine = Sweep(settings, rt, make_task)
+    threads, rt.threads = rt.threads, max(1, rt.max_procs // settings.concurrency)
     try:
-        sweep.run()
+        engine.run()
     except KeyboardInterrupt:
         print("\ninterrupted: stopping running trials ...", file=sys.stderr)
-        for trial in sweep.running():
-            sweep.finish(trial, "Canceled")
-        ctx.tracking.finish(parent, "KILLED")
-        return 130
-    summary = sweep.summary()
-    (ctx.run_dir / "sweep_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        for trial in engine.running():
+            trial.running.launch.stop()
+            engine.finish(trial, "Canceled")
+        raise
+    finally:
+        rt.threads = threads
+    summary = engine.summary()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sweep_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print_table(summary)
+    if summary["best_trial"]:
+        rt.tracking.set_tag(parent_run, "best_child_run_id", summary["best_trial"]["run_id"])
+    return summary
+
+
+def trial_factory(trial_def: dict, base: Path, inputs: dict[str, Value], outputs: dict,
+                  ctx: dict) -> Callable[[int, dict], runtime.Task]:
+    """Trials run the trial command with the sampled values as ${{search_space.x}} and, for a
+    component trial, as the inputs of the same names (as pipeline sweep nodes bind them)."""
+
+    def make(number: int, params: dict) -> runtime.Task:
+        rendered = {k: render_literal(v) for k, v in params.items()}
+        merged = {**inputs, **{k: Value(v) for k, v in rendered.items()}}
+        task = command_task(trial_def, base, ctx["folder"] / "trials" / f"trial_{number:03d}",
+                            ctx["assets"], ctx["where"], f"{ctx['name']}_{number}",
+                            ctx["experiment"], ctx["parent"], merged,
+                            {k: runtime_output(v) for k, v in outputs.items()},
+                            {"mlops.spec": ctx["where"], "mlops.trial": str(number),
+                             **{f"param.{k}": v for k, v in rendered.items()}})
+        task.extra = {"search_space": rendered}
+        return task
+
+    return make
+
+
+def runtime_output(spec):
+    """A trial writes into its own folder even when the sweep's output is bound elsewhere."""
+    from dataclasses import replace
+
+    return replace(spec, target=None)
+
+
+def run_sweep_job(job, rt: runtime.Runtime) -> int:
+    data, path = job.data, job.spec.path
+    experiment = experiment_name(data)
+    parent = rt.tracking.start(experiment, job.name, {"mlops.spec": str(path),
+                                                      "mlops.local": "true"})
+    trial_def, base = load_component(data["trial"], path.parent, job.assets, f"{path}: trial")
+    outputs = job_outputs(data.get("outputs"))
+    ctx = {"folder": rt.root, "assets": job.assets, "where": f"{path}: trial",
+           "name": job.name, "experiment": experiment, "parent": parent}
+    make = trial_factory(trial_def, base, job_inputs(data.get("inputs"), path.parent,
+                                                     job.assets), outputs, ctx)
+    try:
+        summary = sweep(data, rt, rt.root, parent, make)
+    except KeyboardInterrupt:
+        rt.tracking.finish(parent, "KILLED")
+        raise
     best = summary["best_trial"]
     if best:
-        ctx.tracking.set_tag(parent, "best_child_run_id", best["run_id"])
-    ctx.tracking.finish(parent, "FINISHED" if best else "FAILED")
-    print(f"summary: {ctx.run_dir / 'sweep_summary.json'}")
+        publish(Path(best["folder"]), outputs, rt.root)
+    rt.tracking.finish(parent, "FINISHED" if best else "FAILED")
+    print(f"summary: {rt.root / 'sweep_summary.json'}")
     return 0 if best else 1

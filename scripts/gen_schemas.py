@@ -5,9 +5,11 @@ repo owns its schemas: generated here from the SDK version pinned in pyproject.t
 code `az ml` 2.x uses to load YAML), committed under schemas/, and mapped for editors in
 .vscode/settings.json. Re-run with `make schemas` after bumping azure-ai-ml.
 
-Fields the SDK accepts become properties (with its descriptions); unknown keys are rejected, as
-the SDK rejects them; marshmallow's lenient scalars (``"2"`` for 2, ``"True"`` for true) are
-allowed. Fields whose type cannot be expressed become ``{}`` (anything), never a false rejection.
+Fields the SDK accepts become properties (with its descriptions); unknown keys are rejected where
+the SDK rejects them (and allowed where its schema includes or drops them); `null` is allowed
+where the SDK allows it (an output declared by name only); marshmallow's lenient scalars
+(``"2"`` for 2, ``"True"`` for true) are allowed. Fields whose type cannot be expressed become
+``{}`` (anything), never a false rejection.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import importlib
 import json
 from pathlib import Path
 
-from marshmallow import Schema, fields
+from marshmallow import RAISE, Schema, fields
 
 KINDS = {
     "commandJob": ("_schema.job.command_job", "CommandJobSchema"),
@@ -60,7 +62,9 @@ class Converter:
             properties[key] = self.field(field)
             if field.required:
                 required.append(key)
-        result = {"type": "object", "properties": properties, "additionalProperties": False}
+        # unknown=INCLUDE/EXCLUDE (e.g. pipeline settings) means the SDK keeps or drops extra keys
+        strict = getattr(schema, "unknown", RAISE) == RAISE
+        result = {"type": "object", "properties": properties, "additionalProperties": not strict}
         if "$schema" not in properties:
             properties["$schema"] = {"type": "string"}
         if required:
@@ -72,6 +76,8 @@ class Converter:
         description = field.metadata.get("description") if field.metadata else None
         if description and "$ref" not in out:
             out = {**out, "description": description}
+        if getattr(field, "allow_none", False) and out:  # `name:` with no body is allowed
+            out = {"anyOf": [out, {"type": "null"}]}
         return out
 
     def _field(self, field) -> dict:  # noqa: C901 - one branch per marshmallow field kind

@@ -38,3 +38,30 @@ def train_args(data, out, epochs=2, **extra) -> list[str]:
             "batch_size": 8, "learning_rate": 0.01, "weights": "none", "num_workers": 0,
             "seed": 7, **extra}
     return [item for key, value in args.items() for item in (f"--{key}", str(value))]
+
+
+def source_digest(*folders: Path) -> dict[str, str]:
+    """sha256 of every file under the folders (Python's __pycache__ aside): a source tree that
+    a local run must leave byte-for-byte as it found it."""
+    import hashlib
+
+    found = {}
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+SOURCES = [ROOT / name for name in ("src", "jobs", "components", "environments", "assets")] + \
+    [ROOT / "tests" / "fixtures"]
+
+
+@pytest.fixture
+def sources_unchanged():
+    """Asserts after the test that no local run wrote into the code, specs or fixtures."""
+    before = source_digest(*SOURCES)
+    yield
+    after = source_digest(*SOURCES)
+    changed = sorted(set(before) ^ set(after) | {k for k in before if after.get(k) != before[k]})
+    assert not changed, f"a local run changed the source tree: {changed[:10]}"

@@ -1,14 +1,12 @@
-"""The repo's job specs, unchanged, run locally through mlops.run (no Docker, no Azure)."""
+"""The repo's job specs, unchanged, run locally through mlops.run (no Docker, no Azure).
+
+Every test asserts that the source tree (src/, the specs, the fixtures) is unchanged afterwards.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,11 +14,12 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from mlops import run as local
-from mlops.resolve import LocalRunError, apply_overrides, render_command
 from mlops.specs import ROOT
 
 HELLO = ROOT / "tests" / "fixtures" / "hello"
-TINY = ["inputs.epochs=1", "inputs.image_size=32", "inputs.weights=none", "inputs.batch_size=8"]
+TINY = ["inputs.epochs=1", "inputs.image_size=32", "inputs.weights=none", "inputs.batch_size=8",
+        "inputs.data.type=uri_folder"]
+pytestmark = pytest.mark.usefixtures("sources_unchanged")
 
 
 @pytest.fixture
@@ -47,6 +46,8 @@ def runs_of(experiment: str):
 def test_train_spec_runs_locally(tmp_path, assets, mlflow_store):
     assert run(ROOT / "jobs/train.yml", tmp_path / "run", assets, TINY) == 0
     assert (tmp_path / "run/outputs/model/model.pt").is_file()
+    assert (tmp_path / "run/outputs/checkpoints/checkpoints/last.pt").is_file()
+    assert (tmp_path / "run/wd/image_classifier/train.py").is_file()  # ran in its own snapshot
     client, runs = runs_of("fowl-classifier")
     (mlflow_run,) = runs
     assert mlflow_run.info.run_name == "fowl-train" and mlflow_run.info.status == "FINISHED"
@@ -55,13 +56,13 @@ def test_train_spec_runs_locally(tmp_path, assets, mlflow_store):
 
 
 @pytest.mark.slow
-def test_distributed_spec_runs_two_processes_with_torchrun(tmp_path, assets, mlflow_store,
+def test_distributed_spec_runs_the_command_once_per_process(tmp_path, assets, mlflow_store,
                                                            monkeypatch, capsys):
     monkeypatch.setenv("LOG_LEVEL", "INFO")
     assert run(ROOT / "jobs/train-distributed.yml", tmp_path / "run", assets, TINY) == 0
     log = (tmp_path / "run/log.txt").read_text()
     digests = dict(re.findall(r"rank (\d) final weights digest (\w+)", log))
-    assert "--nproc_per_node 2" in capsys.readouterr().out
+    assert "[process 1]" in capsys.readouterr().out  # Azure starts the command per process
     assert set(digests) == {"0", "1"} and len(set(digests.values())) == 1
     assert len(runs_of("fowl-classifier")[1]) == 1
 
@@ -75,6 +76,12 @@ def test_sweep_spec_runs_locally(tmp_path, assets, mlflow_store):
     assert len(summary["trials"]) == 2 and summary["best_trial"] is not None
     for trial in summary["trials"]:
         assert 0.0005 <= trial["params"]["learning_rate"] <= 0.005
+        assert trial["status"] in ("Completed", "EarlyTerminated") and trial["intervals"] >= 1
+    assert len({t["folder"] for t in summary["trials"]}) == 2  # each trial its own folder
+    best = Path(summary["best_trial"]["folder"])
+    assert (best / "outputs/model/model.pt").is_file()
+    published = (tmp_path / "run/outputs/model/model.pt").read_bytes()  # the best trial's model
+    assert published == (best / "outputs/model/model.pt").read_bytes()
     client, runs = runs_of("fowl-classifier")
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     assert parent.data.tags["best_child_run_id"] == summary["best_trial"]["run_id"]
@@ -87,23 +94,35 @@ def test_pipeline_spec_runs_locally(tmp_path, assets, mlflow_store):
             "jobs.train.inputs.batch_size=8", "inputs.min_val_acc=0"]
     assert run(ROOT / "jobs/pipeline.yml", tmp_path / "run", assets, sets) == 0
     steps = tmp_path / "run" / "steps"
-    report = json.loads((steps / "prep/prepared/prep_report.json").read_text())
+    report = json.loads((steps / "prep/outputs/prepared/prep_report.json").read_text())
     assert report["counts"]["train"] == {"chickens": 24, "turkeys": 24}
     assert (tmp_path / "run/outputs/model/model.pt").is_file()  # parent output wired
-    assert json.loads((steps / "evaluate/metrics/metrics.json").read_text())["val_count"] == 16
-    assert json.loads((steps / "register/registration/registration.json").read_text())[
-        "registered"]
+    metrics = json.loads((steps / "evaluate/outputs/metrics/metrics.json").read_text())
+    assert metrics["val_count"] == 16
+    registration = steps / "register/outputs/registration/registration.json"
+    assert json.loads(registration.read_text())["registered"]
 
 
 def test_failing_pipeline_step_stops_and_shows_its_log(tmp_path, assets, mlflow_store, capsys):
     sets = ["inputs.epochs=1", "inputs.image_size=32", "jobs.train.inputs.weights=none",
-            "inputs.min_val_acc=1.5"]  # an impossible gate: register must refuse
-    sets[-1] = "jobs.train.inputs.arch=not_a_model"
+            "jobs.train.inputs.arch=not_a_model"]
     assert run(ROOT / "jobs/pipeline.yml", tmp_path / "run", assets, sets) != 0
     err = capsys.readouterr().err
-    assert "step train failed" in err and "components/train.yml" in err
+    assert "step train failed" in err and "jobs.train" in err
     assert "--arch not_a_model: not a torchvision classification model" in err
     assert not (tmp_path / "run/steps/evaluate").exists()
+
+
+@pytest.mark.slow
+def test_register_refuses_a_model_below_the_gate(tmp_path, assets, mlflow_store, capsys):
+    sets = ["inputs.epochs=1", "inputs.image_size=32", "jobs.train.inputs.weights=none",
+            "jobs.train.inputs.batch_size=8", "inputs.min_val_acc=1.01"]  # no model reaches it
+    assert run(ROOT / "jobs/pipeline.yml", tmp_path / "run", assets, sets) == 3
+    record = json.loads((tmp_path / "run/steps/register/outputs/registration/"
+                         "registration.json").read_text())
+    assert record["registered"] is False and record["min_val_acc"] == 1.01
+    assert "below --min_val_acc" in capsys.readouterr().err
+    assert not MlflowClient().search_registered_models()
 
 
 def test_third_party_sweep_with_choice_and_uniform(tmp_path, mlflow_store):
@@ -131,6 +150,7 @@ def test_grid_enumerates_and_bandit_stops_weak_trials_while_they_run(tmp_path, m
 def test_command_job_gets_environment_variables_and_outputs(tmp_path, mlflow_store):
     assert run(HELLO / "hello-command.yml", tmp_path / "run") == 0
     assert (tmp_path / "run/outputs/result/greeting").read_text() == "hi"
+    assert not (HELLO / "src/outputs").exists()
     client, (mlflow_run,) = runs_of("hello-command")
     assert [m.value for m in client.get_metric_history(mlflow_run.info.run_id, "accuracy")] == \
         [0.25, 0.375]
@@ -145,59 +165,12 @@ def test_unmapped_asset_names_the_asset_and_the_file(tmp_path, assets, mlflow_st
 
 
 @pytest.mark.parametrize(("spec", "sets", "message"), [
-    ("jobs/train-distributed.yml", ["distribution.type=mpi"], "not supported locally"),
+    ("jobs/train-distributed.yml", ["distribution.type=torch"], "is not one of ['pytorch'"),
     ("components/train.yml", [], "is not a job"),
     ("tests/invalid_specs/undefined-input-ref.yml", [], "refers to an undefined input 'lr'"),
-    ("jobs/train.yml", ["inputs.epochs"], "is not key=value"),
+    ("jobs/train.yml", ["inputs.epochs"], "is not KEY=VALUE"),
 ])
 def test_bad_specs_give_clear_errors(spec, sets, message, tmp_path, assets, mlflow_store, capsys):
     assert run(ROOT / spec, tmp_path / "run", assets, sets) == 2
     assert message in capsys.readouterr().err
-
-
-def test_render_command_handles_optional_segments():
-    command = "python t.py --a ${{inputs.a}} $[[--b ${{inputs.b}}]] --o ${{outputs.o}}"
-    values = {"inputs": {"a": "1", "b": None}, "outputs": {"o": "/tmp/o x"}}
-    assert render_command(command, values, Path("s.yml"), "command") == \
-        "python t.py --a 1  --o '/tmp/o x'"
-    values["inputs"]["b"] = "2"
-    assert "--b 2" in render_command(command, values, Path("s.yml"), "command")
-    values["inputs"]["a"] = None
-    with pytest.raises(LocalRunError, match=r"\$\{\{inputs.a\}\} has no value"):
-        render_command(command, values, Path("s.yml"), "command")
-
-
-def test_overrides_follow_az_set_syntax():
-    data = {"inputs": {"epochs": 10, "data": {"type": "uri_file", "path": "azureml:x@1"}}}
-    apply_overrides(data, ["inputs.epochs=1", "inputs.data.path=/d", "limits.timeout=60",
-                           "inputs.flag=true"], Path("s.yml"))
-    assert data["inputs"]["epochs"] == 1 and data["inputs"]["data"]["path"] == "/d"
-    assert data["limits"]["timeout"] == 60 and data["inputs"]["flag"] is True
-
-
-def test_environment_pin_mismatch_warns_once(tmp_path, capsys, monkeypatch):
-    envs = tmp_path / "environments"
-    envs.mkdir()
-    (envs / "conda.yml").write_text("dependencies:\n  - pip:\n      - torch==1.0.0\n")
-    (envs / "env.yml").write_text("$schema: x\nname: old-env\nconda_file: conda.yml\n")
-    monkeypatch.setattr(local, "ROOT", tmp_path)
-    ctx = type("Ctx", (), {"warned": set()})()
-    local.check_environment_pins("azureml:old-env@latest", ctx)
-    local.check_environment_pins("azureml:old-env@latest", ctx)
-    assert capsys.readouterr().err.count("pins torch==1.0.0") == 1
-
-
-def test_ctrl_c_stops_the_job_and_its_children(tmp_path, mlflow_store):
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "mlops.run", str(HELLO / "hello-command.yml"), "--run-dir",
-         str(tmp_path / "run"), "--set", "inputs.steps=200", "--set", "inputs.sleep=0.2"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pid_file = tmp_path / "run/outputs/result/pid"
-    deadline = time.monotonic() + 60
-    while not pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    child = int(pid_file.read_text())
-    runner.send_signal(signal.SIGINT)
-    assert runner.wait(timeout=60) == 130
-    with pytest.raises(ProcessLookupError):
-        os.kill(child, 0)
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,213 @@
+"""Local environments without Docker: layers of plain Python virtual environments.
+
+    python -m mlops.envs list | clean        (make envs / make clean-envs)
+
+A job runs in the Python its spec's `environment:` names (mlops/envspec.py reads it), built as
+layers over the project's .venv, which is the bottom layer and is never written:
+1. .venv: the project's own environment (its conda.yml is generated from pyproject.toml). A spec
+   whose requirements .venv already satisfies needs nothing more.
+2. a cached layer per distinct set of unsatisfied requirements (keyed by their content and by the
+   .venv below it), created once with pip, which sees .venv's packages as installed: torch and
+   friends are reused when the pins agree and shadowed by the layer when they do not.
+3. a throwaway top layer per run (`<task>/env`): whatever the job itself installs
+   (`pip install ...` in the command) lands there and is deleted with the run (KEEP_ENV=1 keeps
+   it). Creating it costs a few files and one symlink.
+A layer is a venv whose site-packages ends with a .pth that adds the layers below it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from .envspec import ENV_MAP, EnvMap, EnvPlan, plan_for
+from .errors import LocalRunError
+from .specs import ROOT
+
+VENV_BIN = Path(sys.executable).parent
+BASE_SITE = Path(sysconfig.get_paths()["purelib"])
+PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
+TOP = "env"
+
+
+def cache_dir() -> Path:
+    """Where cached layers live (LOCAL_ENVS_DIR overrides; make clean-envs empties it)."""
+    return Path(os.environ.get("LOCAL_ENVS_DIR") or ROOT / ".cache" / "envs")
+
+
+def unsatisfied(requirements: list[str]) -> list[str]:
+    """The requirements .venv does not already meet (URLs and options are always kept)."""
+    missing = []
+    for line in requirements:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            missing.append(line)
+            continue
+        if requirement.marker and not requirement.marker.evaluate():
+            continue
+        try:
+            have = importlib.metadata.version(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(line)
+            continue
+        if requirement.url or not requirement.specifier.contains(have, prereleases=True):
+            missing.append(line)
+    return missing
+
+
+def make_venv(folder: Path, lower: list[Path]) -> Path:
+    """A bare venv (no copy of pip: the shims run the lower layers' pip into this one)."""
+    site = folder / "lib" / PY / "site-packages"
+    (folder / "bin").mkdir(parents=True, exist_ok=True)
+    site.mkdir(parents=True, exist_ok=True)
+    real = Path(os.path.realpath(sys.executable))
+    (folder / "pyvenv.cfg").write_text(f"home = {real.parent}\ninclude-system-site-packages = "
+                                       f"false\nversion = {platform.python_version()}\n")
+    for name in ("python", "python3", PY):
+        link = folder / "bin" / name
+        if not link.is_symlink():
+            link.symlink_to(real)
+    for name in ("pip", "pip3"):
+        shim = folder / "bin" / name
+        shim.write_text(f'#!/bin/sh\nexec "{folder}/bin/python" -m pip "$@"\n')
+        shim.chmod(0o755)
+    adds = "; ".join(f"site.addsitedir({str(p)!r})" for p in lower)
+    (site / "zz_lower_layers.pth").write_text(f"import site; {adds}\n")
+    return site
+
+
+def layer_key(requirements: list[str]) -> str:
+    base = BASE_SITE.stat().st_mtime_ns  # .venv changed: layers built on it are rebuilt
+    text = "\n".join(sorted(requirements)) + f"\n{BASE_SITE}\n{base}\n{PY}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def build_layer(requirements: list[str], label: str) -> Path:
+    """The cached layer for `requirements`, created once (a lock keeps concurrent runs out)."""
+    folder = cache_dir() / layer_key(requirements)
+    done = folder / "layer.json"
+    if done.is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.is_file():
+            return folder
+        shutil.rmtree(folder, ignore_errors=True)  # a build that died half-way
+        started = time.perf_counter()
+        shown = ", ".join(requirements[:6]) + (" ..." if len(requirements) > 6 else "")
+        print(f"environment {label}: installing {len(requirements)} requirement(s) into a "
+              f"cached layer ({shown})", flush=True)
+        make_venv(folder, [BASE_SITE])
+        result = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install",
+                                 "--disable-pip-version-check", "--no-input", "-q",
+                                 *requirements], capture_output=True, text=True)
+        if result.returncode != 0:
+            shutil.rmtree(folder, ignore_errors=True)
+            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-12:])
+            raise LocalRunError(f"environment {label}: pip could not install its packages "
+                                f"(Azure's image build would fail too):\n{tail}")
+        seconds = time.perf_counter() - started
+        done.write_text(json.dumps({"label": label, "requirements": requirements,
+                                    "seconds": round(seconds, 1)}, indent=2) + "\n")
+        print(f"environment {label}: cached layer ready in {seconds:.1f}s ({folder})", flush=True)
+    return folder
+
+
+class Environments:
+    """Activates the environment of each task; remembers what it told the user."""
+
+    def __init__(self, env_map_path: Path | None = None):
+        self.env_map = EnvMap(env_map_path or ENV_MAP)
+        self.said: set[str] = set()
+
+    def _say(self, line: str) -> None:
+        if line not in self.said:
+            self.said.add(line)
+            print(line, file=sys.stderr)
+
+    def _explain(self, plan: EnvPlan) -> None:
+        if plan.notice:
+            self._say(f"note: {plan.notice}")
+        if plan.skipped:
+            self._say(f"note: {plan.label}: conda packages with no PyPI equivalent are not "
+                      f"installed here: {', '.join(plan.skipped)}")
+        here = f"{sys.version_info.major}.{sys.version_info.minor}"
+        if plan.python and not (here + ".").startswith(plan.python.rstrip(".*") + "."):
+            self._say(f"warning: {plan.label} asks for Python {plan.python}; this machine runs "
+                      f"{platform.python_version()} (packages are installed for it)")
+
+    def layers(self, environment, base: Path, where: str) -> list[Path]:
+        """The layers below the top one, highest first (empty: .venv alone)."""
+        plan = plan_for(environment, base, self.env_map, where)
+        self._explain(plan)
+        missing = unsatisfied(plan.requirements)
+        if not missing:
+            return []
+        layer = build_layer(missing, plan.label)
+        with open(layer / "used_by.txt", "a") as record:
+            record.write(f"{where}\n")
+        return [layer]
+
+    def activate(self, environment, base: Path, folder: Path, where: str) -> dict[str, str]:
+        """Build (or reuse) the layers and a fresh top layer; the variables that select them."""
+        lower = self.layers(environment, base, where)
+        top = folder / TOP
+        shutil.rmtree(top, ignore_errors=True)
+        make_venv(top, [layer / "lib" / PY / "site-packages" for layer in lower] + [BASE_SITE])
+        bins = [top / "bin", *[layer / "bin" for layer in lower], VENV_BIN]
+        path = os.pathsep.join([*map(str, bins), os.environ.get("PATH", "")])
+        return {"PATH": path, "VIRTUAL_ENV": str(top)}
+
+    def release(self, folder: Path) -> None:
+        if os.environ.get("KEEP_ENV", "") not in ("1", "true", "True"):
+            shutil.rmtree(folder / TOP, ignore_errors=True)
+
+
+def _size(folder: Path) -> int:
+    return sum(p.lstat().st_size for p in folder.rglob("*") if not p.is_symlink())
+
+
+def list_layers() -> int:
+    cache = cache_dir()
+    layers = sorted(cache.glob("*/layer.json")) if cache.is_dir() else []
+    if not layers:
+        print(f"no cached environments in {cache}")
+        return 0
+    for record in layers:
+        info = json.loads(record.read_text())
+        used = record.parent / "used_by.txt"
+        specs = sorted(set(used.read_text().split("\n")) - {""}) if used.is_file() else []
+        print(f"{record.parent.name}  {_size(record.parent) / 2**20:8.1f} MB  {info['label']}\n"
+              f"    requirements: {' '.join(info['requirements'])}\n"
+              f"    used by: {', '.join(specs) or '-'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Cached local environments (layers on .venv).")
+    parser.add_argument("action", choices=["list", "clean"])
+    args = parser.parse_args(argv)
+    if args.action == "list":
+        return list_layers()
+    shutil.rmtree(cache_dir(), ignore_errors=True)
+    print(f"removed {cache_dir()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""Start, watch and stop the processes of one task, as Azure ML's launchers start them.
+
+Azure runs the command once per process: `distribution: pytorch` sets RANK, LOCAL_RANK,
+WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT in each; `mpi` sets Open MPI's OMPI_COMM_WORLD_*
+variables; `tensorflow` sets TF_CONFIG. Here every node is simulated on this machine
+(instance_count x processes per node, capped by --max-procs with a notice). Each process runs
+under bash in its own process group: when it ends, whatever it left behind (a launcher's workers,
+a background job) is stopped too, as Azure tears down the container. When one process fails, the
+others are stopped, as a distributed job fails as a whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STOP_GRACE_S = 10
+LOCALHOST = "127.0.0.1"
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP reached the runner: stop everything, as Ctrl-C does."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+_pending: list[int] = []
+
+
+def install_signal_handlers() -> dict:
+    """Signals only record themselves; the runner acts on them at its next safe point (an
+    exception thrown at an arbitrary line could land inside subprocess or MLflow internals and
+    lose track of a child). A second signal acts at once."""
+
+    def handler(signum, frame):  # noqa: ARG001 - the signal module's signature
+        if _pending:
+            raise Interrupted(signum)
+        _pending.append(signum)
+
+    _pending.clear()
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM,
+                                                         signal.SIGHUP)}
+
+
+def restore_signal_handlers(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def check_interrupt() -> None:
+    if _pending:
+        raise Interrupted(_pending.pop())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOCALHOST, 0))
+        return sock.getsockname()[1]
+
+
+def _layout(distribution: dict, resources: dict, max_procs: int) -> tuple[int, int, str]:
+    """(nodes, processes per node, notice) for the simulated cluster."""
+    kind = str(distribution.get("type", "")).lower()
+    nodes = max(1, int((resources or {}).get("instance_count") or 1))
+    if kind == "tensorflow":
+        total = int(distribution.get("worker_count") or nodes) + \
+            int(distribution.get("parameter_server_count") or 0)
+        per = max(1, -(-total // nodes))
+    else:
+        per = max(1, int(distribution.get("process_count_per_instance") or 1))
+    wanted = nodes * per if kind != "tensorflow" else total
+    if wanted <= max_procs:
+        return nodes, per, ""
+    nodes = min(nodes, max_procs)
+    per = max(1, max_procs // nodes)
+    return nodes, per, (f"note: {wanted} processes requested, running {nodes * per} on this "
+                        f"machine (--max-procs {max_procs})")
+
+
+def rank_envs(distribution: dict | None, resources: dict | None, max_procs: int
+              ) -> tuple[list[dict[str, str]], str]:
+    """One environment overlay per process, and a notice when the cluster was scaled down."""
+    kind = str((distribution or {}).get("type", "")).lower()
+    if not kind:
+        return [{}], ""
+    nodes, per, notice = _layout(distribution, resources, max_procs)
+    world = nodes * per
+    if kind == "pytorch":
+        port = str(free_port())
+        return [{"RANK": str(r), "LOCAL_RANK": str(r % per), "WORLD_SIZE": str(world),
+                 "NODE_RANK": str(r // per), "MASTER_ADDR": LOCALHOST, "MASTER_PORT": port}
+                for r in range(world)], notice
+    if kind == "mpi":
+        port = str(free_port())
+        return [{"OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": str(world),
+                 "OMPI_COMM_WORLD_LOCAL_RANK": str(r % per),
+                 "OMPI_COMM_WORLD_LOCAL_SIZE": str(per), "OMPI_COMM_WORLD_NODE_RANK":
+                 str(r // per), "AZ_BATCHAI_MPI_MASTER_NODE": LOCALHOST,
+                 "AZ_BATCH_MASTER_NODE": f"{LOCALHOST}:{port}"} for r in range(world)], notice
+    if kind == "tensorflow":
+        return _tf_envs(distribution, world), notice
+    raise ValueError(f"distribution.type {kind}: Azure knows pytorch, mpi and tensorflow")
+
+
+def _tf_envs(distribution: dict, world: int) -> list[dict[str, str]]:
+    servers = min(int(distribution.get("parameter_server_count") or 0), max(0, world - 1))
+    roles = [("worker", i) for i in range(world - servers)] + [("ps", i) for i in range(servers)]
+    addresses = {"worker": [], "ps": []}
+    for role, _ in roles:
+        addresses[role].append(f"{LOCALHOST}:{free_port()}")
+    cluster = {k: v for k, v in addresses.items() if v}
+    return [{"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": role, "index": i},
+                                      "environment": "cloud"})} for role, i in roles]
+
+
+def _stop_group(pgid: int, grace: float) -> None:
+    """TERM the process group, KILL whatever is left after `grace` seconds."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0)):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.05)
+
+
+def _shell_code(code: int | None) -> int | None:
+    """Killed by signal N reads as 128 + N, as a shell reports it."""
+    return 128 - code if code is not None and code < 0 else code
+
+
+@dataclass
+class Launch:
+    """The processes of one task; a combined log (appended, never overwritten)."""
+
+    command: str
+    cwd: Path
+    envs: list[dict]
+    log: Path
+    label: str = ""
+    echo: bool = True
+    procs: list = field(default_factory=list)
+    tail: deque = field(default_factory=lambda: deque(maxlen=40))
+    first_failure: int | None = None
+    reaped: set = field(default_factory=set)
+    ended_ms: int | None = None  # when the last process ended
+
+    def __post_init__(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        attempt = self.log.exists()
+        self._handle = self.log.open("a", buffering=1)
+        if attempt:
+            self._handle.write(f"\n==== attempt at {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n")
+        self._lock = threading.Lock()
+        self._readers = []
+        for rank, env in enumerate(self.envs):
+            popen = subprocess.Popen(["bash", "-c", self.command], cwd=self.cwd, env=env,
+                                     text=True, errors="replace", stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+            self.procs.append(popen)
+            prefix = f"[process {rank}] " if len(self.envs) > 1 else ""
+            reader = threading.Thread(target=self._pump, args=(popen, prefix), daemon=True)
+            reader.start()
+            self._readers.append(reader)
+
+    def _pump(self, popen: subprocess.Popen, prefix: str) -> None:
+        shown = f"[{self.label}] {prefix}" if self.label else prefix
+        for line in popen.stdout:
+            with self._lock:
+                self._handle.write(prefix + line)
+                self.tail.append((prefix + line).rstrip("\n"))
+                if self.echo:
+                    sys.stdout.write(shown + line)
+                    sys.stdout.flush()
+
+    def poll(self) -> int | None:
+        """None while any process runs; the job's exit code once all ended (or one failed)."""
+        codes = [_shell_code(p.poll()) for p in self.procs]
+        for popen, code in zip(self.procs, codes, strict=True):
+            if code is not None and popen.pid not in self.reaped:
+                _stop_group(popen.pid, 2)  # orphans of a finished process
+                self.reaped.add(popen.pid)  # never signal a group id again: it may be reused
+            if code not in (None, 0) and self.first_failure is None:
+                self.first_failure = code
+        if self.first_failure is not None and any(c is None for c in codes):
+            self.stop()  # one process failed: the distributed job fails as a whole
+            self.ended_ms = int(time.time() * 1000)
+            return self.first_failure
+        if any(c is None for c in codes):
+            return None
+        self.ended_ms = self.ended_ms or int(time.time() * 1000)
+        return self.first_failure or 0
+
+    def wait(self) -> int:
+        while (code := self.poll()) is None:
+            check_interrupt()
+            time.sleep(0.1)
+        return code
+
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
+        for popen in self.procs:
+            if popen.poll() is None:
+                os.killpg(popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for popen in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            if popen.pid not in self.reaped:
+                _stop_group(popen.pid, 0)
+                self.reaped.add(popen.pid)
+        self.ended_ms = int(time.time() * 1000)
+
+    def close(self) -> None:
+        for reader in self._readers:
+            reader.join(timeout=5)
+        self._handle.close()
