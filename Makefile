@@ -19,10 +19,11 @@ WEIGHTS ?= none
 NPROC ?= $(shell nproc 2>/dev/null || echo 2)
 BENCH_DATA ?= ../shared/data/hymenoptera_data
 MLFLOW_PORT ?= 5000
-# Local endpoint: port, deployment spec, model folder (default: the newest local run's model).
+# Local endpoint: port, deployment spec, model folder (empty: the newest folder under runs/ that
+# holds a model.pt).
 PORT ?= 5001
 DEPLOYMENT ?= endpoints/blue.yml
-MODEL_DIR ?= $(shell ls -td runs/*/outputs/model 2>/dev/null | head -1)
+MODEL_DIR ?=
 PYTEST_ARGS ?=
 WORKFLOWS ?= $(wildcard .github/workflows/*.yml)
 # Local MLflow store; on Azure the job's own MLFLOW_TRACKING_URI is used instead.
@@ -82,7 +83,8 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 
 .DEFAULT_GOAL := help
 .PHONY: export-onnx serve-local invoke-local stop-local bench-score endpoint deploy-blue \
-	deploy-green invoke-green mirror-green shift rollback endpoint-logs delete-deployment \
+	deploy-green invoke-green mirror-green shift rollback endpoint-logs endpoint-show \
+	delete-deployment \
 	delete-endpoint invoke slots
 .PHONY: help setup test lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
 	envs clean-envs bench-envs \
@@ -175,9 +177,9 @@ bench-train: $(STAMP) ## Benchmark training vs tutorial-style settings (BENCH_DA
 bench-sweep: $(STAMP) ## Benchmark a local sweep with vs without the bandit policy (BENCH_DATA=)
 	$(PY) scripts/bench_sweep.py --data $(abspath $(BENCH_DATA))
 
-export-onnx: $(STAMP) $(DATA_DEP) ## Write model.onnx beside MODEL_DIR's model.pt, parity-checked
-	$(if $(MODEL_DIR),,$(error no model: run make train-local or pass MODEL_DIR=))
-	$(PY) -m image_classifier.export --model_dir $(MODEL_DIR) --data $(TRAIN_DATA)
+export-onnx: $(STAMP) $(DATA_DEP) ## Write model.onnx and the gated model.int8.onnx beside MODEL_DIR's model
+	@model="$(MODEL_DIR)"; [ -n "$$model" ] || model=$$($(PY) -m mlops.serve latest) || exit 1; \
+	$(PY) -m image_classifier.export --model_dir "$$model" --data $(TRAIN_DATA) --int8
 
 serve-local: $(STAMP) ## Local endpoint from DEPLOYMENT's spec on 127.0.0.1:PORT (MODEL_DIR=)
 	$(PY) -m mlops.serve start --deployment $(DEPLOYMENT) --port $(PORT) \
@@ -264,6 +266,9 @@ shift: az-guard ## Send GREEN_TRAFFIC% to CANDIDATE, the rest to LIVE (100 promo
 rollback: az-guard ## All traffic back to LIVE; stop mirroring
 	az ml online-endpoint update --name $(ENDPOINT) --mirror-traffic "$(CANDIDATE)=0" \
 		--traffic "$(LIVE)=100 $(CANDIDATE)=0" $(AZ_ARGS)
+
+endpoint-show: az-guard ## Print the endpoint as JSON (traffic, mirror traffic, state)
+	az ml online-endpoint show --name $(ENDPOINT) --output json $(AZ_ARGS)
 
 endpoint-logs: az-guard ## Show a deployment's container logs (CANDIDATE)
 	az ml online-deployment get-logs --name $(CANDIDATE) --endpoint-name $(ENDPOINT) --lines 200 $(AZ_ARGS)

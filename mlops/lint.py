@@ -54,7 +54,7 @@ def check_flags(spec: Spec, key: str, command: str) -> list[Finding]:
 
 
 def check_command(spec: Spec, key: str, command: str, inputs: dict, outputs: dict,
-                  search_space: dict | None = None) -> list[Finding]:
+                  search_space: dict | None = None, flags: bool = True) -> list[Finding]:
     """References resolve, every input (and swept parameter) is used, flags exist."""
     found = []
     used: dict[str, set] = {"inputs": set(), "outputs": set(), "search_space": set()}
@@ -82,7 +82,7 @@ def check_command(spec: Spec, key: str, command: str, inputs: dict, outputs: dic
             found.append(spec.warning(f"search_space.{name}", f"swept parameter '{name}' is not "
                                       "in the trial command, so every trial would be the same",
                                       f"add --{name} ${{{{search_space.{name}}}}} to the command"))
-    return found + check_flags(spec, key, command)
+    return found + (check_flags(spec, key, command) if flags else [])
 
 
 def check_code(spec: Spec, key: str, code) -> list[Finding]:

@@ -13,6 +13,7 @@ failed node.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from dataclasses import dataclass, replace
@@ -280,8 +281,11 @@ def run_pipeline_job(job, rt: runtime.Runtime) -> int:
     outputs = {name: replace(spec, target=slot(name, spec, rt.root))
                for name, spec in job_outputs(data.get("outputs")).items()}
     inputs = job_inputs(data.get("inputs"), path.parent, job.assets)
+    record = rt.root / "run.json"
+    previous = json.loads(record.read_text()).get("mlflow_run_id") if record.is_file() else None
     run_id = rt.tracking.start(experiment, job.name, {"mlops.spec": str(path),
-                                                      "mlops.local": "true"})
+                                                      "mlops.local": "true"}, reuse=previous)
+    record.write_text(json.dumps({**json.loads(record.read_text()), "mlflow_run_id": run_id}))
     settings = data.get("settings") or {}
     scope = Scope(inputs, outputs, rt.root, run_id, experiment, job.assets, path.parent, {},
                   str(settings.get("continue_on_step_failure", "")).lower() == "true")

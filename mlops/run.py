@@ -66,7 +66,7 @@ def prepare(spec_path: str, sets: list[str], removes: list[str], assets: Path) -
         raise LocalRunError(f"{spec_path}: a {spec.kind or 'spec of unknown type'} is not a job; "
                             "run a command, sweep or pipeline job spec (a component runs as a "
                             "pipeline step)")
-    findings = check(spec)
+    findings = check(spec, for_run=True)
     for finding in findings:
         if not finding.is_error:
             print(finding, file=sys.stderr)
@@ -113,8 +113,10 @@ def run_command_job(job: Job, rt: runtime.Runtime) -> int:
 def execute(job: Job, rt: runtime.Runtime) -> int:
     rt.root.mkdir(parents=True, exist_ok=True)
     (rt.root / "spec.yml").write_text(yaml.safe_dump(job.data, sort_keys=False))
-    (rt.root / "run.json").write_text(json.dumps({"kind": job.spec.kind,
-                                                  "spec": str(job.spec.path)}) + "\n")
+    record = rt.root / "run.json"
+    earlier = json.loads(record.read_text()) if record.is_file() else {}
+    record.write_text(json.dumps({**earlier, "kind": job.spec.kind,
+                                  "spec": str(job.spec.path)}) + "\n")
     if job.spec.kind == "sweepJob":
         from .sweep import run_sweep_job
 

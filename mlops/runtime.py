@@ -107,11 +107,21 @@ def process_env(task: Task, rt: Runtime, run_id: str, wd: Path, inputs: dict,
                 "MLFLOW_EXPERIMENT_NAME": task.experiment,
                 "MLFLOW_EXPERIMENT_ID": rt.tracking.experiment_id(task.experiment),
                 "AZUREML_RUN_ID": run_id, "AZUREML_ARM_PROJECT_NAME": task.experiment,
-                "AZUREML_CR_EXECUTION_WORKING_DIR_PATH": str(wd)})
+                "AZUREML_CR_EXECUTION_WORKING_DIR_PATH": str(wd),
+                # MLflow prints a link to every run it ends on an http store; Azure's prints none
+                "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"})
     env.update({f"AZURE_ML_INPUT_{k}": v for k, v in inputs.items() if v is not None})
     env.update({f"AZURE_ML_OUTPUT_{k}": v for k, v in outputs.items()})
     env.update({str(k): "" if v is None else str(v) for k, v in task.env_vars.items()})
     return env
+
+
+def previous_run(folder: Path) -> str | None:
+    """The MLflow run of an earlier attempt of the task in this folder."""
+    try:
+        return json.loads((folder / "status.json").read_text()).get("mlflow_run_id")
+    except (OSError, ValueError):
+        return None
 
 
 def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Running:
@@ -127,7 +137,8 @@ def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Runnin
         overlays, notice = launch.rank_envs(task.distribution, task.resources, rt.max_procs)
     except ValueError as err:
         raise LocalRunError(f"{task.where}: {err}") from None
-    run_id = rt.tracking.start(task.experiment, task.name, task.tags, task.parent_run)
+    run_id = rt.tracking.start(task.experiment, task.name, task.tags, task.parent_run,
+                               reuse=previous_run(task.folder))
     since = now_ms()
     try:
         base = process_env(task, rt, run_id, wd, inputs, outputs)

@@ -7,6 +7,12 @@
 `start` runs azureml-inference-server-http's own app (what azmlinfsrv runs) under gunicorn, with
 the deployment's code_configuration, environment_variables and model, bound to 127.0.0.1
 (azmlinfsrv itself always binds 0.0.0.0), and waits until the server is healthy.
+
+On Azure a proxy sits in front of the server and holds slow clients. Locally gunicorn runs
+threaded workers (gthread, SERVER_THREADS per worker, default 4): a client that opens a
+connection and sends nothing (or half a request) ties up one thread, never the worker, so the
+others keep serving. The port is checked before the server starts: a port another process holds
+is an error, not a "healthy" answer from that process.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -33,12 +40,12 @@ class ServeError(RuntimeError):
     pass
 
 
-def latest_model() -> Path:
-    """The newest model folder a local run wrote (runs/*/outputs/model or a pipeline's)."""
-    found = sorted(ROOT.glob("runs/**/model/model.pt"), key=lambda p: p.stat().st_mtime)
+def latest_model(root: Path = ROOT / "runs") -> Path:
+    """The newest folder under runs/ that holds a model (a failed run leaves an empty one)."""
+    found = sorted(root.glob("**/model.pt"), key=lambda p: p.stat().st_mtime)
     if not found:
-        raise ServeError("no trained model under runs/: run `make train-local` first, or pass "
-                         "MODEL=<folder with model.pt>")
+        raise ServeError(f"no trained model under {root}: run `make train-local` first, or "
+                         "pass MODEL_DIR=<folder with model.pt>")
     return found[-1].parent
 
 
@@ -52,10 +59,21 @@ def resolve_model(deployment: dict, override: str | None) -> Path:
     return (ROOT / local).resolve() if local else latest_model()
 
 
-def server_command(port: int, workers: int = 1) -> list[str]:
+def server_command(port: int, workers: int = 1, threads: int | None = None) -> list[str]:
     gunicorn = Path(sys.executable).with_name("gunicorn")
+    threads = threads or int(os.environ.get("SERVER_THREADS", "4"))
     return [str(gunicorn), "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+            "--worker-class", "gthread", "--threads", str(threads), "--keep-alive", "5",
             "--timeout", os.environ.get("WORKER_TIMEOUT", "300"), "--access-logfile", "-", APP]
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 def server_env(deployment_spec: Path, model_dir: Path, extra: dict | None = None) -> dict:
@@ -87,6 +105,9 @@ def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 180) -> N
 def start(deployment: Path, model: str | None, port: int) -> int:
     if (STATE / "pid").is_file():
         stop()
+    if port_taken(port):
+        raise ServeError(f"port {port} on 127.0.0.1 is already in use by another process: stop "
+                         "it, or pick another port (PORT=5002)")
     model_dir = resolve_model(load_spec(deployment).data, model)
     STATE.mkdir(parents=True, exist_ok=True)
     log = (STATE / "server.log").open("w")
@@ -145,7 +166,7 @@ def invoke(request: Path, port: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Local online endpoint (no Docker).")
-    parser.add_argument("action", choices=["start", "stop", "invoke"])
+    parser.add_argument("action", choices=["start", "stop", "invoke", "latest"])
     parser.add_argument("--deployment", type=Path, default=ROOT / "endpoints" / "blue.yml")
     parser.add_argument("--model", help="model folder (default: the newest local run's)")
     parser.add_argument("--request", type=Path,
@@ -157,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
             return start(args.deployment, args.model, args.port)
         if args.action == "invoke":
             return invoke(args.request, args.port)
+        if args.action == "latest":
+            print(latest_model())
+            return 0
         return stop()
     except ServeError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -50,7 +50,17 @@ class Tracking:
         found = self.client.get_experiment_by_name(name)
         return found.experiment_id if found else self.client.create_experiment(name)
 
-    def start(self, experiment: str, name: str, tags: dict, parent: str | None = None) -> str:
+    def start(self, experiment: str, name: str, tags: dict, parent: str | None = None,
+              reuse: str | None = None) -> str:
+        """A new run, or `reuse` reopened: a job run again into its folder is the same job, as
+        Azure retries a preempted job under its own run (its training resumes into it)."""
+        if reuse:
+            try:
+                self.client.get_run(reuse)
+                self.client.update_run(reuse, status="RUNNING")
+                return reuse
+            except Exception:  # noqa: BLE001 - gone (another store, deleted): start afresh
+                pass
         tags = {**tags, **({"mlflow.parentRunId": parent} if parent else {})}
         run = self.client.create_run(self.experiment_id(experiment), run_name=name, tags=tags)
         return run.info.run_id

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import logging
 import re
@@ -136,19 +137,22 @@ def _endpoint_names() -> set[str]:
             if s.kind == "managedOnlineEndpoint"}
 
 
-def lint_layer(spec: Spec) -> list[Finding]:
+def lint_layer(spec: Spec, flags: bool = True) -> list[Finding]:
+    """flags=False skips importing entry points to check their flags (a local run shows a wrong
+    flag itself, at once, as Azure would)."""
     data, kind = spec.data, spec.kind
     if kind in ("commandJob", "commandComponent"):
         return (lint.check_code(spec, "code", data.get("code"))
                 + lint.check_command(spec, "command", str(data.get("command", "")),
-                                     data.get("inputs") or {}, data.get("outputs") or {})
+                                     data.get("inputs") or {}, data.get("outputs") or {},
+                                     flags=flags)
                 + lint.check_resources(spec, data, _compute_sizes()))
     if kind == "sweepJob":
         trial = data.get("trial") or {}
         return (lint.check_code(spec, "trial.code", trial.get("code"))
                 + lint.check_command(spec, "trial.command", str(trial.get("command", "")),
                                      data.get("inputs") or {}, data.get("outputs") or {},
-                                     data.get("search_space") or {})
+                                     data.get("search_space") or {}, flags)
                 + lint.check_search_space(spec) + lint.check_sweep_policy(spec)
                 + lint.check_resources(spec, {**trial, "compute": data.get("compute")},
                                        _compute_sizes()))
@@ -161,13 +165,30 @@ def lint_layer(spec: Spec) -> list[Finding]:
     return checks[kind](spec) if kind in checks else []
 
 
-def check(spec: Spec) -> list[Finding]:
-    """All three layers on one loaded spec (the lint assumes the structure the schema checks)."""
+def check(spec: Spec, for_run: bool = False) -> list[Finding]:
+    """All three layers on one loaded spec (the lint assumes the structure the schema checks).
+    for_run: what a local run needs before it starts (azure-ai-ml's verdict is remembered for a
+    spec it already passed, so a rerun skips importing the SDK)."""
     schema = schema_layer(spec)
     if spec.kind not in KINDS:
         return schema
-    found = schema + sdk_layer(spec)
-    return found if schema else found + lint_layer(spec)
+    found = schema + (sdk_cached(spec) if for_run else sdk_layer(spec))
+    return found if schema else found + lint_layer(spec, flags=not for_run)
+
+
+def sdk_cached(spec: Spec) -> list[Finding]:
+    from importlib.metadata import version
+
+    text = json.dumps([str(spec.path.resolve()), spec.data, version("azure-ai-ml")],
+                      sort_keys=True, default=str)
+    marker = ROOT / ".cache" / "validated" / hashlib.sha256(text.encode()).hexdigest()[:24]
+    if marker.is_file():
+        return []
+    found = sdk_layer(spec)
+    if not found:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    return found
 
 
 def validate(paths: list[Path]) -> list[Finding]:

@@ -7,10 +7,6 @@ if ! [[ "$model" =~ ^azureml:[A-Za-z0-9][A-Za-z0-9._-]{0,254}(@latest|:[A-Za-z0-
   echo "model must look like azureml:<name>@latest or azureml:<name>:<version>" >&2
   exit 1
 fi
-for percent in $steps; do
-  if ! [[ "$percent" =~ ^[0-9]{1,3}$ ]] || [ "$percent" -gt 100 ]; then
-    echo "steps must be percentages from 0 to 100, got '$percent'" >&2
-    exit 1
-  fi
-done
-echo "inputs OK: $model, traffic steps: $steps"
+# rising whole percentages ending at 100 (scripts/rollout.py holds the rule; tested there)
+checked=$(python3 "$(dirname "$0")/rollout.py" steps "$steps") || exit 1
+echo "inputs OK: $model, traffic steps: $checked"

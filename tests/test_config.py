@@ -14,7 +14,13 @@ def test_every_field_is_a_flag():
                                                  ("true", True), ("0", False)])
 def test_booleans_accept_azure_spelling(text, expected):
     cfg = parse_config(["--data", "d", "--freeze_backbone", text, "--channels_last", text])
-    assert cfg.freeze_backbone is expected and cfg.channels_last is expected
+    assert cfg.freeze_backbone is expected and cfg.channels_last == str(expected)
+
+
+def test_precision_and_channels_last_default_to_auto():
+    cfg = parse_config(["--data", "d"])
+    assert (cfg.precision, cfg.channels_last) == ("auto", "auto")
+    assert parse_config(["--data", "d", "--channels_last"]).channels_last == "True"
 
 
 def test_bare_boolean_flag_means_true():
@@ -27,8 +33,9 @@ def test_numbers_are_typed_and_defaults_match_the_spec():
     assert (cfg.step_size, cfg.gamma, cfg.arch, cfg.image_size) == (7, 0.1, "resnet18", 224)
 
 
-@pytest.mark.parametrize("argv", [["--precision", "fp16"], ["--epochs", "0"],
-                                  ["--freeze_backbone", "maybe"], ["--learning_rate", "-1"]])
+@pytest.mark.parametrize("argv", [["--precision", "fp8"], ["--epochs", "0"],
+                                  ["--freeze_backbone", "maybe"], ["--learning_rate", "-1"],
+                                  ["--channels_last", "sometimes"]])
 def test_bad_values_exit_with_a_message(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         parse_config(["--data", "d", *argv])

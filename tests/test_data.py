@@ -72,7 +72,7 @@ def test_corrupt_image_is_an_error_naming_it_unless_skipped(tiny_data, tmp_path)
     data = shutil.copytree(tiny_data, tmp_path / "d")
     bad = data / "train" / "chickens" / "broken.jpg"
     bad.write_bytes(b"this is not a jpeg")
-    with pytest.raises(DataError, match=f"{bad}: not a readable image.*--skip_bad_images"):
+    with pytest.raises(DataError, match=f"{bad}: is not a readable image.*--skip_bad_images"):
         build_datasets(data, 32)
     bundle = build_datasets(data, 32, skip_bad_images=True)
     assert bundle.skipped == 1 and len(bundle.train) == 48

@@ -174,3 +174,34 @@ def test_bad_specs_give_clear_errors(spec, sets, message, tmp_path, assets, mlfl
     assert run(ROOT / spec, tmp_path / "run", assets, sets) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_stopped_job_rerun_into_its_folder_continues_its_mlflow_run(tmp_path, assets,
+                                                                      mlflow_store):
+    """As Azure retries a preempted job under its own run: one run, every epoch once."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sets = [*TINY, "inputs.epochs=3"]
+    argv = [sys.executable, "-m", "mlops.run", str(ROOT / "jobs/train.yml"), "--run-dir",
+            str(tmp_path / "run"), "--assets", str(assets)]
+    argv += [x for s in sets for x in ("--set", s)]
+    runner = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    last = tmp_path / "run/outputs/checkpoints/checkpoints/last.pt"
+    deadline = time.monotonic() + 180
+    while not last.exists() and runner.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=60) == 128 + signal.SIGTERM
+    assert run(ROOT / "jobs/train.yml", tmp_path / "run", assets, sets) == 0
+    client, runs = runs_of("fowl-classifier")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert {"epochs", "learning_rate", "arch"} <= set(runs[0].data.params)
+    for metric in ("train_loss", "val_acc", "best_val_acc", "lr"):
+        steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, metric)]
+        assert sorted(steps) == [1, 2, 3], metric
+    assert "==== attempt at" in (tmp_path / "run/log.txt").read_text()

@@ -1,8 +1,14 @@
-"""Scoring: the init()/run() contract in-process, ONNX parity, and the real inference server."""
+"""Scoring: the init()/run() contract in-process and through the real inference server.
+
+Every client the Azure docs show (base64 JSON, the notebook's preprocessed float tensor, a raw
+image body, multipart files) and hostile requests, each a 4xx that leaves the worker healthy and
+costs it at most ~1 s of CPU and 200 MB of RAM.
+"""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import shutil
@@ -11,7 +17,6 @@ import struct
 import subprocess
 import threading
 import time
-import urllib.error
 import urllib.request
 import zlib
 from pathlib import Path
@@ -20,6 +25,8 @@ import numpy as np
 import pytest
 from conftest import train_args
 from PIL import Image
+from werkzeug.test import EnvironBuilder
+from werkzeug.wrappers import Request
 
 from image_classifier import score
 from image_classifier.export import export_model_dir
@@ -42,12 +49,26 @@ def model_dir(tiny_data, tmp_path_factory) -> Path:
     return root / "out" / "model"
 
 
-def b64(path: Path) -> str:
-    return base64.b64encode(path.read_bytes()).decode()
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 def images_of(data: Path, count: int) -> list[Path]:
     return sorted((data / "val").rglob("*.jpg"))[:count]
+
+
+def request(body, content_type="application/json", method="POST") -> Request:
+    """A request as the server hands it to run() (@rawhttp)."""
+    if isinstance(body, str):
+        body = body.encode()
+    builder = EnvironBuilder(method=method, data=body, content_type=content_type)
+    return Request(builder.get_environ())
+
+
+def answer(response) -> tuple[int, dict]:
+    if isinstance(response, dict):
+        return 200, response
+    return response.status_code, json.loads(response.get_data())
 
 
 @pytest.fixture
@@ -58,16 +79,52 @@ def service(model_dir, monkeypatch):
     return score
 
 
+def encoded(image: Image.Image, fmt: str, **save) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **save)
+    return buffer.getvalue()
+
+
 def test_run_returns_labels_and_probabilities_for_several_images(service, tiny_data):
-    paths = images_of(tiny_data, 3)
-    out = service.run(json.dumps({"images": [b64(p) for p in paths]}))
-    assert len(out["predictions"]) == 3
+    body = json.dumps({"images": [b64(p.read_bytes()) for p in images_of(tiny_data, 3)]})
+    status, out = answer(service.run(request(body)))
+    assert status == 200 and len(out["predictions"]) == 3
     for prediction in out["predictions"]:
         probabilities = prediction["probabilities"]
         assert set(probabilities) == {"chickens", "turkeys"}
-        assert all(isinstance(v, float) for v in probabilities.values())
         assert abs(sum(probabilities.values()) - 1) < 1e-5
         assert prediction["label"] == max(probabilities, key=probabilities.get)
+
+
+def test_the_notebook_tensor_a_raw_body_and_multipart_agree(service, tiny_data):
+    path = images_of(tiny_data, 1)[0]
+    reference = answer(service.run(request(json.dumps({"images": [b64(path.read_bytes())]}))))
+    tensor = service._service.transform(Image.open(path).convert("RGB")).unsqueeze(0)
+    notebook = answer(service.run(request(json.dumps({"data": tensor.tolist()}))))
+    raw = answer(service.run(request(path.read_bytes(), "image/jpeg")))
+    builder = EnvironBuilder(method="POST", data={"a": (io.BytesIO(path.read_bytes()), "a.jpg"),
+                                                  "b": (io.BytesIO(path.read_bytes()), "b.jpg")})
+    multipart = answer(service.run(Request(builder.get_environ())))
+    assert reference[0] == notebook[0] == raw[0] == multipart[0] == 200
+    expected = reference[1]["predictions"][0]
+    assert notebook[1]["predictions"][0]["label"] == expected["label"]
+    assert raw[1]["predictions"] == [expected] and multipart[1]["predictions"] == [expected] * 2
+
+
+@pytest.mark.parametrize("fmt", ["WEBP", "TIFF", "BMP", "PNG"])
+def test_every_format_training_reads_is_served(service, fmt):
+    image = Image.new("RGB", (80, 60), (200, 50, 50))
+    assert answer(service.run(request(encoded(image, fmt), "application/octet-stream")))[0] == 200
+
+
+def test_a_sixteen_bit_png_is_scored_as_training_sees_it(service):
+    ramp = np.linspace(0, 65535, 96 * 96).reshape(96, 96).astype(np.uint16)
+    png16 = encoded(Image.fromarray(ramp), "PNG")
+    png8 = encoded(Image.fromarray((ramp >> 8).astype(np.uint8)), "PNG")
+    sixteen = answer(service.run(request(png16, "image/png")))[1]["predictions"][0]
+    eight = answer(service.run(request(png8, "image/png")))[1]["predictions"][0]
+    for label, p in sixteen["probabilities"].items():
+        assert abs(p - eight["probabilities"][label]) < 1e-3
 
 
 def test_init_finds_the_model_in_the_registered_layout(model_dir, tmp_path, monkeypatch):
@@ -75,68 +132,121 @@ def test_init_finds_the_model_in_the_registered_layout(model_dir, tmp_path, monk
     shutil.copytree(model_dir, nested)
     monkeypatch.setenv("AZUREML_MODEL_DIR", str(tmp_path / "azureml-models" / "fowl-classifier"
                                                  / "3"))
+    monkeypatch.setenv("SCORE_BACKEND", "auto")
     score.init()
     assert score._service.classes == ["chickens", "turkeys"]
     assert score._service.backend == "onnx"  # model.onnx travelled with the folder
 
 
-def test_onnx_is_served_when_present_and_agrees_with_torch(model_dir, tiny_data, monkeypatch):
-    path, difference = export_model_dir(str(model_dir), str(tiny_data))
+def test_onnx_and_int8_are_served_and_agree_with_torch(model_dir, tiny_data, monkeypatch,
+                                                       tmp_path, caplog):
+    caplog.set_level("INFO", logger="image_classifier.export")
+    folder = shutil.copytree(model_dir, tmp_path / "model")
+    path, difference, report = export_model_dir(str(folder), str(tiny_data), int8=True)
     assert path.name == "model.onnx" and difference <= 1e-4
-    body = json.dumps({"images": [b64(p) for p in images_of(tiny_data, 4)]})
-    monkeypatch.setenv("AZUREML_MODEL_DIR", str(model_dir))
+    assert "int8 gate on 16 val images: top-1 agreement" in caplog.text
+    assert (folder / "model.int8.onnx").is_file() == report["kept"]
+    body = json.dumps({"images": [b64(p.read_bytes()) for p in images_of(tiny_data, 4)]})
+    monkeypatch.setenv("AZUREML_MODEL_DIR", str(folder))
     results = {}
-    for backend in ("torch", "onnx"):
+    for backend in ("torch", "onnx") + (("int8",) if report["kept"] else ()):
         monkeypatch.setenv("SCORE_BACKEND", backend)
         score.init()
         assert score._service.backend == backend
         results[backend] = [[p["probabilities"][c] for c in ("chickens", "turkeys")]
-                            for p in score.run(body)["predictions"]]
+                            for p in answer(score.run(request(body)))[1]["predictions"]]
     assert np.allclose(results["torch"], results["onnx"], atol=1e-4)
+    if report["kept"]:
+        agree = np.argmax(results["torch"], 1) == np.argmax(results["int8"], 1)
+        assert agree.all()
+
+
+def test_the_int8_gate_removes_a_model_that_fails_it(model_dir, tiny_data, tmp_path,
+                                                     monkeypatch):
+    from image_classifier import export
+
+    folder = shutil.copytree(model_dir, tmp_path / "model")
+    monkeypatch.setattr(export, "AGREEMENT", 1.01)  # an impossible gate
+    _, _, report = export_model_dir(str(folder), str(tiny_data), int8=True)
+    assert report["kept"] is False and not (folder / "model.int8.onnx").exists()
+    monkeypatch.setenv("AZUREML_MODEL_DIR", str(folder))
+    monkeypatch.setenv("SCORE_BACKEND", "int8")
+    with pytest.raises(FileNotFoundError, match="model.int8.onnx does not exist"):
+        score.init()
+
+
+def test_the_model_file_is_readable_by_the_server_user(model_dir):
+    assert (model_dir / "model.pt").stat().st_mode & 0o044 == 0o044  # not mkstemp's 0600
 
 
 def _png_header_only(width: int, height: int) -> bytes:
-    """A PNG whose header claims a huge image: a decompression bomb is caught before decoding."""
-    buffer = io.BytesIO()
-    Image.new("L", (8, 8)).save(buffer, format="PNG")
-    data = bytearray(buffer.getvalue())
+    """A PNG whose header claims a huge image: refused before any pixel is decoded."""
+    data = bytearray(encoded(Image.new("L", (8, 8)), "PNG"))
     ihdr = struct.pack(">II", width, height) + bytes(data[24:29])
     data[16:29] = ihdr
     data[29:33] = struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
     return bytes(data)
 
 
-def _gif() -> str:
-    buffer = io.BytesIO()
-    Image.new("RGB", (8, 8)).save(buffer, format="GIF")
-    return base64.b64encode(buffer.getvalue()).decode()
+def _png_with_icc(megabytes: int) -> bytes:
+    """A tiny PNG carrying a huge compressed ICC profile chunk."""
+    data = encoded(Image.new("RGB", (8, 8)), "PNG")
+    profile = zlib.compress(b"\0" * megabytes * 2**20, 9)
+    chunk = b"iCCP" + b"icc\0\0" + profile
+    iccp = struct.pack(">I", len(chunk) - 4) + chunk + struct.pack(">I", zlib.crc32(chunk))
+    return data[:33] + iccp + data[33:]
 
 
-BAD_REQUESTS = {
-    "malformed JSON": ('{"images": [', 400, "not valid JSON"),
-    "not an object": ('["abc"]', 400, 'expected a JSON object {"images"'),
-    "wrong key": ('{"data": [[0.1, 0.2]]}', 400, 'expected a JSON object {"images"'),
-    "empty list": ('{"images": []}', 400, "at least one image"),
-    "wrong item type": ('{"images": [42]}', 400, "images[0] must be a base64 string"),
-    "bad base64": ('{"images": ["not base64!!"]}', 400, "images[0] is not valid base64"),
-    "not an image": (json.dumps({"images": [base64.b64encode(b"hello world").decode()]}), 400,
-                     "images[0] is not a readable JPEG or PNG image"),
-    "unsupported format": (json.dumps({"images": [_gif()]}), 415, "send JPEG or PNG"),
-    "too many images": (json.dumps({"images": ["aGk="] * 17}), 413, "17 images"),
-    "body over the cap": (json.dumps({"images": ["A" * (16 * 2**20)]}), 413, "the limit is"),
-    "decompression bomb": (json.dumps({"images": [base64.b64encode(
-        _png_header_only(30000, 30000)).decode()]}), 413, "decompression bomb protection"),
-    "bomb just over the limit": (json.dumps({"images": [base64.b64encode(
-        _png_header_only(6001, 6000)).decode()]}), 413, "larger than the limit of 36000000"),
+def _thin_png() -> bytes:
+    return encoded(Image.new("L", (1, 100_000)), "PNG")  # 177 bytes
+
+
+def _gif() -> bytes:
+    return encoded(Image.new("RGB", (8, 8)), "GIF")
+
+
+def j(body) -> str:
+    return json.dumps(body)
+
+
+HOSTILE = {
+    "malformed JSON": ('{"images": [', "application/json", 400, "not valid JSON"),
+    "not an object": ('["abc"]', "application/json", 400, "with 'images' or 'data'"),
+    "wrong key": (j({"pixels": [1]}), "application/json", 400, "with 'images' or 'data'"),
+    "empty list": (j({"images": []}), "application/json", 400, "non-empty list"),
+    "wrong item type": (j({"images": [42]}), "application/json", 400, "must be a base64 string"),
+    "bad base64": (j({"images": ["not base64!!"]}), "application/json", 400, "not valid base64"),
+    "data URL without data": (j({"images": ["data:x"]}), "application/json", 400,
+                              "not valid base64"),
+    "not an image": (j({"images": [b64(b"hello world")]}), "application/json", 400,
+                     "not a readable image"),
+    "GIF": (j({"images": [b64(_gif())]}), "application/json", 415, "send JPEG, PNG"),
+    "too many images": (j({"images": ["aGk="] * 17}), "application/json", 413, "17 images"),
+    "body over the cap": (j({"images": ["A" * (16 * 2**20)]}), "application/json", 413, ""),
+    "decompression bomb": (j({"images": [b64(_png_header_only(30000, 30000))]}),
+                           "application/json", 413, "larger than"),
+    "thin strip 1 x 100000": (_thin_png(), "image/png", 400, "aspect ratio"),
+    "2 MB ICC profile": (j({"images": [b64(_png_with_icc(2))]}), "application/json", 400,
+                         "not a readable image"),
+    "deeply nested JSON": ("[" * 100_000 + "]" * 100_000, "application/json", 400,
+                           "nests too deeply"),
+    "not UTF-8": (b"\xff\xfe\x00garbage", "application/json", 400, "not UTF-8"),
+    "form content type": (j({"images": []}), "application/x-www-form-urlencoded", 415,
+                          "Content-Type application/x-www-form-urlencoded is not accepted"),
+    "ragged data": (j({"data": [[[1, 2], [3]]]}), "application/json", 400, "ragged"),
+    "data of the wrong shape": (j({"data": [[[[0.0] * 8] * 8] * 3]}), "application/json", 400,
+                                "this model takes [N, 3, 32, 32]"),
+    "too many pixels in one request": (
+        j({"images": [b64(encoded(Image.new("L", (5000, 5000)), "PNG"))] * 3}),
+        "application/json", 413, "the limit per request"),
 }
 
 
-@pytest.mark.parametrize("case", BAD_REQUESTS, ids=list(BAD_REQUESTS))
-def test_bad_requests_get_a_4xx_with_a_message_in_process(service, case):
-    body, status, message = BAD_REQUESTS[case]
-    response = service.run(body)
-    assert response.status_code == status
-    assert message in json.loads(response.get_data())["error"]
+@pytest.mark.parametrize("case", HOSTILE, ids=list(HOSTILE))
+def test_hostile_requests_get_a_4xx_with_a_message_in_process(service, case):
+    body, content_type, status, message = HOSTILE[case]
+    got, out = answer(service.run(request(body, content_type)))
+    assert got == status and message in out["error"]
 
 
 # ---- the real inference server (gunicorn + azureml-inference-server-http) on loopback ----
@@ -150,61 +260,124 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
     port = _free_port()
-    log = (tmp_path_factory.mktemp("server") / "server.log").open("w")
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    log = log_path.open("w")
     env = server_env(ROOT / "endpoints" / "blue.yml", model_dir, {"SCORE_BACKEND": "torch"})
     process = subprocess.Popen(server_command(port), env=env, stdout=log,
                                stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_healthy(f"http://127.0.0.1:{port}/", process)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", process, log_path
     finally:
         process.terminate()
         process.wait(timeout=30)
 
 
-def post(url: str, body: bytes | str, timeout: float = 30) -> tuple[int, dict]:
+def post(url: str, body: bytes | str, content_type="application/json",
+         timeout: float = 30) -> tuple[int, dict]:
+    """POST as curl does: a server may answer 413 and close before the upload ends, and the
+    answer is still read."""
+    import http.client
+
     data = body.encode() if isinstance(body, str) else body
-    request = urllib.request.Request(f"{url}/score", data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
+        connection.putrequest("POST", "/score")
+        connection.putheader("Content-Type", content_type)
+        connection.putheader("Content-Length", str(len(data)))
+        connection.endheaders()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            connection.send(data)  # the server may refuse the body before it all arrives
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
+    finally:
+        connection.close()
+
+
+def _worker(master: int) -> int:
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    return int(children[0])
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
+
+
+def _peak_rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]
+               ) / 1024
 
 
 def test_http_round_trip_with_the_sample_request(server):
+    url, _, _ = server
     assert SAMPLE.stat().st_size < 64_000  # a small real JPEG, not a float tensor
-    status, body = post(server, SAMPLE.read_text())
-    assert status == 200
-    (prediction,) = body["predictions"]
-    assert prediction["label"] in ("chickens", "turkeys")
+    status, body = post(url, SAMPLE.read_text())
+    assert status == 200 and body["predictions"][0]["label"] in ("chickens", "turkeys")
 
 
-@pytest.mark.parametrize("case", BAD_REQUESTS, ids=list(BAD_REQUESTS))
-def test_bad_requests_over_http_leave_the_server_healthy(server, case):
-    body, status, message = BAD_REQUESTS[case]
-    got, answer = post(server, body)
-    assert got == status and message in answer["error"]
-    with urllib.request.urlopen(f"{server}/", timeout=10) as response:
-        assert response.status == 200
-    assert post(server, SAMPLE.read_text())[0] == 200
+def test_every_documented_client_over_http(server, tiny_data):
+    url, _, _ = server
+    path = images_of(tiny_data, 1)[0]
+    assert post(url, path.read_bytes(), "image/jpeg")[0] == 200  # curl --data-binary @img.jpg
+    boundary = "xYzBoundary"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.jpg\""
+            f"\r\nContent-Type: image/jpeg\r\n\r\n").encode() + path.read_bytes() + \
+        f"\r\n--{boundary}--\r\n".encode()
+    status, out = post(url, body, f"multipart/form-data; boundary={boundary}")
+    assert status == 200 and len(out["predictions"]) == 1
+    tensor = [[[[0.0] * 32] * 32] * 3]
+    assert post(url, json.dumps({"data": tensor}))[0] == 200
 
 
-def test_body_that_is_not_utf8_is_a_400(server):
-    assert post(server, b"\xff\xfe\x00garbage")[0] == 400
+def test_hostile_requests_over_http_cost_little_and_leave_the_worker_healthy(server):
+    url, master, _ = server
+    worker = _worker(master.pid)
+    assert post(url, SAMPLE.read_text())[0] == 200
+    baseline = _peak_rss_mb(worker)
+    for case, (body, content_type, status, message) in HOSTILE.items():
+        before = _cpu_seconds(worker)
+        got, out = post(url, body, content_type)
+        assert got == status and message in out.get("error", ""), (case, got, out)
+        assert _cpu_seconds(worker) - before < 1.5, case  # ~1 s of one worker's CPU at most
+        with urllib.request.urlopen(f"{url}/", timeout=10) as response:
+            assert response.status == 200
+    assert _peak_rss_mb(worker) - baseline < 200
+    assert _worker(master.pid) == worker  # the same worker: none died or was recycled
+    assert post(url, SAMPLE.read_text())[0] == 200
+
+
+def test_an_idle_connection_does_not_stall_other_clients(server):
+    url, _, _ = server
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as idle:
+        idle.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\n")  # and then nothing more
+        started = time.monotonic()
+        assert post(url, SAMPLE.read_text(), timeout=20)[0] == 200
+        assert time.monotonic() - started < 10
+
+
+def test_the_scoring_scripts_log_lines_reach_the_server_log(server):
+    url, _, log_path = server
+    assert post(url, SAMPLE.read_text())[0] == 200
+    time.sleep(0.5)
+    text = log_path.read_text()
+    assert "loaded torch model" in text and "scored 1 image(s)" in text
 
 
 @pytest.mark.slow
 def test_load_smoke_four_clients_twenty_seconds(server):
+    url, _, _ = server
     body = SAMPLE.read_text()
     deadline = time.monotonic() + 20
     counts, failures = [0] * 4, []
 
     def client(index: int) -> None:
         while time.monotonic() < deadline:
-            status, answer = post(server, body)
-            if status != 200 or "predictions" not in answer:
+            status, answer_ = post(url, body)
+            if status != 200 or "predictions" not in answer_:
                 failures.append(status)
             counts[index] += 1
 

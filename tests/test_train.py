@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -101,6 +102,7 @@ def test_killed_mid_run_then_resumed_equals_uninterrupted(tiny_data, tmp_path, m
     assert killed_at < epochs, "the run must be interrupted before its end"
 
     subprocess.run(command, check=True, capture_output=True)
+    assert_one_complete_run(mlflow_store, epochs)  # before the reference run adds its own
     reference = [sys.executable, "-m", "image_classifier.train",
                  *train_args(tiny_data, tmp_path / "straight", epochs=epochs)]
     subprocess.run(reference, check=True, capture_output=True, env=os.environ)
@@ -110,11 +112,25 @@ def test_killed_mid_run_then_resumed_equals_uninterrupted(tiny_data, tmp_path, m
     assert all(torch.equal(resumed[k], straight[k]) for k in straight)
 
 
+def assert_one_complete_run(uri: str, epochs: int) -> None:
+    """One MLflow run, with every parameter and exactly one value per epoch of every metric
+    (a kill between the checkpoint and the metrics must not lose that epoch's values)."""
+    client, run = _only_run(uri)
+    assert run.info.status == "FINISHED"
+    assert {"learning_rate", "epochs", "arch", "seed"} <= set(run.data.params)
+    for metric in (*METRICS, "skipped_images", "epoch_seconds"):
+        assert _steps(client, run, metric) == list(range(1, epochs + 1)), metric
+
+
 def test_register_name_registers_an_mlflow_model(tiny_data, tmp_path, mlflow_store):
     out = tmp_path / "out"
     assert main(train_args(tiny_data, out, epochs=1, register_name="fowl-test")) == 0
     client = MlflowClient(mlflow_store)
     (version,) = client.search_model_versions("name='fowl-test'")
     assert version.run_id == _only_run(mlflow_store)[1].info.run_id
-    files = {a.path for a in client.list_artifacts(version.run_id)} if version.run_id else set()
-    assert files  # the run holds the logged model
+    import mlflow
+
+    local = mlflow.artifacts.download_artifacts(artifact_uri=version.source,
+                                                dst_path=str(tmp_path / "registered"))
+    files = {path.name for path in Path(local).rglob("*")}
+    assert {"MLmodel", "model.pt", "model.json"} <= files  # the model and our model folder

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,8 +91,52 @@ def test_untrusted_inputs_never_reach_run_scripts():
     ("fowl-classifier", "100", False),
     ("azureml:fowl-classifier@latest", "10 $(reboot)", False),
     ("azureml:fowl-classifier@latest", "150", False),
+    ("azureml:fowl-classifier@latest", "", False),  # would delete the live deployment at once
+    ("azureml:fowl-classifier@latest", "0", False),
+    ("azureml:fowl-classifier@latest", "10 50", False),  # stops short of 100
+    ("azureml:fowl-classifier@latest", "50 10 100", False),
 ])
 def test_deploy_inputs_are_checked_before_use(model, steps, ok):
     result = subprocess.run(["bash", "scripts/check_deploy_inputs.sh", model, steps], cwd=ROOT,
                             capture_output=True, text=True)
     assert (result.returncode == 0) is ok
+
+
+AZ = ROOT / "tests" / "fixtures" / "az"
+
+
+@pytest.mark.parametrize(("recorded", "code", "reason"), [
+    ("endpoint-promoted.json", 0, "blue is idle"),
+    ("endpoint-mid-rollout.json", 1, "blue still gets traffic"),
+    ("endpoint-promoted-still-mirrored.json", 1, "blue still gets traffic"),
+    ("endpoint-updating.json", 1, "is Updating"),
+])
+def test_the_live_deployment_is_deleted_only_when_the_endpoint_reports_it_idle(recorded, code,
+                                                                               reason):
+    """Recorded `az ml online-endpoint show -o json` output, fed to the workflow's script."""
+    result = subprocess.run([sys.executable, "scripts/rollout.py", "idle", "--live", "blue",
+                             "--candidate", "green"], cwd=ROOT, capture_output=True, text=True,
+                            input=(AZ / recorded).read_text())
+    assert result.returncode == code and reason in result.stderr
+
+
+def test_unreadable_endpoint_json_is_not_taken_as_idle():
+    result = subprocess.run([sys.executable, "scripts/rollout.py", "idle", "--live", "blue",
+                             "--candidate", "green"], cwd=ROOT, capture_output=True, text=True,
+                            input="ERROR: (ResourceNotFound)")
+    assert result.returncode == 2
+
+
+def test_deploy_workflow_deletes_after_the_idle_check_and_rolls_back_any_later_failure():
+    steps = yaml.safe_load((WORKFLOWS / "deploy.yml").read_text())["jobs"]["deploy"]["steps"]
+    names = [step["name"] for step in steps]
+    shift, idle = names.index("Shift traffic in steps"), names.index(
+        "Confirm the old deployment is idle")
+    delete, rollback = names.index("Delete the old deployment"), names.index(
+        "Roll back to the old deployment")
+    assert shift < idle < delete < rollback  # a failed delete is still rolled back
+    assert steps[rollback]["if"] == "failure() && steps.shift.outputs.shifted == 'true'"
+    assert "rollout.py steps" in steps[shift]["run"]
+    assert 'echo "shifted=true"' in steps[shift]["run"].split("make shift")[0]
+    assert "rollout.py idle" in steps[idle]["run"]
+    assert "success()" not in str(steps[delete].get("if"))  # it follows the idle check

@@ -41,21 +41,34 @@ class TrainConfig:
         default=1024, metadata={"help": "RAM for decoded images per process (MB); 0 disables"}
     )
     seed: int = field(default=42, metadata={"help": "random seed (epoch streams derive from it)"})
-    precision: str = field(default="fp32", metadata={"help": "fp32 or bf16 (autocast)"})
-    channels_last: bool = field(default=False, metadata={"help": "NHWC memory format"})
+    precision: str = field(default="auto", metadata={
+        "help": "auto (bf16 where native, fp16 + loss scaling on V100/T4, else fp32), fp32, bf16 "
+                "or fp16"})
+    channels_last: str = field(default="auto", metadata={
+        "help": "NHWC memory format: auto (on with reduced precision), True or False",
+        "bare": "True"})
     skip_bad_images: bool = field(
         default=False, metadata={"help": "skip (and count) unreadable images instead of failing"}
     )
     export_onnx: bool = field(
         default=False, metadata={"help": "also write model.onnx (parity-checked) to the model dir"}
     )
+    export_int8: bool = field(default=False, metadata={
+        "help": "also write model.int8.onnx (static quantization calibrated on training images), "
+                "kept only if it passes the gate: top-1 agreement >= 99%, val acc within 1 point"})
     register_name: str = field(
         default="", metadata={"help": "log and register the model in MLflow under this name"}
     )
 
     def __post_init__(self) -> None:
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"--precision must be fp32 or bf16, got {self.precision!r}")
+        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ValueError(f"--precision must be auto, fp32, bf16 or fp16, got "
+                             f"{self.precision!r}")
+        if self.channels_last != "auto":
+            try:
+                self.channels_last = str(str2bool(self.channels_last))
+            except argparse.ArgumentTypeError as err:
+                raise ValueError(f"--channels_last: {err}") from None
         for name in ("epochs", "batch_size", "image_size", "step_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}")
@@ -96,9 +109,9 @@ def build_parser(config_cls: type = TrainConfig) -> argparse.ArgumentParser:
             kwargs["required"] = True
         else:
             kwargs["default"] = f.default
-        if kind == "bool":
+        if kind == "bool" or "bare" in f.metadata:  # `--flag` alone means True
             kwargs["nargs"] = "?"
-            kwargs["const"] = True
+            kwargs["const"] = f.metadata.get("bare", True)
         parser.add_argument(f"--{f.name}", **kwargs)
     return parser
 

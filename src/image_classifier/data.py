@@ -10,9 +10,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image, UnidentifiedImageError
 from torchvision import datasets, transforms
 from torchvision.datasets.folder import IMG_EXTENSIONS
+
+from .images import ImageError
+from .loading import ImageLoader, Problem, check, check_threads
 
 log = logging.getLogger(__name__)
 
@@ -40,22 +42,41 @@ def _cache_root() -> Path:
     return Path(base) / "image-classifier"
 
 
+def _remove_stale_extractions(cache: Path) -> None:
+    """A process killed mid-extraction (or a full disk) leaves <name>.tmp-<pid>: clear those
+    whose process is gone."""
+    for tmp in cache.glob("*.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        try:
+            os.kill(int(pid), 0)
+        except (ValueError, ProcessLookupError):
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:
+            continue  # alive, someone else's
+
+
 def extract_zip(zip_path: Path, cache_root: Path | None = None) -> Path:
     """Extract once per zip content version; concurrent ranks race safely via an atomic rename."""
     stat = zip_path.stat()
     identity = f"{zip_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
     key = hashlib.sha1(identity.encode()).hexdigest()
-    dest = (cache_root or _cache_root()) / f"{zip_path.stem}-{key[:12]}"
+    cache = cache_root or _cache_root()
+    dest = cache / f"{zip_path.stem}-{key[:12]}"
     if dest.is_dir():
         return dest
+    cache.mkdir(parents=True, exist_ok=True)
+    _remove_stale_extractions(cache)
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
-    tmp.parent.mkdir(parents=True, exist_ok=True)
     try:
         with zipfile.ZipFile(zip_path) as archive:
             archive.extractall(tmp)  # zipfile strips absolute and '..' members
     except zipfile.BadZipFile as err:
         shutil.rmtree(tmp, ignore_errors=True)
         raise DataError(f"{zip_path}: not a readable zip file ({err}).") from err
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise DataError(f"{zip_path}: extracting into {cache} failed ({err.strerror or err}). "
+                        "Free some space there, or set XDG_CACHE_HOME to a larger disk.") from err
     try:
         os.rename(tmp, dest)
     except OSError:  # another process finished first: use its copy
@@ -86,39 +107,6 @@ def resolve_data_root(data: str | os.PathLike, cache_root: Path | None = None) -
     )
 
 
-class ImageLoader:
-    """Open an image as RGB, letting libjpeg decode large JPEGs at a reduced scale.
-
-    ``draft`` picks the largest 1/2, 1/4 or 1/8 scale still at least ``min_side`` on both sides,
-    so a 12 MP photo is decoded at a fraction of the cost while the crop keeps its detail.
-    Decoded images are kept in RAM up to ``cache_bytes``: decoding is half the per-image CPU cost,
-    and on small datasets every epoch after the first then skips it. The cache lives in the
-    process that calls the loader (with workers, in each worker for one epoch).
-    """
-
-    def __init__(self, min_side: int, cache_bytes: int = 0):
-        self.min_side = min_side
-        self.cache_bytes = cache_bytes
-        self._cache: dict[str, Image.Image] = {}
-        self._cached_bytes = 0
-
-    def _decode(self, path: str) -> Image.Image:
-        with Image.open(path) as img:
-            if img.format == "JPEG":
-                img.draft("RGB", (self.min_side, self.min_side))
-            return img.convert("RGB")
-
-    def __call__(self, path: str) -> Image.Image:
-        image = self._cache.get(path)
-        if image is None:
-            image = self._decode(path)
-            size = image.width * image.height * 3
-            if self._cached_bytes + size <= self.cache_bytes:
-                self._cache[path] = image
-                self._cached_bytes += size
-        return image  # transforms return new images; the cached one is never modified
-
-
 def build_transforms(image_size: int, train: bool, mean=IMAGENET_MEAN, std=IMAGENET_STD):
     """Train: random resized crop + flip; eval: resize + center crop. Both normalize."""
     if train:
@@ -128,46 +116,62 @@ def build_transforms(image_size: int, train: bool, mean=IMAGENET_MEAN, std=IMAGE
     return transforms.Compose([*geometry, transforms.ToTensor(), transforms.Normalize(mean, std)])
 
 
-def _is_readable_image(path: str) -> bool:
-    try:
-        with Image.open(path) as img:
-            img.verify()
-        return True
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
-        return False
+def _walk_class(folder: str, others: list[str]) -> list[str]:
+    """Image files under one class folder, following links but never into a loop, twice into one
+    folder, or into another class's folder (whose images would get this class's label)."""
+    found, seen = [], set()
+    for root, dirs, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        inside_other = any(real == o or real.startswith(o + os.sep) for o in others)
+        if real in seen or inside_other:
+            log.warning("%s: not read (a link back into %s)", root,
+                        "a folder already read" if real in seen else "another class's folder")
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs.sort()
+        found += [os.path.join(root, f) for f in sorted(files)
+                  if f.lower().endswith(IMG_EXTENSIONS)]
+    return found
 
 
-def check_images(dataset: datasets.ImageFolder, skip_bad: bool) -> int:
-    """Fail on the first unreadable file, or drop them all and return how many were dropped."""
-    good = []
-    bad = []
-    for sample in dataset.samples:
-        (good if _is_readable_image(sample[0]) else bad).append(sample)
-    if bad and not skip_bad:
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise DataError(
-            f"{bad[0][0]}: not a readable image{more}. Remove or replace it, or pass "
-            "--skip_bad_images True to skip such files."
-        )
-    for path, _ in bad:
-        log.warning("skipping unreadable image %s", path)
-    dataset.samples = dataset.imgs = good
-    dataset.targets = [target for _, target in good]
-    return len(bad)
+class SafeImageFolder(datasets.ImageFolder):
+    """ImageFolder whose walk is loop-safe and whose unreadable samples come back as Problems."""
+
+    @staticmethod
+    def make_dataset(directory, class_to_idx, extensions=None, is_valid_file=None,
+                     allow_empty=False):
+        reals = {name: os.path.realpath(os.path.join(directory, name)) for name in class_to_idx}
+        instances = []
+        for name, index in sorted(class_to_idx.items()):
+            others = [r for other, r in reals.items() if other != name]
+            instances += [(path, index) for path in
+                          _walk_class(os.path.join(directory, name), others)]
+        if not instances and not allow_empty:
+            raise FileNotFoundError(f"Found no valid file for the classes {sorted(class_to_idx)}")
+        return instances
+
+    def __getitem__(self, index: int):
+        path, target = self.samples[index]
+        try:
+            sample = self.loader(path)
+        except ImageError as err:
+            return Problem(path, str(err))
+        return self.transform(sample), target
 
 
 @dataclass
 class DataBundle:
     root: Path
-    train: datasets.ImageFolder
-    val: datasets.ImageFolder
+    train: SafeImageFolder
+    val: SafeImageFolder
     classes: list[str]
     skipped: int
 
 
-def _image_folder(split_dir: Path, transform, loader) -> datasets.ImageFolder:
+def _image_folder(split_dir: Path, transform, loader) -> SafeImageFolder:
     try:
-        dataset = datasets.ImageFolder(str(split_dir), transform=transform, loader=loader)
+        dataset = SafeImageFolder(str(split_dir), transform=transform, loader=loader)
     except FileNotFoundError as err:
         raise DataError(
             f"{split_dir}: no images found ({err}). Each split needs one sub-folder per class "
@@ -179,6 +183,23 @@ def _image_folder(split_dir: Path, transform, loader) -> datasets.ImageFolder:
         log.warning("%s: ignored %d file(s) of a type ImageFolder does not read (%s), e.g. %s",
                     split_dir, len(ignored), " ".join(IMG_EXTENSIONS), ignored[0])
     return dataset
+
+
+def check_images(splits: list[SafeImageFolder], loader: ImageLoader, skip_bad: bool) -> int:
+    """Decode every image (filling the cache); fail on unreadable ones naming the first, or drop
+    them all and return how many were dropped."""
+    bad = check([path for ds in splits for path, _ in ds.samples], loader, check_threads())
+    if bad and not skip_bad:
+        first, problem = next(iter(bad.items()))
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise DataError(f"{first}: {problem}{more}. Remove or replace it, or pass "
+                        "--skip_bad_images True to skip such files.")
+    for path, problem in bad.items():
+        log.warning("skipping %s: %s", path, problem)
+    for dataset in splits:
+        dataset.samples = dataset.imgs = [s for s in dataset.samples if s[0] not in bad]
+        dataset.targets = [target for _, target in dataset.samples]
+    return len(bad)
 
 
 def build_datasets(data: str | os.PathLike, image_size: int, skip_bad_images: bool = False,
@@ -194,7 +215,7 @@ def build_datasets(data: str | os.PathLike, image_size: int, skip_bad_images: bo
             f"{root}: train/ and val/ must hold the same class folders; only in train: "
             f"{only_train or '-'}, only in val: {only_val or '-'}."
         )
-    skipped = check_images(train, skip_bad_images) + check_images(val, skip_bad_images)
+    skipped = check_images([train, val], loader, skip_bad_images)
     for split, ds in (("train", train), ("val", val)):
         if not ds.samples:
             raise DataError(f"{root / split}: every image was unreadable; nothing left to use.")

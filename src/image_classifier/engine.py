@@ -1,15 +1,29 @@
-"""One epoch of training and one pass of evaluation; metrics as all-reduced sums and counts."""
+"""One epoch of training and one pass of evaluation; metrics as all-reduced sums and counts.
+
+Batches are (images, targets, problems): unreadable samples arrive as Problems (loading.py).
+With --skip_bad_images they are skipped and counted; without it the pass stops with an error
+naming the file, on every rank at the same step (training syncs a two-number flag per step, so no
+rank waits on one that stopped; evaluation, whose shards may differ by a batch, decides at its
+final all-reduce).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 
+from .data import DataError
 from .distributed import DistContext, all_reduce_sum
+
+
+class BadSampleError(DataError):
+    """An image could not be read during a pass and --skip_bad_images is off."""
 
 
 @dataclass
@@ -18,18 +32,23 @@ class PassResult:
     acc: float
     count: int
     confusion: list[list[int]] | None = None
+    skipped: int = 0
 
 
-def seed_epoch(seed: int, epoch: int) -> None:
-    """Every epoch draws from its own streams, so a resumed run repeats an uninterrupted one."""
-    value = seed * 10_007 + epoch
+def seed_epoch(seed: int, epoch: int, rank: int = 0) -> None:
+    """Every (epoch, rank) draws from its own streams: ranks augment independently, and a
+    resumed run repeats an uninterrupted one exactly."""
+    digest = hashlib.sha256(f"{seed}:{epoch}:{rank}".encode()).digest()
+    value = int.from_bytes(digest[:8], "little") % 2**63
     random.seed(value)
     np.random.seed(value % 2**32)
     torch.manual_seed(value)
 
 
-def _autocast(ctx: DistContext, precision: str):
-    return torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+def autocast(ctx: DistContext, precision: str):
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    return torch.autocast(ctx.device.type, dtype=dtype or torch.float32,
+                          enabled=dtype is not None)
 
 
 def _to_device(images, targets, ctx: DistContext, channels_last: bool):
@@ -39,32 +58,68 @@ def _to_device(images, targets, ctx: DistContext, channels_last: bool):
     return images, targets.to(ctx.device, non_blocking=non_blocking)
 
 
-def _reduce(loss_sum, correct, count, ctx, confusion=None) -> PassResult:
-    parts = [torch.tensor([loss_sum, correct, count], dtype=torch.float64)]
+def _raise_bad(problems: list, ctx: DistContext) -> None:
+    """Every rank raises with the first bad file any rank found."""
+    found = list(problems)
+    if ctx.is_distributed:
+        gathered = [None] * ctx.world_size
+        dist.all_gather_object(gathered, found)
+        found = [p for part in gathered for p in (part or [])]
+    first = found[0] if found else None
+    where = f"{first.path}: {first.message}" if first else "an image on another rank"
+    raise BadSampleError(f"{where} (found while reading it for training). Remove or replace it, "
+                         "or pass --skip_bad_images True to skip such files.")
+
+
+def _step_ready(count: int, problems: list, skip_bad: bool, ctx: DistContext) -> bool:
+    """Whether every rank can take this step; raises everywhere if any rank must stop."""
+    fatal = 0 if skip_bad else len(problems)
+    if not ctx.is_distributed:
+        if fatal:
+            _raise_bad(problems, ctx)
+        return count > 0
+    flags = all_reduce_sum(torch.tensor([fatal, int(count == 0)], dtype=torch.float64), ctx)
+    if flags[0] > 0:
+        _raise_bad(problems if fatal else [], ctx)
+    return flags[1] == 0  # a rank with nothing left in this batch: all skip the step together
+
+
+def _reduce(loss_sum, correct, count, ctx, confusion=None, skipped=0) -> PassResult:
+    parts = [torch.tensor([loss_sum, correct, count, skipped], dtype=torch.float64)]
     if confusion is not None:
         parts.append(confusion.flatten().to(torch.float64))
     totals = all_reduce_sum(torch.cat(parts), ctx)
-    loss_sum, correct, count = totals[:3].tolist()
+    loss_sum, correct, count, skipped = totals[:4].tolist()
     matrix = None
     if confusion is not None:
-        matrix = totals[3:].round().long().view_as(confusion).tolist()
+        matrix = totals[4:].round().long().view_as(confusion).tolist()
     count = int(count)
-    return PassResult(loss_sum / max(count, 1), correct / max(count, 1), count, matrix)
+    return PassResult(loss_sum / max(count, 1), correct / max(count, 1), count, matrix,
+                      int(skipped))
 
 
 def train_one_epoch(model: nn.Module, loader, optimizer, criterion, ctx: DistContext,
-                    precision: str = "fp32", channels_last: bool = False,
-                    progress=None) -> PassResult:
+                    precision: str = "fp32", channels_last: bool = False, progress=None,
+                    skip_bad: bool = False, scaler=None) -> PassResult:
     model.train()
-    loss_sum, correct, count = 0.0, 0, 0
-    for images, targets in loader:
+    loss_sum, correct, count, skipped = 0.0, 0, 0, 0
+    for images, targets, problems in loader:
+        if not _step_ready(targets.numel(), problems, skip_bad, ctx):
+            skipped += len(problems)
+            continue
+        skipped += len(problems)
         images, targets = _to_device(images, targets, ctx, channels_last)
         optimizer.zero_grad(set_to_none=True)
-        with _autocast(ctx, precision):
+        with autocast(ctx, precision):
             logits = model(images)
             loss = criterion(logits, targets)
-        loss.backward()
-        optimizer.step()
+        if scaler is not None:  # fp16: scale the loss so small gradients do not underflow
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
         batch = targets.numel()
         loss_sum += loss.item() * batch
         correct += (logits.argmax(1) == targets).sum().item()
@@ -72,18 +127,23 @@ def train_one_epoch(model: nn.Module, loader, optimizer, criterion, ctx: DistCon
         if progress is not None:
             progress.update(1)
             progress.set_postfix(loss=f"{loss_sum / count:.4f}", acc=f"{correct / count:.3f}")
-    return _reduce(loss_sum, correct, count, ctx)
+    return _reduce(loss_sum, correct, count, ctx, skipped=skipped)
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader, criterion, ctx: DistContext, num_classes: int,
-             precision: str = "fp32", channels_last: bool = False) -> PassResult:
+             precision: str = "fp32", channels_last: bool = False,
+             skip_bad: bool = False) -> PassResult:
     model.eval()
     loss_sum, correct, count = 0.0, 0, 0
     confusion = torch.zeros(num_classes, num_classes, dtype=torch.long)
-    for images, targets in loader:
+    bad: list = []
+    for images, targets, problems in loader:
+        bad += problems
+        if targets.numel() == 0:
+            continue
         images, targets = _to_device(images, targets, ctx, channels_last)
-        with _autocast(ctx, precision):
+        with autocast(ctx, precision):
             logits = model(images)
             loss = criterion(logits.float(), targets)
         predictions = logits.argmax(1)
@@ -92,4 +152,7 @@ def evaluate(model: nn.Module, loader, criterion, ctx: DistContext, num_classes:
         count += targets.numel()
         pairs = targets.cpu() * num_classes + predictions.cpu()
         confusion += torch.bincount(pairs, minlength=num_classes**2).view(num_classes, num_classes)
-    return _reduce(loss_sum, correct, count, ctx, confusion)
+    result = _reduce(loss_sum, correct, count, ctx, confusion, skipped=len(bad))
+    if not skip_bad and result.skipped:  # every rank sees the same total: all raise together
+        _raise_bad(bad, ctx)
+    return result

@@ -24,6 +24,7 @@ from .data import DataError, build_datasets
 from .distributed import DistContext
 from .engine import evaluate
 from .inference import load_model
+from .loading import collate
 from .tracking import confusion_figure
 
 log = logging.getLogger("image_classifier.evaluate")
@@ -37,7 +38,8 @@ def evaluate_model(model_dir: str, data: str, batch_size: int = 32) -> dict:
                         f"{loaded.classes}.")
     bundle.val.transform = loaded.transform
     ctx = DistContext(0, 1, 0, torch.device("cpu"))
-    result = evaluate(loaded.model, DataLoader(bundle.val, batch_size=batch_size),
+    result = evaluate(loaded.model, DataLoader(bundle.val, batch_size=batch_size,
+                                               collate_fn=collate),
                       torch.nn.CrossEntropyLoss(), ctx, len(loaded.classes))
     matrix = np.array(result.confusion)
     recall = matrix.diagonal() / np.maximum(matrix.sum(axis=1), 1)

@@ -41,7 +41,8 @@ def find_model_file(root: str | os.PathLike) -> Path:
 def load_model(root: str | os.PathLike) -> LoadedModel:
     """Rebuild through the training builders; weights_only loading never unpickles code."""
     ckpt = checkpoint.load(find_model_file(root))
-    model = build_model(ckpt["arch"], len(ckpt["classes"]), weights="none")
+    model = build_model(ckpt["arch"], len(ckpt["classes"]), "none",
+                        image_size=ckpt["image_size"])
     model.load_state_dict(ckpt["model"])
     model.eval()
     transform = build_transforms(ckpt["image_size"], train=False, mean=ckpt["mean"],

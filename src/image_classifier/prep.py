@@ -19,6 +19,7 @@ from PIL import Image
 
 from .config import str2bool
 from .data import DataError, build_datasets, resize_size
+from .images import ImageError
 
 log = logging.getLogger("image_classifier.prep")
 
@@ -32,19 +33,31 @@ def resize_shorter_side(image: Image.Image, side: int) -> Image.Image:
 
 
 def prep(data: str, output: Path, image_size: int, skip_bad_images: bool) -> dict:
+    """Every image is decoded for real by the check in build_datasets (the same decoder as
+    training and serving); one that fails only now is skipped with --skip_bad_images, else an
+    error naming it."""
     bundle = build_datasets(data, image_size, skip_bad_images)
     side = resize_size(image_size)
     counts: dict[str, dict[str, int]] = {}
+    skipped = bundle.skipped
     for split, dataset in (("train", bundle.train), ("val", bundle.val)):
         counts[split] = dict.fromkeys(bundle.classes, 0)
         for path, target in dataset.samples:
             label = bundle.classes[target]
+            try:
+                image = dataset.loader(path)
+            except ImageError as err:
+                if not skip_bad_images:
+                    raise DataError(f"{path}: {err}. Remove or replace it, or pass "
+                                    "--skip_bad_images True") from None
+                skipped += 1
+                continue
             destination = output / split / label / f"{Path(path).stem}.jpg"
             destination.parent.mkdir(parents=True, exist_ok=True)
-            resize_shorter_side(dataset.loader(path), side).save(destination, quality=95)
+            resize_shorter_side(image, side).save(destination, quality=95)
             counts[split][label] += 1
     report = {"source": str(bundle.root), "image_size": image_size, "shorter_side": side,
-              "classes": bundle.classes, "counts": counts, "skipped_unreadable": bundle.skipped}
+              "classes": bundle.classes, "counts": counts, "skipped_unreadable": skipped}
     (output / "prep_report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 

@@ -1,42 +1,50 @@
-"""Scoring script for Azure ML online endpoints: the init()/run() contract.
+"""Scoring script for Azure ML online endpoints: init()/run(), with raw HTTP access.
 
-Request:  {"images": ["<base64 JPEG or PNG>", ...]}   (the server preprocesses; one forward pass)
-Response: {"predictions": [{"label": "chickens", "probabilities": {"chickens": 0.93, ...}}, ...]}
+Every client Azure's documentation shows (`make serve-local`; README "Serving" has a curl line
+and a Python client for each):
+  POST application/json   {"images": ["<base64 image>", ...]}        (data: URLs too)
+  POST application/json   {"data": [N x 3 x S x S floats]}          (already preprocessed, as
+                          the Azure fowl notebook sends it; S is the model's image size)
+  POST image/jpeg, image/png, ...   one raw image (curl --data-binary @img.jpg)
+  POST multipart/form-data          one or more image files (requests.post(url, files=...))
+Response: {"predictions": [{"label": "chickens", "probabilities": {"chickens": 0.93, ...}}]}
 
-init() finds model.pt under AZUREML_MODEL_DIR (a registered model nests it; a job output does
-not), rebuilds the network with the training code's builders and loads weights with
-weights_only=True; with model.onnx beside it, onnxruntime serves instead (SCORE_BACKEND=torch
-or onnx forces one). SCORE_THREADS caps threads per server worker (WORKER_COUNT workers).
-Bad requests get a 4xx JSON error, never a 500, and leave the worker healthy.
-
-The inference server loads this file by path, so imports are absolute (code: ../src is on
-sys.path as the app root).
+No request can hurt the worker: the body is capped while it is read; JSON that is not UTF-8 or
+nests too deeply is a 400; images are checked from their headers (format, width, height, aspect
+ratio, and the pixels a request would decode) before any is decoded; every decoder error is a
+4xx (src/image_classifier/images.py, the decoder training uses too). init() loads model.pt with
+weights_only=True, or model.onnx / model.int8.onnx with onnxruntime (SCORE_BACKEND=auto|torch|
+onnx|int8; auto serves the int8 model when export kept it, else fp32 ONNX, else torch).
+The inference server loads this file by path: imports are absolute (code: ../src is the root).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import io
 import json
 import logging
 import os
+import sys
 import time
-import warnings
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
 
-from image_classifier.data import build_transforms, resize_size
-from image_classifier.inference import find_model_file, load_model
+from image_classifier.images import ImageError, Limits, inspect, open_image
+from image_classifier.predict import Service, predict, predict_tensor
 
 MAX_IMAGES = int(os.environ.get("SCORE_MAX_IMAGES", "16"))
 MAX_BODY_BYTES = int(os.environ.get("SCORE_MAX_BODY_BYTES", str(16 * 2**20)))
-MAX_PIXELS = int(os.environ.get("SCORE_MAX_PIXELS", str(36_000_000)))  # per image (6000 x 6000)
-Image.MAX_IMAGE_PIXELS = MAX_PIXELS  # Pillow's bomb guard, at our limit (warns above, errs 2x)
+MAX_REQUEST_PIXELS = int(os.environ.get("SCORE_MAX_REQUEST_PIXELS", str(64_000_000)))
+LIMITS = Limits()
+IMAGE_TYPES = {"image/jpeg", "image/jpg", "image/png", "image/webp", "image/tiff", "image/bmp",
+               "image/x-portable-pixmap", "image/mpo", "application/octet-stream"}
+USAGE = ('POST {"images": ["<base64 image>", ...]} or {"data": [N x 3 x S x S floats]} as '
+         "application/json, a raw image body (Content-Type: image/jpeg or image/png), or "
+         "multipart/form-data files")
 log = logging.getLogger("image_classifier.score")
-_service = None
+_service: Service | None = None
 
 
 class RequestError(ValueError):
@@ -45,65 +53,50 @@ class RequestError(ValueError):
         self.status = status
 
 
-class Service:
-    """The loaded model: classes, eval transform and a batch -> probabilities function."""
-
-    def __init__(self, model_dir: str, backend: str = "auto"):
-        folder = find_model_file(model_dir).parent
-        onnx_path = folder / "model.onnx"
-        threads = int(os.environ.get("SCORE_THREADS", "0"))  # per worker; 0: the library default
-        if threads:
-            torch.set_num_threads(threads)
-        self.backend = "onnx" if backend == "onnx" or (backend == "auto" and
-                                                       onnx_path.is_file()) else "torch"
-        if self.backend == "onnx":
-            import onnxruntime
-
-            meta = json.loads((folder / "model.json").read_text())
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = threads
-            self.session = onnxruntime.InferenceSession(str(onnx_path), options,
-                                                        providers=["CPUExecutionProvider"])
-        else:
-            loaded = load_model(folder)
-            self.model, meta = loaded.model, loaded.metadata
-        self.classes = list(meta["classes"])
-        self.min_side = resize_size(meta["image_size"])
-        self.transform = build_transforms(meta["image_size"], train=False, mean=meta["mean"],
-                                          std=meta["std"])
-
-    def probabilities(self, batch: torch.Tensor) -> np.ndarray:
-        if self.backend == "onnx":
-            logits = self.session.run(["logits"], {"input": batch.numpy()})[0]
-            shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-            return shifted / shifted.sum(axis=1, keepdims=True)
-        with torch.inference_mode():
-            return torch.softmax(self.model(batch).float(), dim=1).numpy()
+def _log_to_stdout() -> None:
+    """The server keeps its own loggers; these lines ("loaded ...", "scored ...") reach its log."""
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
 
 
-def parse_request(raw) -> list[bytes]:
-    if isinstance(raw, bytes | bytearray):
-        raw = raw.decode("utf-8", errors="strict")
-    if len(raw) > MAX_BODY_BYTES:
-        raise RequestError(413, f"request body is {len(raw)} bytes; the limit is "
-                                f"{MAX_BODY_BYTES}. Send fewer or smaller images per request")
+def init() -> None:
+    global _service
+    _log_to_stdout()
+    model_dir = os.environ.get("AZUREML_MODEL_DIR", "")
+    _service = Service(model_dir, os.environ.get("SCORE_BACKEND", "auto"))
+    log.info("loaded %s model (%s) for %s from %s", _service.backend, _service.model_file,
+             _service.classes, model_dir)
+
+
+def _json_body(raw: bytes):
     try:
-        body = json.loads(raw)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RequestError(400, "the request body is not UTF-8 text; send JSON, or an image "
+                                "with Content-Type: image/jpeg") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise RequestError(400, "the request JSON nests too deeply") from None
     except ValueError as err:
-        raise RequestError(400, f"request body is not valid JSON ({err})") from None
-    images = body.get("images") if isinstance(body, dict) else None
-    if not isinstance(images, list) or not images:
-        raise RequestError(400, 'expected a JSON object {"images": ["<base64 JPEG or PNG>", '
-                                '...]} with at least one image')
-    if len(images) > MAX_IMAGES:
-        raise RequestError(413, f"{len(images)} images in one request; the limit is "
-                                f"{MAX_IMAGES}")
+        raise RequestError(400, f"the request body is not valid JSON ({err})") from None
+
+
+def _base64_images(items) -> list[bytes]:
+    if not isinstance(items, list) or not items:
+        raise RequestError(400, f"'images' must be a non-empty list. {USAGE}")
+    if len(items) > MAX_IMAGES:
+        raise RequestError(413, f"{len(items)} images in one request; the limit is {MAX_IMAGES}")
     decoded = []
-    for index, item in enumerate(images):
+    for index, item in enumerate(items):
         if not isinstance(item, str):
             raise RequestError(400, f"images[{index}] must be a base64 string, got "
                                     f"{type(item).__name__}")
-        payload = item.split(",", 1)[1] if item.startswith("data:") else item  # data URLs too
+        payload = item.split(",", 1)[1] if item.startswith("data:") and "," in item else item
         try:
             decoded.append(base64.b64decode(payload, validate=True))
         except (binascii.Error, ValueError):
@@ -111,55 +104,104 @@ def parse_request(raw) -> list[bytes]:
     return decoded
 
 
-def decode_image(data: bytes, index: int, min_side: int = 0) -> Image.Image:
-    """Reject non-images and decompression bombs before decoding any pixels; decode large
-    JPEGs at a reduced scale still at least ``min_side`` (the eval resize) on both sides."""
+def _tensor(data, size: int) -> torch.Tensor:
+    """{"data": N x 3 x S x S}: checked for shape, count and finite numbers before any work."""
+    if not isinstance(data, list) or not data:
+        raise RequestError(400, f"'data' must be a non-empty N x 3 x {size} x {size} list")
+    if len(data) > MAX_IMAGES:
+        raise RequestError(413, f"{len(data)} images in one request; the limit is {MAX_IMAGES}")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))  # reads the header only
-            if image.format not in ("JPEG", "PNG"):
-                raise RequestError(415, f"images[{index}] is {image.format}; send JPEG or PNG")
-            if min_side and image.format == "JPEG":
-                image.draft("RGB", (min_side, min_side))
-            return image.convert("RGB")
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise RequestError(413, f"images[{index}] is larger than the limit of {MAX_PIXELS} "
-                                "pixels (decompression bomb protection)") from None
-    except UnidentifiedImageError:
-        raise RequestError(400, f"images[{index}] is not a readable JPEG or PNG image") from None
-    except OSError as err:
-        raise RequestError(400, f"images[{index}] could not be decoded ({err})") from None
+        array = np.asarray(data, dtype=np.float32)
+    except (ValueError, TypeError):
+        raise RequestError(400, f"'data' must be N x 3 x {size} x {size} numbers (a ragged or "
+                                "non-numeric list was sent)") from None
+    if array.ndim != 4 or array.shape[1:] != (3, size, size):
+        raise RequestError(400, f"'data' has shape {list(array.shape)}; this model takes "
+                                f"[N, 3, {size}, {size}] (N up to {MAX_IMAGES}), normalized as "
+                                "in training")
+    if not np.isfinite(array).all():
+        raise RequestError(400, "'data' holds NaN or infinite values")
+    return torch.from_numpy(array)
 
 
-def predict(service: Service, images: list[Image.Image]) -> list[dict]:
-    """Pure: PIL images -> labels and per-class probabilities, one forward pass."""
-    batch = torch.stack([service.transform(image) for image in images])
-    probabilities = service.probabilities(batch)
-    return [{"label": service.classes[int(row.argmax())],
-             "probabilities": {c: round(float(p), 6) for c, p in zip(service.classes, row,
-                                                                     strict=True)}}
-            for row in probabilities]
+def parse(request) -> list[bytes] | torch.Tensor:
+    """The request -> image bytes to decode, or an already preprocessed batch."""
+    if request.method != "POST":
+        raise RequestError(405, f"use POST. {USAGE}")
+    request.max_content_length = MAX_BODY_BYTES
+    mimetype = (request.mimetype or "").lower()
+    if mimetype == "multipart/form-data":
+        files = [f.read(MAX_BODY_BYTES + 1) for f in request.files.values()]
+        if not files:
+            raise RequestError(400, f"the multipart request holds no file. {USAGE}")
+        if len(files) > MAX_IMAGES:
+            raise RequestError(413, f"{len(files)} images in one request; the limit is "
+                                    f"{MAX_IMAGES}")
+        return files
+    body = request.get_data(cache=False)
+    if mimetype in IMAGE_TYPES:
+        return [body]
+    if mimetype not in ("application/json", "text/json", "text/plain", ""):
+        raise RequestError(415, f"Content-Type {mimetype} is not accepted. {USAGE} (curl: "
+                                "-H 'Content-Type: application/json' --data-binary @file.json)")
+    payload = _json_body(body)
+    if isinstance(payload, dict) and "images" in payload:
+        return _base64_images(payload["images"])
+    if isinstance(payload, dict) and "data" in payload:
+        return _tensor(payload["data"], _service.image_size)
+    raise RequestError(400, f"expected a JSON object with 'images' or 'data'. {USAGE}")
 
 
-def init() -> None:
-    global _service
-    model_dir = os.environ.get("AZUREML_MODEL_DIR", "")
-    _service = Service(model_dir, os.environ.get("SCORE_BACKEND", "auto"))
-    log.info("loaded %s model for %s from %s", _service.backend, _service.classes, model_dir)
+def decode(blobs: list[bytes]) -> list:
+    """Every header first (the whole request refused before any pixel is decoded), then the
+    pixels, at a reduced scale for large JPEGs."""
+    side, cost = _service.min_side, 0
+    for index, blob in enumerate(blobs):
+        try:
+            cost += inspect(blob, side, LIMITS)
+        except ImageError as err:
+            raise RequestError(err.status, f"images[{index}] {err}") from None
+    if cost > MAX_REQUEST_PIXELS:
+        raise RequestError(413, f"the images would decode to {cost} pixels; the limit per "
+                                f"request is {MAX_REQUEST_PIXELS}. Send fewer or smaller images")
+    try:
+        return [open_image(blob, side, LIMITS) for blob in blobs]
+    except ImageError as err:
+        raise RequestError(err.status, f"an image {err}") from None
 
 
-def run(raw_data):
+def _error(status: int, message: str):
+    from azureml_inference_server_http.api.aml_response import AMLResponse
+
+    log.warning("rejected request (%d): %s", status, message)
+    return AMLResponse({"error": message}, status, json_str=True)
+
+
+def _rawhttp(func):
+    """The server's @rawhttp when it is installed (it is in the serving image)."""
+    try:
+        from azureml_inference_server_http.api.aml_request import rawhttp
+    except ImportError:
+        return func
+    return rawhttp(func)
+
+
+@_rawhttp
+def run(request):
     started = time.perf_counter()
     try:
-        images = [decode_image(data, i, _service.min_side)
-                  for i, data in enumerate(parse_request(raw_data))]
-        result = {"predictions": predict(_service, images)}
-    except (RequestError, UnicodeDecodeError) as err:
-        status = getattr(err, "status", 400)
-        log.warning("rejected request (%d): %s", status, err)
-        from azureml_inference_server_http.api.aml_response import AMLResponse
-
-        return AMLResponse({"error": str(err)}, status, json_str=True)
-    log.info("scored %d image(s) in %.1f ms", len(images), (time.perf_counter() - started) * 1e3)
-    return result
+        parsed = parse(request)
+        if isinstance(parsed, torch.Tensor):
+            predictions = predict_tensor(_service, parsed)
+        else:
+            predictions = predict(_service, decode(parsed))
+    except RequestError as err:
+        return _error(err.status, str(err))
+    except Exception as err:  # noqa: BLE001 - werkzeug's 413 and other client-side failures
+        status = getattr(err, "code", None)
+        if isinstance(status, int) and 400 <= status < 500:
+            return _error(status, getattr(err, "description", str(err)))
+        raise
+    log.info("scored %d image(s) in %.1f ms", len(predictions),
+             (time.perf_counter() - started) * 1e3)
+    return {"predictions": predictions}

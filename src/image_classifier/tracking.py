@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 import matplotlib
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 class NullTracker:
     run_id: str | None = None
 
+    def complete(self, params: dict, history: list[dict]) -> None: ...
     def log_params(self, params: dict) -> None: ...
     def log_metrics(self, metrics: dict, step: int) -> None: ...
     def log_dict(self, data: dict, name: str) -> None: ...
@@ -32,16 +34,41 @@ class NullTracker:
 
 
 class MlflowTracker(NullTracker):
+    """Which run a resumed training logs to: the environment's (MLFLOW_RUN_ID) wins. On Azure it
+    is the job's own run, and a low-priority node that is preempted retries the same job, so it
+    is also the run the checkpoint names; a different one means a new job continues this
+    checkpoint folder, and that job's run is where its user looks. Without MLFLOW_RUN_ID (a
+    plain `python -m ...` run) the checkpoint's run continues. Either way `complete` gives the
+    run what it lacks: the parameters, and every epoch of the checkpoint's history."""
+
     def __init__(self, resume_run_id: str | None = None):
         import mlflow
 
         self._mlflow = mlflow
-        # MLFLOW_RUN_ID (set by Azure ML or a local runner) wins; else continue the run a
-        # preempted local training started, so a resumed run keeps one metric history.
-        run_id = None if os.environ.get("MLFLOW_RUN_ID") else resume_run_id
-        run = mlflow.start_run(run_id=run_id)
+        run = mlflow.start_run(run_id=None if os.environ.get("MLFLOW_RUN_ID") else resume_run_id)
         self.run_id = run.info.run_id
         log.info("MLflow run %s (tracking URI %s)", self.run_id, mlflow.get_tracking_uri())
+
+    def complete(self, params: dict, history: list[dict]) -> None:
+        """Log the params if the run has none; re-log any epoch of `history` the run lacks (a
+        kill between the checkpoint and the metrics, or a run that is new to this checkpoint)."""
+        from mlflow.entities import Metric
+
+        client = self._mlflow.tracking.MlflowClient()
+        if not client.get_run(self.run_id).data.params:
+            self.log_params(params)
+            self.log_dict(params, "config.json")
+        missing = []
+        keys = sorted({k for row in history for k in row if k != "epoch"})
+        for key in keys:
+            have = {m.step for m in client.get_metric_history(self.run_id, key)}
+            now = int(time.time() * 1000)
+            missing += [Metric(key, float(row[key]), now, row["epoch"]) for row in history
+                        if key in row and row["epoch"] not in have]
+        if missing:
+            client.log_batch(self.run_id, metrics=missing)
+            log.info("MLflow run %s: logged %d metric value(s) of earlier epochs it lacked",
+                     self.run_id, len(missing))
 
     def log_params(self, params: dict) -> None:
         self._mlflow.log_params(params)

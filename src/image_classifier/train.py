@@ -2,7 +2,7 @@
 
 The same command runs as one process, under ``torchrun``, and as an Azure ML command job with
 ``distribution: type: pytorch``. Re-running it with the same ``--output_dir`` resumes from the last
-checkpoint (Azure low-priority nodes get preempted).
+checkpoint (Azure low-priority nodes get preempted) and continues the same MLflow run.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import os
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -23,13 +22,24 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from . import checkpoint, distributed
+from .checkpoint import ResumeError, TrainState, make_checkpoint, restore
 from .config import TrainConfig, parse_config
-from .data import IMAGENET_MEAN, IMAGENET_STD, DataBundle, DataError, build_datasets
-from .engine import evaluate, seed_epoch, train_one_epoch
+from .data import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    DataBundle,
+    DataError,
+    build_datasets,
+    build_transforms,
+)
+from .engine import BadSampleError, evaluate, seed_epoch, train_one_epoch
+from .loading import collate
 from .model import ModelError, build_model
+from .precision import grad_scaler, resolve_channels_last, resolve_precision
 from .tracking import MlflowTracker, NullTracker, confusion_figure, curves_figure
 
 log = logging.getLogger("image_classifier")
+USER_ERRORS = (DataError, ModelError, ResumeError, BadSampleError)
 
 
 def setup_logging(ctx: distributed.DistContext) -> None:
@@ -51,16 +61,29 @@ def default_num_workers(ctx: distributed.DistContext) -> int:
     return min(8, max(1, (cores or 1) // ctx.local_world_size - 1))
 
 
-def build_loaders(bundle: DataBundle, cfg: TrainConfig, ctx: distributed.DistContext):
-    workers = cfg.num_workers if cfg.num_workers >= 0 else default_num_workers(ctx)
+def cache_mb(cfg: TrainConfig, workers: int) -> int:
+    """The decoded-image cache lives in the reading process: with loader workers each would
+    keep its own copy and lose it every epoch, so it is off there (their parallel decoding is
+    what hides decode time on GPU nodes)."""
+    if workers and cfg.cache_images_mb:
+        log.info("decoded-image cache off: %d loader workers would each hold a copy", workers)
+        return 0
+    return cfg.cache_images_mb
+
+
+def build_loaders(bundle: DataBundle, cfg: TrainConfig, ctx: distributed.DistContext,
+                  workers: int):
     # drop_last keeps rank shards disjoint (no padding duplicates); no effect with one process.
     sampler = DistributedSampler(bundle.train, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=cfg.seed, drop_last=True)
+    # A last batch of one image breaks BatchNorm (one value per channel at small sizes): drop
+    # it; the shuffle gives that image a place in another epoch.
+    lone = len(sampler) % cfg.batch_size == 1 and len(sampler) > 1
     # Validation is sharded without padding so every image counts exactly once in the sums.
     val_shard = Subset(bundle.val, range(ctx.rank, len(bundle.val), ctx.world_size))
-    common = {"batch_size": cfg.batch_size, "num_workers": workers,
+    common = {"batch_size": cfg.batch_size, "num_workers": workers, "collate_fn": collate,
               "pin_memory": ctx.device.type == "cuda"}
-    train = DataLoader(bundle.train, sampler=sampler, drop_last=False, **common)
+    train = DataLoader(bundle.train, sampler=sampler, drop_last=lone, **common)
     val = DataLoader(val_shard, shuffle=False, **common)
     return train, val, sampler
 
@@ -71,42 +94,6 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
                            weight_decay=cfg.weight_decay)
 
 
-@dataclass
-class TrainState:
-    epoch: int = 0
-    best_val_acc: float = -1.0
-    history: list[dict] = field(default_factory=list)
-    best_confusion: list[list[int]] = field(default_factory=list)
-    mlflow_run_id: str = ""
-    config: dict = field(default_factory=dict)  # the config the checkpoint was trained with
-
-
-def make_checkpoint(model, optimizer, scheduler, state: TrainState, cfg, classes) -> dict:
-    return {
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(), "epoch": state.epoch,
-        "best_val_acc": state.best_val_acc, "history": state.history,
-        "best_confusion": state.best_confusion, "mlflow_run_id": state.mlflow_run_id,
-        "arch": cfg.arch, "classes": list(classes), "image_size": cfg.image_size,
-        "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD), "config": cfg.to_dict(),
-    }
-
-
-def restore(path, model, optimizer, scheduler, cfg: TrainConfig, classes) -> TrainState:
-    ckpt = checkpoint.load(path)
-    mismatch = [key for key, ours in (("arch", cfg.arch), ("classes", list(classes)),
-                                      ("image_size", cfg.image_size)) if ckpt[key] != ours]
-    if mismatch:
-        raise DataError(f"{path}: checkpoint differs from this run in {', '.join(mismatch)}. "
-                        "Use a new --output_dir, or delete the old one to start over.")
-    model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
-    scheduler.load_state_dict(ckpt["scheduler"])
-    log.info("resuming from %s (epoch %d done)", path, ckpt["epoch"])
-    return TrainState(ckpt["epoch"], ckpt["best_val_acc"], ckpt["history"],
-                      ckpt["best_confusion"], ckpt["mlflow_run_id"], ckpt["config"])
-
-
 def weights_digest(model: nn.Module) -> str:
     digest = hashlib.sha256()
     for tensor in model.state_dict().values():
@@ -115,9 +102,9 @@ def weights_digest(model: nn.Module) -> str:
 
 
 def run_epoch(epoch, cfg, ctx, parts, state: TrainState, tracker) -> None:
-    model, ddp, optimizer, scheduler, criterion, loaders, bundle = parts
+    model, ddp, optimizer, scheduler, scaler, criterion, loaders, bundle, fast = parts
     train_loader, val_loader, sampler = loaders
-    seed_epoch(cfg.seed, epoch)
+    seed_epoch(cfg.seed, epoch, ctx.rank)
     sampler.set_epoch(epoch)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("epoch %d rank %d sample indices %s", epoch, ctx.rank, list(sampler))
@@ -125,13 +112,13 @@ def run_epoch(epoch, cfg, ctx, parts, state: TrainState, tracker) -> None:
     show = ctx.is_main and sys.stderr.isatty()
     bar = _progress(len(train_loader), f"epoch {epoch}/{cfg.epochs}") if show else nullcontext()
     with bar as progress:
-        train = train_one_epoch(ddp, train_loader, optimizer, criterion, ctx, cfg.precision,
-                                cfg.channels_last, progress)
+        train = train_one_epoch(ddp, train_loader, optimizer, criterion, ctx, *fast, progress,
+                                cfg.skip_bad_images, scaler)
     lr = optimizer.param_groups[0]["lr"]
     scheduler.step()  # after the optimizer, once per epoch
     distributed.sync_buffers(model, ctx)
-    val = evaluate(model, val_loader, criterion, ctx, len(bundle.classes), cfg.precision,
-                   cfg.channels_last)
+    val = evaluate(model, val_loader, criterion, ctx, len(bundle.classes), *fast,
+                   cfg.skip_bad_images)
     seconds = time.perf_counter() - started
     state.epoch = epoch
     improved = val.acc > state.best_val_acc
@@ -139,14 +126,18 @@ def run_epoch(epoch, cfg, ctx, parts, state: TrainState, tracker) -> None:
         state.best_val_acc, state.best_confusion = val.acc, val.confusion
     row = {"epoch": epoch, "train_loss": train.loss, "train_acc": train.acc, "val_loss": val.loss,
            "val_acc": val.acc, "best_val_acc": state.best_val_acc, "lr": lr,
-           "epoch_seconds": seconds, "train_images_per_s": train.count / seconds}
+           "epoch_seconds": seconds, "train_images_per_s": train.count / seconds,
+           "skipped_images": train.skipped + val.skipped}
     state.history.append(row)
     if ctx.is_main:
-        ckpt = make_checkpoint(model, optimizer, scheduler, state, cfg, bundle.classes)
+        ckpt = make_checkpoint({"model": model, "optimizer": optimizer, "scheduler": scheduler,
+                                "scaler": scaler}, state, cfg, bundle.classes, IMAGENET_MEAN,
+                               IMAGENET_STD)
         folder = checkpoint.checkpoint_dir(cfg.output_dir)
         if improved:  # best before last: last is the commit point a resume starts from
             checkpoint.atomic_save(ckpt, folder / checkpoint.BEST)
         checkpoint.atomic_save(ckpt, folder / checkpoint.LAST)
+        # after the commit: a kill in between is repaired on resume (tracker.complete)
         tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=epoch)
     log.info("epoch %d/%d  train loss %.4f acc %.3f | val loss %.4f acc %.3f | best %.3f | %.1fs",
              epoch, cfg.epochs, train.loss, train.acc, val.loss, val.acc, state.best_val_acc,
@@ -159,16 +150,20 @@ def _progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
 
 
-def export(model, best: dict, val_dataset, model_dir) -> None:
-    """model.onnx beside model.pt, checked against torch on real validation images."""
-    from .export import ONNX_FILE, export_onnx
+def export(model, best: dict, bundle: DataBundle, model_dir, int8: bool) -> None:
+    """model.onnx beside model.pt, checked against torch on real validation images; with int8,
+    the gated int8 model too (export.py)."""
+    from .export import export_onnx, quantize_int8, sample_batch
+    from .predict import ONNX_FILE
 
     model.load_state_dict(best["model"])
-    batch = torch.stack([val_dataset[i][0] for i in range(min(16, len(val_dataset)))])
+    transform = build_transforms(best["image_size"], train=False)
     model = model.cpu().to(memory_format=torch.contiguous_format)
-    difference = export_onnx(model, batch, model_dir / ONNX_FILE)
+    difference = export_onnx(model, sample_batch(bundle.val, transform), model_dir / ONNX_FILE)
     log.info("wrote %s; parity max |onnxruntime - torch| = %.2e", model_dir / ONNX_FILE,
              difference)
+    if int8:
+        quantize_int8(model_dir, bundle, transform)
 
 
 def finalize(cfg: TrainConfig, model, state: TrainState, bundle: DataBundle, tracker) -> None:
@@ -176,8 +171,8 @@ def finalize(cfg: TrainConfig, model, state: TrainState, bundle: DataBundle, tra
     classes = bundle.classes
     best = checkpoint.load(checkpoint.checkpoint_dir(cfg.output_dir) / checkpoint.BEST)
     model_dir = checkpoint.write_model_dir(best, cfg.resolved_model_dir)
-    if cfg.export_onnx:
-        export(model, best, bundle.val, model_dir)
+    if cfg.export_onnx or cfg.export_int8:
+        export(model, best, bundle, model_dir, cfg.export_int8)
     tracker.log_figure(curves_figure(state.history), "training_curves.png")
     tracker.log_figure(confusion_figure(np.array(state.best_confusion), classes),
                        "confusion_matrix.png")
@@ -191,14 +186,16 @@ def finalize(cfg: TrainConfig, model, state: TrainState, bundle: DataBundle, tra
 
 
 def finalize_on_rank0(cfg, ctx, model, state, bundle, tracker) -> None:
-    """Rank 0 finalizes; every rank learns the outcome, so none waits on a rank 0 that failed."""
+    """Rank 0 finalizes; every rank learns the outcome, whatever it was (a full disk, the ONNX
+    exporter's RuntimeError, an MLflow error), so none waits on a rank 0 that failed."""
     error = None
     if ctx.is_main:
         try:
             finalize(cfg, model, state, bundle, tracker)
-        except (ModelError, OSError) as err:
+        except Exception as err:  # noqa: BLE001 - broadcast first, then re-raise it as it was
             error = err
-    failure = distributed.broadcast_object(str(error) if error else "", ctx)
+    failure = distributed.broadcast_object(f"{type(error).__name__}: {error}" if error else "",
+                                           ctx)
     if error:
         raise error
     if failure:
@@ -206,29 +203,46 @@ def finalize_on_rank0(cfg, ctx, model, state, bundle, tracker) -> None:
 
 
 def log_run_config(tracker, cfg: TrainConfig, state: TrainState) -> None:
-    """Params once per run (MLflow params are immutable); a resume is recorded as tags."""
-    if state.epoch == 0:
-        tracker.log_params(cfg.to_dict())
-        tracker.log_dict(cfg.to_dict(), "config.json")
-        return
-    changed = {k: v for k, v in cfg.to_dict().items() if state.config.get(k) != v}
-    tracker.set_tags({f"resumed_at_epoch_{state.epoch}": json.dumps(changed)})
+    """The run gets its params and every epoch it lacks; a resume is recorded as a tag (MLflow
+    params are immutable)."""
+    tracker.complete(cfg.to_dict(), state.history)
+    if state.epoch:
+        changed = {k: v for k, v in cfg.to_dict().items() if state.config.get(k) != v}
+        tracker.set_tags({f"resumed_at_epoch_{state.epoch}": json.dumps(changed)})
+
+
+def setup(cfg: TrainConfig, ctx: distributed.DistContext):
+    """Data, model, optimizer and the fast path for this hardware, restored from a checkpoint."""
+    workers = cfg.num_workers if cfg.num_workers >= 0 else default_num_workers(ctx)
+    bundle = build_datasets(cfg.data, cfg.image_size, cfg.skip_bad_images,
+                            cache_images_mb=cache_mb(cfg, workers))
+    log.info("data %s: %d train / %d val images, classes %s, %d unreadable skipped",
+             bundle.root, len(bundle.train), len(bundle.val), bundle.classes, bundle.skipped)
+    precision, why = resolve_precision(cfg.precision, ctx.device)
+    channels_last = resolve_channels_last(cfg.channels_last, precision)
+    log.info("precision %s, channels_last %s (%s)", precision, channels_last, why)
+    model = build_model(cfg.arch, len(bundle.classes), cfg.weights, cfg.freeze_backbone,
+                        cfg.image_size)
+    model.to(ctx.device, memory_format=torch.channels_last if channels_last else
+             torch.contiguous_format)
+    optimizer = build_optimizer(model, cfg)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, cfg.step_size, cfg.gamma)
+    scaler = grad_scaler(precision, ctx.device)
+    resume_from = checkpoint.find_resumable(cfg.output_dir)
+    state = TrainState()
+    if resume_from:
+        state = restore(resume_from, {"model": model, "optimizer": optimizer,
+                                      "scheduler": scheduler, "scaler": scaler}, cfg,
+                        bundle.classes)
+        log.info("resuming from %s (epoch %d done)", resume_from, state.epoch)
+    loaders = build_loaders(bundle, cfg, ctx, workers)
+    return bundle, model, optimizer, scheduler, scaler, loaders, state, (precision,
+                                                                          channels_last)
 
 
 def train(cfg: TrainConfig, ctx: distributed.DistContext) -> TrainState:
     torch.manual_seed(cfg.seed)
-    bundle = build_datasets(cfg.data, cfg.image_size, cfg.skip_bad_images,
-                            cache_images_mb=cfg.cache_images_mb)
-    log.info("data %s: %d train / %d val images, classes %s, %d unreadable skipped",
-             bundle.root, len(bundle.train), len(bundle.val), bundle.classes, bundle.skipped)
-    model = build_model(cfg.arch, len(bundle.classes), cfg.weights, cfg.freeze_backbone)
-    model.to(ctx.device, memory_format=torch.channels_last if cfg.channels_last else
-             torch.contiguous_format)
-    optimizer = build_optimizer(model, cfg)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, cfg.step_size, cfg.gamma)
-    resume_from = checkpoint.find_resumable(cfg.output_dir)
-    state = (restore(resume_from, model, optimizer, scheduler, cfg, bundle.classes)
-             if resume_from else TrainState())
+    bundle, model, optimizer, scheduler, scaler, loaders, state, fast = setup(cfg, ctx)
     ddp = (DistributedDataParallel(model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda"
                                    else None) if ctx.is_distributed else model)
     tracker = MlflowTracker(state.mlflow_run_id or None) if ctx.is_main else NullTracker()
@@ -236,8 +250,8 @@ def train(cfg: TrainConfig, ctx: distributed.DistContext) -> TrainState:
     ok = False
     try:
         log_run_config(tracker, cfg, state)
-        parts = (model, ddp, optimizer, scheduler, nn.CrossEntropyLoss(),
-                 build_loaders(bundle, cfg, ctx), bundle)
+        parts = (model, ddp, optimizer, scheduler, scaler, nn.CrossEntropyLoss(), loaders,
+                 bundle, fast)
         for epoch in range(state.epoch + 1, cfg.epochs + 1):
             run_epoch(epoch, cfg, ctx, parts, state, tracker)
         if ctx.is_distributed:
@@ -256,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         train(cfg, ctx)
         return 0
-    except (DataError, ModelError) as err:
+    except USER_ERRORS as err:
         log.error("%s", err)
         return 2
     finally:

@@ -1,0 +1,56 @@
+"""`--precision auto` and `--channels_last auto`: the fast path on the hardware the job lands on.
+
+- Ampere and newer GPUs (compute capability 8+) and CPUs with native bf16 (AVX512-BF16 or AMX):
+  bf16 autocast, which needs no loss scaling.
+- Volta and Turing GPUs (V100 7.0, T4 7.5 — this repo's default GPU): fp16 autocast with a
+  GradScaler; fp16 tensor cores are their main speed lever.
+- Anything else: fp32.
+Channels-last (NHWC) follows: on with reduced precision (tensor cores and oneDNN prefer it),
+off in fp32.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+CHOICES = ("auto", "fp32", "bf16", "fp16")
+
+
+def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    try:
+        flags = cpuinfo.read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(requested: str, device: torch.device) -> tuple[str, str]:
+    """(precision, why)."""
+    if requested != "auto":
+        return requested, "as requested"
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        name = torch.cuda.get_device_name(device)
+        if major >= 8:
+            return "bf16", f"{name} (compute {major}.{minor}) runs bf16 natively"
+        if major == 7:
+            return "fp16", f"{name} (compute {major}.{minor}) has fp16 tensor cores, no bf16"
+        return "fp32", f"{name} (compute {major}.{minor}) has no tensor cores"
+    if device.type == "cpu" and cpu_has_native_bf16():
+        return "bf16", "this CPU has native bf16 (AVX512-BF16/AMX)"
+    return "fp32", f"no native reduced precision on {device.type}"
+
+
+def resolve_channels_last(requested: str, precision: str) -> bool:
+    if requested != "auto":
+        return str(requested).strip().lower() in ("true", "1", "yes", "y", "on")
+    return precision != "fp32"
+
+
+def grad_scaler(precision: str, device: torch.device):
+    """fp16 on a GPU needs loss scaling; bf16 and fp32 do not."""
+    if precision == "fp16" and device.type == "cuda":
+        return torch.amp.GradScaler("cuda")
+    return None

@@ -1,0 +1,84 @@
+"""Predict with a model folder: one model, one preprocessing, for the online and batch endpoints.
+
+Service loads the model folder the trainer wrote (model.pt, model.json, and model.onnx /
+model.int8.onnx when export wrote them) with the backend asked for: torch (weights_only), fp32
+ONNX or int8 ONNX through onnxruntime. `predict` takes decoded PIL images, `predict_tensor` a
+preprocessed batch; both return a label and per-class probabilities per image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .data import build_transforms, resize_size
+from .inference import find_model_file, load_model
+
+ONNX_FILE = "model.onnx"
+INT8_FILE = "model.int8.onnx"
+BACKENDS = ("auto", "torch", "onnx", "int8")
+
+
+class Service:
+    """The loaded model: classes, eval transform, and a batch -> probabilities function."""
+
+    def __init__(self, model_dir: str | os.PathLike, backend: str = "auto"):
+        folder = find_model_file(model_dir).parent
+        if backend not in BACKENDS:
+            raise ValueError(f"SCORE_BACKEND={backend}: use one of {', '.join(BACKENDS)}")
+        if backend == "auto":
+            backend = next((name for name, file in (("int8", INT8_FILE), ("onnx", ONNX_FILE))
+                            if (folder / file).is_file()), "torch")
+        self.backend = backend
+        threads = int(os.environ.get("SCORE_THREADS", "0"))  # per worker; 0: library default
+        if threads:
+            torch.set_num_threads(threads)
+        if backend == "torch":
+            loaded = load_model(folder)
+            self.model, meta, self.model_file = loaded.model, loaded.metadata, folder / "model.pt"
+        else:
+            self.model_file = folder / (INT8_FILE if backend == "int8" else ONNX_FILE)
+            if not self.model_file.is_file():
+                raise FileNotFoundError(f"SCORE_BACKEND={backend} but {self.model_file} does not "
+                                        "exist: export it (make export-onnx) or use torch")
+            meta = json.loads((folder / "model.json").read_text())
+            self.session = _session(self.model_file, threads)
+        self.classes = list(meta["classes"])
+        self.image_size = int(meta["image_size"])
+        self.min_side = resize_size(self.image_size)
+        self.transform = build_transforms(self.image_size, train=False, mean=meta["mean"],
+                                          std=meta["std"])
+
+    def probabilities(self, batch: torch.Tensor) -> np.ndarray:
+        if self.backend == "torch":
+            with torch.inference_mode():
+                return torch.softmax(self.model(batch).float(), dim=1).numpy()
+        logits = self.session.run(["logits"], {"input": batch.numpy()})[0]
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+def _session(path: Path, threads: int):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def predict_tensor(service: Service, batch: torch.Tensor) -> list[dict]:
+    """A preprocessed N x 3 x S x S batch -> one {label, probabilities} per image."""
+    rows = service.probabilities(batch)
+    return [{"label": service.classes[int(row.argmax())],
+             "probabilities": {c: round(float(p), 6) for c, p in zip(service.classes, row,
+                                                                     strict=True)}}
+            for row in rows]
+
+
+def predict(service: Service, images: list) -> list[dict]:
+    """Decoded PIL images -> labels and probabilities, in one forward pass."""
+    return predict_tensor(service, torch.stack([service.transform(image) for image in images]))

@@ -1,0 +1,172 @@
+"""Bad data never kills a run: it is a clear error naming the file, or skipped and counted."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import shutil
+import struct
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from conftest import train_args
+from PIL import Image
+from torch.utils.data import DataLoader
+
+from image_classifier import loading
+from image_classifier.data import DataError, build_datasets, extract_zip
+from image_classifier.distributed import DistContext
+from image_classifier.engine import BadSampleError, train_one_epoch
+from image_classifier.images import ImageError, open_image
+from image_classifier.loading import collate
+from image_classifier.model import build_model
+from image_classifier.train import main
+
+CPU = DistContext(0, 1, 0, torch.device("cpu"))
+
+
+def jpeg_bytes(size=(64, 48), color=(200, 30, 30)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, color).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def huge_jpeg_header(width: int, height: int) -> bytes:
+    """A small JPEG whose SOF0 header claims width x height (no pixels to back it)."""
+    data = bytearray(jpeg_bytes())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+@pytest.fixture
+def data(tiny_data, tmp_path):
+    return shutil.copytree(tiny_data, tmp_path / "d")
+
+
+def test_a_truncated_jpeg_fails_the_check_by_name_or_is_skipped(data):
+    good = sorted((data / "train" / "chickens").glob("*.jpg"))[0]
+    full = jpeg_bytes((640, 480))
+    half = data / "train" / "chickens" / "half.jpg"
+    half.write_bytes(full[: len(full) // 2])  # Image.verify() accepts this file
+    with pytest.raises(DataError, match=f"{half}: is not a readable image.*--skip_bad_images"):
+        build_datasets(data, 32)
+    bundle = build_datasets(data, 32, skip_bad_images=True)
+    assert bundle.skipped == 1 and str(good) in [p for p, _ in bundle.train.samples]
+
+
+def test_a_200_megapixel_jpeg_is_refused_by_name_before_decoding(data):
+    big = data / "val" / "turkeys" / "huge.jpg"
+    big.write_bytes(huge_jpeg_header(20000, 10000))
+    with pytest.raises(DataError, match=f"{big}: is 20000 x 10000 pixels"):
+        build_datasets(data, 32)
+    assert build_datasets(data, 32, skip_bad_images=True).skipped == 1
+
+
+def test_a_decode_error_during_training_names_the_file_or_is_counted(data):
+    bundle = build_datasets(data, 32, cache_images_mb=0)
+    victim = bundle.train.samples[0][0]
+    open(victim, "wb").close()  # the file breaks after the check, under a running job
+    model = build_model("resnet18", 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(bundle.train, batch_size=8, collate_fn=collate)
+    with pytest.raises(BadSampleError, match=f"{victim}: is not a readable image"):
+        train_one_epoch(model, loader, optimizer, torch.nn.CrossEntropyLoss(), CPU)
+    result = train_one_epoch(model, loader, optimizer, torch.nn.CrossEntropyLoss(), CPU,
+                             skip_bad=True)
+    assert result.skipped == 1 and result.count == len(bundle.train) - 1
+
+
+def test_a_symlink_loop_neither_multiplies_nor_mislabels_images(data):
+    (data / "train" / "chickens" / "loop").symlink_to(data / "train" / "chickens")
+    (data / "train" / "chickens" / "other").symlink_to(data / "train" / "turkeys")
+    bundle = build_datasets(data, 32)
+    assert len(bundle.train) == 48
+    labels = {os.path.basename(os.path.dirname(p)): t for p, t in bundle.train.samples}
+    assert labels == {"chickens": 0, "turkeys": 1}
+
+
+def test_a_full_disk_during_extraction_leaves_no_temp_folder(tiny_data, tmp_path, monkeypatch):
+    archive = tmp_path / "data.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        for path in sorted(tiny_data.rglob("*.jpg")):
+            handle.write(path, str(path.relative_to(tiny_data)))
+    cache = tmp_path / "cache"
+    (cache / "old.tmp-999999999").mkdir(parents=True)  # left by a process that died
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(zipfile.ZipFile, "extractall", full)
+    with pytest.raises(DataError, match="No space left on device.*XDG_CACHE_HOME"):
+        extract_zip(archive, cache)
+    assert list(cache.iterdir()) == []
+    monkeypatch.undo()
+    assert (extract_zip(archive, cache) / "train").is_dir()
+
+
+def test_a_last_batch_of_one_image_at_a_small_size_trains(data, tmp_path, mlflow_store):
+    extra = data / "train" / "turkeys" / "one-more.jpg"
+    shutil.copy(next((data / "train" / "turkeys").glob("*.jpg")), extra)  # 49 = 6 x 8 + 1
+    assert main(train_args(data, tmp_path / "out", epochs=1, image_size=32)) == 0
+
+
+def test_the_check_fills_the_cache_so_epoch_one_decodes_nothing(data, monkeypatch):
+    calls = []
+    real = loading.open_image
+    monkeypatch.setattr(loading, "open_image", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    bundle = build_datasets(data, 32, cache_images_mb=64)
+    checked = len(calls)
+    assert checked == 64  # every image decoded once, by the check
+    for _ in DataLoader(bundle.train, batch_size=8, collate_fn=collate):
+        pass
+    assert len(calls) == checked
+
+
+def test_with_loader_workers_the_cache_is_off_and_says_so(tiny_data, tmp_path, mlflow_store,
+                                                          capsys):
+    args = train_args(tiny_data, tmp_path / "out", epochs=1, num_workers=1,
+                      cache_images_mb=64)
+    assert main(args) == 0
+    assert "decoded-image cache off: 1 loader workers would each hold a copy" in \
+        capsys.readouterr().out
+
+
+def png(array) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(array)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_sixteen_bit_and_other_modes_decode_as_a_viewer_shows_them():
+    ramp = np.linspace(0, 65535, 64 * 64).reshape(64, 64).astype(np.uint16)
+    assert Image.open(io.BytesIO(png(ramp))).mode.startswith("I")  # a 16-bit PNG
+    grey = np.asarray(open_image(png(ramp)))
+    assert grey.min() < 5 and grey.max() > 250 and 100 < grey.mean() < 155  # not all white
+    rgba = np.zeros((8, 8, 4), np.uint8)  # fully transparent black: white on a viewer
+    assert np.asarray(open_image(png(rgba))).min() == 255
+    for image in (Image.new("P", (8, 8)), Image.new("1", (8, 8)), Image.new("CMYK", (8, 8)),
+                  Image.new("LA", (8, 8))):
+        buffer = io.BytesIO()
+        image.save(buffer, format="TIFF" if image.mode == "CMYK" else "PNG")
+        assert open_image(buffer.getvalue()).mode == "RGB"
+
+
+def test_an_upright_phone_photo_is_turned_by_its_exif_orientation():
+    buffer = io.BytesIO()
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotated 90 degrees
+    Image.new("RGB", (60, 20)).save(buffer, format="JPEG", exif=exif)
+    assert open_image(buffer.getvalue()).size == (20, 60)
+
+
+@pytest.mark.parametrize(("payload", "status"), [
+    (b"GIF89a" + b"\x00" * 32, 400), (huge_jpeg_header(30000, 30000), 413),
+    (png(np.zeros((1, 2000), np.uint8)), 400)])
+def test_every_decoder_failure_is_an_image_error_with_a_status(payload, status):
+    with pytest.raises(ImageError) as err:
+        open_image(payload)
+    assert err.value.status == status
