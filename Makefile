@@ -40,6 +40,11 @@ GPU_COMPUTE ?= gpu-cluster
 CPU_COMPUTE ?= cpu-cluster
 GPU_TIER ?= dedicated
 MODEL_NAME ?= fowl-classifier
+# Batch endpoint: spec, the endpoint's name, the input to score (a folder locally; on Azure a data
+# asset such as azureml:fowl-images@latest, or a datastore path).
+BATCH_DEPLOYMENT ?= endpoints/batch/deployment.yml
+BATCH_ENDPOINT ?= fowl-classifier-batch
+INPUT ?=
 # Azure job name for stream/download/register (printed by the job targets).
 AZ_JOB ?=
 WAIT ?= 0
@@ -85,7 +90,7 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 .PHONY: export-onnx serve-local invoke-local stop-local bench-score endpoint deploy-blue \
 	deploy-green invoke-green mirror-green shift rollback endpoint-logs endpoint-show \
 	delete-deployment \
-	delete-endpoint invoke slots
+	delete-endpoint invoke slots batch-local bench-batch batch-endpoint batch-deploy batch-invoke
 .PHONY: help setup test lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
 	envs clean-envs bench-envs \
 	bench-train clean validate schemas sync-env az-guard workspace-defaults compute environment \
@@ -194,6 +199,14 @@ stop-local: $(STAMP) ## Stop the local endpoint
 bench-score: $(STAMP) $(DATA_DEP) ## Benchmark scoring through the real server on loopback
 	$(PY) scripts/bench_score.py --data $(abspath $(BENCH_DATA))
 
+batch-local: $(STAMP) ## Run the batch deployment spec locally over INPUT=<folder|zip> (MODEL_DIR=)
+	$(if $(INPUT),,$(error set INPUT=<folder of images or .zip>))
+	$(PY) -m mlops.batch $(BATCH_DEPLOYMENT) --input $(INPUT) --max-procs $(NPROC) \
+		$(if $(MODEL_DIR),--model $(MODEL_DIR)) $(if $(RUN_DIR),--run-dir $(RUN_DIR))
+
+bench-batch: $(STAMP) ## Benchmark batch-local against the in-process compute-bound rate (BENCH_DATA=)
+	$(PY) scripts/bench_batch.py --data $(abspath $(BENCH_DATA))
+
 clean: ## Remove local runs, generated data and caches (keeps .venv and cached environments)
 	rm -rf runs outputs data/synthetic_fowl .pytest_cache .ruff_cache
 
@@ -275,6 +288,21 @@ endpoint-logs: az-guard ## Show a deployment's container logs (CANDIDATE)
 
 delete-deployment: az-guard ## Delete LIVE after CANDIDATE was promoted
 	az ml online-deployment delete --name $(LIVE) --endpoint-name $(ENDPOINT) --yes $(AZ_ARGS)
+
+batch-endpoint: az-guard ## Create (or update) the batch endpoint
+	az ml batch-endpoint create --file endpoints/batch/endpoint.yml --set name=$(BATCH_ENDPOINT) \
+		$(AZ_ARGS) || az ml batch-endpoint update --file endpoints/batch/endpoint.yml \
+		--set name=$(BATCH_ENDPOINT) $(AZ_ARGS)
+
+batch-deploy: az-guard ## Deploy MODEL to the batch endpoint as its default deployment
+	az ml batch-deployment create --file $(BATCH_DEPLOYMENT) --set endpoint_name=$(BATCH_ENDPOINT) \
+		model=$(MODEL) --set-default $(AZ_ARGS)
+
+batch-invoke: az-guard ## Score INPUT=azureml:<data>@latest with the batch endpoint (WAIT=1 polls)
+	$(if $(INPUT),,$(error set INPUT=azureml:<data asset>@latest or a datastore path))
+	@name=$$(az ml batch-endpoint invoke --name $(BATCH_ENDPOINT) --input $(INPUT) $(AZ_ARGS) \
+		--query name --output tsv) || exit 3; \
+	scripts/az_wait.sh "$$name" $(AZ_ARGS)
 
 slots: az-guard ## Print the live deployment and the candidate slot (blue/green)
 	@scripts/az_slots.sh $(ENDPOINT) $(AZ_ARGS)

@@ -189,3 +189,23 @@ def check_deployment(spec: Spec, endpoint_names: set[str]) -> list[Finding]:
                                   "exist", "train first (make train-local) or reference a "
                                   "registered model (azureml:name@version)"))
     return found
+
+
+def check_batch_deployment(spec: Spec, endpoint_names: set[str]) -> list[Finding]:
+    """The online checks that apply (code, scoring script, endpoint, model path), and the
+    batch settings Azure would refuse."""
+    found = [f for f in check_deployment(spec, endpoint_names) if "instance_type" not in f.key]
+    settings = spec.data.get("settings") or {}
+    size, threshold = settings.get("mini_batch_size"), settings.get("error_threshold")
+    if size is not None and int(size) < 1:
+        found.append(spec.finding("settings.mini_batch_size", "mini_batch_size must be at "
+                                  "least 1", "give the number of files per run() call"))
+    if threshold is not None and int(threshold) < -1:
+        found.append(spec.finding("settings.error_threshold", "error_threshold below -1",
+                                  "use -1 (no limit) or the number of failed files tolerated"))
+    action = str(settings.get("output_action", "append_row")).lower()
+    if action == "append_row" and not settings.get("output_file_name"):
+        found.append(spec.warning("settings.output_file_name", "append_row without an output "
+                                  "file name: Azure writes predictions.csv",
+                                  "name the file: output_file_name: predictions.csv"))
+    return found

@@ -71,6 +71,7 @@ class Task:
     distribution: dict | None = None
     resources: dict | None = None
     extra: dict = field(default_factory=dict)  # more ${{scope.x}} values: search_space
+    replicas: int = 1  # identical processes with no distribution (a batch deployment's)
     experiment: str = "Default"
     tags: dict = field(default_factory=dict)
     parent_run: str | None = None
@@ -137,6 +138,8 @@ def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Runnin
         overlays, notice = launch.rank_envs(task.distribution, task.resources, rt.max_procs)
     except ValueError as err:
         raise LocalRunError(f"{task.where}: {err}") from None
+    if not task.distribution and task.replicas > 1:
+        overlays = [{} for _ in range(task.replicas)]
     run_id = rt.tracking.start(task.experiment, task.name, task.tags, task.parent_run,
                                reuse=previous_run(task.folder))
     since = now_ms()

@@ -49,12 +49,14 @@ def latest_model(root: Path = ROOT / "runs") -> Path:
     return found[-1].parent
 
 
-def resolve_model(deployment: dict, override: str | None) -> Path:
+def resolve_model(deployment: dict, override: str | None, assets: Path = ASSET_MAP) -> Path:
+    """MODEL_DIR if given; else the deployment's model through the mapping file; else the
+    newest local model."""
     if override:
         return Path(override).resolve()
     model = deployment.get("model")
     reference = model if isinstance(model, str) else (model or {}).get("path", "")
-    local = load_map(ASSET_MAP).get(asset_key(reference)) \
+    local = load_map(assets).get(asset_key(reference)) \
         if reference.startswith("azureml:") else None
     return (ROOT / local).resolve() if local else latest_model()
 

@@ -30,7 +30,8 @@ from . import lint, lint_assets
 from .specs import ROOT, SCHEMA_DIR, Finding, Spec, SpecError, discover, load_spec
 
 KINDS = ("commandJob", "sweepJob", "pipelineJob", "commandComponent", "environment",
-         "amlCompute", "data", "model", "managedOnlineEndpoint", "managedOnlineDeployment")
+         "amlCompute", "data", "model", "managedOnlineEndpoint", "managedOnlineDeployment",
+         "batchEndpoint", "modelBatchDeployment")
 
 
 @cache
@@ -76,7 +77,8 @@ ENTITIES = {"commandJob": "Job", "sweepJob": "Job", "pipelineJob": "Job",
             "commandComponent": "Component", "environment": "Environment",
             "amlCompute": "Compute", "data": "Data", "model": "Model",
             "managedOnlineEndpoint": "OnlineEndpoint",
-            "managedOnlineDeployment": "OnlineDeployment"}
+            "managedOnlineDeployment": "OnlineDeployment", "batchEndpoint": "BatchEndpoint",
+            "modelBatchDeployment": "ModelBatchDeployment"}
 
 
 def _entity_class(kind: str):
@@ -132,9 +134,9 @@ def _compute_sizes() -> dict[str, str]:
             if s.data.get("type") == "amlcompute" and s.data.get("name")}
 
 
-def _endpoint_names() -> set[str]:
-    return {s.data.get("name") for s in _loadable("endpoints")
-            if s.kind == "managedOnlineEndpoint"}
+def _endpoint_names(kind: str = "managedOnlineEndpoint") -> set[str]:
+    return {s.data.get("name") for folder in ("endpoints", "endpoints/batch")
+            for s in _loadable(folder) if s.kind == kind}
 
 
 def lint_layer(spec: Spec, flags: bool = True) -> list[Finding]:
@@ -161,7 +163,10 @@ def lint_layer(spec: Spec, flags: bool = True) -> list[Finding]:
               "amlCompute": lint_assets.check_compute,
               "managedOnlineEndpoint": lint_assets.check_endpoint,
               "managedOnlineDeployment": lambda s: lint_assets.check_deployment(
-                  s, _endpoint_names())}
+                  s, _endpoint_names()),
+              "batchEndpoint": lint_assets.check_endpoint,
+              "modelBatchDeployment": lambda s: lint_assets.check_batch_deployment(
+                  s, _endpoint_names("batchEndpoint"))}
     return checks[kind](spec) if kind in checks else []
 
 

@@ -34,6 +34,9 @@ KINDS = {
                               "ManagedOnlineEndpointSchema"),
     "managedOnlineDeployment": ("_schema._deployment.online.online_deployment",
                                 "ManagedOnlineDeploymentSchema"),
+    "batchEndpoint": ("_schema._endpoint.batch.batch_endpoint", "BatchEndpointSchema"),
+    "modelBatchDeployment": ("_schema._deployment.batch.model_batch_deployment",
+                             "ModelBatchDeploymentSchema"),
 }
 CONTEXT = {"base_path": "."}
 INT_STRING = {"type": "string", "pattern": r"^\s*-?[0-9]+\s*$"}

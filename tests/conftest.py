@@ -32,6 +32,18 @@ def mlflow_store(tmp_path, monkeypatch) -> str:
     return uri
 
 
+@pytest.fixture(scope="session")
+def model_dir(tiny_data, tmp_path_factory) -> Path:
+    """A model trained on tiny data, exported to ONNX by the trainer's own flag."""
+    from image_classifier.train import main as train_main
+
+    root = tmp_path_factory.mktemp("trained")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        assert train_main(train_args(tiny_data, root / "out", epochs=1, export_onnx="True")) == 0
+    return root / "out" / "model"
+
+
 def train_args(data, out, epochs=2, **extra) -> list[str]:
     """The flags every end-to-end test uses: CPU, no download, tiny images."""
     args = {"data": data, "output_dir": out, "epochs": epochs, "image_size": 32,

@@ -23,30 +23,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import train_args
 from PIL import Image
 from werkzeug.test import EnvironBuilder
 from werkzeug.wrappers import Request
 
 from image_classifier import score
 from image_classifier.export import export_model_dir
-from image_classifier.train import main as train_main
 from mlops.serve import server_command, server_env, wait_healthy
 from mlops.specs import ROOT
 
 SAMPLE = ROOT / "endpoints" / "sample-request.json"
-
-
-@pytest.fixture(scope="session")
-def model_dir(tiny_data, tmp_path_factory) -> Path:
-    """A model trained on tiny data, exported to ONNX by the trainer's own flag."""
-    root = tmp_path_factory.mktemp("trained")
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}"}
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in env.items():
-            patch.setenv(key, value)
-        assert train_main(train_args(tiny_data, root / "out", epochs=1, export_onnx="True")) == 0
-    return root / "out" / "model"
 
 
 def b64(data: bytes) -> str:

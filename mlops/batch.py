@@ -1,0 +1,224 @@
+"""Run a batch deployment spec locally, as `az ml batch-endpoint invoke` runs it on Azure.
+
+    python -m mlops.batch endpoints/batch/deployment.yml --input <folder|zip> [--model DIR]
+
+The input's files are split into mini-batches of `mini_batch_size`; instance_count x
+max_concurrency_per_instance scoring processes (capped by the cores, with a notice) each import
+the deployment's scoring script from their snapshot of code_configuration.code, call init(), then
+run() on mini-batches they claim (mlops/batch_worker.py). They are one task of the local runtime:
+the same snapshot, environment layers, MLflow run and process handling as jobs. A mini-batch that
+raises or times out is retried per retry_settings; the files run() does not return a row for
+count as failed, and the run stops once more than error_threshold have (-1: never). With
+output_action append_row the rows go to output_file_name in the run folder's outputs/, in
+mini-batch order. A .zip input is extracted first (on Azure, register the folder as a data asset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+from . import launch, runtime
+from .envs import Environments
+from .envspec import ENV_MAP
+from .errors import LocalRunError
+from .serve import ServeError, resolve_model
+from .specs import ROOT, SpecError, load_spec
+from .tasks import code_path
+from .tracking import Tracking, tracking_uri
+from .tracking_server import Server
+from .uris import ASSET_MAP
+
+
+def load_deployment(path: str):
+    from .validate import check
+
+    spec = load_spec(path)
+    if spec.kind != "modelBatchDeployment":
+        raise LocalRunError(f"{path}: a {spec.kind or 'spec of unknown type'} is not a model "
+                            "batch deployment (modelBatchDeployment.schema.json)")
+    errors = [str(f) for f in check(spec, for_run=True) if f.is_error]
+    if errors:
+        raise LocalRunError("\n".join(errors) + "\nAzure would refuse this deployment")
+    return spec
+
+
+def input_files(source: Path, folder: Path) -> list[str]:
+    """Every file of the input folder (or of the zip, extracted under the run folder)."""
+    if not source.exists():
+        raise LocalRunError(f"--input {source}: no such file or folder")
+    if source.is_file():
+        if not zipfile.is_zipfile(source):
+            raise LocalRunError(f"--input {source}: give a folder of images, or a .zip of one")
+        target = folder / "inputs" / "data"
+        with zipfile.ZipFile(source) as archive:
+            archive.extractall(target)
+        source = target
+    files = sorted(str(p) for p in source.rglob("*") if p.is_file())
+    if not files:
+        raise LocalRunError(f"--input {source}: holds no files")
+    return files
+
+
+def plan(files: list[str], size: int, work: Path) -> int:
+    for name in ("todo", "claimed", "results"):
+        (work / name).mkdir(parents=True, exist_ok=True)
+    batches = [files[i:i + size] for i in range(0, len(files), size)]
+    for index, batch in enumerate(batches):
+        (work / "todo" / f"{index:06d}.json").write_text(json.dumps(batch))
+    return len(batches)
+
+
+def outcomes(work: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((work / "results").glob("*.json"))]
+
+
+def watch(running: runtime.Running, total: int, files: int, threshold: int) -> str:
+    """Progress until every mini-batch is done, the processes end, or errors pass the limit."""
+    started, shown, tty = time.monotonic(), (-1, 0.0), sys.stdout.isatty()
+    while True:
+        launch.check_interrupt()
+        done = outcomes(running.task.folder / "work")
+        scored = sum(o["items"] for o in done)
+        failed = sum(o["items"] - o["returned"] for o in done)
+        elapsed = time.monotonic() - started
+        if scored != shown[0] and (tty or elapsed - shown[1] >= 5 or len(done) == total):
+            line = f"{scored}/{files} files, {scored / max(elapsed, 1e-6):.1f}/s, {failed} failed"
+            print(f"\r{line}" if tty else line, end="" if tty else "\n", flush=True)
+            shown = (scored, elapsed)
+        if threshold >= 0 and failed > threshold:
+            print(f"\nerror_threshold {threshold} exceeded ({failed} failed files): stopping")
+            return "Failed"
+        if len(done) == total:
+            return "Completed"
+        if running.launch.poll() is not None:
+            return "Failed"  # the processes ended with work left (init() failed, a crash)
+        time.sleep(0.2)
+
+
+def collect(folder: Path, settings: dict, total: int) -> Path | None:
+    """append_row: the rows of every mini-batch, in order, into output_file_name."""
+    if str(settings.get("output_action", "append_row")).lower() != "append_row":
+        return None
+    target = folder / "outputs" / str(settings.get("output_file_name") or "predictions.csv")
+    with target.open("w") as out:
+        for index in range(total):
+            part = folder / "work" / "results" / f"{index:06d}.txt"
+            if part.is_file():
+                out.write(part.read_text())
+    return target
+
+
+def task_for(spec, args, folder: Path, model_dir: Path, settings: dict) -> runtime.Task:
+    base = spec.path.parent
+    config = spec.data.get("code_configuration") or {}
+    retry = settings.get("retry_settings") or {}
+    nodes = int((spec.data.get("resources") or {}).get("instance_count") or 1)
+    replicas = nodes * int(settings.get("max_concurrency_per_instance") or 1)
+    if replicas > args.max_procs:
+        print(f"note: {replicas} scoring processes requested, running {args.max_procs} on this "
+              "machine (--max-procs)", file=sys.stderr)
+    command = (f"python -m mlops.batch_worker {folder / 'work'} {config['scoring_script']} "
+               f"--retries {int(retry.get('max_retries', 3))} "
+               f"--timeout {int(retry.get('timeout', 30))}")
+    env_vars = {**(settings.get("environment_variables") or {}),
+                "AZUREML_MODEL_DIR": str(model_dir),
+                "AZUREML_BI_OUTPUT_PATH": str(folder / "outputs"),
+                "LOGGING_LEVEL": str(settings.get("logging_level") or "info")}
+    return runtime.Task(name=spec.data.get("name") or spec.path.stem, command=command,
+                        where=f"{spec.path}: settings", folder=folder,
+                        code=code_path(config.get("code"), base, f"{spec.path}: code"),
+                        environment=spec.data.get("environment"), env_base=base,
+                        env_vars=env_vars, experiment="batch-local",
+                        tags={"mlops.spec": str(spec.path)},
+                        replicas=min(replicas, args.max_procs))
+
+
+def run_batch(spec, args, rt: runtime.Runtime, model_dir: Path) -> int:
+    settings = spec.data.get("settings") or {}
+    files = input_files(args.input.resolve(), rt.root)
+    total = plan(files, max(1, int(settings.get("mini_batch_size") or 10)), rt.root / "work")
+    (rt.root / "outputs").mkdir(parents=True, exist_ok=True)
+    task = task_for(spec, args, rt.root, model_dir, settings)
+    print(f"{task.name}: {len(files)} files in {total} mini-batch(es), {task.replicas} "
+          f"process(es), model {model_dir}")
+    running = runtime.start(task, rt, echo=False)
+    started = time.monotonic()
+    try:
+        status = watch(running, total, len(files), int(settings.get("error_threshold", -1)))
+    except KeyboardInterrupt:
+        running.launch.stop()
+        runtime.finish(running, rt, "Canceled")
+        raise
+    seconds = time.monotonic() - started
+    if running.launch.poll() is None:
+        if status == "Failed":
+            running.launch.stop()
+        else:
+            running.launch.wait()
+    result = runtime.finish(running, rt, status)
+    return summarize(rt, running, settings, total, len(files), seconds, result)
+
+
+def summarize(rt, running, settings, total, count, seconds, result) -> int:
+    done = outcomes(rt.root / "work")
+    failed = sum(o["items"] - o["returned"] for o in done) + \
+        count - sum(o["items"] for o in done)
+    output = collect(rt.root, settings, total)
+    rate = count / max(seconds, 1e-6)
+    rt.tracking.client.log_metric(running.run_id, "images_per_s", rate)
+    rt.tracking.client.log_metric(running.run_id, "failed_files", failed)
+    print(f"\n{running.task.name}: {result.status}: {count - failed} of {count} files scored, "
+          f"{failed} failed, {seconds:.1f} s ({rate:.1f} files/s)")
+    if output:
+        print(f"  rows: {output}")
+    errors = sorted((rt.root / "outputs").glob("errors_*.csv"))
+    if errors:
+        print(f"  unreadable files: {', '.join(map(str, errors))}")
+    print(f"  log: {result.log}")
+    return 0 if result.status == "Completed" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("deployment", help="a model batch deployment spec")
+    parser.add_argument("--input", type=Path, required=True, help="a folder of images, or a zip")
+    parser.add_argument("--model", help="model folder (default: as make serve-local picks it)")
+    parser.add_argument("--run-dir", type=Path)
+    parser.add_argument("--max-procs", type=int, default=launch_cores())
+    parser.add_argument("--envs", type=Path, default=ENV_MAP)
+    parser.add_argument("--assets", type=Path, default=ASSET_MAP)
+    args = parser.parse_args(argv)
+    handlers = launch.install_signal_handlers()
+    server = Server(tracking_uri(), Path("mlruns").resolve())
+    try:
+        spec = load_deployment(args.deployment)
+        model_dir = resolve_model(spec.data, args.model, args.assets)
+        folder = (args.run_dir or ROOT / "runs" /
+                  f"batch-{spec.data.get('name')}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+        if folder.exists() and any(folder.iterdir()):
+            raise LocalRunError(f"{folder} is not empty: use a new --run-dir")
+        rt = runtime.Runtime(folder, max(1, args.max_procs), Tracking(server),
+                             Environments(args.envs))
+        return run_batch(spec, args, rt, model_dir)
+    except (LocalRunError, SpecError, ServeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as err:
+        return 128 + getattr(err, "signum", 2)
+    finally:
+        server.close()
+        launch.restore_signal_handlers(handlers)
+
+
+def launch_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

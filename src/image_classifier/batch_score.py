@@ -1,0 +1,72 @@
+"""Scoring script for Azure ML batch deployments: init() and run(mini_batch).
+
+Each mini-batch is a list of file paths. run() returns one CSV line per image it could score:
+    file,label,<probability of each class, in the model's class order>
+which `output_action: append_row` appends to the deployment's output file (predictions.csv, no
+header). A file that is not a readable image never crashes the mini-batch: it is left out of the
+result, which Azure counts as a failed item against `error_threshold`, and its row
+`file,error` goes to errors_<host>_<pid>.csv in the job's output folder (AZUREML_BI_OUTPUT_PATH).
+The model loading and `predict` are the online endpoint's (predict.py): one model, one
+preprocessing, two entry points. Images are decoded by images.open_image, as in training.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+import socket
+from pathlib import Path
+
+from image_classifier.images import ImageError, open_image
+from image_classifier.predict import Service, predict
+
+BATCH = int(os.environ.get("SCORE_BATCH", "16"))  # images per forward pass
+log = logging.getLogger("image_classifier.batch_score")
+_service: Service | None = None
+_errors: Path | None = None
+
+
+def _line(values: list) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="").writerow(values)
+    return buffer.getvalue()
+
+
+def init() -> None:
+    global _service, _errors
+    logging.basicConfig(level=os.environ.get("LOGGING_LEVEL", "INFO").upper())
+    _service = Service(os.environ["AZUREML_MODEL_DIR"], os.environ.get("SCORE_BACKEND", "auto"))
+    output = os.environ.get("AZUREML_BI_OUTPUT_PATH")
+    if output:
+        _errors = Path(output) / f"errors_{socket.gethostname()}_{os.getpid()}.csv"
+    log.info("loaded %s model for %s", _service.backend, _service.classes)
+
+
+def _record_error(path: str, error: Exception) -> None:
+    log.warning("%s: %s", path, error)
+    if _errors is not None:
+        with _errors.open("a") as handle:
+            handle.write(_line([os.path.basename(path), str(error)]) + "\n")
+
+
+def rows(paths: list[str], images: list) -> list[str]:
+    lines = []
+    for start in range(0, len(images), BATCH):
+        for path, result in zip(paths[start:start + BATCH],
+                                predict(_service, images[start:start + BATCH]), strict=True):
+            probabilities = [result["probabilities"][c] for c in _service.classes]
+            lines.append(_line([os.path.basename(path), result["label"], *probabilities]))
+    return lines
+
+
+def run(mini_batch: list[str]) -> list[str]:
+    paths, images = [], []
+    for path in mini_batch:
+        try:
+            images.append(open_image(str(path), _service.min_side))
+            paths.append(str(path))
+        except ImageError as err:
+            _record_error(str(path), err)
+    return rows(paths, images)

@@ -1,0 +1,98 @@
+"""The batch deployment: its specs validate, and batch-local runs it as Azure would."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from image_classifier.images import open_image
+from image_classifier.predict import Service, predict
+from mlops import batch
+from mlops.specs import ROOT
+from mlops.validate import validate
+
+SPEC = ROOT / "endpoints" / "batch" / "deployment.yml"
+FIXTURES = ROOT / "tests" / "fixtures" / "batch"
+pytestmark = pytest.mark.usefixtures("sources_unchanged", "mlflow_store")
+
+
+@pytest.fixture
+def images(tiny_data, tmp_path) -> Path:
+    folder = shutil.copytree(tiny_data / "val", tmp_path / "images")
+    (folder / "turkeys" / "broken.jpg").write_bytes(b"not a jpeg")
+    return folder
+
+
+def run(spec: Path, folder: Path, model: Path, run_dir: Path) -> int:
+    return batch.main([str(spec), "--input", str(folder), "--model", str(model), "--run-dir",
+                       str(run_dir), "--max-procs", "2"])
+
+
+def test_the_batch_specs_pass_every_validation_layer():
+    assert validate([ROOT / "endpoints/batch/endpoint.yml", SPEC]) == []
+
+
+def test_batch_local_writes_a_row_per_image_and_counts_the_bad_one(images, model_dir, tmp_path,
+                                                                   capsys):
+    assert run(SPEC, images, model_dir, tmp_path / "run") == 0
+    rows = list(csv.reader((tmp_path / "run/outputs/predictions.csv").open()))
+    assert len(rows) == 16 and {r[0] for r in rows} == {p.name for p in images.rglob("*_*.jpg")}
+    for name, label, *probabilities in rows:
+        assert label in ("chickens", "turkeys") and len(probabilities) == 2
+        assert abs(sum(map(float, probabilities)) - 1) < 1e-4
+    errors = "".join(p.read_text() for p in (tmp_path / "run/outputs").glob("errors_*.csv"))
+    assert errors.startswith("broken.jpg,") and "not a readable image" in errors
+    assert "16 of 17 files scored, 1 failed" in capsys.readouterr().out
+
+
+def test_the_rows_match_the_online_predict(images, model_dir, tmp_path):
+    assert run(SPEC, images, model_dir, tmp_path / "run") == 0
+    rows = {r[0]: r for r in csv.reader((tmp_path / "run/outputs/predictions.csv").open())}
+    service = Service(model_dir)
+    paths = sorted(images.rglob("*_*.jpg"))[:5]
+    for path, online in zip(paths, predict(service, [open_image(str(p), service.min_side)
+                                                     for p in paths]), strict=True):
+        row = rows[path.name]
+        assert row[1] == online["label"]
+        expected = [online["probabilities"][c] for c in service.classes]
+        assert [float(v) for v in row[2:]] == pytest.approx(expected, abs=1e-6)
+
+
+def test_the_error_threshold_stops_a_run_with_too_many_bad_files(images, model_dir, tmp_path,
+                                                                 capsys):
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["settings"].update(error_threshold=2, mini_batch_size=2)
+    spec["code_configuration"]["code"] = str(ROOT / "src")
+    strict = tmp_path / "strict.yml"
+    strict.write_text(yaml.safe_dump(spec))
+    for index in range(4):
+        (images / "chickens" / f"bad-{index}.png").write_bytes(b"\x89PNG broken")
+    assert run(strict, images, model_dir, tmp_path / "run") == 1
+    out = capsys.readouterr().out
+    assert "error_threshold 2 exceeded" in out and ": Failed:" in out
+
+
+def test_a_failing_mini_batch_is_retried_and_a_slow_one_times_out(tiny_data, model_dir,
+                                                                  tmp_path, monkeypatch):
+    assert run(FIXTURES / "flaky-deployment.yml", tiny_data / "val", model_dir,
+               tmp_path / "flaky") == 0  # the first call fails, the retry succeeds
+    rows = (tmp_path / "flaky/outputs/rows.txt").read_text().split()
+    assert len(rows) == 16 and {r.split(",")[1] for r in rows} >= {"2"}
+    monkeypatch.setenv("BATCH_SLEEP", "8")  # beyond retry_settings.timeout (5 s) every time
+    spec = yaml.safe_load((FIXTURES / "flaky-deployment.yml").read_text())
+    spec["settings"]["environment_variables"] = {"BATCH_SLEEP": "8"}
+    spec["code_configuration"]["code"] = str(FIXTURES)
+    slow = tmp_path / "slow.yml"
+    slow.write_text(yaml.safe_dump(spec))
+    assert run(slow, tiny_data / "val" / "chickens", model_dir, tmp_path / "slow") == 1
+    assert "run() took longer than retry_settings.timeout" in \
+        (tmp_path / "slow/log.txt").read_text()
+
+
+def test_a_spec_that_is_not_a_batch_deployment_is_refused(images, model_dir, tmp_path, capsys):
+    assert run(ROOT / "endpoints/blue.yml", images, model_dir, tmp_path / "run") == 2
+    assert "is not a model batch deployment" in capsys.readouterr().err
