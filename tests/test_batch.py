@@ -41,7 +41,7 @@ def test_batch_local_writes_a_row_per_image_and_counts_the_bad_one(images, model
     assert run(SPEC, images, model_dir, tmp_path / "run") == 0
     rows = list(csv.reader((tmp_path / "run/outputs/predictions.csv").open()))
     assert len(rows) == 16 and {r[0] for r in rows} == {p.name for p in images.rglob("*_*.jpg")}
-    for name, label, *probabilities in rows:
+    for _name, label, *probabilities in rows:
         assert label in ("chickens", "turkeys") and len(probabilities) == 2
         assert abs(sum(map(float, probabilities)) - 1) < 1e-4
     errors = "".join(p.read_text() for p in (tmp_path / "run/outputs").glob("errors_*.csv"))
