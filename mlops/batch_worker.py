@@ -92,9 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     module.init()
     while (item := claim(args.work)) is not None:
         batch = json.loads(item.read_text())
-        started = time.perf_counter()
+        started = time.time()
         outcome = score(module, batch, args.retries, args.timeout)
-        outcome["seconds"] = round(time.perf_counter() - started, 3)
+        outcome.update(started=started, ended=time.time(),
+                       seconds=round(time.time() - started, 3))
         name = item.name.split(".json")[0]
         publish(args.work / "results" / f"{name}.txt",
                 "".join(f"{line}\n" for line in outcome.pop("lines")))

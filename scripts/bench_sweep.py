@@ -18,18 +18,25 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def sweep(args, run_dir: Path, with_policy: bool, env: dict) -> dict:
-    sets = [f"inputs.data.path={Path(args.data).resolve()}", f"inputs.epochs={args.epochs}",
-            f"inputs.image_size={args.image_size}", "inputs.batch_size=16",
-            "inputs.weights=none", f"limits.max_total_trials={args.trials}",
-            "limits.max_concurrent_trials=2",
-            f"sampling_algorithm={{type: random, seed: {args.seed}}}"]
+    sets = [f"inputs.data.path={Path(args.data).resolve()}", "inputs.data.type=uri_folder",
+            f"inputs.epochs={args.epochs}", f"inputs.image_size={args.image_size}",
+            "inputs.batch_size=16", "inputs.weights=none", f"limits.max_total_trials={args.trials}",
+            "limits.max_concurrent_trials=2"]
     if args.delay is not None:
         sets.append(f"early_termination.delay_evaluation={args.delay}")
-    command = [sys.executable, "-m", "mlops.run", "jobs/sweep.yml", "--run-dir", str(run_dir),
+    # --set passes strings, as the CLI does: a seeded sampler needs the spec itself changed
+    spec = yaml.safe_load((ROOT / "jobs/sweep.yml").read_text())
+    spec["sampling_algorithm"] = {"type": "random", "seed": args.seed}
+    spec["trial"]["code"] = str(ROOT / "src")
+    seeded = run_dir.parent / f"{run_dir.name}-sweep.yml"
+    seeded.write_text(yaml.safe_dump(spec, sort_keys=False))
+    command = [sys.executable, "-m", "mlops.run", str(seeded), "--run-dir", str(run_dir),
                *[a for s in sets for a in ("--set", s)]]
     if not with_policy:
         command += ["--remove", "early_termination"]

@@ -8,7 +8,7 @@ import torch
 from image_classifier.engine import seed_epoch
 from image_classifier.model import ModelError, available_archs, build_model, size_rule
 from image_classifier.precision import (
-    cpu_has_native_bf16,
+    cpu_has_amx,
     grad_scaler,
     resolve_channels_last,
     resolve_precision,
@@ -64,21 +64,24 @@ def test_auto_precision_on_gpus(monkeypatch, capability, name, expected):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     precision, why = resolve_precision("auto", torch.device("cuda", 0))
     assert precision == expected and name in why
-    assert resolve_channels_last("auto", precision) is (expected != "fp32")
+    gpu = torch.device("cuda", 0)
+    assert resolve_channels_last("auto", precision, gpu) is (expected != "fp32")
 
 
 def test_auto_precision_on_cpus(tmp_path, monkeypatch):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("flags : fpu avx2 avx512f avx512_bf16\n")
-    assert cpu_has_native_bf16(cpuinfo)
-    cpuinfo.write_text("flags : fpu avx2\n")
-    assert not cpu_has_native_bf16(cpuinfo)
+    cpuinfo.write_text("flags : fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    assert cpu_has_amx(cpuinfo)
+    cpuinfo.write_text("flags : fpu avx2 avx512f avx512_bf16\n")  # measured slower in bf16
+    assert not cpu_has_amx(cpuinfo)
     from image_classifier import precision
 
-    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
-    assert resolve_precision("auto", torch.device("cpu"))[0] == "fp32"
-    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
-    assert resolve_precision("auto", torch.device("cpu"))[0] == "bf16"
-    assert resolve_precision("fp32", torch.device("cpu")) == ("fp32", "as requested")
-    assert grad_scaler("bf16", torch.device("cpu")) is None
-    assert resolve_channels_last("False", "bf16") is False
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(precision, "cpu_has_amx", lambda: False)
+    assert resolve_precision("auto", cpu)[0] == "fp32"
+    monkeypatch.setattr(precision, "cpu_has_amx", lambda: True)
+    assert resolve_precision("auto", cpu)[0] == "bf16"
+    assert resolve_precision("fp32", cpu) == ("fp32", "as requested")
+    assert grad_scaler("bf16", cpu) is None
+    assert resolve_channels_last("auto", "fp32", cpu) is True
+    assert resolve_channels_last("False", "bf16", cpu) is False

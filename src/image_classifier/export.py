@@ -96,8 +96,10 @@ def _top1(path: Path, images: np.ndarray) -> np.ndarray:
                            for i in range(0, len(images), 32)])
 
 
-def quantize_int8(folder: Path, bundle, transform, calibration: int = 128, seed: int = 0) -> dict:
-    """Write model.int8.onnx beside model.onnx and keep it only if it passes the gate."""
+def quantize_int8(folder: Path, bundle, transform, calibration: int = 128, seed: int = 0,
+                  keep: bool = False) -> dict:
+    """Write model.int8.onnx beside model.onnx and keep it only if it passes the gate (keep:
+    whatever the gate says, for a speed benchmark of an untrained model)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -118,7 +120,7 @@ def quantize_int8(folder: Path, bundle, transform, calibration: int = 128, seed:
               "int8_acc": float((int8 == labels).mean()), "val_images": len(labels)}
     report["kept"] = (report["agreement"] >= AGREEMENT and
                       report["int8_acc"] >= report["fp32_acc"] - ACCURACY_DROP)
-    if not report["kept"]:
+    if not report["kept"] and not keep:
         target.unlink(missing_ok=True)
     log.info("int8 gate on %d val images: top-1 agreement %.2f%% (>= %.0f%%), val acc %.4f vs "
              "fp32 %.4f (within %.0f point): %s", report["val_images"], 100 * report["agreement"],

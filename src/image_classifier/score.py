@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from image_classifier.images import ImageError, Limits, inspect, open_image
-from image_classifier.predict import Service, predict, predict_tensor
+from image_classifier.predict import Batcher, Service, predict, predict_tensor
 
 MAX_IMAGES = int(os.environ.get("SCORE_MAX_IMAGES", "16"))
 MAX_BODY_BYTES = int(os.environ.get("SCORE_MAX_BODY_BYTES", str(16 * 2**20)))
@@ -45,6 +45,7 @@ USAGE = ('POST {"images": ["<base64 image>", ...]} or {"data": [N x 3 x S x S fl
          "multipart/form-data files")
 log = logging.getLogger("image_classifier.score")
 _service: Service | None = None
+_batcher: Batcher | None = None
 
 
 class RequestError(ValueError):
@@ -64,10 +65,12 @@ def _log_to_stdout() -> None:
 
 
 def init() -> None:
-    global _service
+    global _service, _batcher
     _log_to_stdout()
     model_dir = os.environ.get("AZUREML_MODEL_DIR", "")
     _service = Service(model_dir, os.environ.get("SCORE_BACKEND", "auto"))
+    # concurrent requests of this worker share forward passes (SCORE_BATCHING=0: one each)
+    _batcher = Batcher(_service) if os.environ.get("SCORE_BATCHING", "1") != "0" else None
     log.info("loaded %s model (%s) for %s from %s", _service.backend, _service.model_file,
              _service.classes, model_dir)
 
@@ -192,9 +195,9 @@ def run(request):
     try:
         parsed = parse(request)
         if isinstance(parsed, torch.Tensor):
-            predictions = predict_tensor(_service, parsed)
+            predictions = predict_tensor(_service, parsed, _batcher)
         else:
-            predictions = predict(_service, decode(parsed))
+            predictions = predict(_service, decode(parsed), _batcher)
     except RequestError as err:
         return _error(err.status, str(err))
     except Exception as err:  # noqa: BLE001 - werkzeug's 413 and other client-side failures

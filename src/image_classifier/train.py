@@ -219,7 +219,7 @@ def setup(cfg: TrainConfig, ctx: distributed.DistContext):
     log.info("data %s: %d train / %d val images, classes %s, %d unreadable skipped",
              bundle.root, len(bundle.train), len(bundle.val), bundle.classes, bundle.skipped)
     precision, why = resolve_precision(cfg.precision, ctx.device)
-    channels_last = resolve_channels_last(cfg.channels_last, precision)
+    channels_last = resolve_channels_last(cfg.channels_last, precision, ctx.device)
     log.info("precision %s, channels_last %s (%s)", precision, channels_last, why)
     model = build_model(cfg.arch, len(bundle.classes), cfg.weights, cfg.freeze_backbone,
                         cfg.image_size)
