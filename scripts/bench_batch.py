@@ -27,6 +27,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench_common import images_per_second  # noqa: E402
+
 from image_classifier import checkpoint  # noqa: E402
 from image_classifier.data import IMAGENET_MEAN, IMAGENET_STD, build_datasets  # noqa: E402
 from image_classifier.model import build_model  # noqa: E402
@@ -49,13 +51,7 @@ def compute_bound(folder: Path, data: str, size: int) -> float:
     model = load_model(folder).model
     bundle = build_datasets(data, 224)
     images = torch.stack([bundle.val[i][0] for i in range(size)])
-    with torch.inference_mode():
-        model(images)
-        started, runs = time.perf_counter(), 0
-        while time.perf_counter() - started < 5:
-            model(images)
-            runs += 1
-    return runs * size / (time.perf_counter() - started)
+    return images_per_second(model, images, seconds=5)
 
 
 def deployment(tmp: Path, processes: int, mini_batch: int) -> Path:

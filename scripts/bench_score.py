@@ -32,6 +32,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench_common import images_per_second  # noqa: E402
+
 from image_classifier import checkpoint  # noqa: E402
 from image_classifier.data import IMAGENET_MEAN, IMAGENET_STD, build_datasets  # noqa: E402
 from image_classifier.export import export_onnx, quantize_int8  # noqa: E402
@@ -125,13 +127,7 @@ def compute_bound(model_dir: Path, batch: torch.Tensor, backend: str) -> tuple[f
     best = (0.0, 1)
     for size in (1, 8, 16, 32):
         inputs = batch.repeat(size // len(batch) + 1, 1, 1, 1)[:size]
-        with torch.inference_mode():
-            forward(inputs)
-            started, runs = time.perf_counter(), 0
-            while time.perf_counter() - started < 3:
-                forward(inputs)
-                runs += 1
-        best = max(best, (runs * size / (time.perf_counter() - started), size))
+        best = max(best, (images_per_second(forward, inputs, seconds=3), size))
     return best
 
 
