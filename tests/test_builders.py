@@ -80,3 +80,26 @@ def test_transforms_give_normalized_square_tensors(tiny_data):
         tensor = build_transforms(40, train=train)(image)
         assert tensor.shape == (3, 40, 40)
         assert tensor.min() < 0  # normalized, not raw [0, 1]
+
+
+@pytest.mark.parametrize("size", [(500, 375), (375, 500), (257, 256), (256, 300), (1203, 224),
+                                  (40, 30), (641, 480)])
+def test_eval_resize_and_crop_in_one_step_equals_torchvision_two_steps(size):
+    """The eval geometry resamples only the cropped region; it must give torchvision's
+    Resize + CenterCrop pixels (within one level of rounding), padding included."""
+    import numpy as np
+    from PIL import Image
+    from torchvision import transforms
+
+    from image_classifier.data import ResizeCenterCrop
+
+    rng = np.random.default_rng(sum(size))
+    noise = rng.integers(0, 256, (size[1] // 8 + 1, size[0] // 8 + 1, 3), dtype=np.uint8)
+    image = Image.fromarray(noise).resize(size, Image.BICUBIC)
+    for resize, crop in ((256, 224), (46, 40), (64, 70)):
+        ours = np.asarray(ResizeCenterCrop(resize, crop)(image), dtype=int)
+        reference = transforms.Compose([transforms.Resize(resize), transforms.CenterCrop(crop)])
+        theirs = np.asarray(reference(image), dtype=int)
+        assert ours.shape == theirs.shape == (crop, crop, 3)
+        assert np.abs(ours - theirs).max() <= 1
+        assert (ours != theirs).mean() < 0.05

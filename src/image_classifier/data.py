@@ -10,8 +10,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from PIL import Image
 from torchvision import datasets, transforms
 from torchvision.datasets.folder import IMG_EXTENSIONS
+from torchvision.transforms.functional import _compute_resized_output_size
 
 from .images import ImageError
 from .loading import ImageLoader, Problem, check, check_threads
@@ -107,12 +109,37 @@ def resolve_data_root(data: str | os.PathLike, cache_root: Path | None = None) -
     )
 
 
+class ResizeCenterCrop:
+    """torchvision's Resize(resize) then CenterCrop(crop), in one resampling of only the pixels
+    the crop keeps (Pillow's resize `box`): the same filter taps at the same source positions,
+    so the result equals the two-step one to within one level of rounding, at about half the
+    CPU. Preprocessing is what a CPU endpoint spends besides the model, on every image."""
+
+    def __init__(self, resize: int, crop: int):
+        self.resize, self.crop = resize, crop
+        self.two_step = transforms.Compose([transforms.Resize(resize), transforms.CenterCrop(crop)])
+
+    def __call__(self, image):
+        if not isinstance(image, Image.Image):
+            return self.two_step(image)
+        width, height = image.size
+        new_h, new_w = _compute_resized_output_size((height, width), [self.resize])
+        if self.crop > min(new_h, new_w):  # CenterCrop pads: leave that to torchvision
+            return self.two_step(image)
+        top, left = int(round((new_h - self.crop) / 2.0)), int(round((new_w - self.crop) / 2.0))
+        if (new_w, new_h) == (width, height):
+            return image.crop((left, top, left + self.crop, top + self.crop))
+        sx, sy = width / new_w, height / new_h
+        box = (left * sx, top * sy, (left + self.crop) * sx, (top + self.crop) * sy)
+        return image.resize((self.crop, self.crop), Image.BILINEAR, box=box)
+
+
 def build_transforms(image_size: int, train: bool, mean=IMAGENET_MEAN, std=IMAGENET_STD):
     """Train: random resized crop + flip; eval: resize + center crop. Both normalize."""
     if train:
         geometry = [transforms.RandomResizedCrop(image_size), transforms.RandomHorizontalFlip()]
     else:
-        geometry = [transforms.Resize(resize_size(image_size)), transforms.CenterCrop(image_size)]
+        geometry = [ResizeCenterCrop(resize_size(image_size), image_size)]
     return transforms.Compose([*geometry, transforms.ToTensor(), transforms.Normalize(mean, std)])
 
 

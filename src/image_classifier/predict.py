@@ -27,15 +27,17 @@ BACKENDS = ("auto", "torch", "onnx", "int8")
 class Service:
     """The loaded model: classes, eval transform, and a batch -> probabilities function."""
 
-    def __init__(self, model_dir: str | os.PathLike, backend: str = "auto"):
+    def __init__(self, model_dir: str | os.PathLike, backend: str = "auto",
+                 threads: int | None = None):
         folder = find_model_file(model_dir).parent
         if backend not in BACKENDS:
             raise ValueError(f"SCORE_BACKEND={backend}: use one of {', '.join(BACKENDS)}")
         if backend == "auto":
             backend = next((name for name, file in (("int8", INT8_FILE), ("onnx", ONNX_FILE))
                             if (folder / file).is_file()), "torch")
-        self.backend = backend
-        threads = int(os.environ.get("SCORE_THREADS", "0"))  # per worker; 0: library default
+        self.backend, self.wide_session = backend, None
+        if threads is None:  # per forward pass; 0: the library's default (every core)
+            threads = int(os.environ.get("SCORE_THREADS", "0"))
         if threads:
             torch.set_num_threads(threads)
         if backend == "torch":
@@ -54,11 +56,19 @@ class Service:
         self.transform = build_transforms(self.image_size, train=False, mean=meta["mean"],
                                           std=meta["std"])
 
-    def probabilities(self, batch: torch.Tensor) -> np.ndarray:
+    def widen(self, threads: int) -> None:
+        """A second ONNX session on `threads` threads for passes that run alone (the Batcher
+        says which): a lone request gets every core, concurrent passes get one each. torch
+        has one thread setting per process, so a torch model keeps its single one."""
+        if self.backend != "torch" and threads > 1:
+            self.wide_session = _session(self.model_file, threads)
+
+    def probabilities(self, batch: torch.Tensor, alone: bool = False) -> np.ndarray:
         if self.backend == "torch":
             with torch.inference_mode():
                 return torch.softmax(self.model(batch).float(), dim=1).numpy()
-        logits = self.session.run(["logits"], {"input": batch.numpy()})[0]
+        session = self.wide_session if alone and self.wide_session is not None else self.session
+        logits = session.run(["logits"], {"input": batch.numpy()})[0]
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
         return shifted / shifted.sum(axis=1, keepdims=True)
 
@@ -67,45 +77,55 @@ class Batcher:
     """Runs the forward passes of concurrent requests together (dynamic batching).
 
     Each request thread preprocesses its own images (Pillow and torch release the GIL, so they
-    overlap) and hands the batch over; one background thread runs the model on everything that
-    is waiting, up to `max_images`, and gives each request its rows. Alone, a request is run at
-    once; under load, four one-image requests become one forward pass of four, which is what
-    brings a server near the model's best-batch throughput.
+    overlap) and hands the batch over; `lanes` background threads each run the model on
+    everything that is waiting, up to `max_images`, and give each request its rows. Alone, a
+    request is run at once (split across the lanes when it has several images); under load,
+    four one-image requests become one forward pass of four, which is what brings a server near
+    the model's best-batch throughput.
     """
 
-    def __init__(self, service: Service, max_images: int = 64):
-        self.service, self.max_images = service, max_images
+    def __init__(self, service: Service, max_images: int = 64, lanes: int = 1):
+        self.service, self.max_images, self.lanes, self.idle = service, max_images, lanes, 0
         self.ready = threading.Condition()
         self.waiting: list[dict] = []
-        threading.Thread(target=self._loop, name="batcher", daemon=True).start()
+        for lane in range(lanes):
+            threading.Thread(target=self._loop, name=f"batcher-{lane}", daemon=True).start()
 
     def __call__(self, batch: torch.Tensor) -> np.ndarray:
-        item = {"batch": batch, "done": threading.Event(), "rows": None, "error": None}
+        # parts, so that idle lanes share a lone request; under load _take merges them again
+        items = [{"batch": part, "done": threading.Event(), "rows": None, "error": None}
+                 for part in torch.tensor_split(batch, min(self.lanes, len(batch)))]
         with self.ready:
-            self.waiting.append(item)
-            self.ready.notify()
-        item["done"].wait()
-        if item["error"] is not None:
-            raise item["error"]
-        return item["rows"]
+            self.waiting.extend(items)
+            self.ready.notify_all()
+        for item in items:
+            item["done"].wait()
+            if item["error"] is not None:
+                raise item["error"]
+        return np.concatenate([item["rows"] for item in items])
 
-    def _take(self) -> list[dict]:
+    def _take(self) -> tuple[list[dict], bool]:
+        """What waits, shared fairly with the other idle lanes, up to max_images; and whether
+        this pass runs alone (every other lane idle, nothing left waiting)."""
         with self.ready:
+            self.idle += 1
             while not self.waiting:
                 self.ready.wait()
+            waiting = sum(len(item["batch"]) for item in self.waiting)
+            share = min(self.max_images, -(-waiting // self.idle))
+            self.idle -= 1
             taken, count = [], 0
-            while self.waiting and (not taken or count + len(self.waiting[0]["batch"])
-                                    <= self.max_images):
+            while self.waiting and (not taken or count + len(self.waiting[0]["batch"]) <= share):
                 item = self.waiting.pop(0)
                 taken.append(item)
                 count += len(item["batch"])
-            return taken
+            return taken, self.idle == self.lanes - 1 and not self.waiting
 
     def _loop(self) -> None:
         while True:
-            taken = self._take()
+            taken, alone = self._take()
             try:
-                rows = self.service.probabilities(torch.cat([i["batch"] for i in taken]))
+                rows = self.service.probabilities(torch.cat([i["batch"] for i in taken]), alone)
                 start = 0
                 for item in taken:
                     item["rows"] = rows[start:start + len(item["batch"])]
