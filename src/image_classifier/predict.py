@@ -94,7 +94,7 @@ class Batcher:
     def __call__(self, batch: torch.Tensor) -> np.ndarray:
         # parts, so that idle lanes share a lone request; under load _take merges them again
         items = [{"batch": part, "done": threading.Event(), "rows": None, "error": None}
-                 for part in torch.tensor_split(batch, min(self.lanes, len(batch)))]
+                 for part in torch.tensor_split(batch, max(1, min(self.lanes, len(batch))))]
         with self.ready:
             self.waiting.extend(items)
             self.ready.notify_all()

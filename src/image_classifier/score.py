@@ -69,12 +69,11 @@ def lanes_and_threads(environ=os.environ, cores: int | None = None) -> tuple[int
 
     Default: one single-threaded lane per core the worker owns (cores / WORKER_COUNT, the
     server's worker setting). Measured side by side on 2 cores (make bench-score): under
-    concurrent load two one-thread lanes serve about 1.3x the images/s of one two-thread pass,
+    concurrent load two one-thread lanes serve 1.1-1.3x the images/s of one two-thread pass,
     because a multi-threaded pass waits at every layer for a thread whose core a request thread
     took to decode an image. A pass that runs alone still gets every core (ONNX models; see
-    Service.widen), so a lone request is as quick as before. SCORE_LANES=1 gives one pass on
-    every core always;
-    SCORE_THREADS sets threads per pass; SCORE_BATCHING=0 runs each request on its own.
+    Service.widen), so a lone request stays quick. SCORE_LANES=1 gives one pass on every core
+    always; SCORE_THREADS sets threads per pass; SCORE_BATCHING=0 runs each request alone.
     """
     cores = cores or len(os.sched_getaffinity(0))
     share = max(1, cores // max(1, int(environ.get("WORKER_COUNT", "1"))))
