@@ -27,7 +27,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench_common import images_per_second  # noqa: E402
+from bench_common import compute_bound  # noqa: E402
 
 from image_classifier import checkpoint  # noqa: E402
 from image_classifier.data import IMAGENET_MEAN, IMAGENET_STD, build_datasets  # noqa: E402
@@ -42,24 +42,6 @@ def model_dir(folder: Path) -> Path:
                                 "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
                                 "epoch": 0, "best_val_acc": 0.0}, folder)
     return folder
-
-
-def compute_bound(folder: Path, data: str, size: int) -> tuple[float, str]:
-    """Images/s of forward passes alone on preprocessed images, batch `size`: the best of one
-    pass on every core and one single-threaded pass per core at once (as the scoring
-    processes run), so that neither arrangement flatters the ratio."""
-    from image_classifier.inference import load_model
-
-    model = load_model(folder).model
-    bundle = build_datasets(data, 224)
-    images = torch.stack([bundle.val[i][0] for i in range(size)])
-    cores, best = len(os.sched_getaffinity(0)), (0.0, "")
-    for lanes, threads in ((1, cores), (cores, 1)):
-        torch.set_num_threads(threads)
-        rate = images_per_second(model, images, seconds=5, lanes=lanes)
-        best = max(best, (rate, f"{lanes} pass(es) x {threads} thread(s)"))
-    torch.set_num_threads(cores)
-    return best
 
 
 def deployment(tmp: Path, processes: int, mini_batch: int) -> Path:
@@ -87,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as tmp:
         tmp = Path(tmp)
         folder = model_dir(tmp / "model")
-        rate, how = compute_bound(folder, args.data, 16)
+        val = build_datasets(args.data, 224).val
+        images = torch.stack([val[i][0] for i in range(16)])
+        rate, how = compute_bound(folder, "torch", [images], seconds=5)
         spec = deployment(tmp, args.processes, args.mini_batch_size)
         started = time.perf_counter()
         code = batch.main([str(spec), "--input", str(source), "--model", str(folder),
@@ -98,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     scored = sum(o["returned"] for o in done)
     print(f"\nbench-batch: {count} files ({scored} scored), {args.processes} processes, "
           f"mini-batches of {args.mini_batch_size}, exit {code}")
-    print(f"compute-bound (torch fp32 in-process, batch 16, best: {how}): {rate:.1f} images/s")
+    print(f"compute-bound (torch fp32 in-process, best: {how}): {rate:.1f} images/s")
     print(f"batch-local end to end (startup and init() included): {count / total:.1f} images/s"
           f" = {count / total / rate:.2f} of compute-bound")
     print(f"batch-local steady state (first mini-batch to last): {count / steady:.1f} images/s"

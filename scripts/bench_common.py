@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -31,3 +33,21 @@ def images_per_second(forward: Callable, inputs: torch.Tensor, seconds: float,
     for thread in threads:
         thread.join()
     return sum(runs) * len(inputs) / (time.perf_counter() - started)
+
+
+def compute_bound(model_dir: Path, backend: str, batches: list[torch.Tensor],
+                  seconds: float) -> tuple[float, str]:
+    """Images/s of the model alone (no HTTP, no decoding): the best of one pass on every core and
+    one single-threaded pass per core at once (how the server's lanes and the batch processes
+    run), each batch size tried, so that neither arrangement flatters a ratio against it."""
+    from image_classifier.predict import Service
+
+    cores, best = len(os.sched_getaffinity(0)), (0.0, "")
+    for lanes, threads in ((1, cores), (cores, 1)):
+        forward = Service(model_dir, backend, threads).probabilities
+        for inputs in batches:
+            rate = images_per_second(forward, inputs, seconds, lanes)
+            best = max(best, (rate, f"{lanes} pass(es) x {threads} thread(s), "
+                                    f"batch {len(inputs)}"))
+    torch.set_num_threads(cores)
+    return best

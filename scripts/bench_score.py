@@ -32,13 +32,13 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench_common import images_per_second  # noqa: E402
+from bench_common import compute_bound  # noqa: E402
 
 from image_classifier import checkpoint  # noqa: E402
 from image_classifier.data import IMAGENET_MEAN, IMAGENET_STD, build_datasets  # noqa: E402
 from image_classifier.export import export_onnx, quantize_int8  # noqa: E402
 from image_classifier.model import build_model  # noqa: E402
-from image_classifier.predict import ONNX_FILE, Service  # noqa: E402
+from image_classifier.predict import ONNX_FILE  # noqa: E402
 from mlops.serve import server_command, server_env, wait_healthy  # noqa: E402
 
 
@@ -111,21 +111,6 @@ def load(url: str, body: bytes, clients: int, seconds: float) -> dict:
             "failed": failures[0], "requests": len(latencies)}
 
 
-def compute_bound(model_dir: Path, batch: torch.Tensor, backend: str) -> tuple[float, str]:
-    """Images/s of the model alone (no HTTP, no decoding): the best of one pass on every core
-    and one single-threaded pass per core at once (the server's two arrangements), each at
-    its best batch size."""
-    cores = len(os.sched_getaffinity(0))
-    best = (0.0, "")
-    for lanes, threads in ((1, cores), (cores, 1)):
-        forward = Service(model_dir, backend, threads).probabilities
-        for size in (1, 8, 32):
-            inputs = batch.repeat(size // len(batch) + 1, 1, 1, 1)[:size]
-            rate = images_per_second(forward, inputs, seconds=3, lanes=lanes)
-            best = max(best, (rate, f"{lanes} pass(es) x {threads} thread(s), batch {size}"))
-    return best
-
-
 def preprocessing_seconds(jpegs: list[bytes], transform, repeats: int = 5) -> float:
     """CPU seconds the server spends per image before the model: header checks, decode,
     resize, crop, normalize (one thread, as one request thread does it)."""
@@ -171,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = make_model_dir(Path(tmp) / "model", val_batch, bundle)
         rates = {}
         for backend in BACKENDS:
-            rates[backend], how = compute_bound(model_dir, val_batch, backend)
+            batches = [val_batch.repeat(4, 1, 1, 1)[:size] for size in (1, 8, 32)]
+            rates[backend], how = compute_bound(model_dir, backend, batches, seconds=3)
             print(f"compute-bound ({backend} in-process, best: {how}): "
                   f"{rates[backend]:.1f} images/s")
         client_s = upstream_client_seconds(Path(bundle.val.samples[0][0]), bundle.val.transform)
