@@ -86,9 +86,10 @@ class AssetMap:
             if local is None:
                 named = reference.startswith("azureml:") and not reference.startswith("azureml://")
                 suggestion = asset_key(reference) if named else reference
+                dotted = key.rsplit(": ", 1)[-1]  # key is "<spec file>: jobs.a.inputs.b"
                 raise LocalRunError(
                     f"{key}: {reference} has no local stand-in. Add a line '{suggestion}: <local "
-                    f"path>' to {self.file}, or override it: --set {key}.path=<local path>")
+                    f"path>' to {self.file}, or override it: --set {dotted}.path=<local path>")
             path = (ROOT / local).resolve()
         else:
             path = (base / reference.removeprefix("file:")).resolve()

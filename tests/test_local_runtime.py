@@ -98,6 +98,7 @@ def test_an_unmapped_wasbs_input_names_the_uri_and_the_file_and_leaves_nothing(t
     err = capsys.readouterr().err
     uri = "wasbs://datasets@example.blob.core.windows.net/tables/table.csv"
     assert f"{uri} has no local stand-in" in err and str(assets) in err
+    assert "--set jobs." in err  # an override that --set takes: the dotted key, no file name
     assert not (tmp_path / "run").exists()  # nothing started: no run folder
 
 
