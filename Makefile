@@ -30,6 +30,8 @@ WORKFLOWS ?= $(wildcard .github/workflows/*.yml)
 MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
 MLFLOW_EXPERIMENT_NAME ?= fowl-local
 SPECS ?=
+# A clone of Azure/azureml-assets (its git directory) for make curated-envs.
+ASSETS_REPO ?=
 # Azure ML: empty values fall back to `az configure --defaults` (make workspace-defaults).
 SUBSCRIPTION ?=
 GROUP ?=
@@ -93,7 +95,7 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 	delete-endpoint invoke slots batch-local bench-batch batch-endpoint batch-deploy batch-invoke
 .PHONY: help setup test lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
 	envs clean-envs bench-envs \
-	bench-train clean validate schemas sync-env az-guard workspace-defaults compute environment \
+	bench-train clean validate schemas curated-envs sync-env az-guard workspace-defaults compute environment \
 	data train train-distributed sweep pipeline stream download register
 
 print-%: ## Print a Makefile variable's value: make print-PORT
@@ -140,6 +142,10 @@ validate: $(STAMP) ## Validate specs offline: schemas, azure-ai-ml loaders, repo
 
 schemas: $(STAMP) ## Regenerate schemas/ from the pinned azure-ai-ml
 	$(PY) scripts/gen_schemas.py --out schemas
+
+curated-envs: $(STAMP) ## Regenerate assets/curated-envs.yml from an azureml-assets checkout (ASSETS_REPO=)
+	$(if $(ASSETS_REPO),,$(error set ASSETS_REPO=<git dir of a clone of Azure/azureml-assets>))
+	$(PY) scripts/gen_curated_envs.py --repo $(ASSETS_REPO) --out assets/curated-envs.yml
 
 sync-env: $(STAMP) ## Regenerate environments/conda.yml from pyproject.toml
 	$(PY) scripts/sync_env.py

@@ -24,6 +24,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -33,8 +34,10 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from . import pins
 from .envspec import ENV_MAP, EnvMap, EnvPlan, plan_for
 from .errors import LocalRunError
+from .requirements import canonical, hidden_families, unfetchable, with_mpi
 from .specs import ROOT
 
 VENV_BIN = Path(sys.executable).parent
@@ -90,6 +93,34 @@ def make_venv(folder: Path, lower: list[Path]) -> Path:
     return site
 
 
+def base_view(hidden: set[str]) -> Path:
+    """.venv's site-packages as the layers see it: itself, or, when the environment brings its
+    own version of a family (MLflow), a cached folder of links to every entry but that
+    family's, so its packages and metadata come from the environment alone."""
+    if not hidden:
+        return BASE_SITE
+    key = hashlib.sha256(f"{sorted(hidden)}{BASE_SITE}{BASE_SITE.stat().st_mtime_ns}".encode())
+    view = cache_dir() / f"view-{key.hexdigest()[:16]}"
+    if (view / ".complete").is_file():
+        return view
+    drop = set()
+    for dist in importlib.metadata.distributions(path=[str(BASE_SITE)]):
+        if canonical(dist.metadata["Name"]) in hidden:
+            drop |= {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}
+    tmp = view.with_name(f"{view.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for entry in BASE_SITE.iterdir():
+        if entry.name not in drop:
+            (tmp / entry.name).symlink_to(entry)
+    (tmp / ".complete").touch()
+    try:
+        tmp.rename(view)
+    except OSError:  # another run made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return view
+
+
 def layer_key(requirements: list[str]) -> str:
     base = BASE_SITE.stat().st_mtime_ns  # .venv changed: layers built on it are rebuilt
     text = "\n".join(sorted(requirements)) + f"\n{BASE_SITE}\n{base}\n{PY}"
@@ -112,20 +143,41 @@ def build_layer(requirements: list[str], label: str) -> Path:
         shown = ", ".join(requirements[:6]) + (" ..." if len(requirements) > 6 else "")
         print(f"environment {label}: installing {len(requirements)} requirement(s) into a "
               f"cached layer ({shown})", flush=True)
-        make_venv(folder, [BASE_SITE])
+        below = base_view(hidden_families(requirements))
+        make_venv(folder, [below])
+        relaxed = pins.relax(requirements, str(folder / "bin" / "python"))
         result = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install",
                                  "--disable-pip-version-check", "--no-input", "-q",
-                                 *requirements], capture_output=True, text=True)
+                                 *relaxed.requirements], capture_output=True, text=True)
         if result.returncode != 0:
             shutil.rmtree(folder, ignore_errors=True)
-            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-12:])
-            raise LocalRunError(f"environment {label}: pip could not install its packages "
-                                f"(Azure's image build would fail too):\n{tail}")
+            raise LocalRunError(install_failure(label, result.stdout + result.stderr))
         seconds = time.perf_counter() - started
         done.write_text(json.dumps({"label": label, "requirements": requirements,
+                                    "installed": relaxed.requirements, "moved": relaxed.moved,
+                                    "below": str(below),
                                     "seconds": round(seconds, 1)}, indent=2) + "\n")
         print(f"environment {label}: cached layer ready in {seconds:.1f}s ({folder})", flush=True)
     return folder
+
+
+def install_failure(label: str, output: str) -> str:
+    """What pip's failure means here: no release of a package installs on this machine (which
+    says nothing of Azure's build, whose Python may differ), or pip's own last lines."""
+    tail = "\n".join(output.strip().splitlines()[-12:])
+    missing = re.search(r"No matching distribution found for (\S+)", output)
+    if missing:
+        return (f"environment {label}: no release of {missing.group(1)} installs on this "
+                f"machine ({pins.HERE}, {platform.system()} {platform.machine()}); build this "
+                f"environment on Azure, or pin a release that has a wheel here:\n{tail}")
+    return f"environment {label}: pip could not install its packages on this machine:\n{tail}"
+
+
+def layer_record(layer: Path) -> dict:
+    try:
+        return json.loads((layer / "layer.json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 class Environments:
@@ -155,10 +207,17 @@ class Environments:
         """The layers below the top one, highest first (empty: .venv alone)."""
         plan = plan_for(environment, base, self.env_map, where)
         self._explain(plan)
-        missing = unsatisfied(plan.requirements)
+        with_mpi(plan.requirements)
+        remote = [line for line in plan.requirements if unfetchable(line)]
+        for line in remote:  # Azure's build fetches them; this machine reaches PyPI only
+            self._say(f"warning: {plan.label}: skipped {line!r}: this machine cannot fetch it "
+                      "(only the package registries are reachable); the rest is installed")
+        missing = unsatisfied([line for line in plan.requirements if line not in remote])
         if not missing:
             return []
         layer = build_layer(missing, plan.label)
+        for line in layer_record(layer).get("moved") or []:
+            self._say(f"warning: {plan.label}: {line}")
         with open(layer / "used_by.txt", "a") as record:
             record.write(f"{where}\n")
         return [layer]
@@ -168,10 +227,19 @@ class Environments:
         lower = self.layers(environment, base, where)
         top = folder / TOP
         shutil.rmtree(top, ignore_errors=True)
-        make_venv(top, [layer / "lib" / PY / "site-packages" for layer in lower] + [BASE_SITE])
+        below = [Path(layer_record(layer).get("below") or BASE_SITE) for layer in lower[-1:]]
+        make_venv(top, [layer / "lib" / PY / "site-packages" for layer in lower] +
+                  (below or [BASE_SITE]))
         bins = [top / "bin", *[layer / "bin" for layer in lower], VENV_BIN]
         path = os.pathsep.join([*map(str, bins), os.environ.get("PATH", "")])
-        return {"PATH": path, "VIRTUAL_ENV": str(top)}
+        env = {"PATH": path, "VIRTUAL_ENV": str(top)}
+        mpi = [layer for layer in lower if (layer / "bin" / "mpirun").is_file()]
+        if mpi:  # a relocated Open MPI finds its own files, libmpi is found from every layer
+            libs = [str(layer / "lib") for layer in lower]
+            env["OPAL_PREFIX"] = str(mpi[0])
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                [*libs, *filter(None, [os.environ.get("LD_LIBRARY_PATH")])])
+        return env
 
     def release(self, folder: Path) -> None:
         if os.environ.get("KEEP_ENV", "") not in ("1", "true", "True"):

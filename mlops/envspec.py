@@ -8,12 +8,15 @@ Every form a spec can use resolves to a plan (a pip requirement list and a Pytho
   PyPI names); `image:` alone: local-envs.yml by image name;
 - `build: path:` (a Docker context): the requirements its Dockerfile installs with plain
   `pip install` (packages or `-r file`) or `conda env create -f file`.
-What cannot be read (an unmapped name, a Dockerfile that installs otherwise) runs in .venv with a
-one-line notice naming the mapping file.
+A workspace name neither this repo nor the mapping file knows is looked up in the job's own
+repository (the enclosing git root, else the spec's folder): MLOps templates keep the environment
+spec they register beside their jobs. What cannot be read (an unknown name, a Dockerfile that
+installs otherwise) runs in .venv with a one-line notice naming the mapping file.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -25,6 +28,7 @@ from .errors import LocalRunError
 from .specs import ROOT
 
 ENV_MAP = ROOT / "assets" / "local-envs.yml"
+CURATED = ROOT / "assets" / "curated-envs.yml"  # generated: scripts/gen_curated_envs.py
 # conda package names whose PyPI name differs; None: no PyPI equivalent (skipped, reported)
 CONDA_TO_PYPI = {"pytorch": "torch", "py-xgboost": "xgboost", "matplotlib-base": "matplotlib",
                  "pytorch-lightning": "pytorch-lightning", "tensorflow-gpu": "tensorflow",
@@ -44,18 +48,28 @@ class EnvPlan:
     skipped: list[str] = field(default_factory=list)  # conda packages with no PyPI equivalent
 
 
-class EnvMap(dict):
-    """assets/local-envs.yml (or the file given), remembering where it came from."""
+def _load_map(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {} if path.is_file() else {}
+    except yaml.YAMLError as err:
+        raise LocalRunError(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise LocalRunError(f"{path}: expected a mapping of environments to packages")
+    return data
 
-    def __init__(self, path: Path = ENV_MAP):
+
+class EnvMap(dict):
+    """assets/local-envs.yml (or the file given) over the generated catalogue of every curated
+    environment (assets/curated-envs.yml); keys match without regard to case, as Azure's
+    environment names do."""
+
+    def __init__(self, path: Path = ENV_MAP, curated: Path = CURATED):
         self.file = Path(path)
-        try:
-            data = yaml.safe_load(self.file.read_text()) or {} if self.file.is_file() else {}
-        except yaml.YAMLError as err:
-            raise LocalRunError(f"{self.file}: not valid YAML ({err})") from None
-        if not isinstance(data, dict):
-            raise LocalRunError(f"{self.file}: expected a mapping of environments to packages")
-        super().__init__(data)
+        data = {**_load_map(Path(curated)), **_load_map(self.file)}
+        super().__init__({str(k).lower(): v for k, v in data.items()})
+
+    def get(self, key, default=None):
+        return super().get(str(key).lower(), default)
 
 
 def _conda_spec(entry: str) -> str | None:
@@ -169,7 +183,7 @@ def from_map(key: str, label: str, env_map: EnvMap) -> EnvPlan:
     keys first, then the longest key ending in `/` that prefixes this one)."""
     entry = env_map.get(key)
     if entry is None:
-        prefixes = [k for k in env_map if k.endswith("/") and key.startswith(k)]
+        prefixes = [k for k in env_map if k.endswith("/") and key.lower().startswith(k)]
         entry = env_map[max(prefixes, key=len)] if prefixes else None
     if entry is None:
         return EnvPlan(label, notice=f"{label} has no local stand-in (add '{key}:' to "
@@ -211,6 +225,56 @@ def repo_environment(name: str) -> tuple[dict, Path] | None:
     return None
 
 
+SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "runs", "mlruns", "__pycache__", ".cache"}
+MAX_SCANNED = 5000  # YAML files read when looking for an environment spec in a job's repository
+
+
+def search_root(base: Path) -> Path:
+    """The job's own repository: the enclosing git root, else the spec's folder."""
+    for folder in (base, *base.parents):
+        if (folder / ".git").exists():
+            return folder
+    return base
+
+
+def _yaml_files(root: Path):
+    count = 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
+        for name in sorted(files):
+            if name.endswith((".yml", ".yaml")):
+                count += 1
+                if count > MAX_SCANNED:
+                    return
+                yield Path(folder) / name
+
+
+def job_repo_environment(name: str, version: str | None, base: Path) -> tuple[dict, Path] | None:
+    """An environment spec with `name:` in the job's own repository, as MLOps templates keep it
+    beside the jobs and register it once (`az ml environment create --file`); a spec whose
+    `version:` matches wins over one without."""
+    found = []
+    for path in _yaml_files(search_root(base.resolve())):
+        try:
+            text = path.read_text(errors="replace")
+            if name not in text:
+                continue
+            data = yaml.safe_load(text)
+        except (OSError, yaml.YAMLError):
+            continue
+        if _is_environment(data) and str(data.get("name")) == name:
+            found.append((str(data.get("version", "")) == (version or "-"), path, data))
+    if not found:
+        return None
+    _, path, data = max(found, key=lambda f: f[0])
+    return data, path
+
+
+def _is_environment(data) -> bool:
+    return isinstance(data, dict) and any(k in data for k in ("image", "build", "conda_file")) \
+        and not any(k in data for k in ("command", "jobs", "trial", "type"))
+
+
 def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPlan:
     """The plan for any form of `environment:` (see the module docstring)."""
     if environment is None or environment == "":
@@ -223,8 +287,27 @@ def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPl
     if registry:
         key = f"azureml://registries/{registry.group(1)}/environments/{registry.group(2)}"
         return from_map(key, reference, env_map)
-    name = re.split(r"[@:]", reference.removeprefix("azureml:"), maxsplit=1)[0]
+    name, _, version = _name_version(reference)
     local = repo_environment(name)
     if local is not None:
         return from_definition(local[0], local[1], reference, env_map)
-    return from_map(f"azureml:{name}", reference, env_map)
+    plan = from_map(f"azureml:{name}", reference, env_map)
+    if plan.notice is None:
+        return plan
+    own = job_repo_environment(name, version, base)
+    if own is None:
+        return plan
+    data, path = own
+    plan = from_definition(data, path.parent, reference, env_map)
+    plan.notice = plan.notice or f"{reference}: built from its spec {path}"
+    return plan
+
+
+def _name_version(reference: str) -> tuple[str, str, str | None]:
+    """`azureml:train-env@latest` -> (train-env, @, None); `azureml:train-env:3` -> (.., :, 3)."""
+    text = reference.removeprefix("azureml:")
+    match = re.match(r"^([^@:]+)(?:([@:])(.*))?$", text)
+    if not match:
+        return text, "", None
+    name, sep, rest = match.groups()
+    return name, sep or "", rest if sep == ":" else None

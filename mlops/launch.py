@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -114,6 +116,23 @@ def rank_envs(distribution: dict | None, resources: dict | None, max_procs: int
     raise ValueError(f"distribution.type {kind}: Azure knows pytorch, mpi and tensorflow")
 
 
+def under_mpirun(command: str, overlays: list[dict], distribution: dict | None,
+                 env: dict[str, str]) -> tuple[str, list[dict]]:
+    """`distribution: mpi` in an environment that has an MPI (an mpirun on its PATH): one
+    mpirun starts every process, as on Azure, so MPI.COMM_WORLD spans them. Without one, each
+    process gets Open MPI's OMPI_COMM_WORLD_* variables alone (rank_envs)."""
+    if str((distribution or {}).get("type", "")).lower() != "mpi":
+        return command, overlays
+    mpirun = shutil.which("mpirun", path=env.get("PATH"))
+    if not mpirun:
+        return command, overlays
+    # every simulated node is this machine: mpirun sees one node holding every process
+    wrapped = f"{mpirun} -n {len(overlays)} --oversubscribe --bind-to none bash -c " \
+        f"{shlex.quote(command)}"
+    return wrapped, [{"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                      "AZ_BATCHAI_MPI_MASTER_NODE": LOCALHOST}]
+
+
 def _tf_envs(distribution: dict, world: int) -> list[dict[str, str]]:
     servers = min(int(distribution.get("parameter_server_count") or 0), max(0, world - 1))
     roles = [("worker", i) for i in range(world - servers)] + [("ps", i) for i in range(servers)]
@@ -125,7 +144,7 @@ def _tf_envs(distribution: dict, world: int) -> list[dict[str, str]]:
                                       "environment": "cloud"})} for role, i in roles]
 
 
-def _stop_group(pgid: int, grace: float) -> None:
+def stop_group(pgid: int, grace: float) -> None:
     """TERM the process group, KILL whatever is left after `grace` seconds."""
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0)):
         try:
@@ -195,7 +214,7 @@ class Launch:
         codes = [_shell_code(p.poll()) for p in self.procs]
         for popen, code in zip(self.procs, codes, strict=True):
             if code is not None and popen.pid not in self.reaped:
-                _stop_group(popen.pid, 2)  # orphans of a finished process
+                stop_group(popen.pid, 2)  # orphans of a finished process
                 self.reaped.add(popen.pid)  # never signal a group id again: it may be reused
             if code not in (None, 0) and self.first_failure is None:
                 self.first_failure = code
@@ -223,7 +242,7 @@ class Launch:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=max(0.1, deadline - time.monotonic()))
             if popen.pid not in self.reaped:
-                _stop_group(popen.pid, 0)
+                stop_group(popen.pid, 0)
                 self.reaped.add(popen.pid)
         self.ended_ms = int(time.time() * 1000)
 

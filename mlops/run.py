@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -48,7 +49,15 @@ class Job:
 
     @property
     def name(self) -> str:
+        """The display name: the MLflow run's name, a label only (as on Azure)."""
         return str(self.data.get("display_name") or self.spec.path.stem)
+
+    @property
+    def slug(self) -> str:
+        """The run folder's stem: a shell-safe slug of the display name (or the file's name);
+        Azure generates a job's name, the display name may hold spaces and parentheses."""
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.name).strip("-.")
+        return slug or re.sub(r"[^A-Za-z0-9_.-]+", "-", self.spec.path.stem) or "job"
 
 
 def _cores() -> int:
@@ -80,10 +89,10 @@ def run_folder(job: Job, requested: Path | None) -> Path:
     """A new runs/<name>-<time>, or the requested folder (a rerun resumes a command job)."""
     if requested is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        folder, n = RUNS / f"{job.name}-{stamp}", 1
+        folder, n = RUNS / f"{job.slug}-{stamp}", 1
         while folder.exists():
             n += 1
-            folder = RUNS / f"{job.name}-{stamp}-{n}"
+            folder = RUNS / f"{job.slug}-{stamp}-{n}"
         return folder
     folder = requested.resolve()
     previous = folder / "run.json"

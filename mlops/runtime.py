@@ -6,14 +6,14 @@ A task's folder holds what Azure keeps for a job:
     inputs/<name>     each data input, bound under a short safe path (Azure mounts INPUT_<name>)
     outputs/<name>    each output (unless a pipeline binds it elsewhere)
     log.txt           stdout and stderr of every process (appended when a job is run again)
-    status.json       outcome, exit code, MLflow run id
+    status.json       written when the task starts (Running, its MLflow run id, the runner's pid)
+                      and replaced atomically with the outcome and exit code when it ends
 Values are substituted into the command raw, as Azure does, so every bound path must be safe in
 a shell: the run root is checked once, and every other path is built from names below it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import envs, launch, snapshot
+from . import envs, launch, snapshot, watchdog
 from .binding import bind_inputs, bind_outputs, fill_artifacts
 from .errors import LocalRunError
 from .resolve import OutputSpec, Value, render_command
@@ -85,6 +85,7 @@ class Running:
     outputs: dict[str, str]
     since_ms: int
     started: float
+    watchdog: object = None  # ends the task if this runner dies without a word (watchdog.py)
 
 
 @dataclass
@@ -117,16 +118,24 @@ def process_env(task: Task, rt: Runtime, run_id: str, wd: Path, inputs: dict,
     return env
 
 
-def previous_run(folder: Path) -> str | None:
-    """The MLflow run of an earlier attempt of the task in this folder."""
-    try:
-        return json.loads((folder / "status.json").read_text()).get("mlflow_run_id")
-    except (OSError, ValueError):
-        return None
+def previous_run(folder: Path, rt: Runtime) -> str | None:
+    """The MLflow run of an earlier attempt of the task in this folder, to reopen. An attempt
+    whose runner died without a word (and whose watchdog died too) is ended first: its runs
+    still RUNNING become KILLED. A folder a live runner is using is refused."""
+    record = watchdog.read_status(folder)
+    if record.get("status") == "Running":
+        if watchdog.alive(record.get("pid")):
+            raise LocalRunError(f"{folder} is in use by a local run (pid {record['pid']}); "
+                                "wait for it, stop it, or use another --run-dir")
+        if record.get("mlflow_run_id"):
+            rt.tracking.finish(record["mlflow_run_id"], "KILLED", record.get("started_ms"),
+                               only_running=True)
+    return record.get("mlflow_run_id")
 
 
 def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Running:
     """Resolve, snapshot, build the environment, open the MLflow run, launch the processes."""
+    reuse = previous_run(task.folder, rt)  # before anything is written into the folder
     task.folder.mkdir(parents=True, exist_ok=True)
     inputs = bind_inputs(task.inputs, task.folder)
     outputs = bind_outputs(task.outputs, task.folder)
@@ -141,7 +150,7 @@ def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Runnin
     if not task.distribution and task.replicas > 1:
         overlays = [{} for _ in range(task.replicas)]
     run_id = rt.tracking.start(task.experiment, task.name, task.tags, task.parent_run,
-                               reuse=previous_run(task.folder))
+                               reuse=reuse)
     since = now_ms()
     try:
         base = process_env(task, rt, run_id, wd, inputs, outputs)
@@ -150,11 +159,16 @@ def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Runnin
         raise
     if notice:
         print(notice, file=sys.stderr)
+    command, overlays = launch.under_mpirun(command, overlays, task.distribution, base)
     (task.folder / "command.sh").write_text(command + "\n")
     rt.started = True
+    watchdog.write_status(task.folder, {"status": "Running", "mlflow_run_id": run_id,
+                                        "pid": os.getpid(), "started_ms": since,
+                                        "outputs": outputs})
     job = launch.Launch(command, wd, [{**base, **o} for o in overlays], task.folder / "log.txt",
                         label, echo)
-    return Running(task, job, run_id, outputs, since, time.monotonic())
+    guard = watchdog.start(task.folder, run_id, rt.tracking.uri, [p.pid for p in job.procs])
+    return Running(task, job, run_id, outputs, since, time.monotonic(), guard)
 
 
 def finish(running: Running, rt: Runtime, status: str | None = None) -> Result:
@@ -174,7 +188,9 @@ def finish(running: Running, rt: Runtime, status: str | None = None) -> Result:
     seconds = time.monotonic() - running.started
     record = {"status": status, "exit_code": code, "mlflow_run_id": running.run_id,
               "seconds": round(seconds, 3), "outputs": running.outputs}
-    (running.task.folder / "status.json").write_text(json.dumps(record, indent=2) + "\n")
+    watchdog.write_status(running.task.folder, record)
+    if running.watchdog is not None:
+        watchdog.release(running.watchdog)
     return Result(status, code, running.run_id, running.outputs, seconds, job.log)
 
 

@@ -70,7 +70,10 @@ def server_command(port: int, workers: int = 1, threads: int | None = None) -> l
 
 
 def port_taken(port: int) -> bool:
+    """Whether another socket listens on the port. SO_REUSEADDR, as gunicorn binds: the
+    TIME_WAIT connections a stopped server leaves behind for a minute do not hold the port."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

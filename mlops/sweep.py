@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -196,7 +197,8 @@ class Sweep:
         rows = [{"trial": t.number, "params": t.params, "metric": self.best(t),
                  "status": t.status, "intervals": len(t.history), "run_id": t.running.run_id,
                  "folder": str(t.running.task.folder),
-                 "seconds": round(t.result.seconds, 2) if t.result else None}
+                 "seconds": round(t.result.seconds, 2) if t.result else None,
+                 "log": str(t.result.log) if t.result else None}
                 for t in self.trials]
         scored = [r for r in rows if r["metric"] is not None and r["status"] == "Completed"]
         pick = max if self.s.maximize else min
@@ -215,15 +217,35 @@ def print_table(summary: dict) -> None:
         cells = [row["trial"], *[row["params"].get(n) for n in names], row["metric"],
                  row["status"]]
         print("  ".join(f"{c:>14.6g}" if isinstance(c, float) else f"{c!s:>14}" for c in cells))
-    best = summary["best_trial"]
+    best, rows = summary["best_trial"], summary["trials"]
+    failed = [row for row in rows if row["status"] == "Failed"]
     if best:
         print(f"best trial: {best['trial']} ({summary['primary_metric']}={best['metric']:.6g}, "
               f"MLflow run {best['run_id']})")
-    elif summary["trials"]:
+    if failed and len(failed) == len(rows):
+        first = failed[0]
+        print(f"every trial failed ({len(rows)} of {len(rows)}); trial {first['trial']} ended "
+              f"with: {last_error(first['log'])}\n  its log: {first['log']}", file=sys.stderr)
+    elif failed:
+        print(f"{len(failed)} of {len(rows)} trials failed (first: trial {failed[0]['trial']}, "
+              f"log {failed[0]['log']})", file=sys.stderr)
+    elif not best and rows:
         logged = ", ".join(summary["metrics_logged"]) or "none"
         print(f"no completed trial logged the primary metric '{summary['primary_metric']}'; "
               f"the trials logged: {logged}. Fix objective.primary_metric or the trial's "
               "logging", file=sys.stderr)
+
+
+def last_error(log: str | None) -> str:
+    """The line a failed process ended on: its last error or exception line, else its last."""
+    try:
+        lines = [line.strip() for line in Path(log).read_text(errors="replace").splitlines()
+                 if line.strip()]
+    except (OSError, TypeError):
+        return "(no log)"
+    errors = [line for line in lines if re.search(r"(Error|Exception|error:|Traceback)", line)
+              and not line.startswith("Traceback")]
+    return (errors or lines or ["(empty log)"])[-1]
 
 
 def sweep(data: dict, rt: runtime.Runtime, folder: Path, parent_run: str,

@@ -36,10 +36,10 @@ class Tracking:
     """The runner's own client (on the store directly) and the URI jobs are given (the local
     tracking server's, when it runs: mlops/tracking_server.py)."""
 
-    def __init__(self, server=None) -> None:
+    def __init__(self, server=None, uri: str | None = None) -> None:
         from mlflow.tracking import MlflowClient
 
-        self.uri = tracking_uri()
+        self.uri = uri or tracking_uri()
         self.client = MlflowClient(self.uri)
         self.server = server
 
@@ -66,10 +66,11 @@ class Tracking:
         return run.info.run_id
 
     def finish(self, run_id: str, status: str, since_ms: int | None = None,
-               exit_ms: int | None = None) -> None:
+               exit_ms: int | None = None, only_running: bool = False) -> None:
         """End `run_id` and the runs the job opened below it: any left RUNNING, and, when the
         job failed or was stopped, those its dying process closed as FINISHED (MLflow's exit
-        hook ends open runs as FINISHED even when the process crashes)."""
+        hook ends open runs as FINISHED even when the process crashes). `only_running`: leave
+        every run that already ended as it is (a dead launcher's leftovers)."""
         if since_ms is not None:
             for child in self._descendants(run_id, since_ms):
                 closed_by_exit = (status != "FINISHED" and exit_ms is not None and
@@ -77,6 +78,12 @@ class Tracking:
                                   (child.info.end_time or 0) >= exit_ms - EXIT_WINDOW_MS)
                 if child.info.status == "RUNNING" or closed_by_exit:
                     self.client.set_terminated(child.info.run_id, status)
+        if only_running:
+            try:
+                if self.client.get_run(run_id).info.status != "RUNNING":
+                    return
+            except Exception:  # noqa: BLE001 - gone (another store, deleted): nothing to end
+                return
         self.client.set_terminated(run_id, status)
 
     def _descendants(self, root: str, since_ms: int) -> list:

@@ -68,6 +68,24 @@ def test_empty_split_names_the_folder(tiny_data, tmp_path):
         build_datasets(data, 32)
 
 
+def test_a_class_with_no_image_in_one_split_is_an_error_naming_it(tiny_data, tmp_path):
+    """As torchvision's ImageFolder refuses it: a class only val/ has images of would be a
+    class the model can never learn."""
+    data = shutil.copytree(tiny_data, tmp_path / "d")
+    (data / "train" / "ducks").mkdir()
+    shutil.copytree(data / "val" / "turkeys", data / "val" / "ducks")
+    with pytest.raises(DataError, match=f"{data / 'train'}: no images found .*class.*ducks"):
+        build_datasets(data, 32)
+
+
+def test_a_class_left_empty_by_skipped_images_is_an_error(tiny_data, tmp_path):
+    data = shutil.copytree(tiny_data, tmp_path / "d")
+    for image in (data / "val" / "turkeys").iterdir():
+        image.write_bytes(b"not an image")
+    with pytest.raises(DataError, match=f"{data / 'val'}: every image of class.*turkeys"):
+        build_datasets(data, 32, skip_bad_images=True)
+
+
 def test_corrupt_image_is_an_error_naming_it_unless_skipped(tiny_data, tmp_path):
     data = shutil.copytree(tiny_data, tmp_path / "d")
     bad = data / "train" / "chickens" / "broken.jpg"

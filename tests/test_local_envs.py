@@ -99,3 +99,107 @@ def test_every_environment_form_resolves_to_a_plan(tmp_path):
     plan = plan_for({"image": "x", "conda_file": "conda.yml"}, tmp_path, env_map)
     assert plan.requirements == ["numpy==1.26.*", "torch", "scikit-learn==1.5.2"]
     assert plan.python == "3.9" and plan.skipped == ["cudatoolkit=11.8"]
+
+
+def test_a_requirement_this_machine_cannot_fetch_is_skipped_and_the_rest_built(
+        tmp_path, capsys, monkeypatch):
+    """A display name with spaces and parentheses is a label: the run folder is a slug of it,
+    the MLflow run keeps it; a git+/URL requirement or private index is one warning each."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setattr(local, "RUNS", tmp_path / "runs")
+    assert local.main([str(ROOT / "tests/fixtures/thirdparty/gpu-check.yml")]) == 0
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert folder.name.startswith("GPU-check-NCCL-tests-")
+    err = capsys.readouterr().err
+    for skipped in ("git+https://github.com/example-org/nccl-tests-helper.git@main",
+                    "helper @ https://example.com/helper-0.1.tar.gz",
+                    "--extra-index-url https://pkgs.example.com/simple"):
+        assert f"skipped '{skipped}': this machine cannot fetch it" in err
+    experiment = MlflowClient().get_experiment_by_name("thirdparty-gpu-check")
+    (run,) = MlflowClient().search_runs([experiment.experiment_id])
+    assert run.info.run_name == "GPU check (NCCL tests)"
+
+
+def test_a_workspace_environment_registered_from_the_jobs_own_repository(tmp_path, capsys):
+    """`azureml:<name>@latest` / `:<version>` whose spec lives in the job's own repository (a
+    conda file, or a Docker build context) is built from that spec, and the notice names it."""
+    import shutil
+
+    repo = shutil.copytree(ENVS.parent / "template", tmp_path / "template")
+    (repo / ".git").mkdir()  # the job's repository root
+    assert local.main([str(repo / "jobs/train.yml"), "--run-dir", str(tmp_path / "a")]) == 0
+    assert local.main([str(repo / "jobs/score-check.yml"), "--run-dir", str(tmp_path / "b")]) \
+        == 0
+    err = capsys.readouterr().err
+    assert f"azureml:template-train-env:2: built from its spec {repo / 'environments'}" \
+           "/train-env.yml" in err
+    assert f"built from its spec {repo / 'environments/serve-env.yml'}" in err
+    import os
+
+    assert f"pyjokes from {os.environ['LOCAL_ENVS_DIR']}/" in (tmp_path / "b/log.txt").read_text()
+
+
+def test_nearest_release_prefers_the_same_minor_then_the_closest_newer():
+    from packaging.version import Version
+
+    from mlops.pins import nearest
+
+    have = [Version(v) for v in ("1.23.2", "1.23.5", "1.24.0", "2.0.0rc1", "2.0.1")]
+    assert nearest(Version("1.21.2"), have) == Version("1.23.5")
+    assert nearest(Version("1.24.3"), have) == Version("1.24.0")
+    assert nearest(Version("3.0"), have) == Version("2.0.1")
+
+
+def test_pins_this_python_cannot_take_move_with_one_warning_each(tmp_path, capsys):
+    """A conda file for Python 3.8 (numpy 1.21.2, pandas 1.3.5: no wheels for this Python)
+    builds with the nearest releases that install here, and the job completes."""
+    assert local.main([str(ENVS / "old-python-pins.yml"), "--run-dir", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert "numpy==1.21.2 -> 1.23.5: ==1.21.2 has no wheel for Python 3.11" in err
+    assert "pandas==1.3.5 -> 1.5.3: ==1.3.5 has no wheel for Python 3.11" in err
+    assert "Azure's image build would fail" not in err
+    assert "numpy 1.23.5 pandas 1.5.3 float 1.5" in (tmp_path / "r/log.txt").read_text()
+
+
+def test_the_environment_decides_its_mlflow_and_a_2x_client_logs_to_the_local_server(
+        tmp_path, capsys):
+    """An environment pinning mlflow-skinny 2.x gets it alone (no .venv MLflow 3 beside it),
+    and logs params, metrics, an artifact and a model through the local tracking server."""
+    from mlflow.tracking import MlflowClient
+
+    before = freeze()
+    assert local.main([str(ENVS / "mlflow2-client.yml"), "--run-dir", str(tmp_path / "r")]) == 0
+    log = (tmp_path / "r/log.txt").read_text()
+    assert "client mlflow-skinny 2.22." in log and "full mlflow beside it: no" in log
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name("envs-mlflow2")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.data.params == {"alpha": "0.5"} and run.data.metrics["loss"] == pytest.approx(1 / 3)
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"notes", "doubler"} <= artifacts
+    assert "MLmodel" in {Path(a.path).name for a in client.list_artifacts(run.info.run_id,
+                                                                          "doubler")}
+    assert freeze() == before
+
+
+def test_every_curated_name_has_its_images_pins_and_local_envs_overrides():
+    """The generated catalogue (assets/curated-envs.yml) knows current and retired curated
+    names, with MLflow among the pins; hand-written local-envs.yml entries win."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gen_curated_envs import keys
+
+    env_map = EnvMap()
+    old = plan_for("azureml:AzureML-sklearn-0.24-ubuntu18.04-py37-cpu@latest", ROOT, env_map)
+    assert old.notice is None and old.python == "3.7"
+    assert any(r.startswith("numpy") for r in old.requirements)
+    assert "azureml-mlflow" in old.requirements
+    assert plan_for("azureml:azureml-SKLEARN-1.0-ubuntu20.04-py38-cpu", ROOT, env_map).notice \
+        is None  # names match without regard to case
+    overridden = plan_for("azureml:AzureML-sklearn-1.5@latest", ROOT, env_map)
+    assert overridden.requirements == env_map.get("azureml:AzureML-sklearn-1.5")["pip"]
+    assert "no local stand-in" in plan_for("azureml:AzureML-not-a-curated-env@latest", ROOT,
+                                           env_map).notice
+    assert keys("sklearn-1.0", {"OS": "Ubuntu20.04", "Python": "3.8"}) == [
+        "azureml://registries/azureml/environments/sklearn-1.0", "azureml:AzureML-sklearn-1.0",
+        "azureml:AzureML-sklearn-1.0-ubuntu20.04-py38-cpu"]

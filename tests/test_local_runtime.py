@@ -135,6 +135,17 @@ def test_mpi_and_tensorflow_distribution_variables(tmp_path):
     assert len(tf[0]["cluster"]["worker"]) == 2
 
 
+def test_mpi_distribution_with_mpi4py_runs_under_a_real_mpirun(tmp_path, monkeypatch):
+    """2 nodes x 2 processes, an environment with mpi4py: the layer gets Open MPI from PyPI and
+    one mpirun starts every process, so MPI.COMM_WORLD spans them and all-reduces."""
+    monkeypatch.setenv("LOCAL_ENVS_DIR", str(tmp_path.parent / "envs"))
+    argv = [str(TP / "mpi-allreduce.yml"), "--run-dir", str(tmp_path / "run"), "--max-procs", "4"]
+    assert local.main(argv) == 0
+    assert (tmp_path / "run/outputs/result/sum.txt").read_text() == "4 10\n"
+    log = (tmp_path / "run/log.txt").read_text()
+    assert all(f"rank {r} of 4: sum 10" in log for r in range(4))
+
+
 def test_a_dying_launcher_takes_its_workers_with_it(tmp_path):
     assert run(TP / "orphan.yml", tmp_path / "run") == 128 + signal.SIGKILL
     worker = int((tmp_path / "run/outputs/pids/worker.pid").read_text())
@@ -153,6 +164,22 @@ def test_a_sweep_whose_metric_is_never_logged_names_what_was(tmp_path, capsys):
     summary = json.loads((tmp_path / "run/sweep_summary.json").read_text())
     assert summary["metrics_logged"] == ["score"]
     assert "the trials logged: score" in capsys.readouterr().err
+
+
+def test_a_sweep_whose_trials_all_failed_quotes_the_first_trials_error(tmp_path, capsys):
+    assert run(TP / "sweep-offline-weights.yml", tmp_path / "run") == 1
+    err = capsys.readouterr().err
+    assert "every trial failed (2 of 2); trial 0 ended with: RuntimeError: cannot download " \
+           "resnet18-f37072fd.pth: no network" in err
+    assert f"its log: {tmp_path / 'run/trials/trial_000/log.txt'}" in err
+    assert "Fix objective.primary_metric" not in err
+
+
+def test_a_sweep_with_some_failed_trials_counts_them(tmp_path, capsys):
+    assert run(TP / "sweep-offline-weights.yml", tmp_path / "run",
+               "search_space.offline.values.1=0") == 0
+    err = capsys.readouterr().err
+    assert "1 of 2 trials failed (first: trial 0" in err
 
 
 def test_what_azure_refuses_is_refused_by_validate_and_locally(tmp_path, capsys):
@@ -174,6 +201,20 @@ def test_warnings_are_printed_and_never_block_a_run(tmp_path, capsys):
     assert "warning: early_termination.delay_evaluation: delay_evaluation 3 is not below " \
            "epochs 1" in err
     assert "warning: inputs.epochs: input 'epochs' is declared but never passed" in err
+
+
+def test_what_the_loader_accepts_the_schema_layer_never_refuses(tmp_path):
+    """A pipeline sweep node with name: and display_name: loads and validates in azure-ai-ml;
+    the generated schema is stricter. The loader decides, for every fixture spec."""
+    from mlops.specs import load_spec
+    from mlops.validate import KINDS, check, sdk_layer
+
+    assert validate([TP / "named-sweep-node.yml"]) == []
+    assert run(TP / "named-sweep-node.yml", tmp_path / "run") == 0
+    for path in sorted((ROOT / "tests" / "fixtures").rglob("*.yml")):
+        spec = load_spec(path)
+        if spec.kind in KINDS and not sdk_layer(spec):
+            assert not [f for f in check(spec) if "schema:" in f.problem], path
 
 
 def test_a_spec_without_schema_line_is_typed_by_its_type():
@@ -199,17 +240,97 @@ def test_signals_stop_the_whole_job_and_mark_it_killed(tmp_path, sig):
         [sys.executable, "-m", "mlops.run", str(HELLO / "hello-command.yml"), "--run-dir",
          str(tmp_path / "run"), "--set", "inputs.steps=200", "--set", "inputs.sleep=0.2"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pid_file = tmp_path / "run/outputs/result/pid"
-    deadline = time.monotonic() + 90
-    while not pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    child = int(pid_file.read_text())
+    child = _pid_from(tmp_path / "run/outputs/result/pid")
     runner.send_signal(sig)
     assert runner.wait(timeout=60) == 128 + sig
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)
     (mlflow_run,) = runs("hello-command")
     assert mlflow_run.info.status == "KILLED"
+
+
+def _pid_from(path: Path, seconds: float = 90) -> int:
+    """The pid the job writes; polled until complete, since the file exists before its text."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        text = path.read_text().strip() if path.exists() else ""
+        if text.isdigit():
+            return int(text)
+        time.sleep(0.1)
+    raise AssertionError(f"{path} held no pid after {seconds} s")
+
+
+def _gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_launcher_killed_without_warning_takes_its_job_with_it(tmp_path):
+    """SIGKILL cannot be caught: the watchdog stops the job, records it Canceled, ends its MLflow
+    run KILLED, and a rerun into the folder reopens that run instead of leaving a ghost."""
+    folder = tmp_path / "run"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "mlops.run", str(HELLO / "hello-command.yml"), "--run-dir",
+         str(folder), "--set", "inputs.steps=300", "--set", "inputs.sleep=0.2"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = _pid_from(folder / "outputs/result/pid")
+    started = json.loads((folder / "status.json").read_text())
+    assert started["status"] == "Running" and started["mlflow_run_id"]
+    runner.kill()
+    runner.wait()
+    assert _gone(child, 30), "the job outlived its launcher"
+    deadline = time.monotonic() + 30
+    while (record := json.loads((folder / "status.json").read_text()))["status"] == "Running" \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert record["status"] == "Canceled" and "runner died" in record["reason"]
+    (mlflow_run,) = runs("hello-command")
+    assert (mlflow_run.info.run_id, mlflow_run.info.status) == (started["mlflow_run_id"],
+                                                                "KILLED")
+    assert run(HELLO / "hello-command.yml", folder, "inputs.steps=1", "inputs.sleep=0") == 0
+    (mlflow_run,) = runs("hello-command")
+    assert (mlflow_run.info.run_id, mlflow_run.info.status) == (started["mlflow_run_id"],
+                                                                "FINISHED")
+
+
+def _left_running(folder: Path, pid: int) -> tuple[str, str]:
+    """A run folder as a runner leaves it when it and its watchdog died together."""
+    client = MlflowClient()
+    experiment = client.create_experiment("hello-command")
+    parent = client.create_run(experiment, run_name="hello-command").info.run_id
+    inner = client.create_run(experiment, run_name="inner",
+                              tags={"mlflow.parentRunId": parent}).info.run_id
+    folder.mkdir(parents=True)
+    (folder / "status.json").write_text(json.dumps({
+        "status": "Running", "mlflow_run_id": parent, "pid": pid, "started_ms": 0}))
+    return parent, inner
+
+
+def test_a_rerun_ends_what_a_dead_runner_left_running_and_reopens_its_run(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    parent, inner = _left_running(tmp_path / "run", dead.pid)
+    assert run(HELLO / "hello-command.yml", tmp_path / "run", "inputs.sleep=0") == 0
+    statuses = {r.info.run_id: r.info.status for r in runs("hello-command")}
+    assert statuses == {parent: "FINISHED", inner: "KILLED"}
+
+
+def test_a_folder_a_live_runner_uses_is_refused(tmp_path, capsys):
+    # a live process whose command line names the runner (bash -c would exec `sleep` away)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "mlops.run"])
+    try:
+        _left_running(tmp_path / "run", live.pid)
+        assert run(HELLO / "hello-command.yml", tmp_path / "run") == 2
+    finally:
+        live.kill()
+    assert f"is in use by a local run (pid {live.pid})" in capsys.readouterr().err
+    assert not (tmp_path / "run/wd").exists()
 
 
 def test_render_substitutes_raw_values_and_drops_unset_optional_segments():

@@ -32,3 +32,23 @@ def test_the_default_model_is_the_newest_folder_that_holds_one(tmp_path):
     assert latest_model(tmp_path) == older
     with pytest.raises(ServeError, match="no trained model"):
         latest_model(tmp_path / "nothing-here")
+
+
+def test_a_stopped_servers_time_wait_sockets_do_not_hold_the_port():
+    """`make stop-local && make serve-local` right after traffic: nothing listens, only the old
+    server's side of its closed connections waits in TIME_WAIT. gunicorn binds over them
+    (SO_REUSEADDR), so the port check must too."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    served, _ = listener.accept()
+    served.close()  # the server closes first: its end enters TIME_WAIT on `port`
+    assert client.recv(1) == b""
+    client.close()
+    listener.close()
+    with socket.socket() as plain, pytest.raises(OSError):  # the state the old check tripped on
+        plain.bind(("127.0.0.1", port))
+    assert not serve.port_taken(port)

@@ -169,13 +169,16 @@ class SafeImageFolder(datasets.ImageFolder):
     def make_dataset(directory, class_to_idx, extensions=None, is_valid_file=None,
                      allow_empty=False):
         reals = {name: os.path.realpath(os.path.join(directory, name)) for name in class_to_idx}
-        instances = []
+        instances, empty = [], []
         for name, index in sorted(class_to_idx.items()):
             others = [r for other, r in reals.items() if other != name]
-            instances += [(path, index) for path in
-                          _walk_class(os.path.join(directory, name), others)]
-        if not instances and not allow_empty:
-            raise FileNotFoundError(f"Found no valid file for the classes {sorted(class_to_idx)}")
+            found = _walk_class(os.path.join(directory, name), others)
+            instances += [(path, index) for path in found]
+            if not found:
+                empty.append(name)
+        if empty and not allow_empty:  # as torchvision's ImageFolder: a class with no image
+            raise FileNotFoundError(  # could never be learned (or, in val, measured)
+                f"Found no valid file for the class(es) {', '.join(empty)}")
         return instances
 
     def __getitem__(self, index: int):
@@ -201,8 +204,9 @@ def _image_folder(split_dir: Path, transform, loader) -> SafeImageFolder:
         dataset = SafeImageFolder(str(split_dir), transform=transform, loader=loader)
     except FileNotFoundError as err:
         raise DataError(
-            f"{split_dir}: no images found ({err}). Each split needs one sub-folder per class "
-            "holding .jpg/.png files."
+            f"{split_dir}: no images found ({err}). Each split needs one sub-folder per class, "
+            "each holding at least one image (.jpg, .png, ...): add images or remove the folder "
+            "from both splits."
         ) from err
     ignored = [p for p in split_dir.rglob("*") if p.is_file() and not p.name.startswith(".")
                and not p.name.lower().endswith(IMG_EXTENSIONS)]
@@ -246,4 +250,9 @@ def build_datasets(data: str | os.PathLike, image_size: int, skip_bad_images: bo
     for split, ds in (("train", train), ("val", val)):
         if not ds.samples:
             raise DataError(f"{root / split}: every image was unreadable; nothing left to use.")
+        left = {target for _, target in ds.samples}
+        emptied = [name for index, name in enumerate(ds.classes) if index not in left]
+        if emptied:
+            raise DataError(f"{root / split}: every image of class(es) {', '.join(emptied)} was "
+                            "unreadable; a class needs at least one readable image in each split.")
     return DataBundle(root, train, val, list(train.classes), skipped)

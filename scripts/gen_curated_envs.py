@@ -1,0 +1,161 @@
+"""Generate assets/curated-envs.yml: every curated environment Azure ML publishes, with its
+image's pins, from a checkout of the Azure/azureml-assets repository (the source of those images).
+
+    python scripts/gen_curated_envs.py --repo <azureml-assets git dir> [--out FILE]
+
+Each environment folder that ever held an `asset.yaml` of type environment is read at its last
+version (the current one, or the one before it was deleted: older specs still name retired
+images such as AzureML-sklearn-0.24-ubuntu20.04-py37-cpu). Its conda file or Dockerfile is read
+by the local runtime's own reader (mlops/envspec.py), so the catalogue holds what a local build
+would install. Keys: the registry name (azureml://registries/azureml/environments/<name>), the
+workspace alias (azureml:AzureML-<name>) and, from the spec's tags, the legacy curated name
+(azureml:AzureML-<name>-<os>-py<version>-<cpu|gpu>). Pins Azure fills in at build time
+(`{{latest-pypi-version}}`) become unpinned; torch, torchvision and torchaudio are left to .venv
+(a CUDA image's torch cannot run here without its GPU stack). assets/local-envs.yml overrides
+any entry by the same key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mlops.envspec import EnvPlan, read_conda, read_dockerfile  # noqa: E402
+from mlops.errors import LocalRunError  # noqa: E402
+
+TEMPLATED = re.compile(r"\s*(===|==|~=|>=|<=|=|>|<)\s*\{\{[^}]*\}\}")
+LEFT_TO_VENV = {"torch", "torchvision", "torchaudio", "pytorch"}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "--git-dir", str(repo), *args], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def show(repo: Path, rev: str, path: str) -> str | None:
+    try:
+        return git(repo, "show", f"{rev}:{path}")
+    except subprocess.CalledProcessError:
+        return None
+
+
+def asset_folders(repo: Path) -> dict[str, str]:
+    """Every environment folder's path -> the revision holding its last version."""
+    current = set(git(repo, "ls-tree", "-r", "--name-only", "HEAD").splitlines())
+    ever = set(git(repo, "log", "--format=", "--name-only", "HEAD", "--",
+                   "*/asset.yaml").splitlines())
+    found = {}
+    for path in sorted(p for p in ever if p.endswith("asset.yaml")):
+        if path in current:
+            found[path.rsplit("/", 1)[0]] = "HEAD"
+            continue
+        deleted = git(repo, "log", "-1", "--format=%H", "HEAD", "--", path).strip()
+        if deleted:
+            found[path.rsplit("/", 1)[0]] = f"{deleted}^"
+    return found
+
+
+def _yaml(text: str | None) -> dict:
+    try:
+        data = yaml.safe_load(TEMPLATED.sub("", text or "").replace("{{", "").replace("}}", ""))
+    except yaml.YAMLError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_plan(repo: Path, rev: str, folder: str, name: str) -> EnvPlan | None:
+    """The environment's packages, read from its build context as the local runtime reads one."""
+    extra = _yaml(show(repo, rev, f"{folder}/environment.yaml"))
+    context = ((extra.get("image") or {}).get("context") or {})
+    context_dir = f"{folder}/{context.get('dir') or 'context'}"
+    files = git(repo, "ls-tree", "--name-only", f"{rev}:{context_dir}").split() \
+        if show(repo, rev, context_dir) is not None else []
+    plan = EnvPlan(name)
+    with tempfile.TemporaryDirectory() as tmp:
+        for file in files:
+            text = show(repo, rev, f"{context_dir}/{file}")
+            if text is not None:
+                (Path(tmp) / file).write_text(TEMPLATED.sub("", text))
+        try:
+            dockerfile = context.get("dockerfile") or "Dockerfile"
+            if (Path(tmp) / dockerfile).is_file():
+                read_dockerfile(Path(tmp), dockerfile, plan)
+            elif (Path(tmp) / "conda_dependencies.yaml").is_file():
+                read_conda(Path(tmp) / "conda_dependencies.yaml", plan)
+            else:
+                return None
+        except (LocalRunError, OSError, ValueError):
+            return None
+    return plan
+
+
+def entry(plan: EnvPlan) -> dict:
+    pip = []
+    for line in plan.requirements:
+        if "{" in line or line.startswith("-"):
+            continue
+        base = re.split(r"[\s=<>~!\[;@]", line, maxsplit=1)[0].lower()
+        if base in LEFT_TO_VENV:
+            line = base if base != "pytorch" else "torch"
+        if line not in pip:
+            pip.append(line)
+    out = {"pip": pip}
+    if plan.python:
+        out["python"] = plan.python
+    return out
+
+
+def keys(name: str, tags: dict) -> list[str]:
+    found = [f"azureml://registries/azureml/environments/{name}"]
+    if name.lower().startswith("azureml-"):
+        found.append(f"azureml:{name}")
+        return found
+    found.append(f"azureml:AzureML-{name}")
+    os_tag, python = str(tags.get("OS") or "").lower(), str(tags.get("Python") or "")
+    if os_tag and re.match(r"^\d\.\d+$", python):
+        kind = "gpu" if re.search(r"cuda|gpu", name, re.I) else "cpu"
+        found.append(f"azureml:AzureML-{name}-{os_tag}-py{python.replace('.', '')}-{kind}")
+    return found
+
+
+def catalogue(repo: Path) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for folder, rev in asset_folders(repo).items():
+        asset = _yaml(show(repo, rev, f"{folder}/asset.yaml"))
+        if str(asset.get("type", "")).lower() != "environment" or not asset.get("name"):
+            continue
+        name = str(asset["name"]).strip()
+        spec = _yaml(show(repo, rev, f"{folder}/{asset.get('spec') or 'spec.yaml'}"))
+        plan = read_plan(repo, rev, folder, name)
+        if plan is None:
+            continue
+        for key in keys(name, spec.get("tags") or {}):
+            out.setdefault(key, entry(plan))
+    return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", type=Path, required=True, help="azureml-assets git directory")
+    parser.add_argument("--out", type=Path, default=Path("assets/curated-envs.yml"))
+    args = parser.parse_args(argv)
+    head = git(args.repo, "rev-parse", "HEAD").strip()
+    found = catalogue(args.repo)
+    header = (f"# Generated by scripts/gen_curated_envs.py from Azure/azureml-assets at {head}:\n"
+              "# every curated environment Azure ML publishes (current and retired), with its\n"
+              "# image's pins. Do not edit: assets/local-envs.yml overrides an entry by key.\n")
+    args.out.write_text(header + yaml.safe_dump(found, sort_keys=False, width=100))
+    print(f"{args.out}: {len(found)} keys from {head[:10]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
