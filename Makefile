@@ -25,6 +25,8 @@ PORT ?= 5001
 DEPLOYMENT ?= endpoints/blue.yml
 MODEL_DIR ?=
 PYTEST_ARGS ?=
+# make help: the order its groups are listed in (##@ lines in this file name them).
+HELP_GROUPS = Local,Azure jobs,Azure endpoints,Development
 WORKFLOWS ?= $(wildcard .github/workflows/*.yml)
 # Local MLflow store; on Azure the job's own MLFLOW_TRACKING_URI is used instead.
 MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
@@ -93,7 +95,7 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 	deploy-green invoke-green mirror-green shift rollback endpoint-logs endpoint-show \
 	delete-deployment \
 	delete-endpoint invoke slots batch-local bench-batch batch-endpoint batch-deploy batch-invoke
-.PHONY: help setup test lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
+.PHONY: help setup test test-heavy lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
 	envs clean-envs bench-envs \
 	bench-train clean validate schemas curated-envs sync-env az-guard workspace-defaults compute environment \
 	data train train-distributed sweep pipeline stream download register
@@ -101,8 +103,12 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 print-%: ## Print a Makefile variable's value: make print-PORT
 	@echo '$($*)'
 
-help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+##@ Development
+help: ## List the targets by group, the local loop first
+	@awk 'BEGIN {FS = ":.*## "} /^##@ / {group = substr($$0, 5); next} \
+	/^[a-zA-Z0-9_-]+:.*## / {lines[group] = lines[group] sprintf("  \033[36m%-20s\033[0m %s\n", $$1, $$2)} \
+	END {n = split("$(HELP_GROUPS)", order, ","); \
+	for (i = 1; i <= n; i++) if (order[i] in lines) printf "\n%s\n%s", order[i], lines[order[i]]}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml .ci/package-lock.json
 	$(PYTHON) -m venv $(VENV)
@@ -117,13 +123,18 @@ setup: $(STAMP) ## Create .venv with everything training, serving and the tests 
 $(SYNTHETIC_DATA)/README.txt: scripts/make_synthetic_data.py | $(STAMP)
 	$(PY) scripts/make_synthetic_data.py --out $(SYNTHETIC_DATA)
 
+##@ Local
 data-synthetic: $(SYNTHETIC_DATA)/README.txt ## Generate the embedded synthetic two-class data
 
 data-fowl: $(STAMP) ## Download the real fowl zip (needs internet) and check it
 	$(PY) scripts/download_data.py --out data/fowl_data.zip
 
+##@ Development
 test: $(STAMP) ## Run the test suite (offline, CPU)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-heavy: $(STAMP) ## Run the tests that build large environments from the package registry (minutes)
+	$(PY) -m pytest -m heavy $(PYTEST_ARGS)
 
 lint: $(STAMP) lint-workflows ## Lint Python (ruff) and the GitHub workflows
 	$(BIN)/ruff check src mlops scripts tests
@@ -150,6 +161,7 @@ curated-envs: $(STAMP) ## Regenerate assets/curated-envs.yml from an azureml-ass
 sync-env: $(STAMP) ## Regenerate environments/conda.yml from pyproject.toml
 	$(PY) scripts/sync_env.py
 
+##@ Local
 local: $(STAMP) $(DATA_DEP) ## Run a job spec locally: JOB=jobs/x.yml SET="inputs.epochs=1 ..."
 	$(LOCAL) $(JOB) $(LOCAL_ARGS)
 
@@ -176,18 +188,22 @@ envs: $(STAMP) ## List cached local environments: size, packages, the specs that
 clean-envs: $(STAMP) ## Remove the cached local environments (rebuilt when next needed)
 	$(PY) -m mlops.envs clean
 
+##@ Development
 bench-envs: $(STAMP) ## Benchmark building a cached environment and reusing it
 	$(PY) scripts/bench_envs.py
 
+##@ Local
 mlflow-ui: $(STAMP) ## Browse local MLflow runs on http://127.0.0.1:5000 (MLFLOW_PORT=)
 	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --host 127.0.0.1 --port $(MLFLOW_PORT)
 
+##@ Development
 bench-train: $(STAMP) ## Benchmark training vs tutorial-style settings (BENCH_DATA=)
 	$(PY) scripts/bench_train.py --data $(BENCH_DATA)
 
 bench-sweep: $(STAMP) ## Benchmark a local sweep with vs without the bandit policy (BENCH_DATA=)
 	$(PY) scripts/bench_sweep.py --data $(abspath $(BENCH_DATA))
 
+##@ Local
 export-onnx: $(STAMP) $(DATA_DEP) ## Write model.onnx and the gated model.int8.onnx beside MODEL_DIR's model
 	@model="$(MODEL_DIR)"; [ -n "$$model" ] || model=$$($(PY) -m mlops.serve latest) || exit 1; \
 	$(PY) -m image_classifier.export --model_dir "$$model" --data $(TRAIN_DATA) --int8
@@ -202,17 +218,21 @@ invoke-local: $(STAMP) ## POST endpoints/sample-request.json to the local endpoi
 stop-local: $(STAMP) ## Stop the local endpoint
 	$(PY) -m mlops.serve stop
 
+##@ Development
 bench-score: $(STAMP) $(DATA_DEP) ## Benchmark scoring through the real server on loopback
 	$(PY) scripts/bench_score.py --data $(abspath $(BENCH_DATA))
 
+##@ Local
 batch-local: $(STAMP) ## Run the batch deployment spec locally over INPUT=<folder|zip> (MODEL_DIR=)
 	$(if $(INPUT),,$(error set INPUT=<folder of images or .zip>))
 	$(PY) -m mlops.batch $(BATCH_DEPLOYMENT) --input $(INPUT) --max-procs $(NPROC) \
 		$(if $(MODEL_DIR),--model $(MODEL_DIR)) $(if $(RUN_DIR),--run-dir $(RUN_DIR))
 
+##@ Development
 bench-batch: $(STAMP) ## Benchmark batch-local against the in-process compute-bound rate (BENCH_DATA=)
 	$(PY) scripts/bench_batch.py --data $(abspath $(BENCH_DATA))
 
+##@ Local
 clean: ## Remove local runs, generated data and caches (keeps .venv and cached environments)
 	rm -rf runs outputs data/synthetic_fowl .pytest_cache .ruff_cache
 
@@ -221,6 +241,7 @@ clean: ## Remove local runs, generated data and caches (keeps .venv and cached e
 az-guard:
 	@scripts/az_guard.sh $(AZ_ML_VERSION)
 
+##@ Azure jobs
 workspace-defaults: az-guard ## Save GROUP/WORKSPACE/LOCATION as az defaults
 	az configure --defaults group=$(GROUP) workspace=$(WORKSPACE) location=$(LOCATION)
 
@@ -259,6 +280,7 @@ register: az-guard ## Register AZ_JOB's model output as MODEL_NAME (a sweep: its
 		echo "best trial: $$job"; fi; \
 	az ml model create --name $(MODEL_NAME) --type custom_model --path azureml://jobs/$$job/outputs/model $(AZ_ARGS)
 
+##@ Azure endpoints
 endpoint: az-guard ## Create (or update) the online endpoint
 	az ml online-endpoint create --file endpoints/endpoint.yml --set name=$(ENDPOINT) $(AZ_ARGS) \
 		|| az ml online-endpoint update --file endpoints/endpoint.yml --set name=$(ENDPOINT) $(AZ_ARGS)

@@ -6,8 +6,9 @@ hard links to the originals (symbolic links across filesystems): the job sees or
 whose real path stays in the run folder, as on Azure (MLflow, for one, refuses model folders that
 resolve elsewhere), and nothing is copied. `mode: download` gets a private copy, as Azure
 downloads one. A folder of more than FARM_LIMIT files is linked as a whole instead.
-Caveat: a job that rewrites an input file in place changes the original, where Azure's read-only
-mount would refuse the write; deleting or adding files in an input is harmless.
+Inputs Azure mounts read-only (`ro_mount`, the default) are listed in MLOPS_READONLY_INPUTS for
+the job's Python (mlops/readonly_inputs.py), which refuses writes under them as the mount does,
+so a job never changes the user's files through the links.
 """
 
 from __future__ import annotations
@@ -92,6 +93,22 @@ def bind_inputs(inputs: dict[str, Value], folder: Path) -> dict[str, str | None]
                 target.symlink_to(source)  # missing (a step output never written): fails later
             values[name] = str(target)
     return values
+
+
+WRITABLE_MODES = {"download", "eval_download", "rw_mount", "direct"}
+
+
+def read_only(inputs: dict[str, Value], folder: Path) -> list[str]:
+    """The places a job must not write: each data input mounted read-only (Azure's default
+    mode), as the job sees it and where its files really are."""
+    paths, own = [], os.path.realpath(folder)
+    for name, value in inputs.items():
+        if value.is_data and str(value.mode or "ro_mount").lower() not in WRITABLE_MODES:
+            paths.append(str(folder / "inputs" / name))
+            source = os.path.realpath(value.path)
+            if not (own + os.sep).startswith(source.rstrip(os.sep) + os.sep):
+                paths.append(source)  # unless the task's own folder lies inside it (`path: .`)
+    return paths
 
 
 def bind_outputs(outputs: dict[str, OutputSpec], folder: Path) -> dict[str, str]:

@@ -37,13 +37,14 @@ from packaging.requirements import InvalidRequirement, Requirement
 from . import pins
 from .envspec import ENV_MAP, EnvMap, EnvPlan, plan_for
 from .errors import LocalRunError
-from .requirements import canonical, hidden_families, unfetchable, with_mpi
+from .requirements import canonical, hidden_families, name_of, unfetchable, with_mpi
 from .specs import ROOT
 
 VENV_BIN = Path(sys.executable).parent
 BASE_SITE = Path(sysconfig.get_paths()["purelib"])
 PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
 TOP = "env"
+READONLY_HOOK = Path(__file__).with_name("readonly_inputs.py")  # copied into each top layer
 
 
 def cache_dir() -> Path:
@@ -70,6 +71,14 @@ def unsatisfied(requirements: list[str]) -> list[str]:
         if requirement.url or not requirement.specifier.contains(have, prereleases=True):
             missing.append(line)
     return missing
+
+
+def with_families(missing: list[str], requirements: list[str]) -> list[str]:
+    """A family with one member missing from .venv comes whole from the layer: every member the
+    environment names joins `missing` (the layer's view hides .venv's copies of all of them)."""
+    hidden = hidden_families(missing)
+    return missing + [line for line in requirements
+                      if line not in missing and name_of(line) in hidden]
 
 
 def make_venv(folder: Path, lower: list[Path]) -> Path:
@@ -141,7 +150,7 @@ def build_layer(requirements: list[str], label: str) -> Path:
         shutil.rmtree(folder, ignore_errors=True)  # a build that died half-way
         started = time.perf_counter()
         shown = ", ".join(requirements[:6]) + (" ..." if len(requirements) > 6 else "")
-        print(f"environment {label}: installing {len(requirements)} requirement(s) into a "
+        print(f"{label}: installing {len(requirements)} requirement(s) into a "
               f"cached layer ({shown})", flush=True)
         below = base_view(hidden_families(requirements))
         make_venv(folder, [below])
@@ -157,7 +166,7 @@ def build_layer(requirements: list[str], label: str) -> Path:
                                     "installed": relaxed.requirements, "moved": relaxed.moved,
                                     "below": str(below),
                                     "seconds": round(seconds, 1)}, indent=2) + "\n")
-        print(f"environment {label}: cached layer ready in {seconds:.1f}s ({folder})", flush=True)
+        print(f"{label}: cached layer ready in {seconds:.1f}s ({folder})", flush=True)
     return folder
 
 
@@ -212,7 +221,12 @@ class Environments:
         for line in remote:  # Azure's build fetches them; this machine reaches PyPI only
             self._say(f"warning: {plan.label}: skipped {line!r}: this machine cannot fetch it "
                       "(only the package registries are reachable); the rest is installed")
-        missing = unsatisfied([line for line in plan.requirements if line not in remote])
+        wanted = pins.for_python([line for line in plan.requirements if line not in remote],
+                                 plan.python, cache_dir())
+        if wanted.moved:
+            self._say(f"note: {plan.label}: for Python {plan.python}, as Azure's image build "
+                      f"resolves them: {', '.join(wanted.moved)}")
+        missing = with_families(unsatisfied(wanted.requirements), wanted.requirements)
         if not missing:
             return []
         layer = build_layer(missing, plan.label)
@@ -228,8 +242,11 @@ class Environments:
         top = folder / TOP
         shutil.rmtree(top, ignore_errors=True)
         below = [Path(layer_record(layer).get("below") or BASE_SITE) for layer in lower[-1:]]
-        make_venv(top, [layer / "lib" / PY / "site-packages" for layer in lower] +
-                  (below or [BASE_SITE]))
+        site = make_venv(top, [layer / "lib" / PY / "site-packages" for layer in lower] +
+                         (below or [BASE_SITE]))
+        shutil.copyfile(READONLY_HOOK, site / "_mlops_readonly_inputs.py")
+        (site / "zz_readonly_inputs.pth").write_text(
+            "import _mlops_readonly_inputs; _mlops_readonly_inputs.install()\n")
         bins = [top / "bin", *[layer / "bin" for layer in lower], VENV_BIN]
         path = os.pathsep.join([*map(str, bins), os.environ.get("PATH", "")])
         env = {"PATH": path, "VIRTUAL_ENV": str(top)}

@@ -18,34 +18,19 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from .envfiles import EnvPlan, image_key, read_conda, read_conda_data, read_dockerfile
 from .errors import LocalRunError
 from .specs import ROOT
 
 ENV_MAP = ROOT / "assets" / "local-envs.yml"
 CURATED = ROOT / "assets" / "curated-envs.yml"  # generated: scripts/gen_curated_envs.py
-# conda package names whose PyPI name differs; None: no PyPI equivalent (skipped, reported)
-CONDA_TO_PYPI = {"pytorch": "torch", "py-xgboost": "xgboost", "matplotlib-base": "matplotlib",
-                 "pytorch-lightning": "pytorch-lightning", "tensorflow-gpu": "tensorflow",
-                 "py-opencv": "opencv-python", "opencv": "opencv-python", "pyyaml": "pyyaml",
-                 "python-dateutil": "python-dateutil", "cudatoolkit": None, "cudnn": None,
-                 "nccl": None, "mkl": None, "libgcc-ng": None, "openmpi": None, "mpi4py": "mpi4py",
-                 "pip": None, "setuptools": None, "wheel": None, "r-base": None, "git": None}
-PIP_INSTALL = re.compile(r"\bpip3?\s+install\b(.*)")
-
-
-@dataclass
-class EnvPlan:
-    label: str  # what the spec named, for messages
-    requirements: list[str] = field(default_factory=list)  # pip lines ("-r" already expanded)
-    python: str | None = None  # "3.10" when the environment names one
-    notice: str | None = None  # why this machine runs it in .venv (or only partly)
-    skipped: list[str] = field(default_factory=list)  # conda packages with no PyPI equivalent
+# a curated environment's image is published as mcr.microsoft.com/azureml/curated/<name>:<tag>
+CURATED_IMAGES = "image:mcr.microsoft.com/azureml/curated/"
+REGISTRY_ENVS = "azureml://registries/azureml/environments/"
 
 
 def _load_map(path: Path) -> dict:
@@ -72,116 +57,13 @@ class EnvMap(dict):
         return super().get(str(key).lower(), default)
 
 
-def _conda_spec(entry: str) -> str | None:
-    """`numpy=1.21.2`, `conda-forge::numpy>=1.2`, `numpy 1.21.*`, `numpy=1.21=py38_0` -> a pip
-    requirement (conda's `=1.21` means any 1.21.x); None for packages PyPI does not have."""
-    entry = entry.split("::")[-1].strip()
-    match = re.match(r"^([A-Za-z0-9_.\-]+)\s*(.*)$", entry)
-    if not match:
-        return None
-    name, rest = match.group(1).lower(), match.group(2).replace(" ", "")
-    pypi = CONDA_TO_PYPI.get(name, name)
-    if pypi is None:
-        return None
-    if rest.startswith("=") and not rest.startswith("=="):
-        version = rest[1:].split("=")[0]  # a second `=` starts the build string
-        rest = f"=={version}" if version.count(".") >= 2 or "*" in version else \
-            f"=={version}.*"
-    elif rest[:1].isdigit():
-        rest = "==" + rest.split("=")[0]
-    return pypi + rest
-
-
-def read_conda(path: Path, plan: EnvPlan) -> None:
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise LocalRunError(f"{plan.label}: cannot read conda file {path} ({err})") from None
-    read_conda_data(data, path.parent, plan)
-
-
-def read_conda_data(data: dict, base: Path, plan: EnvPlan) -> None:
-    """pip entries as they are; conda packages by their PyPI names; python's version noted."""
-    for entry in data.get("dependencies") or []:
-        if isinstance(entry, dict):
-            for line in entry.get("pip") or []:
-                read_requirement_line(str(line), base, plan)
-            continue
-        text = str(entry)
-        if re.match(r"^(conda-forge::)?python([=<>\s]|$)", text):
-            plan.python = re.sub(r"^[^0-9]*", "", text).split("=")[0].strip() or None
-            continue
-        requirement = _conda_spec(text)
-        if requirement:
-            plan.requirements.append(requirement)
-        elif text.split("=")[0].strip() not in ("pip", "setuptools", "wheel"):
-            plan.skipped.append(text)
-
-
-def read_requirement_line(line: str, base: Path, plan: EnvPlan) -> None:
-    line = line.split(" #")[0].strip()
-    if not line or line.startswith("#"):
-        return
-    if line.startswith(("-r ", "--requirement ")):
-        read_requirements(base / line.split(maxsplit=1)[1], plan)
-    else:
-        plan.requirements.append(line)
-
-
-def read_requirements(path: Path, plan: EnvPlan) -> None:
-    if not path.is_file():
-        raise LocalRunError(f"{plan.label}: requirements file {path} does not exist")
-    for line in path.read_text().splitlines():
-        read_requirement_line(line, path.parent, plan)
-
-
-def read_dockerfile(context: Path, dockerfile: str, plan: EnvPlan) -> None:
-    path = context / dockerfile
-    if not path.is_file():
-        raise LocalRunError(f"{plan.label}: no Dockerfile at {path}")
-    text = re.sub(r"\\\n", " ", path.read_text())
-    understood = False
-    for line in text.splitlines():
-        if not line.strip().upper().startswith("RUN"):
-            continue
-        for command in re.split(r"&&|;", line.strip()[3:]):
-            understood |= _docker_command(command.strip(), context, plan)
-    if not understood:
-        plan.notice = f"{path} installs nothing with plain pip or a conda file"
-
-
-def _docker_command(command: str, context: Path, plan: EnvPlan) -> bool:
-    conda = re.search(r"conda\s+env\s+(?:create|update)\b.*?(?:-f|--file)\s+(\S+)", command)
-    if conda:
-        read_conda(context / Path(conda.group(1)).name, plan)
-        return True
-    pip = PIP_INSTALL.search(command)
-    if not pip:
-        return False
-    words = shlex.split(pip.group(1))
-    for index, word in enumerate(words):
-        if word in ("-r", "--requirement") and index + 1 < len(words):
-            read_requirements(context / Path(words[index + 1]).name, plan)
-        elif not word.startswith("-") and (index == 0 or words[index - 1] not in
-                                            ("-r", "--requirement", "-c", "-i",
-                                             "--index-url", "--extra-index-url")):
-            plan.requirements.append(word)
-    return True
-
-
-def image_key(image: str) -> str:
-    """`docker.io/library/python:3.11-slim` -> `image:python`: registry default and tag dropped."""
-    name = re.sub(r"@sha256:.*$", "", str(image))
-    name = re.sub(r":[^/:]+$", "", name)
-    for prefix in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
-        name = name.removeprefix(prefix)
-    return "image:" + name.removeprefix("library/")
-
-
 def from_map(key: str, label: str, env_map: EnvMap) -> EnvPlan:
-    """A curated, registry or image-only environment, through assets/local-envs.yml (exact
-    keys first, then the longest key ending in `/` that prefixes this one)."""
+    """A curated, registry or image-only environment, through assets/local-envs.yml over the
+    curated catalogue (exact keys first, a curated image by its environment's name, then the
+    longest key ending in `/` that prefixes this one)."""
     entry = env_map.get(key)
+    if entry is None and key.lower().startswith(CURATED_IMAGES):
+        entry = env_map.get(REGISTRY_ENVS + key[len(CURATED_IMAGES):])
     if entry is None:
         prefixes = [k for k in env_map if k.endswith("/") and key.lower().startswith(k)]
         entry = env_map[max(prefixes, key=len)] if prefixes else None
@@ -205,7 +87,11 @@ def from_definition(definition: dict, base: Path, label: str, env_map: EnvMap) -
         read_conda((base / str(conda).removeprefix("file:")).resolve(), plan)
     elif build.get("path"):
         context = (base / str(build["path"])).resolve()
-        read_dockerfile(context, str(build.get("dockerfile_path") or "Dockerfile"), plan)
+        image = read_dockerfile(context, str(build.get("dockerfile_path") or "Dockerfile"), plan)
+        below = from_map(image_key(image), label, env_map) if image else None
+        if below is not None and below.notice is None:  # a curated (or mapped) image below
+            plan.requirements[:0] = below.requirements
+            plan.python, plan.notice = plan.python or below.python, None
     elif definition.get("image"):
         return from_map(image_key(definition["image"]), label, env_map)
     return plan

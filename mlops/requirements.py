@@ -40,18 +40,26 @@ def unfetchable(line: str) -> bool:
     return bool(url) and url.startswith(REMOTE_PREFIXES)
 
 
+# Distributions .venv's build stands in for whatever version an environment names: a CUDA image's
+# torch cannot run without its GPU stack, and another torch is gigabytes from the registry.
+LEFT_TO_VENV = {"torch", "torchvision", "torchaudio", "pytorch"}
+
+
+def name_of(line: str) -> str | None:
+    """The canonical distribution name a requirement line installs (None for options)."""
+    try:
+        return canonical(Requirement(line).name)
+    except InvalidRequirement:
+        return None
+
+
 # Distributions that must come as one family: an environment that names any of them gets all of
 # them from its own layer, never .venv's beside its own (MLflow warns, and breaks, on a mix).
 FAMILIES = [{"mlflow", "mlflow-skinny", "mlflow-tracing"}]
 
 
 def hidden_families(requirements: list[str]) -> set[str]:
-    named = set()
-    for line in requirements:
-        try:
-            named.add(canonical(Requirement(line).name))
-        except InvalidRequirement:
-            continue
+    named = {name_of(line) for line in requirements} - {None}
     return set().union(*[family for family in FAMILIES if family & named])
 
 

@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import envs, launch, snapshot, watchdog
-from .binding import bind_inputs, bind_outputs, fill_artifacts
+from . import envs, launch, readonly_inputs, snapshot, watchdog
+from .binding import bind_inputs, bind_outputs, fill_artifacts, read_only
 from .errors import LocalRunError
 from .resolve import OutputSpec, Value, render_command
 from .tracking import Tracking, now_ms
@@ -114,6 +114,7 @@ def process_env(task: Task, rt: Runtime, run_id: str, wd: Path, inputs: dict,
                 "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"})
     env.update({f"AZURE_ML_INPUT_{k}": v for k, v in inputs.items() if v is not None})
     env.update({f"AZURE_ML_OUTPUT_{k}": v for k, v in outputs.items()})
+    env[readonly_inputs.VARIABLE] = os.pathsep.join(read_only(task.inputs, task.folder))
     env.update({str(k): "" if v is None else str(v) for k, v in task.env_vars.items()})
     return env
 

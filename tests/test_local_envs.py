@@ -203,3 +203,62 @@ def test_every_curated_name_has_its_images_pins_and_local_envs_overrides():
     assert keys("sklearn-1.0", {"OS": "Ubuntu20.04", "Python": "3.8"}) == [
         "azureml://registries/azureml/environments/sklearn-1.0", "azureml:AzureML-sklearn-1.0",
         "azureml:AzureML-sklearn-1.0-ubuntu20.04-py38-cpu"]
+
+
+def test_a_dockerfile_from_a_curated_image_adds_to_that_images_packages_and_python():
+    plan = plan_for({"build": {"path": "curated-base"}}, ENVS, EnvMap())
+    image = EnvMap().get("azureml://registries/azureml/environments/"
+                         "sklearn-1.0-ubuntu20.04-py38-cpu")
+    assert plan.notice is None and plan.python == "3.8"
+    assert plan.requirements == [*image["pip"], "mlflow"]
+
+
+def test_a_family_member_missing_from_venv_brings_every_named_member_into_the_layer():
+    from mlops.envs import unsatisfied, with_families
+
+    wanted = ["mlflow", "mlflow-skinny==2.21.3", "six"]
+    assert with_families(unsatisfied(wanted), wanted) == ["mlflow-skinny==2.21.3", "mlflow"]
+    assert with_families(unsatisfied(["mlflow", "pyyaml"]), ["mlflow", "pyyaml"]) == []
+
+
+def test_loose_requirements_resolve_for_the_environments_python(tmp_path, monkeypatch):
+    """Azure's build for Python 3.8 picks each unpinned requirement's newest release for 3.8;
+    exact pins, markers and .venv's torch stay as they are; the answer is cached."""
+    from mlops import pins
+
+    asked = []
+
+    def newest_for(version, lines, python):
+        asked.append((version, lines))
+        return {"mlflow": "2.17.2", "pandas": "2.0.3"}
+
+    monkeypatch.setattr(pins, "newest_for", newest_for)
+    lines = ["mlflow", "pandas>=1.3", "numpy==1.21.2", "torch", "six; python_version<'3'"]
+    out = pins.for_python(lines, "3.8.13", tmp_path)
+    assert out.requirements == ["mlflow==2.17.2", "pandas==2.0.3", *lines[2:]]
+    assert out.moved == ["mlflow 2.17.2", "pandas 2.0.3"]
+    assert pins.for_python(lines, "3.8", tmp_path).requirements == out.requirements
+    assert asked == [("3.8", ["mlflow", "pandas>=1.3"])]
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert pins.for_python(lines, here, tmp_path).requirements == lines
+
+
+def test_pip_names_the_newest_release_for_another_python():
+    """Asked of the package index (the one network this machine has, as in CI)."""
+    from mlops.pins import newest_for
+
+    assert newest_for("3.8", ["mlflow", "no-such-package-xyz-123"], sys.executable) == \
+        {"mlflow": "2.17.2"}
+
+
+@pytest.mark.heavy
+def test_a_curated_base_with_unpinned_mlflow_saves_a_torch_model_as_on_azure(tmp_path, capsys):
+    """The retired Python 3.8 scikit-learn image plus `mlflow` unpinned: Azure's build takes
+    MLflow 2.17.2 (the last for 3.8), whose save_model needs no input example."""
+    before = freeze()
+    spec = ENVS / "curated-base-mlflow.yml"
+    assert local.main([str(spec), "--run-dir", str(tmp_path / "r")]) == 0
+    log = (tmp_path / "r/log.txt").read_text()
+    assert "mlflow 2.17.2 skinny 2.17.2" in log and "'MLmodel'" in log
+    assert "mlflow 2.17.2" in capsys.readouterr().err
+    assert freeze() == before

@@ -367,3 +367,30 @@ def test_reference_lookup_by_asset_name_prefix_and_long_datastore_form():
 def test_an_unsafe_run_folder_is_refused_clearly(tmp_path, capsys):
     assert run(TP / "distributed-tf.yml", tmp_path / "my runs" / "x") == 2
     assert "characters a shell would split" in capsys.readouterr().err
+
+
+def test_a_job_cannot_write_into_its_mounted_inputs_as_on_azure(tmp_path):
+    """ro_mount (the default) refuses every write with Azure's error, and an uncaught one fails
+    the job; a `mode: download` copy may change; the user's files never do."""
+    original = (TP / "ro-data/notes.txt").read_bytes()
+    assert run(TP / "readonly-inputs.yml", tmp_path / "run") == 1
+    log = (tmp_path / "run/log.txt").read_text()
+    for attempt in ("append", "create", "os.open", "remove", "rename", "rmtree", "file input"):
+        assert f"{attempt} refused 30 Read-only file system" in log
+    assert "read the user's own notes" in log and "copy a private copy may change" in log
+    assert "OSError: [Errno 30] Read-only file system" in log.splitlines()[-1]
+    assert (TP / "ro-data/notes.txt").read_bytes() == original
+    assert sorted(p.name for p in (TP / "ro-data").iterdir()) == ["notes.txt"]
+
+
+def test_read_only_places_follow_the_input_mode(tmp_path):
+    from mlops.binding import read_only
+    from mlops.resolve import Value
+
+    data, task = tmp_path / "data", tmp_path / "runs" / "job"
+    inputs = {"a": Value(path=data, type="uri_folder"), "b": Value(path=data, mode="download"),
+              "c": Value(path=data / "f.csv", type="uri_file", mode="ro_mount"),
+              "n": Value(text="3"), "whole": Value(path=tmp_path, type="uri_folder")}
+    assert read_only(inputs, task) == [
+        str(task / "inputs/a"), str(data), str(task / "inputs/c"), str(data / "f.csv"),
+        str(task / "inputs/whole")]  # not tmp_path itself: the job's own folder is inside it

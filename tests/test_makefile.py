@@ -77,3 +77,16 @@ def test_every_public_target_is_documented_and_help_is_default():
     targets = re.findall(r"^([a-zA-Z][\w-]*):(?!=)", makefile, flags=re.MULTILINE)
     undocumented = [t for t in targets if t not in out and t != "az-guard"]
     assert not undocumented, f"targets without ## help: {undocumented}"
+
+
+def test_help_lists_the_local_loop_first_then_azure_then_development():
+    out = subprocess.run(["make"], cwd=ROOT, capture_output=True, text=True).stdout
+    out = re.sub(r"\x1b\[[0-9;]*m", "", out)
+    headings = [line for line in out.splitlines() if line and not line.startswith(" ")]
+    assert headings == ["Local", "Azure jobs", "Azure endpoints", "Development"]
+    sections = dict(zip(headings, re.split(r"^(?:Local|Azure jobs|Azure endpoints|Development)$",
+                                           out, flags=re.MULTILINE)[1:]))
+    assert "train-local " in sections["Local"] and "serve-local " in sections["Local"]
+    assert re.search(r"\btrain\s", sections["Azure jobs"]) and "deploy-blue" in \
+        sections["Azure endpoints"] and "setup " in sections["Development"]
+    assert out.count("serve-local ") == 1
