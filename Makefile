@@ -10,6 +10,8 @@ SYNTHETIC_DATA ?= data/synthetic_fowl
 JOB ?= jobs/train.yml
 SET ?=
 RUN_DIR ?=
+# FORCE=1: pipeline steps run again even where an earlier identical step could be reused.
+FORCE ?=
 EPOCHS ?= 5
 IMAGE_SIZE ?= 64
 BATCH_SIZE ?= 16
@@ -83,7 +85,8 @@ DATA_TYPE = $(if $(filter %.zip,$(TRAIN_DATA)),uri_file,uri_folder)
 DATA_SET = --set inputs.data.path=$(TRAIN_DATA) --set inputs.data.type=$(DATA_TYPE)
 DATA_DEP = $(if $(DATA),,$(SYNTHETIC_DATA)/README.txt)
 LOCAL = $(PY) -m mlops.run
-LOCAL_ARGS = $(if $(RUN_DIR),--run-dir $(RUN_DIR)) --max-procs $(NPROC) $(foreach s,$(SET),--set $(s))
+LOCAL_ARGS = $(if $(RUN_DIR),--run-dir $(RUN_DIR)) --max-procs $(NPROC) $(foreach s,$(SET),--set $(s)) \
+	$(if $(filter 1 true yes,$(FORCE)),--force-rerun)
 # The main job's inputs for a CPU run in about a minute (the spec's own values target a GPU).
 TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 	--set inputs.image_size=$(IMAGE_SIZE) --set inputs.batch_size=$(BATCH_SIZE) \

@@ -226,15 +226,36 @@ class Environments:
         if wanted.moved:
             self._say(f"note: {plan.label}: for Python {plan.python}, as Azure's image build "
                       f"resolves them: {', '.join(wanted.moved)}")
-        missing = with_families(unsatisfied(wanted.requirements), wanted.requirements)
-        if not missing:
+        layer = self._layer(wanted.requirements, plan.label, last=not wanted.moved)
+        if layer is False:  # resolved for the other Python, the set does not install here
+            self._say(f"note: {plan.label}: those releases do not install together here; "
+                      "using the environment's own requirement lines")
+            layer = self._layer([line for line in plan.requirements if line not in remote],
+                                plan.label, last=True)
+        if layer is None:
             return []
-        layer = build_layer(missing, plan.label)
         for line in layer_record(layer).get("moved") or []:
             self._say(f"warning: {plan.label}: {line}")
         with open(layer / "used_by.txt", "a") as record:
             record.write(f"{where}\n")
         return [layer]
+
+    def _layer(self, requirements: list[str], label: str, last: bool = False):
+        """The layer for what .venv lacks (None: nothing); False when pip cannot install it and
+        this is not the `last` attempt."""
+        missing = with_families(unsatisfied(requirements), requirements)
+        if not missing:
+            return None
+        failed = cache_dir() / f"{layer_key(missing)}.failed"  # not tried again on every run
+        if not last and failed.is_file():
+            return False
+        try:
+            return build_layer(missing, label)
+        except LocalRunError as err:
+            if last:
+                raise
+            failed.write_text(f"{err}\n")
+            return False
 
     def activate(self, environment, base: Path, folder: Path, where: str) -> dict[str, str]:
         """Build (or reuse) the layers and a fresh top layer; the variables that select them."""

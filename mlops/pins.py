@@ -136,15 +136,17 @@ def _loose(line: str) -> Requirement | None:
     return requirement
 
 
-def newest_for(version: str, lines: list[str], python: str) -> dict[str, str]:
-    """pip's choice for each line on Python `version` (name -> version), from the index's wheels;
-    lines pip cannot place together are asked one by one, and those with no wheel are left out."""
+def newest_for(version: str | None, lines: list[str], python: str) -> dict[str, str]:
+    """pip's choice for each line on Python `version` (this one's when None), name -> version,
+    each line on its own (no dependencies), from the index's wheels; a line with none is left
+    out."""
+    target = ["--python-version", version] if version else []
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         result = subprocess.run(
             [python, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",
-             "--only-binary=:all:", "--python-version", version, "--report", str(report),
-             *PIP_QUIET, *lines], capture_output=True, text=True)
+             "--only-binary=:all:", *target, "--report", str(report), *PIP_QUIET, *lines],
+            capture_output=True, text=True)
         if result.returncode == 0:
             return {canonical(item["metadata"]["name"]): item["metadata"]["version"]
                     for item in json.loads(report.read_text()).get("install", [])}
@@ -154,6 +156,13 @@ def newest_for(version: str, lines: list[str], python: str) -> dict[str, str]:
     for line in lines:
         found.update(newest_for(version, [line], python))
     return found
+
+
+def differing(version: str, lines: list[str], python: str) -> dict[str, str]:
+    """The lines whose release for Python `version` is not the one pip would take here (mlflow:
+    2.17.2 for 3.8, 3.x here): only those need pinning."""
+    there, here = newest_for(version, lines, python), newest_for(None, lines, python)
+    return {name: chosen for name, chosen in there.items() if here.get(name) != chosen}
 
 
 def for_python(lines: list[str], version: str | None, cache: Path,
@@ -171,7 +180,7 @@ def for_python(lines: list[str], version: str | None, cache: Path,
     try:
         chosen = json.loads(record.read_text())
     except (OSError, ValueError):
-        chosen = newest_for(wanted, list(loose), python)
+        chosen = differing(wanted, list(loose), python)
         cache.mkdir(parents=True, exist_ok=True)
         tmp = record.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(chosen))

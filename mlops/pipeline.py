@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import re
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
-from . import launch, runtime
+from . import launch, runtime, watchdog
 from .errors import LocalRunError
 from .outputs import publish, slot
 from .resolve import (
@@ -32,6 +32,7 @@ from .resolve import (
     job_outputs,
     output_spec,
 )
+from .reuse import Earlier, deterministic
 from .specs import REF
 from .sweep import sweep, trial_factory
 from .tasks import command_task, experiment_name, load_component
@@ -67,6 +68,8 @@ class Scope:
     base: Path
     steps: dict
     continue_on_failure: bool = False
+    force_rerun: bool = False  # settings.force_rerun: no step is reused
+    reused: list = field(default_factory=list)  # names of the steps reused, for the summary
 
 
 def load_node(name: str, raw, base: Path, assets: AssetMap, where: str) -> Node:
@@ -191,12 +194,22 @@ def definition_for(node: Node) -> dict:
 
 def run_command_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
     folder = scope.folder / "steps" / node.name
-    task = command_task(definition_for(node), node.base, folder, scope.assets, node.where,
+    definition = definition_for(node)
+    task = command_task(definition, node.base, folder, scope.assets, node.where,
                         node.name, scope.experiment, scope.run_id, node_inputs(node, scope),
                         node_outputs(node, scope), {"mlops.spec": node.where,
                                                     "mlops.step": node.name})
+    key = None
+    if deterministic(definition) and not (scope.force_rerun or rt.force_rerun):
+        key = rt.reuse.key(task, rt.environments.env_map)
+        earlier = rt.reuse.find(key)
+        if earlier is not None:
+            reuse_step(node, task, earlier, scope, rt)
+            return 0
     print(f"step {node.name}: started", flush=True)
     result = runtime.run(task, rt, label=node.name)
+    if key is not None and result.status == "Completed":
+        rt.reuse.record(key, folder, result.run_id)
     scope.steps[node.name] = {k: (task.outputs[k].type, Path(v))
                               for k, v in result.outputs.items()}
     if result.code != 0:
@@ -204,6 +217,28 @@ def run_command_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
         print(f"\nstep {node.name} failed (exit {result.code}); {node.where}\nlog tail "
               f"({result.log}):\n{tail}", file=sys.stderr)
     return result.code
+
+
+def reuse_step(node: Node, task: runtime.Task, earlier: Earlier, scope: Scope,
+               rt: runtime.Runtime) -> None:
+    """Azure's reused step: the earlier outputs linked in, nothing started, a child run that
+    names the original."""
+    folder = task.folder
+    same = folder.resolve() == earlier.folder.resolve()
+    paths = json.loads((earlier.folder / "status.json").read_text())["outputs"] if same else \
+        publish(earlier.folder, task.outputs, folder)
+    run_id = rt.tracking.start(scope.experiment, node.name,
+                               {**task.tags, "mlops.reused_from": earlier.run_id,
+                                "mlops.reused_from_folder": str(earlier.folder)},
+                               scope.run_id)
+    rt.tracking.finish(run_id, "FINISHED")
+    if not same:
+        watchdog.write_status(folder, {"status": "Reused", "exit_code": 0,
+                                       "mlflow_run_id": run_id, "reused_run": earlier.run_id,
+                                       "from": str(earlier.folder), "outputs": paths})
+    print(f"step {node.name}: Reused (from {earlier.folder})", flush=True)
+    scope.steps[node.name] = {k: (task.outputs[k].type, Path(v)) for k, v in paths.items()}
+    scope.reused.append(node.name)
 
 
 def result_tail(log: Path, lines: int = 25) -> list[str]:
@@ -239,7 +274,8 @@ def run_pipeline_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
                                                              "mlops.step": node.name},
                                scope.run_id)
     child = Scope(node_inputs(node, scope), outputs, folder, run_id, scope.experiment,
-                  scope.assets, node.base, {}, scope.continue_on_failure)
+                  scope.assets, node.base, {}, scope.continue_on_failure, scope.force_rerun,
+                  scope.reused)
     code = run_graph(plan(node.definition["jobs"], node.base, scope.assets, node.where), child,
                      rt)
     scope.steps[node.name] = {k: (v.type, v.target) for k, v in outputs.items()}
@@ -288,10 +324,13 @@ def run_pipeline_job(job, rt: runtime.Runtime) -> int:
     record.write_text(json.dumps({**json.loads(record.read_text()), "mlflow_run_id": run_id}))
     settings = data.get("settings") or {}
     scope = Scope(inputs, outputs, rt.root, run_id, experiment, job.assets, path.parent, {},
-                  str(settings.get("continue_on_step_failure", "")).lower() == "true")
+                  str(settings.get("continue_on_step_failure", "")).lower() == "true",
+                  str(settings.get("force_rerun", "")).lower() == "true")
     print(f"{job.name}: steps {' -> '.join(n.name for n in nodes)}; run folder {rt.root}")
     code = run_graph(nodes, scope, rt)
     status = "Completed" if code == 0 else f"Failed (exit {code})"
+    if scope.reused:
+        status += f"; reused {len(scope.reused)} step(s): {', '.join(scope.reused)}"
     print(f"{job.name}: {status}\n  outputs: {rt.root / 'outputs'}\n  steps: {rt.root / 'steps'}"
           f"\n  MLflow run: {run_id}")
     return code

@@ -149,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--envs", type=Path, default=ENV_MAP,
                         help="mapping of curated, registry and image environments to packages")
     parser.add_argument("--run-dir", type=Path, help="reuse a run folder (resumes a command job)")
+    parser.add_argument("--force-rerun", action="store_true",
+                        help="run every pipeline step, even where an earlier one can be reused")
     parser.add_argument("--max-procs", type=int, default=_cores(),
                         help="cap on processes run at once (default: the cores available)")
     return parser
@@ -176,7 +178,7 @@ def _main(args: argparse.Namespace) -> int:
         folder = run_folder(job, args.run_dir)
         created = not folder.exists()
         rt = runtime.Runtime(folder, max(1, args.max_procs), Tracking(server),
-                             Environments(args.envs))
+                             Environments(args.envs), force_rerun=args.force_rerun)
         return execute(job, rt)
     except (LocalRunError, SpecError) as err:
         print(f"error: {err}", file=sys.stderr)

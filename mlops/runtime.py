@@ -25,6 +25,7 @@ from . import envs, launch, readonly_inputs, snapshot, watchdog
 from .binding import bind_inputs, bind_outputs, fill_artifacts, read_only
 from .errors import LocalRunError
 from .resolve import OutputSpec, Value, render_command
+from .reuse import Index
 from .tracking import Tracking, now_ms
 
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=,-]+$")
@@ -43,6 +44,8 @@ class Runtime:
     environments: envs.Environments | None = None
     threads: int | None = None
     started: bool = False  # a process was launched: the run folder now holds a real run
+    force_rerun: bool = False  # pipeline steps run again even where an earlier one matches
+    reuse: Index = None  # completed steps of every run beside this one (mlops/reuse.py)
 
     def __post_init__(self) -> None:
         if not SAFE_PATH.match(str(self.root)):
@@ -52,6 +55,8 @@ class Runtime:
                 "with a path of letters, digits and . _ - / only, or move the repository")
         if self.environments is None:
             self.environments = envs.Environments()
+        if self.reuse is None:
+            self.reuse = Index(self.root.resolve().parent)
 
 
 @dataclass

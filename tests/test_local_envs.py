@@ -228,11 +228,11 @@ def test_loose_requirements_resolve_for_the_environments_python(tmp_path, monkey
 
     asked = []
 
-    def newest_for(version, lines, python):
+    def differing(version, lines, python):
         asked.append((version, lines))
         return {"mlflow": "2.17.2", "pandas": "2.0.3"}
 
-    monkeypatch.setattr(pins, "newest_for", newest_for)
+    monkeypatch.setattr(pins, "differing", differing)
     lines = ["mlflow", "pandas>=1.3", "numpy==1.21.2", "torch", "six; python_version<'3'"]
     out = pins.for_python(lines, "3.8.13", tmp_path)
     assert out.requirements == ["mlflow==2.17.2", "pandas==2.0.3", *lines[2:]]
@@ -245,10 +245,11 @@ def test_loose_requirements_resolve_for_the_environments_python(tmp_path, monkey
 
 def test_pip_names_the_newest_release_for_another_python():
     """Asked of the package index (the one network this machine has, as in CI)."""
-    from mlops.pins import newest_for
+    from mlops.pins import differing, newest_for
 
-    assert newest_for("3.8", ["mlflow", "no-such-package-xyz-123"], sys.executable) == \
-        {"mlflow": "2.17.2"}
+    assert newest_for("3.8", ["mlflow", "pandas>=1", "no-such-package-xyz-123"],
+                      sys.executable) == {"mlflow": "2.17.2", "pandas": "2.0.3"}
+    assert differing("3.8", ["mlflow", "six"], sys.executable) == {"mlflow": "2.17.2"}
 
 
 @pytest.mark.heavy

@@ -84,8 +84,9 @@ def test_help_lists_the_local_loop_first_then_azure_then_development():
     out = re.sub(r"\x1b\[[0-9;]*m", "", out)
     headings = [line for line in out.splitlines() if line and not line.startswith(" ")]
     assert headings == ["Local", "Azure jobs", "Azure endpoints", "Development"]
-    sections = dict(zip(headings, re.split(r"^(?:Local|Azure jobs|Azure endpoints|Development)$",
-                                           out, flags=re.MULTILINE)[1:]))
+    bodies = re.split(r"^(?:Local|Azure jobs|Azure endpoints|Development)$", out,
+                      flags=re.MULTILINE)[1:]
+    sections = dict(zip(headings, bodies, strict=True))
     assert "train-local " in sections["Local"] and "serve-local " in sections["Local"]
     assert re.search(r"\btrain\s", sections["Azure jobs"]) and "deploy-blue" in \
         sections["Azure endpoints"] and "setup " in sections["Development"]
