@@ -98,7 +98,7 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 	deploy-green invoke-green mirror-green shift rollback endpoint-logs endpoint-show \
 	delete-deployment \
 	delete-endpoint invoke slots batch-local bench-batch batch-endpoint batch-deploy batch-invoke
-.PHONY: help setup test test-heavy lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
+.PHONY: help setup test test-quick test-heavy lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
 	envs clean-envs bench-envs \
 	bench-train clean validate schemas curated-envs sync-env az-guard workspace-defaults compute environment \
 	data train train-distributed sweep pipeline stream download register
@@ -133,8 +133,11 @@ data-fowl: $(STAMP) ## Download the real fowl zip (needs internet) and check it
 	$(PY) scripts/download_data.py --out data/fowl_data.zip
 
 ##@ Development
-test: $(STAMP) ## Run the test suite (offline, CPU)
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: $(STAMP) ## Run the test suite (offline, CPU); prints the 15 slowest tests
+	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
+
+test-quick: $(STAMP) ## Run the unit tests alone: no training, servers or local jobs (about a minute)
+	$(PY) -m pytest -m "not heavy and not e2e" --durations=5 $(PYTEST_ARGS)
 
 test-heavy: $(STAMP) ## Run the tests that build large environments from the package registry (minutes)
 	$(PY) -m pytest -m heavy $(PYTEST_ARGS)

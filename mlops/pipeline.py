@@ -224,6 +224,7 @@ def reuse_step(node: Node, task: runtime.Task, earlier: Earlier, scope: Scope,
     """Azure's reused step: the earlier outputs linked in, nothing started, a child run that
     names the original."""
     folder = task.folder
+    folder.mkdir(parents=True, exist_ok=True)
     same = folder.resolve() == earlier.folder.resolve()
     paths = json.loads((earlier.folder / "status.json").read_text())["outputs"] if same else \
         publish(earlier.folder, task.outputs, folder)

@@ -77,3 +77,18 @@ def sources_unchanged():
     after = source_digest(*SOURCES)
     changed = sorted(set(before) ^ set(after) | {k for k in before if after.get(k) != before[k]})
     assert not changed, f"a local run changed the source tree: {changed[:10]}"
+
+
+# What `make test-quick` leaves out: tests that train, start servers or run jobs end to end.
+END_TO_END_FIXTURES = {"tiny_data", "model_dir", "mlflow_store", "sources_unchanged"}
+END_TO_END_MODULES = {"test_distributed", "test_serve_local"}  # process groups, real servers
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ARG001 - pytest's hook signature
+    """Marks `e2e` every test that trains, serves or runs a job (it uses one of the fixtures
+    above, lives in one of the modules above, or is `slow`), so `-m "not e2e"` is the unit
+    tests alone."""
+    for item in items:
+        if END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())) or \
+                item.get_closest_marker("slow") or item.module.__name__ in END_TO_END_MODULES:
+            item.add_marker(pytest.mark.e2e)
