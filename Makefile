@@ -94,7 +94,7 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 	--set inputs.weights=$(WEIGHTS)
 
 .DEFAULT_GOAL := help
-.PHONY: export-onnx serve-local invoke-local stop-local bench-score endpoint deploy-blue \
+.PHONY: export-onnx serve-local invoke-local stop-local bench-score bench-reuse endpoint deploy-blue \
 	deploy-green invoke-green mirror-green shift rollback endpoint-logs endpoint-show \
 	delete-deployment \
 	delete-endpoint invoke slots batch-local bench-batch batch-endpoint batch-deploy batch-invoke
@@ -203,6 +203,9 @@ mlflow-ui: $(STAMP) ## Browse local MLflow runs on http://127.0.0.1:5000 (MLFLOW
 	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --host 127.0.0.1 --port $(MLFLOW_PORT)
 
 ##@ Development
+bench-reuse: $(STAMP) $(DATA_DEP) ## Benchmark make pipeline-local run again unchanged (steps reused) vs first
+	$(PY) scripts/bench_reuse.py --epochs $(EPOCHS)
+
 bench-train: $(STAMP) ## Benchmark training vs tutorial-style settings (BENCH_DATA=)
 	$(PY) scripts/bench_train.py --data $(BENCH_DATA)
 

@@ -65,21 +65,27 @@ def input_files(source: Path, folder: Path) -> list[str]:
     return files
 
 
-def plan(files: list[str], size: int, work: Path) -> int:
+def queue(batches: list, work: Path) -> int:
+    """The mini-batches (lists of files, or tables) the processes claim, in order."""
     for name in ("todo", "claimed", "results"):
         (work / name).mkdir(parents=True, exist_ok=True)
-    batches = [files[i:i + size] for i in range(0, len(files), size)]
     for index, batch in enumerate(batches):
         (work / "todo" / f"{index:06d}.json").write_text(json.dumps(batch))
     return len(batches)
+
+
+def plan(files: list[str], size: int, work: Path) -> int:
+    return queue([files[i:i + size] for i in range(0, len(files), size)], work)
 
 
 def outcomes(work: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((work / "results").glob("*.json"))]
 
 
-def watch(running: runtime.Running, total: int, files: int, threshold: int) -> str:
-    """Progress until every mini-batch is done, the processes end, or errors pass the limit."""
+def watch(running: runtime.Running, total: int, files: int, threshold: int,
+          batch_threshold: int = -1) -> str:
+    """Progress until every mini-batch is done, the processes end, or errors pass a limit
+    (failed files or rows; failed mini-batches)."""
     started, shown, tty = time.monotonic(), (-1, 0.0), sys.stdout.isatty()
     while True:
         launch.check_interrupt()
@@ -93,6 +99,11 @@ def watch(running: runtime.Running, total: int, files: int, threshold: int) -> s
             shown = (scored, elapsed)
         if threshold >= 0 and failed > threshold:
             print(f"\nerror_threshold {threshold} exceeded ({failed} failed files): stopping")
+            return "Failed"
+        failed_batches = sum(1 for o in done if o.get("error"))
+        if batch_threshold >= 0 and failed_batches > batch_threshold:
+            print(f"\nmini_batch_error_threshold {batch_threshold} exceeded ({failed_batches} "
+                  "failed mini-batches): stopping")
             return "Failed"
         if len(done) == total:
             return "Completed"

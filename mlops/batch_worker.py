@@ -1,6 +1,7 @@
 """The driver in each local batch process, as Azure's batch driver runs a scoring script.
 
     python -m mlops.batch_worker <work folder> <scoring script> [--retries 3] [--timeout 300]
+        [-- <the script's own arguments>]
 
 It imports the deployment's scoring script from the working directory (the snapshot of
 code_configuration.code), calls init() once, then claims mini-batches from <work>/todo (an atomic
@@ -42,6 +43,15 @@ def claim(work: Path) -> Path | None:
         except FileNotFoundError:
             continue  # another process took it first
     return None
+
+
+def as_input(batch):
+    """A mini-batch as run() receives it: a list of file paths, or a table as a DataFrame."""
+    if isinstance(batch, dict) and "table" in batch:
+        import pandas as pd
+
+        return pd.read_csv(batch["table"])
+    return batch
 
 
 def _alarm(signum, frame):  # noqa: ARG001 - the signal module's signature
@@ -86,12 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("script", type=Path)
     parser.add_argument("--retries", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=300)
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # after `--`: the script's own arguments (a parallel job's program_arguments)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
     signal.signal(signal.SIGALRM, _alarm)
+    sys.argv = [str(args.script), *argv[split + 1:]]  # what the entry script's argparse reads
     module = load_script(args.script)
     module.init()
     while (item := claim(args.work)) is not None:
-        batch = json.loads(item.read_text())
+        batch = as_input(json.loads(item.read_text()))
         started = time.time()
         outcome = score(module, batch, args.retries, args.timeout)
         outcome.update(started=started, ended=time.time(),

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
-from . import launch, runtime, watchdog
+from . import launch, parallel, runtime, watchdog
 from .errors import LocalRunError
 from .outputs import publish, slot
 from .resolve import (
@@ -78,14 +78,15 @@ def load_node(name: str, raw, base: Path, assets: AssetMap, where: str) -> Node:
     kind = str(raw.get("type") or "command").lower()
     if kind == "sweep":
         definition, def_base = load_component(raw.get("trial"), base, assets, f"{where}.trial")
-    elif kind in ("command", "pipeline") and raw.get("component") is not None:
+    elif kind in ("command", "pipeline", "parallel") and raw.get("component") is not None:
         definition, def_base = load_component(raw["component"], base, assets,
                                               f"{where}.component")
-    elif kind == "command":
+    elif kind in ("command", "parallel"):
         return Node(name, kind, raw, raw, base, where, inline=True)
     else:
         raise LocalRunError(f"{where}: a {kind} node cannot run on this machine (the local "
-                            "runtime runs command, sweep and pipeline nodes); run it on Azure")
+                            "runtime runs command, sweep, parallel and pipeline nodes); run it "
+                            "on Azure")
     if kind == "pipeline" and not isinstance(definition.get("jobs"), dict):
         raise LocalRunError(f"{where}: the pipeline component has no jobs:")
     return Node(name, kind, raw, definition, def_base, where)
@@ -283,7 +284,29 @@ def run_pipeline_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
     return code
 
 
-RUNNERS = {"command": run_command_node, "sweep": run_sweep_node, "pipeline": run_pipeline_node}
+def run_parallel_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
+    folder = scope.folder / "steps" / node.name
+    definition = {**definition_for(node), **{k: v for k, v in node.raw.items()
+                                             if k in parallel.NODE_SETTINGS}}
+    task = parallel.node_task(definition, node.base, folder, node.where, node.name,
+                              node_inputs(node, scope), node_outputs(node, scope), rt.max_procs,
+                              experiment=scope.experiment, parent_run=scope.run_id,
+                              tags={"mlops.spec": node.where, "mlops.step": node.name})
+    result, items = parallel.run_node(definition, task, rt)
+    scope.steps[node.name] = {k: (task.outputs[k].type, Path(v))
+                              for k, v in result.outputs.items()}
+    print(f"step {node.name}: {result.status}: {parallel.summary(folder / 'work', items)}",
+          flush=True)
+    if result.status != "Completed":
+        tail = "\n".join(f"  | {line}" for line in result_tail(result.log))
+        print(f"\nstep {node.name} failed; {node.where}\nlog tail ({result.log}):\n{tail}",
+              file=sys.stderr)
+        return result.code or 1
+    return 0
+
+
+RUNNERS = {"command": run_command_node, "sweep": run_sweep_node, "pipeline": run_pipeline_node,
+           "parallel": run_parallel_node}
 
 
 def run_graph(nodes: list[Node], scope: Scope, rt: runtime.Runtime) -> int:

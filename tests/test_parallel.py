@@ -1,0 +1,56 @@
+"""`type: parallel` pipeline nodes run on the batch driver as Azure's parallel jobs do: file and
+tabular mini-batches, program_arguments, retries, error thresholds, append_row_to."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from mlops import run as local
+from mlops.errors import LocalRunError
+from mlops.parallel import batch_size
+from mlops.specs import ROOT
+
+PARALLEL = ROOT / "tests" / "fixtures" / "parallel"
+pytestmark = pytest.mark.usefixtures("sources_unchanged", "mlflow_store")
+
+
+def run(spec: str, folder: Path, *sets: str) -> int:
+    argv = [str(PARALLEL / spec), "--run-dir", str(folder), "--max-procs", "2"]
+    return local.main(argv + [x for s in sets for x in ("--set", s)])
+
+
+def test_file_mini_batches_retry_count_failures_and_append_rows_in_order(tmp_path):
+    assert run("files-pipeline.yml", tmp_path / "run") == 0
+    step = tmp_path / "run/steps/score"
+    rows = (step / "outputs/scores/scores.csv").read_text().splitlines()
+    assert rows == [f"item_{i}.txt,20" for i in range(1, 7)]  # the bad file's batch: no rows
+    log = (step / "log.txt").read_text()
+    assert "init with weight 2 label chars" in log  # program_arguments reach argparse
+    assert log.count("mini-batch attempt") == 2  # max_retries: 1
+    assert "ValueError: cannot score item_7.txt" in log
+
+
+def test_an_exceeded_error_threshold_fails_the_node(tmp_path, capsys):
+    assert run("files-pipeline.yml", tmp_path / "run", "jobs.score.error_threshold=0") != 0
+    assert "error_threshold 0 exceeded" in capsys.readouterr().out
+
+
+def test_table_rows_are_dataframes_in_size_bounded_mini_batches(tmp_path):
+    assert run("table-pipeline.yml", tmp_path / "run") == 0
+    with open(PARALLEL / "table/flowers.csv") as source:
+        expected = [f"{float(r['sepal_length'])} {round(float(r['petal_length']) * 3, 2)}"
+                    for r in csv.DictReader(source)]
+    rows = (tmp_path / "run/steps/score/outputs/scored/parallel_run_step.txt").read_text()
+    assert rows.splitlines() == expected
+    batches = list((tmp_path / "run/steps/score/work/tables").glob("*.csv"))
+    assert 1 < len(batches) < 24
+
+
+def test_mini_batch_sizes_are_counts_or_sizes():
+    assert batch_size("5", False, "x") == 5 and batch_size(None, False, "x") == 10
+    assert batch_size("10kb", True, "x") == 10240 and batch_size("1MB", True, "x") == 1 << 20
+    with pytest.raises(LocalRunError, match="mini_batch_size"):
+        batch_size("ten", False, "x")
