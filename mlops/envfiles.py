@@ -21,7 +21,10 @@ CONDA_TO_PYPI = {"pytorch": "torch", "py-xgboost": "xgboost", "matplotlib-base":
                  "py-opencv": "opencv-python", "opencv": "opencv-python", "pyyaml": "pyyaml",
                  "python-dateutil": "python-dateutil", "cudatoolkit": None, "cudnn": None,
                  "nccl": None, "mkl": None, "libgcc-ng": None, "openmpi": None, "mpi4py": "mpi4py",
-                 "pip": None, "setuptools": None, "wheel": None, "r-base": None, "git": None}
+                 "pip": None, "r-base": None, "git": None}
+# what every conda environment has beside its Python: conda's pip depends on them (for an old
+# Python, their releases for it: an old setuptools still ships pkg_resources)
+CONDA_BASE = ("setuptools", "wheel")
 PIP_INSTALL = re.compile(r"\bpip3?\s+install\b(.*)")
 
 
@@ -76,8 +79,10 @@ def read_conda_data(data: dict, base: Path, plan: EnvPlan) -> None:
         requirement = _conda_spec(text)
         if requirement:
             plan.requirements.append(requirement)
-        elif text.split("=")[0].strip() not in ("pip", "setuptools", "wheel"):
+        elif text.split("=")[0].strip() != "pip":
             plan.skipped.append(text)
+    named = {re.split(r"[\s=<>~!\[;]", line, maxsplit=1)[0].lower() for line in plan.requirements}
+    plan.requirements += [name for name in CONDA_BASE if name not in named]
 
 
 def read_requirement_line(line: str, base: Path, plan: EnvPlan) -> None:
