@@ -22,9 +22,9 @@ CONDA_TO_PYPI = {"pytorch": "torch", "py-xgboost": "xgboost", "matplotlib-base":
                  "python-dateutil": "python-dateutil", "cudatoolkit": None, "cudnn": None,
                  "nccl": None, "mkl": None, "libgcc-ng": None, "openmpi": None, "mpi4py": "mpi4py",
                  "pip": None, "r-base": None, "git": None}
-# what every conda environment has beside its Python: conda's pip depends on them (for an old
-# Python, their releases for it: an old setuptools still ships pkg_resources)
-CONDA_BASE = ("setuptools", "wheel")
+# what every conda environment has beside its Python, and code imports: conda's pip depends on
+# setuptools (for an old Python, its release for it, which still ships pkg_resources)
+CONDA_BASE = ("setuptools",)
 PIP_INSTALL = re.compile(r"\bpip3?\s+install\b(.*)")
 
 
