@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
-from . import launch, parallel, runtime, watchdog
+from . import launch, parallel, runtime
 from .errors import LocalRunError
 from .outputs import publish, slot
 from .resolve import (
@@ -32,7 +32,7 @@ from .resolve import (
     job_outputs,
     output_spec,
 )
-from .reuse import Earlier, deterministic
+from .reuse import deterministic, link_step
 from .specs import REF
 from .sweep import sweep, trial_factory
 from .tasks import command_task, experiment_name, load_component
@@ -205,7 +205,10 @@ def run_command_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
         key = rt.reuse.key(task, rt.environments.env_map)
         earlier = rt.reuse.find(key)
         if earlier is not None:
-            reuse_step(node, task, earlier, scope, rt)
+            paths = link_step(task, earlier, rt)
+            scope.steps[node.name] = {k: (task.outputs[k].type, Path(v))
+                                      for k, v in paths.items()}
+            scope.reused.append(node.name)
             return 0
     print(f"step {node.name}: started", flush=True)
     result = runtime.run(task, rt, label=node.name)
@@ -218,29 +221,6 @@ def run_command_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
         print(f"\nstep {node.name} failed (exit {result.code}); {node.where}\nlog tail "
               f"({result.log}):\n{tail}", file=sys.stderr)
     return result.code
-
-
-def reuse_step(node: Node, task: runtime.Task, earlier: Earlier, scope: Scope,
-               rt: runtime.Runtime) -> None:
-    """Azure's reused step: the earlier outputs linked in, nothing started, a child run that
-    names the original."""
-    folder = task.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    same = folder.resolve() == earlier.folder.resolve()
-    paths = json.loads((earlier.folder / "status.json").read_text())["outputs"] if same else \
-        publish(earlier.folder, task.outputs, folder)
-    run_id = rt.tracking.start(scope.experiment, node.name,
-                               {**task.tags, "mlops.reused_from": earlier.run_id,
-                                "mlops.reused_from_folder": str(earlier.folder)},
-                               scope.run_id)
-    rt.tracking.finish(run_id, "FINISHED")
-    if not same:
-        watchdog.write_status(folder, {"status": "Reused", "exit_code": 0,
-                                       "mlflow_run_id": run_id, "reused_run": earlier.run_id,
-                                       "from": str(earlier.folder), "outputs": paths})
-    print(f"step {node.name}: Reused (from {earlier.folder})", flush=True)
-    scope.steps[node.name] = {k: (task.outputs[k].type, Path(v)) for k, v in paths.items()}
-    scope.reused.append(node.name)
 
 
 def result_tail(log: Path, lines: int = 25) -> list[str]:

@@ -23,7 +23,9 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import watchdog
 from .envspec import plan_for
+from .outputs import publish
 from .snapshot import code_files
 
 INDEX = ".reuse"
@@ -131,3 +133,24 @@ class Index:
 
 def deterministic(definition: dict) -> bool:
     return str(definition.get("is_deterministic", True)).strip().lower() not in ("false", "0")
+
+
+def link_step(task, earlier: Earlier, rt) -> dict[str, str]:
+    """Azure's reused step: the earlier outputs linked into this step's places, nothing started,
+    a FINISHED MLflow child run that names the original. Returns the outputs' paths."""
+    folder = task.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    same = folder.resolve() == earlier.folder.resolve()
+    paths = json.loads((earlier.folder / "status.json").read_text())["outputs"] if same else \
+        publish(earlier.folder, task.outputs, folder)
+    run_id = rt.tracking.start(task.experiment, task.name,
+                               {**task.tags, "mlops.reused_from": earlier.run_id,
+                                "mlops.reused_from_folder": str(earlier.folder)},
+                               task.parent_run)
+    rt.tracking.finish(run_id, "FINISHED")
+    if not same:
+        watchdog.write_status(folder, {"status": "Reused", "exit_code": 0,
+                                       "mlflow_run_id": run_id, "reused_run": earlier.run_id,
+                                       "from": str(earlier.folder), "outputs": paths})
+    print(f"step {task.name}: Reused (from {earlier.folder})", flush=True)
+    return paths
