@@ -25,6 +25,7 @@ MLFLOW_PORT ?= 5000
 # holds a model.pt).
 PORT ?= 5001
 DEPLOYMENT ?= endpoints/blue.yml
+REQUEST ?= endpoints/sample-request.json
 MODEL_DIR ?=
 PYTEST_ARGS ?=
 # make help: the order its groups are listed in (##@ lines in this file name them).
@@ -221,8 +222,8 @@ serve-local: $(STAMP) ## Local endpoint from DEPLOYMENT's spec on 127.0.0.1:PORT
 	$(PY) -m mlops.serve start --deployment $(DEPLOYMENT) --port $(PORT) \
 		$(if $(MODEL_DIR),--model $(MODEL_DIR))
 
-invoke-local: $(STAMP) ## POST endpoints/sample-request.json to the local endpoint
-	$(PY) -m mlops.serve invoke --port $(PORT)
+invoke-local: $(STAMP) ## POST REQUEST (a JSON file; default endpoints/sample-request.json) to the local endpoint
+	$(PY) -m mlops.serve invoke --port $(PORT) --request $(REQUEST)
 
 stop-local: $(STAMP) ## Stop the local endpoint
 	$(PY) -m mlops.serve stop

@@ -23,29 +23,16 @@ import time
 import zipfile
 from pathlib import Path
 
-from . import launch, runtime
+from . import launch, readonly_inputs, runtime
+from .deployment import Deployment, load
 from .envs import Environments
 from .envspec import ENV_MAP
 from .errors import LocalRunError
-from .serve import ServeError, resolve_model
-from .specs import ROOT, SpecError, load_spec
-from .tasks import code_path
+from .models import ModelLayout, lay_out
+from .specs import ROOT, SpecError
 from .tracking import Tracking, tracking_uri
 from .tracking_server import Server
 from .uris import ASSET_MAP
-
-
-def load_deployment(path: str):
-    from .validate import check
-
-    spec = load_spec(path)
-    if spec.kind != "modelBatchDeployment":
-        raise LocalRunError(f"{path}: a {spec.kind or 'spec of unknown type'} is not a model "
-                            "batch deployment (modelBatchDeployment.schema.json)")
-    errors = [str(f) for f in check(spec, for_run=True) if f.is_error]
-    if errors:
-        raise LocalRunError("\n".join(errors) + "\nAzure would refuse this deployment")
-    return spec
 
 
 def input_files(source: Path, folder: Path) -> list[str]:
@@ -125,40 +112,46 @@ def collect(folder: Path, settings: dict, total: int) -> Path | None:
     return target
 
 
-def task_for(spec, args, folder: Path, model_dir: Path, settings: dict) -> runtime.Task:
-    base = spec.path.parent
-    config = spec.data.get("code_configuration") or {}
+def task_for(deployment: Deployment, args, folder: Path, layout: ModelLayout,
+             settings: dict) -> runtime.Task:
     retry = settings.get("retry_settings") or {}
-    nodes = int((spec.data.get("resources") or {}).get("instance_count") or 1)
+    nodes = int((deployment.spec.data.get("resources") or {}).get("instance_count") or 1)
     replicas = nodes * int(settings.get("max_concurrency_per_instance") or 1)
     if replicas > args.max_procs:
         print(f"note: {replicas} scoring processes requested, running {args.max_procs} on this "
               "machine (--max-procs)", file=sys.stderr)
-    command = (f"python -m mlops.batch_worker {folder / 'work'} {config['scoring_script']} "
+    command = (f"python -m mlops.batch_worker {folder / 'work'} {deployment.scoring_script} "
                f"--retries {int(retry.get('max_retries', 3))} "
                f"--timeout {int(retry.get('timeout', 30))}")
     env_vars = {**(settings.get("environment_variables") or {}),
-                "AZUREML_MODEL_DIR": str(model_dir),
+                "AZUREML_MODEL_DIR": str(layout.root),
+                readonly_inputs.VARIABLE: os.pathsep.join(layout.read_only()),
                 "AZUREML_BI_OUTPUT_PATH": str(folder / "outputs"),
                 "LOGGING_LEVEL": str(settings.get("logging_level") or "info")}
-    return runtime.Task(name=spec.data.get("name") or spec.path.stem, command=command,
-                        where=f"{spec.path}: settings", folder=folder,
-                        code=code_path(config.get("code"), base, f"{spec.path}: code"),
-                        environment=spec.data.get("environment"), env_base=base,
-                        env_vars=env_vars, experiment="batch-local",
-                        tags={"mlops.spec": str(spec.path)},
+    if deployment.model.mlflow:
+        env_vars["MLFLOW_MODEL_FOLDER"] = layout.folder
+    return runtime.Task(name=deployment.name, command=command,
+                        where=f"{deployment.spec.path}: environment", folder=folder,
+                        code=deployment.code, environment=deployment.environment,
+                        env_base=deployment.env_base, env_vars=env_vars,
+                        image_packages=deployment.image_packages(), experiment="batch-local",
+                        tags={"mlops.spec": str(deployment.spec.path)},
                         replicas=min(replicas, args.max_procs))
 
 
-def run_batch(spec, args, rt: runtime.Runtime, model_dir: Path) -> int:
-    settings = spec.data.get("settings") or {}
+def run_batch(deployment: Deployment, args, rt: runtime.Runtime) -> int:
+    settings = deployment.spec.data.get("settings") or {}
     files = input_files(args.input.resolve(), rt.root)
     total = plan(files, max(1, int(settings.get("mini_batch_size") or 10)), rt.root / "work")
     (rt.root / "outputs").mkdir(parents=True, exist_ok=True)
-    task = task_for(spec, args, rt.root, model_dir, settings)
+    layout = lay_out(deployment.model, rt.root)
+    task = task_for(deployment, args, rt.root, layout, settings)
+    driver = "the MLflow batch driver (no code)" if deployment.nocode else task.command.split()[4]
     print(f"{task.name}: {len(files)} files in {total} mini-batch(es), {task.replicas} "
-          f"process(es), model {model_dir}")
+          f"process(es), {driver}\n  model: {deployment.model.describe()} -> AZUREML_MODEL_DIR="
+          f"{layout.root}")
     running = runtime.start(task, rt, echo=False)
+    print(f"  environment: {rt.environments.labels.get(task.where, '.venv')}")
     started = time.monotonic()
     try:
         status = watch(running, total, len(files), int(settings.get("error_threshold", -1)))
@@ -208,16 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     handlers = launch.install_signal_handlers()
     server = Server(tracking_uri(), Path("mlruns").resolve())
     try:
-        spec = load_deployment(args.deployment)
-        model_dir = resolve_model(spec.data, args.model, args.assets)
+        deployment = load(args.deployment, "batch-deployment", args.model, args.assets)
         folder = (args.run_dir or ROOT / "runs" /
-                  f"batch-{spec.data.get('name')}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+                  f"batch-{deployment.name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
         if folder.exists() and any(folder.iterdir()):
             raise LocalRunError(f"{folder} is not empty: use a new --run-dir")
         rt = runtime.Runtime(folder, max(1, args.max_procs), Tracking(server),
                              Environments(args.envs))
-        return run_batch(spec, args, rt, model_dir)
-    except (LocalRunError, SpecError, ServeError) as err:
+        return run_batch(deployment, args, rt)
+    except (LocalRunError, SpecError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:

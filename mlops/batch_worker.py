@@ -72,7 +72,9 @@ def score(module, batch: list[str], retries: int, timeout: int) -> dict:
         signal.alarm(max(1, timeout))
         try:
             lines = as_lines(module.run(batch))
-            return {"items": len(batch), "returned": len(lines), "attempts": attempt,
+            # more rows than items (several predictions per file) still means every item
+            return {"items": len(batch), "returned": min(len(lines), len(batch)),
+                    "attempts": attempt,
                     "lines": lines, "error": ""}
         except Exception:  # noqa: BLE001 - any failure of user code is retried, as on Azure
             error = traceback.format_exc(limit=3)

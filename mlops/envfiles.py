@@ -79,7 +79,7 @@ def read_conda_data(data: dict, base: Path, plan: EnvPlan) -> None:
         requirement = _conda_spec(text)
         if requirement:
             plan.requirements.append(requirement)
-        elif text.split("=")[0].strip() != "pip":
+        elif re.split(r"[\s=<>!~]", text.split("::")[-1], maxsplit=1)[0] != "pip":
             plan.skipped.append(text)
     named = {re.split(r"[\s=<>~!\[;]", line, maxsplit=1)[0].lower() for line in plan.requirements}
     plan.requirements += [name for name in CONDA_BASE if name not in named]

@@ -136,8 +136,9 @@ def layer_key(requirements: list[str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def build_layer(requirements: list[str], label: str) -> Path:
-    """The cached layer for `requirements`, created once (a lock keeps concurrent runs out)."""
+def build_layer(requirements: list[str], label: str, everything: tuple = ()) -> Path:
+    """The cached layer for `requirements`, created once (a lock keeps concurrent runs out).
+    `everything`: all the environment names, .venv's share included."""
     folder = cache_dir() / layer_key(requirements)
     done = folder / "layer.json"
     if done.is_file():
@@ -152,15 +153,8 @@ def build_layer(requirements: list[str], label: str) -> Path:
         shown = ", ".join(requirements[:6]) + (" ..." if len(requirements) > 6 else "")
         print(f"{label}: installing {len(requirements)} requirement(s) into a "
               f"cached layer ({shown})", flush=True)
-        below = base_view(hidden_families(requirements))
-        make_venv(folder, [below])
-        relaxed = pins.relax(requirements, str(folder / "bin" / "python"))
-        result = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install",
-                                 "--disable-pip-version-check", "--no-input", "-q",
-                                 *relaxed.requirements], capture_output=True, text=True)
-        if result.returncode != 0:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise LocalRunError(install_failure(label, result.stdout + result.stderr))
+        relaxed, below = _install_resolved(folder, requirements, label,
+                                           [*requirements, *everything])
         seconds = time.perf_counter() - started
         done.write_text(json.dumps({"label": label, "requirements": requirements,
                                     "installed": relaxed.requirements, "moved": relaxed.moved,
@@ -168,6 +162,93 @@ def build_layer(requirements: list[str], label: str) -> Path:
                                     "seconds": round(seconds, 1)}, indent=2) + "\n")
         print(f"{label}: cached layer ready in {seconds:.1f}s ({folder})", flush=True)
     return folder
+
+
+def _install_resolved(folder: Path, requirements: list[str], label: str, everything: list[str]):
+    """Install, then bring into the layer what of .venv the installed versions break, as pip
+    resolves an image's packages together (a few rounds at most)."""
+    extra: list[str] = []  # .venv packages that must come from the layer too
+    for attempt in range(4):
+        below = base_view(hidden_families(requirements + extra) | set(extra))
+        try:
+            relaxed = _install(folder, requirements + extra, below, label)
+        except LocalRunError:
+            if not extra:
+                raise
+            print(f"warning: {label}: no versions of {', '.join(extra)} install with the layer; "
+                  "keeping .venv's", flush=True)
+            below = base_view(hidden_families(requirements))
+            return _install(folder, requirements, below, label), below
+        broken = broken_below(folder, everything + extra) - set(extra)
+        if not broken or attempt == 3:
+            return relaxed, below
+        print(f"{label}: {', '.join(sorted(broken))} from .venv need(s) other versions of what "
+              "the layer installs; resolving them into the layer too", flush=True)
+        extra += sorted(broken)
+    raise AssertionError("unreachable")
+
+
+def _install(folder: Path, requirements: list[str], below: Path, label: str) -> pins.Relaxed:
+    shutil.rmtree(folder, ignore_errors=True)
+    make_venv(folder, [below])
+    relaxed = pins.relax(requirements, str(folder / "bin" / "python"))
+    result = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install",
+                             "--disable-pip-version-check", "--no-input", "-q",
+                             *relaxed.requirements], capture_output=True, text=True)
+    if result.returncode != 0:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise LocalRunError(install_failure(label, result.stdout + result.stderr))
+    return relaxed
+
+
+CONFLICT = re.compile(r"^(\S+) \S+ has requirement ([A-Za-z0-9._-]+)")
+
+
+def closure(requirements: list[str], paths: list[str]) -> set[str]:
+    """The names of what `requirements` install, following each installed one's own
+    requirements (the first path that holds a distribution wins, as on sys.path)."""
+    dists: dict = {}
+    for dist in importlib.metadata.distributions(path=paths):
+        dists.setdefault(canonical(dist.metadata["Name"]), dist)
+    todo = [name for name in map(name_of, requirements) if name]
+    seen: set[str] = set()
+    while todo:
+        name = canonical(todo.pop())
+        if name in seen or name not in dists:
+            continue
+        seen.add(name)
+        for line in dists[name].requires or []:
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if not requirement.marker or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return seen
+
+
+def broken_below(folder: Path, requirements: list[str]) -> set[str]:
+    """Packages of .venv that the environment installs too (its requirements' closure) whose
+    own requirements the layer's versions break (pip check): on Azure pip resolves them
+    together, so they come from the layer, at versions that fit. What the environment would not
+    have at all (torch under a scikit-learn environment), the project itself and other local
+    installs are left alone."""
+    site = folder / "lib" / PY / "site-packages"
+    mine = {canonical(d.metadata["Name"])
+            for d in importlib.metadata.distributions(path=[str(site)])}
+    needed = closure(requirements, [str(site), str(BASE_SITE)])
+    local = {canonical(d.metadata["Name"]) for d in importlib.metadata.distributions(
+        path=[str(BASE_SITE)]) if d.read_text("direct_url.json")}
+    result = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "check",
+                             "--disable-pip-version-check"], capture_output=True, text=True)
+    broken = set()
+    for line in result.stdout.splitlines():
+        match = CONFLICT.match(line)
+        if match and canonical(match.group(2)) in mine:
+            dependent = canonical(match.group(1))
+            if dependent in needed and dependent not in mine and dependent not in local:
+                broken.add(dependent)
+    return broken
 
 
 def install_failure(label: str, output: str) -> str:
@@ -195,6 +276,7 @@ class Environments:
     def __init__(self, env_map_path: Path | None = None):
         self.env_map = EnvMap(env_map_path or ENV_MAP)
         self.said: set[str] = set()
+        self.labels: dict[str, str] = {}  # where -> the environment it named, for logs
 
     def _say(self, line: str) -> None:
         if line not in self.said:
@@ -208,14 +290,19 @@ class Environments:
             self._say(f"note: {plan.label}: conda packages with no PyPI equivalent are not "
                       f"installed here: {', '.join(plan.skipped)}")
         here = f"{sys.version_info.major}.{sys.version_info.minor}"
-        if plan.python and not (here + ".").startswith(plan.python.rstrip(".*") + "."):
+        wanted = ".".join(plan.python.rstrip(".*").split(".")[:2]) if plan.python else here
+        if wanted != here:  # a patch release apart is the same Python for packages
             self._say(f"warning: {plan.label} asks for Python {plan.python}; this machine runs "
                       f"{platform.python_version()} (packages are installed for it)")
 
-    def layers(self, environment, base: Path, where: str) -> list[Path]:
-        """The layers below the top one, highest first (empty: .venv alone)."""
+    def layers(self, environment, base: Path, where: str, adds: tuple = ()) -> list[Path]:
+        """The layers below the top one, highest first (empty: .venv alone). `adds`: packages
+        the image itself brings when the environment lacks them (a serving image's server)."""
         plan = plan_for(environment, base, self.env_map, where)
+        named = {name_of(line) for line in plan.requirements}
+        plan.requirements += [line for line in adds if name_of(line) not in named]
         self._explain(plan)
+        self.labels[where] = plan.label
         with_mpi(plan.requirements)
         remote = [line for line in plan.requirements if unfetchable(line)]
         for line in remote:  # Azure's build fetches them; this machine reaches PyPI only
@@ -250,16 +337,18 @@ class Environments:
         if not last and failed.is_file():
             return False
         try:
-            return build_layer(missing, label)
+            return build_layer(missing, label, tuple(requirements))
         except LocalRunError as err:
             if last:
                 raise
             failed.write_text(f"{err}\n")
             return False
 
-    def activate(self, environment, base: Path, folder: Path, where: str) -> dict[str, str]:
+    def activate(self, environment, base: Path, folder: Path, where: str,
+                 adds: tuple = ()) -> dict[str, str]:
         """Build (or reuse) the layers and a fresh top layer; the variables that select them."""
-        lower = self.layers(environment, base, where)
+        lower = self.layers(environment, base, where, adds)
+        self.labels[where] += f" ({', '.join(str(p) for p in lower) or '.venv'})"
         top = folder / TOP
         shutil.rmtree(top, ignore_errors=True)
         below = [Path(layer_record(layer).get("below") or BASE_SITE) for layer in lower[-1:]]

@@ -164,8 +164,8 @@ def check_endpoint(spec: Spec) -> list[Finding]:
 
 def check_deployment(spec: Spec, endpoint_names: set[str]) -> list[Finding]:
     found = []
-    if spec.data.get("instance_type"):
-        found += check_size(spec, "instance_type", spec.data["instance_type"])
+    if spec.data.get("instance_type") and spec.kind != "kubernetesOnlineDeployment":
+        found += check_size(spec, "instance_type", spec.data["instance_type"])  # a VM size
     config = spec.data.get("code_configuration") or {}
     code = config.get("code")
     if code and not _is_remote(code):

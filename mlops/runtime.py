@@ -73,6 +73,7 @@ class Task:
     environment: object = None
     env_base: Path = Path(".")
     env_vars: dict = field(default_factory=dict)
+    image_packages: tuple = ()  # what the image adds when the environment lacks it
     distribution: dict | None = None
     resources: dict | None = None
     extra: dict = field(default_factory=dict)  # more ${{scope.x}} values: search_space
@@ -107,7 +108,8 @@ def process_env(task: Task, rt: Runtime, run_id: str, wd: Path, inputs: dict,
                 outputs: dict) -> dict[str, str]:
     """The variables Azure sets for a job, over this shell's, under the spec's own."""
     env = {k: v for k, v in os.environ.items() if not DROPPED_ENV.match(k)}
-    env.update(rt.environments.activate(task.environment, task.env_base, task.folder, task.where))
+    env.update(rt.environments.activate(task.environment, task.env_base, task.folder, task.where,
+                                        task.image_packages))
     if rt.threads:
         env["OMP_NUM_THREADS"] = str(rt.threads)  # trials share this machine's cores
     env.update({"MLFLOW_TRACKING_URI": rt.tracking.job_uri(), "MLFLOW_RUN_ID": run_id,

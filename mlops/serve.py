@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,10 +28,18 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
-from .specs import ROOT, load_spec
-from .uris import ASSET_MAP, asset_key, load_map
+from . import readonly_inputs, snapshot
+from .deployment import Deployment, load
+from .envs import Environments
+from .envspec import ENV_MAP
+from .errors import LocalRunError
+from .models import lay_out, newest_trained
+from .runtime import DROPPED_ENV
+from .specs import ROOT, SpecError
+from .uris import ASSET_MAP
 
 STATE = ROOT / "runs" / "serve-local"
 APP = "azureml_inference_server_http.server.entry:app"
@@ -40,31 +49,42 @@ class ServeError(RuntimeError):
     pass
 
 
-def latest_model(root: Path = ROOT / "runs") -> Path:
-    """The newest folder under runs/ that holds a model (a failed run leaves an empty one)."""
-    found = sorted(root.glob("**/model.pt"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise ServeError(f"no trained model under {root}: run `make train-local` first, or "
-                         "pass MODEL_DIR=<folder with model.pt>")
-    return found[-1].parent
+def latest_model() -> Path:
+    return newest_trained("no model given").path
 
 
-def resolve_model(deployment: dict, override: str | None, assets: Path = ASSET_MAP) -> Path:
-    """MODEL_DIR if given; else the deployment's model through the mapping file; else the
-    newest local model."""
-    if override:
-        return Path(override).resolve()
-    model = deployment.get("model")
-    reference = model if isinstance(model, str) else (model or {}).get("path", "")
-    local = load_map(assets).get(asset_key(reference)) \
-        if reference.startswith("azureml:") else None
-    return (ROOT / local).resolve() if local else latest_model()
+def server_env(deployment: Deployment, state: Path, envs: Environments) -> dict[str, str]:
+    """The server's variables, as Azure's inference image sets them: the code under
+    AML_APP_ROOT in a folder of its own name (AZUREML_SOURCE_DIRECTORY, on sys.path), the entry
+    script by its path, the model laid out under AZUREML_MODEL_DIR; the deployment's environment
+    activated as a job's is; the spec's environment_variables."""
+    app = state / "app"
+    if app.exists():
+        shutil.rmtree(app)  # links and copies only: never follows a link into the user's files
+    snapshot.take(deployment.code, app / deployment.code.name)
+    layout = lay_out(deployment.model, app)
+    env = {k: v for k, v in os.environ.items() if not DROPPED_ENV.match(k)}
+    env.update(envs.activate(deployment.environment, deployment.env_base, state,
+                             f"{deployment.spec.path}: environment",
+                             deployment.image_packages()))
+    env.update({str(k): str(v) for k, v in
+                (deployment.spec.data.get("environment_variables") or {}).items()})
+    env.update({"AML_APP_ROOT": str(app), "AZUREML_SOURCE_DIRECTORY": deployment.code.name,
+                "AZUREML_ENTRY_SCRIPT": str(app / deployment.code.name /
+                                            deployment.scoring_script),
+                "AZUREML_MODEL_DIR": str(layout.root),
+                readonly_inputs.VARIABLE: os.pathsep.join(layout.read_only())})
+    if deployment.model.mlflow:
+        env["MLFLOW_MODEL_FOLDER"] = layout.folder
+    return env
 
 
-def server_command(port: int, workers: int = 1, threads: int | None = None) -> list[str]:
-    gunicorn = Path(sys.executable).with_name("gunicorn")
+def server_command(port: int, workers: int = 1, threads: int | None = None,
+                   python: Path | None = None) -> list[str]:
+    """gunicorn from the deployment's environment (`python`: its top layer's interpreter)."""
     threads = threads or int(os.environ.get("SERVER_THREADS", "4"))
-    return [str(gunicorn), "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+    return [str(python or sys.executable), "-m", "gunicorn", "--bind", f"127.0.0.1:{port}",
+            "--workers", str(workers),
             "--worker-class", "gthread", "--threads", str(threads), "--keep-alive", "5",
             "--timeout", os.environ.get("WORKER_TIMEOUT", "300"), "--access-logfile", "-", APP]
 
@@ -79,17 +99,6 @@ def port_taken(port: int) -> bool:
         except OSError:
             return True
     return False
-
-
-def server_env(deployment_spec: Path, model_dir: Path, extra: dict | None = None) -> dict:
-    spec = load_spec(deployment_spec)
-    config = spec.data.get("code_configuration") or {}
-    code = (spec.path.parent / config.get("code", ".")).resolve()
-    env = {**os.environ, **{k: str(v) for k, v in (spec.data.get("environment_variables")
-                                                   or {}).items()}}
-    env.update({"AML_APP_ROOT": str(code), "AZUREML_ENTRY_SCRIPT": config["scoring_script"],
-                "AZUREML_MODEL_DIR": str(model_dir), **(extra or {})})
-    return env
 
 
 def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 180) -> None:
@@ -107,19 +116,45 @@ def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 180) -> N
     raise ServeError(f"{url} not healthy after {timeout:.0f}s")
 
 
-def start(deployment: Path, model: str | None, port: int) -> int:
+@dataclass
+class Prepared:
+    """A server ready to start: its variables, interpreter, directory, and what it serves."""
+
+    env: dict[str, str]
+    python: Path
+    cwd: Path
+    about: list[str]
+
+
+def prepare(path: Path, model: str | None, state: Path, assets: Path = ASSET_MAP,
+            env_map: Path = ENV_MAP, extra: dict | None = None) -> Prepared:
+    deployment = load(path, "online-deployment", model, assets)
+    state.mkdir(parents=True, exist_ok=True)
+    envs = Environments(env_map)
+    env = {**server_env(deployment, state, envs), **(extra or {})}
+    kind = deployment.spec.kind + (", no-code MLflow scoring" if deployment.nocode else "")
+    about = [f"deployment: {path} ({kind})",
+             f"model: {deployment.model.describe()} -> AZUREML_MODEL_DIR="
+             f"{env['AZUREML_MODEL_DIR']}",
+             f"environment: {next(iter(envs.labels.values()))}"]
+    return Prepared(env, state / "env" / "bin" / "python", state / "app", about)
+
+
+def start(path: Path, model: str | None, port: int, assets: Path = ASSET_MAP,
+          env_map: Path = ENV_MAP) -> int:
     if (STATE / "pid").is_file():
         stop()
     if port_taken(port):
         raise ServeError(f"port {port} on 127.0.0.1 is already in use by another process: stop "
                          "it, or pick another port (PORT=5002)")
-    model_dir = resolve_model(load_spec(deployment).data, model)
-    STATE.mkdir(parents=True, exist_ok=True)
+    ready = prepare(path, model, STATE, assets, env_map)
+    print("\n".join(ready.about), flush=True)
     log = (STATE / "server.log").open("w")
-    env = server_env(deployment, model_dir)
-    process = subprocess.Popen(server_command(port, int(env.get("WORKER_COUNT", 1))), env=env,
-                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                               cwd=ROOT)
+    log.write("".join(f"mlops.serve: {line}\n" for line in ready.about))
+    log.flush()
+    command = server_command(port, int(ready.env.get("WORKER_COUNT", 1)), python=ready.python)
+    process = subprocess.Popen(command, env=ready.env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True, cwd=ready.cwd)
     (STATE / "pid").write_text(str(process.pid))
     (STATE / "port").write_text(str(port))
     try:
@@ -129,7 +164,7 @@ def start(deployment: Path, model: str | None, port: int) -> int:
         tail = (STATE / "server.log").read_text().splitlines()[-25:]
         print(f"error: {err}\n" + "\n".join(f"  | {line}" for line in tail), file=sys.stderr)
         return 1
-    print(f"serving {model_dir} ({deployment.name}) on http://127.0.0.1:{port}/score "
+    print(f"serving {path.name} on http://127.0.0.1:{port}/score "
           f"(log {STATE / 'server.log'}; stop: make stop-local)")
     return 0
 
@@ -143,6 +178,7 @@ def stop() -> int:
     try:
         os.killpg(pid, signal.SIGTERM)
         for _ in range(50):
+            _reap(pid)
             os.kill(pid, 0)
             time.sleep(0.1)
         os.killpg(pid, signal.SIGKILL)
@@ -151,6 +187,14 @@ def stop() -> int:
     pid_file.unlink(missing_ok=True)
     print(f"stopped the local server (pid {pid})")
     return 0
+
+
+def _reap(pid: int) -> None:
+    """A server this process started stays a zombie (and "alive") until it is waited for."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # started by another process (make serve-local): its exit is enough
 
 
 def invoke(request: Path, port: int) -> int:
@@ -177,17 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--request", type=Path,
                         default=ROOT / "endpoints" / "sample-request.json")
     parser.add_argument("--port", type=int, default=5001)
+    parser.add_argument("--assets", type=Path, default=ASSET_MAP)
+    parser.add_argument("--envs", type=Path, default=ENV_MAP)
     args = parser.parse_args(argv)
     try:
         if args.action == "start":
-            return start(args.deployment, args.model, args.port)
+            return start(args.deployment, args.model, args.port, args.assets, args.envs)
         if args.action == "invoke":
             return invoke(args.request, args.port)
         if args.action == "latest":
             print(latest_model())
             return 0
         return stop()
-    except ServeError as err:
+    except (ServeError, LocalRunError, SpecError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 

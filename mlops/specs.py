@@ -15,6 +15,12 @@ REF = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")  # ${{inputs.x}} and friends
 # What `az ml job create` makes of a file without a $schema line: its `type:` (default command).
 JOB_TYPES = {"command": "commandJob", "sweep": "sweepJob", "pipeline": "pipelineJob"}
 COMPONENT_TYPES = {"command": "commandComponent", "pipeline": "pipelineComponent"}
+# Deployments are typed by `type:` whatever their $schema says, as azure-ai-ml loads them.
+DEPLOYMENT_TYPES = {"online-deployment": ({"managed": "managedOnlineDeployment",
+                                           "kubernetes": "kubernetesOnlineDeployment"}, "managed"),
+                    "batch-deployment": ({"model": "modelBatchDeployment",
+                                          "pipeline": "pipelineComponentBatchDeployment"},
+                                         "model")}
 
 
 @dataclass
@@ -52,12 +58,16 @@ class Spec:
     path: Path
     data: dict
     lines: dict[tuple, int] = field(default_factory=dict)
-    role: str = ""  # "job" or "component" when the caller knows; it types a spec without $schema
+    role: str = ""  # "job", "component", "online-deployment", "batch-deployment" when the
+    # caller knows: it types a spec without $schema (and a deployment by its `type:`)
 
     @property
     def kind(self) -> str:
         """The schema name from the `$schema` URL (commandJob, sweepJob, ...); without one, the
         kind its `type:` gives in its role, as the CLI types it."""
+        if self.role in DEPLOYMENT_TYPES:
+            table, default = DEPLOYMENT_TYPES[self.role]
+            return table.get(str(self.data.get("type") or default).lower(), "")
         url = str(self.data.get("$schema", ""))
         if url:
             return url.rsplit("/", 1)[-1].removesuffix(".schema.json")

@@ -31,7 +31,7 @@ from .specs import ROOT, SCHEMA_DIR, Finding, Spec, SpecError, discover, load_sp
 
 KINDS = ("commandJob", "sweepJob", "pipelineJob", "commandComponent", "environment",
          "amlCompute", "data", "model", "managedOnlineEndpoint", "managedOnlineDeployment",
-         "batchEndpoint", "modelBatchDeployment")
+         "kubernetesOnlineDeployment", "batchEndpoint", "modelBatchDeployment")
 
 
 @cache
@@ -77,7 +77,8 @@ ENTITIES = {"commandJob": "Job", "sweepJob": "Job", "pipelineJob": "Job",
             "commandComponent": "Component", "environment": "Environment",
             "amlCompute": "Compute", "data": "Data", "model": "Model",
             "managedOnlineEndpoint": "OnlineEndpoint",
-            "managedOnlineDeployment": "OnlineDeployment", "batchEndpoint": "BatchEndpoint",
+            "managedOnlineDeployment": "OnlineDeployment",
+            "kubernetesOnlineDeployment": "OnlineDeployment", "batchEndpoint": "BatchEndpoint",
             "modelBatchDeployment": "ModelBatchDeployment"}
 
 
@@ -164,6 +165,7 @@ def lint_layer(spec: Spec, flags: bool = True) -> list[Finding]:
               "managedOnlineEndpoint": lint_assets.check_endpoint,
               "managedOnlineDeployment": lambda s: lint_assets.check_deployment(
                   s, _endpoint_names()),
+              "kubernetesOnlineDeployment": lambda s: lint_assets.check_deployment(s, set()),
               "batchEndpoint": lint_assets.check_endpoint,
               "modelBatchDeployment": lambda s: lint_assets.check_batch_deployment(
                   s, _endpoint_names("batchEndpoint"))}

@@ -17,6 +17,7 @@ import argparse
 import base64
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -39,7 +40,7 @@ from image_classifier.data import IMAGENET_MEAN, IMAGENET_STD, build_datasets  #
 from image_classifier.export import export_onnx, quantize_int8  # noqa: E402
 from image_classifier.model import build_model  # noqa: E402
 from image_classifier.predict import ONNX_FILE  # noqa: E402
-from mlops.serve import server_command, server_env, wait_healthy  # noqa: E402
+from mlops.serve import prepare, server_command, wait_healthy  # noqa: E402
 
 
 def make_model_dir(folder: Path, val_batch: torch.Tensor, bundle) -> Path:
@@ -70,8 +71,10 @@ class Server:
             extra.update({"AML_APP_ROOT": str(ROOT / "scripts" / "bench"),
                           "AZUREML_ENTRY_SCRIPT": script, "PYTHONPATH": str(ROOT / "src")})
         workers = int(env.get("WORKER_COUNT", 1))
-        self.process = subprocess.Popen(server_command(self.port, workers),
-                                        env=server_env(spec, model_dir, extra),
+        self.state = Path(tempfile.mkdtemp(prefix="bench-score-"))
+        ready = prepare(spec, str(model_dir), self.state, extra=extra)
+        self.process = subprocess.Popen(server_command(self.port, workers, python=ready.python),
+                                        env=ready.env, cwd=ready.cwd,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         start_new_session=True)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -80,6 +83,7 @@ class Server:
     def close(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
+        shutil.rmtree(self.state, ignore_errors=True)
 
 
 def load(url: str, body: bytes, clients: int, seconds: float) -> dict:

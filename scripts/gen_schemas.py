@@ -34,6 +34,8 @@ KINDS = {
                               "ManagedOnlineEndpointSchema"),
     "managedOnlineDeployment": ("_schema._deployment.online.online_deployment",
                                 "ManagedOnlineDeploymentSchema"),
+    "kubernetesOnlineDeployment": ("_schema._deployment.online.online_deployment",
+                                   "KubernetesOnlineDeploymentSchema"),
     "batchEndpoint": ("_schema._endpoint.batch.batch_endpoint", "BatchEndpointSchema"),
     "modelBatchDeployment": ("_schema._deployment.batch.model_batch_deployment",
                              "ModelBatchDeploymentSchema"),

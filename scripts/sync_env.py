@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONDA = ROOT / "environments" / "conda.yml"

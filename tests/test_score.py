@@ -29,7 +29,7 @@ from werkzeug.wrappers import Request
 
 from image_classifier import score
 from image_classifier.export import export_model_dir
-from mlops.serve import server_command, server_env, wait_healthy
+from mlops.serve import prepare, server_command, wait_healthy
 from mlops.specs import ROOT
 
 SAMPLE = ROOT / "endpoints" / "sample-request.json"
@@ -248,9 +248,11 @@ def server(model_dir, tmp_path_factory):
     port = _free_port()
     log_path = tmp_path_factory.mktemp("server") / "server.log"
     log = log_path.open("w")
-    env = server_env(ROOT / "endpoints" / "blue.yml", model_dir, {"SCORE_BACKEND": "torch"})
-    process = subprocess.Popen(server_command(port), env=env, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    ready = prepare(ROOT / "endpoints" / "blue.yml", str(model_dir),
+                    tmp_path_factory.mktemp("state"), extra={"SCORE_BACKEND": "torch"})
+    process = subprocess.Popen(server_command(port, python=ready.python), env=ready.env,
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               cwd=ready.cwd)
     try:
         wait_healthy(f"http://127.0.0.1:{port}/", process)
         yield f"http://127.0.0.1:{port}", process, log_path

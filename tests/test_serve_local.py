@@ -9,7 +9,9 @@ import time
 import pytest
 
 from mlops import serve
-from mlops.serve import ServeError, latest_model
+from mlops.errors import LocalRunError
+from mlops.models import newest_trained
+from mlops.serve import ServeError
 
 
 def test_a_port_another_process_holds_is_an_error_not_a_healthy_server(capsys):
@@ -29,9 +31,9 @@ def test_the_default_model_is_the_newest_folder_that_holds_one(tmp_path):
     empty = tmp_path / "train-2" / "outputs" / "model"  # a failed run's empty model folder
     empty.mkdir(parents=True)
     os.utime(empty)
-    assert latest_model(tmp_path) == older
-    with pytest.raises(ServeError, match="no trained model"):
-        latest_model(tmp_path / "nothing-here")
+    assert newest_trained("test", tmp_path).path == older
+    with pytest.raises(LocalRunError, match="no trained model"):
+        newest_trained("test", tmp_path / "nothing-here")
 
 
 def test_a_stopped_servers_time_wait_sockets_do_not_hold_the_port():

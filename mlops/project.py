@@ -1,0 +1,28 @@
+"""What the generic local tooling knows about this project: `[tool.mlops]` in pyproject.toml."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from .specs import ROOT
+
+
+@dataclass(frozen=True)
+class Project:
+    own_models: tuple[str, ...] = ()  # registered model names the local trainer produces
+    model_file: str = "model.pt"  # the file that marks a trained model's folder
+    runs_dir: Path = field(default=ROOT / "runs")
+
+
+@cache
+def project(pyproject: Path = ROOT / "pyproject.toml") -> Project:
+    try:
+        table = tomllib.loads(pyproject.read_text()).get("tool", {}).get("mlops", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        table = {}
+    return Project(own_models=tuple(table.get("own_models", ())),
+                   model_file=str(table.get("model_file", "model.pt")),
+                   runs_dir=ROOT / str(table.get("runs_dir", "runs")))

@@ -1,0 +1,270 @@
+"""Any online or batch deployment spec serves locally as Azure serves it: the model its spec
+names, laid out under AZUREML_MODEL_DIR as Azure mounts it, in the deployment's environment, and
+MLflow models without code through Azure's no-code scoring."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from mlops import batch, deployment, models, serve
+from mlops.errors import LocalRunError
+from mlops.models import ModelSource, lay_out, model_source, name_version
+from mlops.nocode.mlflow_score import as_mlflow_request
+from mlops.project import Project
+from mlops.specs import ROOT, load_spec
+
+FIXTURES = ROOT / "tests" / "fixtures" / "deployments"
+MAKE_MODELS = FIXTURES / "make_models.py"
+
+
+def expected(rows):
+    """What every fixture model predicts: y = a + 2b + 3c + 4."""
+    return [a + 2 * b + 3 * c + 4 for a, b, c in rows]
+
+
+# ---- where the model comes from (no server) ----
+
+@pytest.mark.parametrize("reference, name, version", [
+    ("azureml:clf:3", "clf", "3"), ("azureml:clf@latest", "clf", "latest"),
+    ("azureml://registries/shared/models/clf/versions/7", "clf", "7"),
+    ("azureml://registries/shared/models/clf/labels/latest", "clf", "latest"),
+    ("azureml://subscriptions/s/resourceGroups/g/workspaces/w/models/clf/versions/2", "clf",
+     "2")])
+def test_model_references_name_the_model_and_version(reference, name, version):
+    assert name_version(reference) == (name, version)
+
+
+def test_a_local_model_path_is_relative_to_the_spec_and_must_exist(tmp_path):
+    (tmp_path / "model-1" / "model").mkdir(parents=True)
+    source = model_source({"path": "model-1/model/"}, tmp_path, "d.yml")
+    assert source.path == tmp_path / "model-1" / "model" and not source.mlflow
+    with pytest.raises(LocalRunError, match="model.path gone does not exist"):
+        model_source({"path": "gone"}, tmp_path, "d.yml")
+
+
+def test_registered_models_map_through_the_mapping_file_by_reference_or_name(tmp_path):
+    (tmp_path / "m.pkl").write_bytes(b"x")
+    assets = tmp_path / "local-paths.yml"
+    assets.write_text(f"azureml:clf: {tmp_path / 'm.pkl'}\n"
+                      f"azureml://registries/shared/models/other: {tmp_path}\n")
+    for reference in ("azureml:clf:3", "azureml:clf@latest",
+                      "azureml://registries/shared/models/clf/versions/1"):
+        assert model_source(reference, tmp_path, "d.yml", assets=assets).path == tmp_path / "m.pkl"
+    other = model_source({"path": "azureml://registries/shared/models/other/versions/2"},
+                         tmp_path, "d.yml", assets=assets)
+    assert (other.path, other.name, other.version) == (tmp_path, "other", "2")
+
+
+def test_an_unmapped_model_is_an_error_that_names_the_line_to_add(tmp_path):
+    assets = tmp_path / "local-paths.yml"
+    assets.write_text("{}\n")
+    with pytest.raises(LocalRunError, match=r"azureml:stranger: <local file or folder>' to"):
+        model_source("azureml:stranger@latest", tmp_path, "d.yml", assets=assets)
+
+
+def test_this_projects_own_model_unmapped_is_the_newest_trained_one_and_says_so(
+        tmp_path, monkeypatch):
+    trained = tmp_path / "runs" / "train-1" / "outputs" / "model"
+    trained.mkdir(parents=True)
+    (trained / "model.pt").write_bytes(b"x")
+    monkeypatch.setattr(models, "project", lambda: Project(("mine",), "model.pt",
+                                                           tmp_path / "runs"))
+    assets = tmp_path / "local-paths.yml"
+    assets.write_text("{}\n")
+    source = model_source("azureml:mine@latest", tmp_path, "d.yml", assets=assets)
+    assert source.path == trained and "newest trained model" in source.describe()
+    assert model_source(None, tmp_path, "d.yml").path == trained  # a spec with no model
+    override = model_source("azureml:mine@latest", tmp_path, "d.yml", str(tmp_path))
+    assert (override.path, override.origin) == (tmp_path, "MODEL_DIR")
+
+
+def test_azure_model_layout_folder_under_its_name_file_directly_in_and_user_files_kept(
+        tmp_path):
+    folder = tmp_path / "src" / "model"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "weights.bin").write_bytes(b"w")
+    (folder / "MLmodel").write_text("flavors: {}\n")
+    layout = lay_out(ModelSource(folder, "clf", "3", "test", True), tmp_path / "app")
+    assert layout.root == tmp_path / "app" / "azureml-models" / "clf" / "3"
+    assert layout.env() == {"AZUREML_MODEL_DIR": str(layout.root), "MLFLOW_MODEL_FOLDER": "model"}
+    copy = layout.root / "model" / "sub" / "weights.bin"
+    assert not copy.is_symlink() and copy.read_bytes() == b"w"  # MLflow refuses outside links
+    single = lay_out(ModelSource(folder / "sub" / "weights.bin", "w", "1", "t"), tmp_path / "a")
+    assert sorted(p.name for p in single.root.iterdir()) == ["weights.bin"]
+    again = lay_out(ModelSource(folder, "clf", "3", "test", True), tmp_path / "app")
+    assert again.root == layout.root and (folder / "sub" / "weights.bin").read_bytes() == b"w"
+    assert str(folder) in layout.read_only()
+
+
+# ---- the kind of a deployment and what it runs ----
+
+def test_deployments_are_typed_by_their_type_as_azure_ai_ml_does(tmp_path):
+    spec = tmp_path / "d.yml"
+    for data, role, kind in (({"type": "kubernetes"}, "online-deployment",
+                              "kubernetesOnlineDeployment"),
+                             ({}, "online-deployment", "managedOnlineDeployment"),
+                             ({"type": "managed"}, "online-deployment",
+                              "managedOnlineDeployment"),
+                             ({}, "batch-deployment", "modelBatchDeployment")):
+        spec.write_text(json.dumps({"name": "x", **data}))
+        assert load_spec(spec, role).kind == kind
+
+
+def test_an_online_spec_is_not_a_batch_deployment_and_code_is_needed_unless_mlflow(tmp_path):
+    with pytest.raises(LocalRunError, match="is not a batch deployment"):
+        deployment.load(ROOT / "endpoints" / "blue.yml", "batch-deployment")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "m.pkl").write_bytes(b"x")
+    spec = tmp_path / "d.yml"
+    spec.write_text("name: plain\nendpoint_name: e\nmodel:\n  path: model\n"
+                    "instance_type: Standard_DS3_v2\ninstance_count: 1\n")
+    with pytest.raises(LocalRunError, match="Azure deploys only MLflow models without code"):
+        deployment.load(spec, "online-deployment")
+
+
+@pytest.mark.parametrize("body, request_", [
+    ({"input_data": {"columns": ["a"], "index": [0], "data": [[1]]}},
+     {"dataframe_split": {"columns": ["a"], "index": [0], "data": [[1]]}}),
+    ({"input_data": [{"a": 1}], "params": {"k": 1}},
+     {"dataframe_records": [{"a": 1}], "params": {"k": 1}}),
+    ({"input_data": [[1, 2]]}, {"inputs": [[1, 2]]}),
+    ({"input_data": {"x": [1, 2]}}, {"inputs": {"x": [1, 2]}}),
+    ({"dataframe_split": {"data": [[1]]}}, {"dataframe_split": {"data": [[1]]}})])
+def test_azures_input_data_envelope_becomes_mlflows_own_request(body, request_):
+    assert as_mlflow_request(body) == request_
+
+
+# ---- served for real on loopback ----
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory):
+    """A copy of the fixtures with their models written by .venv's scikit-learn and MLflow."""
+    root = tmp_path_factory.mktemp("deployments") / "deployments"
+    shutil.copytree(FIXTURES, root)
+    subprocess.run([sys.executable, str(MAKE_MODELS), str(root)], check=True)
+    return root
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    """Start the local endpoint for a spec (serve.main, as make serve-local), stop it after."""
+    monkeypatch.setattr(serve, "STATE", tmp_path / "serve-local")
+    port = _free_port()
+
+    def start(spec: Path) -> str:
+        assert serve.main(["start", "--deployment", str(spec), "--port", str(port)]) == 0
+        return f"http://127.0.0.1:{port}/score"
+
+    yield start
+    serve.stop()
+
+
+def post(url: str, body) -> tuple[int, object]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    call = urllib.request.Request(url, data=data, method="POST",
+                                  headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(call, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+def server_log() -> str:
+    return (serve.STATE / "server.log").read_text()
+
+
+@pytest.mark.parametrize("spec", ["folder-deployment.yml", "file-deployment.yml",
+                                  "kubernetes-deployment.yml"])
+def test_a_custom_scoring_script_reads_the_model_where_azure_mounts_it(fixtures, served, spec):
+    url = served(fixtures / "regressor" / spec)
+    request = json.loads((fixtures / "regressor" / "sample-request.json").read_text())
+    status, answer = post(url, request)
+    assert status == 200 and answer == pytest.approx(expected(request["data"]))
+    log = server_log()
+    assert f"from {fixtures / 'regressor' / 'model'}" in log and "environment: " in log
+    model_dir = serve.STATE / "app" / "azureml-models"
+    assert model_dir.is_dir() and (fixtures / "regressor" / "model" / "regressor.pkl").is_file()
+
+
+def test_an_mlflow_model_without_code_answers_azures_and_mlflows_request_formats(
+        fixtures, served):
+    url = served(fixtures / "mlflow" / "online-deployment.yml")
+    assert "no-code MLflow scoring" in server_log()
+    split = json.loads((fixtures / "mlflow" / "sample-request.json").read_text())
+    assert post(url, split) == (200, pytest.approx(expected(split["input_data"]["data"])))
+    records = [{"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 0.5, "b": 0.0, "c": 1.0}]
+    want = pytest.approx(expected([[1, 2, 3], [0.5, 0, 1]]))
+    for body in ({"input_data": records}, {"dataframe_records": records},
+                 {"dataframe_split": {"columns": ["a", "b", "c"],
+                                      "data": [[1, 2, 3], [0.5, 0, 1]]}}):
+        assert post(url, body) == (200, want)
+    status, answer = post(url, {"input_data": {"columns": ["a", "b"], "index": [0],
+                                               "data": [[1, 2]]}})
+    assert status == 400 and "missing inputs ['c']" in answer["error"]
+    assert post(url, b"not json")[0] == 400
+    assert post(url, {"something": "else"})[0] == 400
+
+
+def test_an_mlflow_tensor_model_takes_arrays(fixtures, served):
+    url = served(fixtures / "mlflow" / "tensor-deployment.yml")
+    assert post(url, {"input_data": [[1, 2, 3], [0, 0, 0]]}) == (
+        200, pytest.approx(expected([[1, 2, 3], [0, 0, 0]])))
+    status, answer = post(url, {"input_data": [[1, 2]]})
+    assert status == 400 and "does not match expected shape" in answer["error"]
+
+
+def test_an_mlflow_batch_deployment_without_code_writes_azures_predictions_file(
+        fixtures, tmp_path, capsys):
+    data = tmp_path / "input"
+    shutil.copytree(fixtures / "mlflow" / "batch-input", data)
+    (data / "notes.txt").write_text("not a table")  # Azure: "File type 'txt' is not supported"
+    code = batch.main([str(fixtures / "mlflow" / "batch-deployment.yml"), "--input", str(data),
+                       "--run-dir", str(tmp_path / "run"), "--max-procs", "2"])
+    out = capsys.readouterr().out
+    assert code == 0 and "2 of 3 files scored, 1 failed" in out  # error_threshold: -1
+    assert "the MLflow batch driver" in out and "AZUREML_MODEL_DIR=" in out
+    rows = [line.split(",") for line in
+            (tmp_path / "run" / "outputs" / "predictions.csv").read_text().splitlines()]
+    assert [(r[0], r[2]) for r in rows] == [("0", "part-1.csv"), ("1", "part-1.csv"),
+                                            ("0", "part-2.csv")]  # row, prediction, file
+    assert [float(r[1]) for r in rows] == pytest.approx(expected([[1, 2, 3], [0, 0, 0],
+                                                                  [10, -1, 0.5]]))
+    assert "File type 'txt' is not supported" in (tmp_path / "run" / "log.txt").read_text()
+
+
+@pytest.mark.heavy
+def test_a_deployment_pinning_another_scikit_learn_serves_in_that_environment(
+        fixtures, served, tmp_path):
+    """The conda file pins scikit-learn 1.5.2 (.venv has another): the environment is built as a
+    job's, the model pickled by that release loads in it, and the answer says which served."""
+    from mlops.envs import Environments
+
+    pinned = fixtures / "pinned"
+    env = Environments().activate({"conda_file": "conda.yml"}, pinned, tmp_path / "maker",
+                                  "test: make the pinned model")
+    subprocess.run([str(tmp_path / "maker" / "env" / "bin" / "python"), str(MAKE_MODELS),
+                    str(fixtures), "--only", "pinned"], check=True, env={**os.environ, **env})
+    url = served(pinned / "deployment.yml")
+    request = json.loads((pinned / "sample-request.json").read_text())
+    status, answer = post(url, request)
+    assert status == 200 and answer["scikit_learn"] == "1.5.2"
+    assert answer["predictions"] == pytest.approx(expected(request["data"]))
+    log = server_log()
+    assert "scikit-learn 1.5.2 serves LinearRegression" in log and ".cache/envs/" in log
