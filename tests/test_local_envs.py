@@ -269,7 +269,7 @@ def test_a_curated_base_with_unpinned_mlflow_saves_a_torch_model_as_on_azure(tmp
 def test_what_an_environment_installs_follows_installed_requirements_and_no_further():
     """The packages a layer may pull from .venv to keep them consistent (envs.broken_below) are
     only those the environment's own requirements install: never torch for an MLflow one."""
-    from mlops.envs import BASE_SITE, closure
+    from mlops.layers import BASE_SITE, closure
 
     names = closure(["mlflow==3.17.2"], [str(BASE_SITE)])
     assert {"mlflow", "mlflow-skinny", "pandas", "numpy"} <= names
