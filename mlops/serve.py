@@ -18,6 +18,7 @@ is an error, not a "healthy" answer from that process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -191,10 +192,8 @@ def stop() -> int:
 
 def _reap(pid: int) -> None:
     """A server this process started stays a zombie (and "alive") until it is waited for."""
-    try:
+    with contextlib.suppress(ChildProcessError):  # another process started it: exit is enough
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass  # started by another process (make serve-local): its exit is enough
 
 
 def invoke(request: Path, port: int) -> int:

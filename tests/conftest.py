@@ -80,7 +80,7 @@ def sources_unchanged():
 
 
 # What `make test-quick` leaves out: tests that train, start servers or run jobs end to end.
-END_TO_END_FIXTURES = {"tiny_data", "model_dir", "mlflow_store", "sources_unchanged"}
+END_TO_END_FIXTURES = {"tiny_data", "model_dir", "mlflow_store", "sources_unchanged", "deployments"}
 END_TO_END_MODULES = {"test_distributed", "test_serve_local"}  # process groups, real servers
 
 

@@ -147,7 +147,7 @@ def test_azures_input_data_envelope_becomes_mlflows_own_request(body, request_):
 # ---- served for real on loopback ----
 
 @pytest.fixture(scope="module")
-def fixtures(tmp_path_factory):
+def deployments(tmp_path_factory):
     """A copy of the fixtures with their models written by .venv's scikit-learn and MLflow."""
     root = tmp_path_factory.mktemp("deployments") / "deployments"
     shutil.copytree(FIXTURES, root)
@@ -192,22 +192,22 @@ def server_log() -> str:
 
 @pytest.mark.parametrize("spec", ["folder-deployment.yml", "file-deployment.yml",
                                   "kubernetes-deployment.yml"])
-def test_a_custom_scoring_script_reads_the_model_where_azure_mounts_it(fixtures, served, spec):
-    url = served(fixtures / "regressor" / spec)
-    request = json.loads((fixtures / "regressor" / "sample-request.json").read_text())
+def test_a_custom_scoring_script_reads_the_model_where_azure_mounts_it(deployments, served, spec):
+    url = served(deployments / "regressor" / spec)
+    request = json.loads((deployments / "regressor" / "sample-request.json").read_text())
     status, answer = post(url, request)
     assert status == 200 and answer == pytest.approx(expected(request["data"]))
     log = server_log()
-    assert f"from {fixtures / 'regressor' / 'model'}" in log and "environment: " in log
+    assert f"from {deployments / 'regressor' / 'model'}" in log and "environment: " in log
     model_dir = serve.STATE / "app" / "azureml-models"
-    assert model_dir.is_dir() and (fixtures / "regressor" / "model" / "regressor.pkl").is_file()
+    assert model_dir.is_dir() and (deployments / "regressor" / "model" / "regressor.pkl").is_file()
 
 
 def test_an_mlflow_model_without_code_answers_azures_and_mlflows_request_formats(
-        fixtures, served):
-    url = served(fixtures / "mlflow" / "online-deployment.yml")
+        deployments, served):
+    url = served(deployments / "mlflow" / "online-deployment.yml")
     assert "no-code MLflow scoring" in server_log()
-    split = json.loads((fixtures / "mlflow" / "sample-request.json").read_text())
+    split = json.loads((deployments / "mlflow" / "sample-request.json").read_text())
     assert post(url, split) == (200, pytest.approx(expected(split["input_data"]["data"])))
     records = [{"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 0.5, "b": 0.0, "c": 1.0}]
     want = pytest.approx(expected([[1, 2, 3], [0.5, 0, 1]]))
@@ -222,8 +222,8 @@ def test_an_mlflow_model_without_code_answers_azures_and_mlflows_request_formats
     assert post(url, {"something": "else"})[0] == 400
 
 
-def test_an_mlflow_tensor_model_takes_arrays(fixtures, served):
-    url = served(fixtures / "mlflow" / "tensor-deployment.yml")
+def test_an_mlflow_tensor_model_takes_arrays(deployments, served):
+    url = served(deployments / "mlflow" / "tensor-deployment.yml")
     assert post(url, {"input_data": [[1, 2, 3], [0, 0, 0]]}) == (
         200, pytest.approx(expected([[1, 2, 3], [0, 0, 0]])))
     status, answer = post(url, {"input_data": [[1, 2]]})
@@ -231,11 +231,11 @@ def test_an_mlflow_tensor_model_takes_arrays(fixtures, served):
 
 
 def test_an_mlflow_batch_deployment_without_code_writes_azures_predictions_file(
-        fixtures, tmp_path, capsys):
+        deployments, tmp_path, capsys):
     data = tmp_path / "input"
-    shutil.copytree(fixtures / "mlflow" / "batch-input", data)
+    shutil.copytree(deployments / "mlflow" / "batch-input", data)
     (data / "notes.txt").write_text("not a table")  # Azure: "File type 'txt' is not supported"
-    code = batch.main([str(fixtures / "mlflow" / "batch-deployment.yml"), "--input", str(data),
+    code = batch.main([str(deployments / "mlflow" / "batch-deployment.yml"), "--input", str(data),
                        "--run-dir", str(tmp_path / "run"), "--max-procs", "2"])
     out = capsys.readouterr().out
     assert code == 0 and "2 of 3 files scored, 1 failed" in out  # error_threshold: -1
@@ -251,16 +251,16 @@ def test_an_mlflow_batch_deployment_without_code_writes_azures_predictions_file(
 
 @pytest.mark.heavy
 def test_a_deployment_pinning_another_scikit_learn_serves_in_that_environment(
-        fixtures, served, tmp_path):
+        deployments, served, tmp_path):
     """The conda file pins scikit-learn 1.5.2 (.venv has another): the environment is built as a
     job's, the model pickled by that release loads in it, and the answer says which served."""
     from mlops.envs import Environments
 
-    pinned = fixtures / "pinned"
+    pinned = deployments / "pinned"
     env = Environments().activate({"conda_file": "conda.yml"}, pinned, tmp_path / "maker",
                                   "test: make the pinned model")
     subprocess.run([str(tmp_path / "maker" / "env" / "bin" / "python"), str(MAKE_MODELS),
-                    str(fixtures), "--only", "pinned"], check=True, env={**os.environ, **env})
+                    str(deployments), "--only", "pinned"], check=True, env={**os.environ, **env})
     url = served(pinned / "deployment.yml")
     request = json.loads((pinned / "sample-request.json").read_text())
     status, answer = post(url, request)
