@@ -10,6 +10,7 @@ import importlib
 import re
 
 from . import skus
+from .project import project
 from .specs import REF, Finding, Spec
 
 FLAG = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*)")
@@ -18,21 +19,20 @@ UNIFORM_LIKE = {"uniform", "quniform", "loguniform", "qloguniform"}
 BAYESIAN_TYPES = {"choice", "uniform", "quniform"}
 SEARCH_TYPES = UNIFORM_LIKE | {"choice", "randint", "normal", "qnormal", "lognormal",
                                "qlognormal"}
-TRAINER_METRICS = {"best_val_acc", "val_acc", "val_loss", "train_acc", "train_loss"}
 ENDPOINT_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{1,30}[a-zA-Z0-9]$")
 
 
 def entry_point_parser(command: str) -> argparse.ArgumentParser | None:
-    """The argparse parser of `python -m image_classifier.<x>`, if the command runs one."""
+    """The argparse parser of `python -m <package>.<x>` for this project's entry packages
+    ([tool.mlops] entry_packages), if the command runs one."""
     match = MODULE.search(command)
-    if not match or not match.group(1).startswith("image_classifier."):
+    package = match.group(1).split(".")[0] if match else ""
+    if not match or "." not in match.group(1) or package not in project().entry_packages:
         return None
     module = importlib.import_module(match.group(1))
     if hasattr(module, "build_parser"):
         return module.build_parser()
-    from image_classifier.config import build_parser
-
-    return build_parser()
+    return importlib.import_module(f"{package}.config").build_parser()
 
 
 def check_flags(spec: Spec, key: str, command: str) -> list[Finding]:
@@ -192,8 +192,9 @@ def check_sweep_policy(spec: Spec) -> list[Finding]:
     objective = spec.data.get("objective") or {}
     command = str((spec.data.get("trial") or {}).get("command", ""))
     metric = objective.get("primary_metric")
-    if "image_classifier.train" in command and metric not in TRAINER_METRICS:
-        found.append(spec.warning("objective.primary_metric", f"the trainer never logs "
-                                  f"'{metric}'", f"use one of {', '.join(sorted(TRAINER_METRICS))}"
-                                  ))
+    module = MODULE.search(command)
+    logged = project().metrics.get(module.group(1)) if module else None
+    if logged and metric not in logged:
+        found.append(spec.warning("objective.primary_metric", f"{module.group(1)} never logs "
+                                  f"'{metric}'", f"use one of {', '.join(sorted(logged))}"))
     return found

@@ -15,6 +15,9 @@ class Project:
     own_models: tuple[str, ...] = ()  # registered model names the local trainer produces
     model_file: str = "model.pt"  # the file that marks a trained model's folder
     runs_dir: Path = field(default=ROOT / "runs")
+    entry_packages: tuple[str, ...] = ()  # `python -m <package>.x` commands lint checks flags of
+    metrics: dict = field(default_factory=dict)  # entry module -> the metric names it logs
+    hints: dict = field(default_factory=dict)  # message texts that name this project's targets
 
 
 @cache
@@ -25,4 +28,7 @@ def project(pyproject: Path = ROOT / "pyproject.toml") -> Project:
         table = {}
     return Project(own_models=tuple(table.get("own_models", ())),
                    model_file=str(table.get("model_file", "model.pt")),
-                   runs_dir=ROOT / str(table.get("runs_dir", "runs")))
+                   runs_dir=ROOT / str(table.get("runs_dir", "runs")),
+                   entry_packages=tuple(table.get("entry_packages", ())),
+                   metrics={k: set(v) for k, v in (table.get("metrics") or {}).items()},
+                   hints=dict(table.get("hints") or {}))

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from .errors import LocalRunError
+from .project import project
 from .specs import ROOT
 
 ASSET_MAP = ROOT / "assets" / "local-paths.yml"
@@ -94,7 +95,7 @@ class AssetMap:
         else:
             path = (base / reference.removeprefix("file:")).resolve()
         if must_exist and not path.exists():
-            raise LocalRunError(f"{key}: local path {path} does not exist. Create it (the "
-                                "synthetic default: make data-synthetic) or point the input "
-                                "elsewhere")
+            hint = project().hints.get("missing_data", "create it")
+            raise LocalRunError(f"{key}: local path {path} does not exist: {hint}, or point "
+                                "the input elsewhere")
         return path

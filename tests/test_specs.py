@@ -98,3 +98,15 @@ def test_every_job_input_of_train_is_a_trainer_flag_with_the_same_name():
     for spec in ("jobs/train.yml", "jobs/train-distributed.yml", "components/train.yml"):
         inputs = set(load_spec(ROOT / spec).data["inputs"])
         assert inputs <= fields, f"{spec}: {inputs - fields} are not trainer fields"
+
+
+def test_what_the_tooling_knows_of_this_project_comes_from_its_config_section():
+    """[tool.mlops]: flags are checked for the entry packages it names, metrics per module."""
+    from mlops.lint import entry_point_parser
+    from mlops.project import project
+
+    config = project()
+    assert config.entry_packages == ("image_classifier",)
+    assert "lr" in config.metrics["image_classifier.train"]
+    assert entry_point_parser("python -m image_classifier.train --epochs 1") is not None
+    assert entry_point_parser("python -m someone_else.train --epochs 1") is None
