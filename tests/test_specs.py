@@ -110,3 +110,25 @@ def test_what_the_tooling_knows_of_this_project_comes_from_its_config_section():
     assert "lr" in config.metrics["image_classifier.train"]
     assert entry_point_parser("python -m image_classifier.train --epochs 1") is not None
     assert entry_point_parser("python -m someone_else.train --epochs 1") is None
+
+
+def test_the_lock_file_agrees_with_every_pin_in_pyproject():
+    """constraints.txt (make lock) holds each pyproject pin at the same version: a pin bumped in
+    pyproject.toml without `make lock` would make `make setup` fail to resolve."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = project["dependencies"] + [x for group in project["optional-dependencies"].values()
+                                       for x in group]
+    locked = {canonicalize_name(Requirement(line).name): Requirement(line).specifier
+              for line in (ROOT / "constraints.txt").read_text().splitlines()
+              if line and not line.startswith("#")}
+    for line in lines:
+        requirement = Requirement(line)
+        name = canonicalize_name(requirement.name)
+        assert name in locked, f"{name} is not in constraints.txt: run make lock"
+        version = next(iter(locked[name])).version
+        assert requirement.specifier.contains(version), f"{name}: run make lock"
