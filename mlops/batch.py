@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", type=Path, required=True, help="a folder of images, or a zip")
     parser.add_argument("--model", help="model folder (default: as make serve-local picks it)")
     parser.add_argument("--run-dir", type=Path)
-    parser.add_argument("--max-procs", type=int, default=launch_cores())
+    parser.add_argument("--max-procs", type=int, default=launch.usable_cores())
     parser.add_argument("--envs", type=Path, default=ENV_MAP)
     parser.add_argument("--assets", type=Path, default=ASSET_MAP)
     args = parser.parse_args(argv)
@@ -217,10 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.close()
         launch.restore_signal_handlers(handlers)
-
-
-def launch_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 if __name__ == "__main__":

@@ -40,6 +40,11 @@ class Interrupted(KeyboardInterrupt):
 
 _pending: list[int] = []
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as a container's limit sets it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 
 def install_signal_handlers() -> dict:
     """Signals only record themselves; the runner acts on them at its next safe point (an

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import sys
@@ -58,10 +57,6 @@ class Job:
         Azure generates a job's name, the display name may hold spaces and parentheses."""
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.name).strip("-.")
         return slug or re.sub(r"[^A-Za-z0-9_.-]+", "-", self.spec.path.stem) or "job"
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def prepare(spec_path: str, sets: list[str], removes: list[str], assets: Path) -> Job:
@@ -151,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", type=Path, help="reuse a run folder (resumes a command job)")
     parser.add_argument("--force-rerun", action="store_true",
                         help="run every pipeline step, even where an earlier one can be reused")
-    parser.add_argument("--max-procs", type=int, default=_cores(),
+    parser.add_argument("--max-procs", type=int, default=launch.usable_cores(),
                         help="cap on processes run at once (default: the cores available)")
     return parser
 

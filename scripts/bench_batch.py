@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from bench_common import compute_bound  # noqa: E402
 
 from image_classifier import checkpoint  # noqa: E402
 from image_classifier.data import IMAGENET_MEAN, IMAGENET_STD, build_datasets  # noqa: E402
+from image_classifier.distributed import usable_cores  # noqa: E402
 from image_classifier.model import build_model  # noqa: E402
 from mlops import batch  # noqa: E402
 
@@ -49,7 +49,7 @@ def deployment(tmp: Path, processes: int, mini_batch: int) -> Path:
     spec["code_configuration"]["code"] = str(ROOT / "src")
     spec["resources"]["instance_count"] = 1
     spec["settings"].update(max_concurrency_per_instance=processes, mini_batch_size=mini_batch)
-    threads = max(1, (os.cpu_count() or 1) // processes)
+    threads = max(1, usable_cores() // processes)
     spec["settings"]["environment_variables"] = {"SCORE_THREADS": str(threads),
                                                  "SCORE_BACKEND": "torch",
                                                  "OMP_NUM_THREADS": str(threads)}

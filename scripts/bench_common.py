@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from image_classifier.distributed import usable_cores
 
 
 def images_per_second(forward: Callable, inputs: torch.Tensor, seconds: float,
@@ -42,7 +43,7 @@ def compute_bound(model_dir: Path, backend: str, batches: list[torch.Tensor],
     run), each batch size tried, so that neither arrangement flatters a ratio against it."""
     from image_classifier.predict import Service
 
-    cores, best = len(os.sched_getaffinity(0)), (0.0, "")
+    cores, best = usable_cores(), (0.0, "")
     for lanes, threads in ((1, cores), (cores, 1)):
         forward = Service(model_dir, backend, threads).probabilities
         for inputs in batches:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import shutil
 import socket
 import statistics
@@ -37,6 +36,7 @@ from bench_common import compute_bound  # noqa: E402
 
 from image_classifier import checkpoint  # noqa: E402
 from image_classifier.data import IMAGENET_MEAN, IMAGENET_STD, build_datasets  # noqa: E402
+from image_classifier.distributed import usable_cores  # noqa: E402
 from image_classifier.export import export_onnx, quantize_int8  # noqa: E402
 from image_classifier.model import build_model  # noqa: E402
 from image_classifier.predict import ONNX_FILE  # noqa: E402
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nconcurrency 1, 1 image/request: {ours_c1:.1f} req/s = {ours_c1 / base['rps']:.1f}x "
           f"the upstream design's server-side rate; {ours_c1 / end_to_end:.1f}x counting the "
           f"upstream client's preprocessing ({end_to_end:.1f} req/s) (target >= 5x)")
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     for backend in BACKENDS:
         best = max(r["rps"] * i for d, b, c, i, _, r in rows
                    if d == "base64 JPEG" and c == 4 and b.split()[0] == backend)

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ import torch
 from PIL import Image
 from torch.utils.data import default_collate
 
+from .distributed import usable_cores
 from .images import Limits, open_image
 
 log = logging.getLogger(__name__)
@@ -85,8 +85,7 @@ def check(paths: list[str], loader: ImageLoader, threads: int) -> dict[str, str]
 
 
 def check_threads() -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return min(8, cores or 1)
+    return min(8, usable_cores())
 
 
 def collate(batch: list) -> tuple[torch.Tensor, torch.Tensor, list[Problem]]:

@@ -31,6 +31,7 @@ import time
 import numpy as np
 import torch
 
+from image_classifier.distributed import usable_cores
 from image_classifier.images import ImageError, Limits, inspect, open_image
 from image_classifier.predict import Batcher, Service, predict, predict_tensor
 
@@ -75,7 +76,7 @@ def lanes_and_threads(environ=os.environ, cores: int | None = None) -> tuple[int
     Service.widen), so a lone request stays quick. SCORE_LANES=1 gives one pass on every core
     always; SCORE_THREADS sets threads per pass; SCORE_BATCHING=0 runs each request alone.
     """
-    cores = cores or len(os.sched_getaffinity(0))
+    cores = cores or usable_cores()
     share = max(1, cores // max(1, int(environ.get("WORKER_COUNT", "1"))))
     batching = environ.get("SCORE_BATCHING", "1") != "0"
     lanes = (int(environ.get("SCORE_LANES", "0")) or share) if batching else 1

@@ -57,8 +57,7 @@ def default_num_workers(ctx: distributed.DistContext) -> int:
     inline vs 31 img/s with one worker), while draft decoding costs only a few ms an image."""
     if ctx.device.type != "cuda":
         return 0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return min(8, max(1, (cores or 1) // ctx.local_world_size - 1))
+    return min(8, max(1, distributed.usable_cores() // ctx.local_world_size - 1))
 
 
 def cache_mb(cfg: TrainConfig, workers: int) -> int:
