@@ -42,6 +42,7 @@ from .layers import (
     make_venv,
 )
 from .requirements import hidden_families, name_of, unfetchable, with_mpi
+from .specs import flag
 
 TOP = "env"
 READONLY_HOOK = Path(__file__).with_name("readonly_inputs.py")  # copied into each top layer
@@ -175,7 +176,7 @@ class Environments:
         return env
 
     def release(self, folder: Path) -> None:
-        if os.environ.get("KEEP_ENV", "") not in ("1", "true", "True"):
+        if not flag(os.environ.get("KEEP_ENV")):
             shutil.rmtree(folder / TOP, ignore_errors=True)
 
 

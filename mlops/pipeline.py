@@ -33,7 +33,7 @@ from .resolve import (
     output_spec,
 )
 from .reuse import deterministic, link_step
-from .specs import REF
+from .specs import REF, flag
 from .sweep import sweep, trial_factory
 from .tasks import command_task, experiment_name, load_component
 from .uris import AssetMap
@@ -328,8 +328,8 @@ def run_pipeline_job(job, rt: runtime.Runtime) -> int:
     record.write_text(json.dumps({**json.loads(record.read_text()), "mlflow_run_id": run_id}))
     settings = data.get("settings") or {}
     scope = Scope(inputs, outputs, rt.root, run_id, experiment, job.assets, path.parent, {},
-                  str(settings.get("continue_on_step_failure", "")).lower() == "true",
-                  str(settings.get("force_rerun", "")).lower() == "true")
+                  flag(settings.get("continue_on_step_failure")),
+                  flag(settings.get("force_rerun")))
     print(f"{job.name}: steps {' -> '.join(n.name for n in nodes)}; run folder {rt.root}")
     code = run_graph(nodes, scope, rt)
     status = "Completed" if code == 0 else f"Failed (exit {code})"

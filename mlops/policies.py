@@ -21,6 +21,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .specs import flag
+
 History = Sequence[float]  # the primary metric, one value per interval, in report order
 
 
@@ -41,7 +43,7 @@ class Policy:
         # `--set` passes strings ("1"); the SDK converts them, and so do we
         types = {"evaluation_interval": int, "delay_evaluation": int, "slack_factor": float,
                  "slack_amount": float, "truncation_percentage": int,
-                 "exclude_finished_jobs": lambda v: str(v).lower() == "true"}
+                 "exclude_finished_jobs": flag}
         return cls(type=kind, **{k: types[k](v) for k, v in spec.items()
                                  if k in types and v is not None})
 

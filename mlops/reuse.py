@@ -27,6 +27,7 @@ from . import watchdog
 from .envspec import plan_for
 from .outputs import publish
 from .snapshot import code_files
+from .specs import flag
 
 INDEX = ".reuse"
 
@@ -132,7 +133,7 @@ class Index:
 
 
 def deterministic(definition: dict) -> bool:
-    return str(definition.get("is_deterministic", True)).strip().lower() not in ("false", "0")
+    return flag(definition.get("is_deterministic"), default=True)
 
 
 def link_step(task, earlier: Earlier, rt) -> dict[str, str]:

@@ -104,6 +104,14 @@ def _line_map(node, prefix: tuple, out: dict) -> None:
             _line_map(item, path, out)
 
 
+def flag(value, default: bool = False) -> bool:
+    """A boolean as specs and shells spell it: true/false in any case (azure-ai-ml takes both the
+    YAML boolean and the string), 1/0, yes/no; None or "" is `default`."""
+    if value is None or str(value).strip() == "":
+        return default
+    return str(value).strip().lower() in ("true", "1", "yes", "y", "on")
+
+
 class SpecError(ValueError):
     def __init__(self, finding: Finding):
         super().__init__(str(finding))

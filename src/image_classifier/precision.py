@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from .config import str2bool
+
 CHOICES = ("auto", "fp32", "bf16", "fp16")
 
 
@@ -48,7 +50,7 @@ def resolve_precision(requested: str, device: torch.device) -> tuple[str, str]:
 
 def resolve_channels_last(requested: str, precision: str, device: torch.device) -> bool:
     if requested != "auto":
-        return str(requested).strip().lower() in ("true", "1", "yes", "y", "on")
+        return str2bool(requested)
     return device.type == "cpu" or precision != "fp32"
 
 
