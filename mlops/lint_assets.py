@@ -6,13 +6,15 @@ import re
 
 from .lint import ENDPOINT_NAME, check_size
 from .specs import REF, Finding, Spec, SpecError, load_spec
+from .uris import is_remote
 
 RUNTIME_EXPRESSIONS = {"name", "output_name"}
 PARENT_REF = re.compile(r"^parent\.(inputs|outputs)\.(\w+)$|^parent\.jobs\.(\w+)\.outputs\.(\w+)$")
 
 
 def _is_remote(path) -> bool:
-    return not isinstance(path, str) or bool(re.match(r"^(azureml|https?|wasbs?|abfss?):", path))
+    """Not a local path this machine can check (a reference, a URL, or not a string at all)."""
+    return not isinstance(path, str) or is_remote(path)
 
 
 def load_component(spec: Spec, key: str, ref) -> tuple[Spec | None, list[Finding]]:

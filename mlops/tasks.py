@@ -19,7 +19,7 @@ def code_path(code, base: Path, where: str) -> Path | None:
     if code is None or code == "":
         return None
     code = str(code)
-    if is_remote(code) or code.startswith("git+"):
+    if is_remote(code):
         raise LocalRunError(f"{where}: code {code} is not a local folder; Azure fetches it, this "
                             "machine cannot. Point code: at a local copy")
     return (base / code.removeprefix("file:")).resolve()

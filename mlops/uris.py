@@ -21,7 +21,8 @@ from .project import project
 from .specs import ROOT
 
 ASSET_MAP = ROOT / "assets" / "local-paths.yml"
-REMOTE = re.compile(r"^(azureml:|https?://|wasbs?://|abfss?://|adl://|s3://|gs://)", re.I)
+# What Azure fetches itself: assets, datastores, storage and web URLs, git repositories (code).
+REMOTE = re.compile(r"^(azureml:|https?://|wasbs?://|abfss?://|adl://|s3://|gs://|git\+)", re.I)
 LONG_DATASTORE = re.compile(r"^azureml://subscriptions/[^/]+/resource[gG]roups/[^/]+/"
                             r"(?:providers/[^/]+/)?workspaces/[^/]+/(datastores/.*)$")
 
