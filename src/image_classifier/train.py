@@ -14,12 +14,12 @@ import os
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from . import checkpoint, distributed
 from .checkpoint import ResumeError, TrainState, make_checkpoint, restore
@@ -33,7 +33,7 @@ from .data import (
     build_transforms,
 )
 from .engine import BadSampleError, evaluate, seed_epoch, train_one_epoch
-from .loading import collate
+from .loading import Loaders, build_loaders
 from .model import ModelError, build_model
 from .precision import grad_scaler, resolve_channels_last, resolve_precision
 from .tracking import MlflowTracker, NullTracker, confusion_figure, curves_figure
@@ -70,21 +70,30 @@ def cache_mb(cfg: TrainConfig, workers: int) -> int:
     return cfg.cache_images_mb
 
 
-def build_loaders(bundle: DataBundle, cfg: TrainConfig, ctx: distributed.DistContext,
-                  workers: int):
-    # drop_last keeps rank shards disjoint (no padding duplicates); no effect with one process.
-    sampler = DistributedSampler(bundle.train, num_replicas=ctx.world_size, rank=ctx.rank,
-                                 shuffle=True, seed=cfg.seed, drop_last=True)
-    # A last batch of one image breaks BatchNorm (one value per channel at small sizes): drop
-    # it; the shuffle gives that image a place in another epoch.
-    lone = len(sampler) % cfg.batch_size == 1 and len(sampler) > 1
-    # Validation is sharded without padding so every image counts exactly once in the sums.
-    val_shard = Subset(bundle.val, range(ctx.rank, len(bundle.val), ctx.world_size))
-    common = {"batch_size": cfg.batch_size, "num_workers": workers, "collate_fn": collate,
-              "pin_memory": ctx.device.type == "cuda"}
-    train = DataLoader(bundle.train, sampler=sampler, drop_last=lone, **common)
-    val = DataLoader(val_shard, shuffle=False, **common)
-    return train, val, sampler
+@dataclass
+class Training:
+    """Everything one training run works on, built once by setup()."""
+
+    bundle: DataBundle
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: object  # torch.amp.GradScaler, or None in full precision
+    loaders: Loaders
+    state: TrainState
+    precision: str
+    channels_last: bool
+    ddp: nn.Module | None = None  # the model wrapped for DistributedDataParallel (or itself)
+    criterion: nn.Module = field(default_factory=nn.CrossEntropyLoss)
+
+    @property
+    def fast(self) -> tuple[str, bool]:
+        return self.precision, self.channels_last
+
+    def parts(self) -> dict:
+        """What a checkpoint saves and restores."""
+        return {"model": self.model, "optimizer": self.optimizer, "scheduler": self.scheduler,
+                "scaler": self.scaler}
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -100,24 +109,24 @@ def weights_digest(model: nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
-def run_epoch(epoch, cfg, ctx, parts, state: TrainState, tracker) -> None:
-    model, ddp, optimizer, scheduler, scaler, criterion, loaders, bundle, fast = parts
-    train_loader, val_loader, sampler = loaders
+def run_epoch(epoch: int, cfg: TrainConfig, ctx: distributed.DistContext, run: Training,
+              tracker) -> None:
+    state, loaders = run.state, run.loaders
     seed_epoch(cfg.seed, epoch, ctx.rank)
-    sampler.set_epoch(epoch)
+    loaders.sampler.set_epoch(epoch)
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("epoch %d rank %d sample indices %s", epoch, ctx.rank, list(sampler))
+        log.debug("epoch %d rank %d sample indices %s", epoch, ctx.rank, list(loaders.sampler))
     started = time.perf_counter()
     show = ctx.is_main and sys.stderr.isatty()
-    bar = _progress(len(train_loader), f"epoch {epoch}/{cfg.epochs}") if show else nullcontext()
+    bar = _progress(len(loaders.train), f"epoch {epoch}/{cfg.epochs}") if show else nullcontext()
     with bar as progress:
-        train = train_one_epoch(ddp, train_loader, optimizer, criterion, ctx, *fast, progress,
-                                cfg.skip_bad_images, scaler)
-    lr = optimizer.param_groups[0]["lr"]
-    scheduler.step()  # after the optimizer, once per epoch
-    distributed.sync_buffers(model, ctx)
-    val = evaluate(model, val_loader, criterion, ctx, len(bundle.classes), *fast,
-                   cfg.skip_bad_images)
+        train = train_one_epoch(run.ddp, loaders.train, run.optimizer, run.criterion, ctx,
+                                *run.fast, progress, cfg.skip_bad_images, run.scaler)
+    lr = run.optimizer.param_groups[0]["lr"]
+    run.scheduler.step()  # after the optimizer, once per epoch
+    distributed.sync_buffers(run.model, ctx)
+    val = evaluate(run.model, loaders.val, run.criterion, ctx, len(run.bundle.classes),
+                   *run.fast, cfg.skip_bad_images)
     seconds = time.perf_counter() - started
     state.epoch = epoch
     improved = val.acc > state.best_val_acc
@@ -129,8 +138,7 @@ def run_epoch(epoch, cfg, ctx, parts, state: TrainState, tracker) -> None:
            "skipped_images": train.skipped + val.skipped}
     state.history.append(row)
     if ctx.is_main:
-        ckpt = make_checkpoint({"model": model, "optimizer": optimizer, "scheduler": scheduler,
-                                "scaler": scaler}, state, cfg, bundle.classes, IMAGENET_MEAN,
+        ckpt = make_checkpoint(run.parts(), state, cfg, run.bundle.classes, IMAGENET_MEAN,
                                IMAGENET_STD)
         folder = checkpoint.checkpoint_dir(cfg.output_dir)
         if improved:  # best before last: last is the commit point a resume starts from
@@ -210,7 +218,7 @@ def log_run_config(tracker, cfg: TrainConfig, state: TrainState) -> None:
         tracker.set_tags({f"resumed_at_epoch_{state.epoch}": json.dumps(changed)})
 
 
-def setup(cfg: TrainConfig, ctx: distributed.DistContext):
+def setup(cfg: TrainConfig, ctx: distributed.DistContext) -> Training:
     """Data, model, optimizer and the fast path for this hardware, restored from a checkpoint."""
     workers = cfg.num_workers if cfg.num_workers >= 0 else default_num_workers(ctx)
     bundle = build_datasets(cfg.data, cfg.image_size, cfg.skip_bad_images,
@@ -234,28 +242,26 @@ def setup(cfg: TrainConfig, ctx: distributed.DistContext):
                                       "scheduler": scheduler, "scaler": scaler}, cfg,
                         bundle.classes)
         log.info("resuming from %s (epoch %d done)", resume_from, state.epoch)
-    loaders = build_loaders(bundle, cfg, ctx, workers)
-    return bundle, model, optimizer, scheduler, scaler, loaders, state, (precision,
-                                                                          channels_last)
+    return Training(bundle, model, optimizer, scheduler, scaler,
+                    build_loaders(bundle, cfg, ctx, workers), state, precision, channels_last)
 
 
 def train(cfg: TrainConfig, ctx: distributed.DistContext) -> TrainState:
     torch.manual_seed(cfg.seed)
-    bundle, model, optimizer, scheduler, scaler, loaders, state, fast = setup(cfg, ctx)
-    ddp = (DistributedDataParallel(model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda"
-                                   else None) if ctx.is_distributed else model)
+    run = setup(cfg, ctx)
+    model, state = run.model, run.state
+    run.ddp = (DistributedDataParallel(model, device_ids=[ctx.local_rank] if ctx.device.type ==
+                                       "cuda" else None) if ctx.is_distributed else model)
     tracker = MlflowTracker(state.mlflow_run_id or None) if ctx.is_main else NullTracker()
     state.mlflow_run_id = tracker.run_id or ""
     ok = False
     try:
         log_run_config(tracker, cfg, state)
-        parts = (model, ddp, optimizer, scheduler, scaler, nn.CrossEntropyLoss(), loaders,
-                 bundle, fast)
         for epoch in range(state.epoch + 1, cfg.epochs + 1):
-            run_epoch(epoch, cfg, ctx, parts, state, tracker)
+            run_epoch(epoch, cfg, ctx, run, tracker)
         if ctx.is_distributed:
             log.info("rank %d final weights digest %s", ctx.rank, weights_digest(model))
-        finalize_on_rank0(cfg, ctx, model, state, bundle, tracker)
+        finalize_on_rank0(cfg, ctx, model, state, run.bundle, tracker)
         ok = True
     finally:
         tracker.close(ok)
