@@ -34,7 +34,7 @@ from .resolve import (
 )
 from .reuse import deterministic, link_step
 from .specs import REF, flag
-from .sweep import sweep, trial_factory
+from .sweep import TrialContext, sweep, trial_factory
 from .tasks import command_task, experiment_name, load_component
 from .uris import AssetMap
 
@@ -233,8 +233,8 @@ def run_sweep_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
     run_id = rt.tracking.start(scope.experiment, node.name, {"mlops.spec": node.where,
                                                              "mlops.step": node.name},
                                scope.run_id)
-    ctx = {"folder": folder, "assets": scope.assets, "where": f"{node.where}.trial",
-           "name": node.name, "experiment": scope.experiment, "parent": run_id}
+    ctx = TrialContext(folder, scope.assets, f"{node.where}.trial", node.name,
+                       scope.experiment, run_id)
     make = trial_factory(definition_for(node), node.base, node_inputs(node, scope), outputs, ctx)
     try:
         summary = sweep(node.raw, rt, folder, run_id, make)

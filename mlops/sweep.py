@@ -274,19 +274,31 @@ def sweep(data: dict, rt: runtime.Runtime, folder: Path, parent_run: str,
     return summary
 
 
+@dataclass
+class TrialContext:
+    """Where a sweep's trials go and how they are named and tracked."""
+
+    folder: Path  # trials/trial_NNN under it
+    assets: object  # the AssetMap its references resolve through
+    where: str  # "<spec>: trial", for messages and tags
+    name: str  # trials are <name>_<number>
+    experiment: str
+    parent: str  # the sweep's MLflow run
+
+
 def trial_factory(trial_def: dict, base: Path, inputs: dict[str, Value], outputs: dict,
-                  ctx: dict) -> Callable[[int, dict], runtime.Task]:
+                  ctx: TrialContext) -> Callable[[int, dict], runtime.Task]:
     """Trials run the trial command with the sampled values as ${{search_space.x}} and, for a
     component trial, as the inputs of the same names (as pipeline sweep nodes bind them)."""
 
     def make(number: int, params: dict) -> runtime.Task:
         rendered = {k: render_literal(v) for k, v in params.items()}
         merged = {**inputs, **{k: Value(v) for k, v in rendered.items()}}
-        task = command_task(trial_def, base, ctx["folder"] / "trials" / f"trial_{number:03d}",
-                            ctx["assets"], ctx["where"], f"{ctx['name']}_{number}",
-                            ctx["experiment"], ctx["parent"], merged,
+        task = command_task(trial_def, base, ctx.folder / "trials" / f"trial_{number:03d}",
+                            ctx.assets, ctx.where, f"{ctx.name}_{number}",
+                            ctx.experiment, ctx.parent, merged,
                             {k: runtime_output(v) for k, v in outputs.items()},
-                            {"mlops.spec": ctx["where"], "mlops.trial": str(number),
+                            {"mlops.spec": ctx.where, "mlops.trial": str(number),
                              **{f"param.{k}": v for k, v in rendered.items()}})
         task.extra = {"search_space": rendered}
         return task
@@ -308,8 +320,7 @@ def run_sweep_job(job, rt: runtime.Runtime) -> int:
                                                       "mlops.local": "true"})
     trial_def, base = load_component(data["trial"], path.parent, job.assets, f"{path}: trial")
     outputs = job_outputs(data.get("outputs"))
-    ctx = {"folder": rt.root, "assets": job.assets, "where": f"{path}: trial",
-           "name": job.name, "experiment": experiment, "parent": parent}
+    ctx = TrialContext(rt.root, job.assets, f"{path}: trial", job.name, experiment, parent)
     make = trial_factory(trial_def, base, job_inputs(data.get("inputs"), path.parent,
                                                      job.assets), outputs, ctx)
     try:
