@@ -1,16 +1,12 @@
 """Sweeps: Optuna samples the search space, every trial is a task of the one runtime, and Azure's
 early-termination policies stop trials while they run (read from each trial's MLflow metric).
 
-Search space types follow Azure's definitions: loguniform(min, max) is exp(uniform(min, max)),
-q* types round to multiples of q, normal/lognormal are sampled through the inverse normal CDF of
-a uniform Optuna variable (so TPE can model them). random -> RandomSampler, grid -> every
-combination in order (choice only), bayesian -> TPESampler. Used by sweep jobs and by pipeline
-nodes of type sweep; the best trial's outputs become the sweep's outputs, as on Azure.
+The search space is sampled as Azure defines it (mlops/sampling.py). Used by sweep jobs and by
+pipeline nodes of type sweep; the best trial's outputs become the sweep's outputs, as on Azure.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
@@ -19,57 +15,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import NormalDist
 
 import optuna
 
 from . import launch, runtime
-from .errors import LocalRunError
 from .outputs import publish
 from .policies import Policy, should_stop
 from .resolve import Value, job_inputs, job_outputs, render_literal
+from .sampling import make_study, sample
 from .tasks import command_task, experiment_name, load_component
 
 POLL_S = 0.5
-_EPS = 1e-9
-
-
-def _q(value: float, q) -> float:
-    return round(value / float(q)) * float(q) if q else value
-
-
-def sample(trial: optuna.Trial, name: str, p: dict):
-    kind = p["type"]
-    if kind == "choice":
-        return trial.suggest_categorical(name, list(p["values"]))
-    if kind == "randint":
-        return trial.suggest_int(name, 0, int(p["upper"]) - 1)
-    low, high = (float(p.get("min_value", 0)), float(p.get("max_value", 0)))
-    if kind in ("uniform", "quniform"):
-        return _q(trial.suggest_float(name, low, high), p.get("q"))
-    if kind in ("loguniform", "qloguniform"):
-        return _q(math.exp(trial.suggest_float(name, low, high)), p.get("q"))
-    if kind in ("normal", "qnormal", "lognormal", "qlognormal"):
-        u = trial.suggest_float(f"{name}__u", _EPS, 1 - _EPS)
-        value = NormalDist(float(p["mu"]), float(p["sigma"])).inv_cdf(u)
-        return _q(math.exp(value) if "lognormal" in kind else value, p.get("q"))
-    raise LocalRunError(f"search_space.{name}: type {kind} is not an Azure search space type")
-
-
-def make_study(algorithm, space: dict, maximize: bool) -> optuna.Study:
-    kind = str(algorithm.get("type") if isinstance(algorithm, dict) else algorithm).lower()
-    seed = algorithm.get("seed") if isinstance(algorithm, dict) else None
-    samplers = {"random": optuna.samplers.RandomSampler, "grid": optuna.samplers.RandomSampler,
-                "bayesian": optuna.samplers.TPESampler}
-    if kind not in samplers:
-        raise LocalRunError(f"sampling_algorithm {kind}: Azure knows random, grid and bayesian")
-    study = optuna.create_study(direction="maximize" if maximize else "minimize",
-                                sampler=samplers[kind](seed=None if seed is None else int(seed)))
-    if kind == "grid":  # every combination once, in order (GridSampler cannot ask/tell)
-        names = list(space)
-        for combo in itertools.product(*(space[n]["values"] for n in names)):
-            study.enqueue_trial(dict(zip(names, combo, strict=True)))
-    return study
 
 
 @dataclass
