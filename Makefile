@@ -47,6 +47,8 @@ GPU_COMPUTE ?= gpu-cluster
 CPU_COMPUTE ?= cpu-cluster
 GPU_TIER ?= dedicated
 MODEL_NAME ?= fowl-classifier
+# The registration gate (jobs/pipeline.yml's min_val_acc): make register checks it too.
+MIN_VAL_ACC ?= 0.7
 # Batch endpoint: spec, the endpoint's name, the input to score (a folder locally; on Azure a data
 # asset such as azureml:fowl-images@latest, or a datastore path).
 BATCH_DEPLOYMENT ?= endpoints/batch/deployment.yml
@@ -287,11 +289,13 @@ stream: az-guard ## Stream a job's log (AZ_JOB=)
 download: az-guard ## Download a job's outputs to DOWNLOAD_DIR (AZ_JOB=)
 	$(NEED_JOB)az ml job download --name $(AZ_JOB) --all --download-path $(DOWNLOAD_DIR)/$(AZ_JOB) $(AZ_ARGS)
 
-register: az-guard ## Register AZ_JOB's model output as MODEL_NAME (a sweep: its best trial)
+register: az-guard ## Register AZ_JOB's model as MODEL_NAME if it passes MIN_VAL_ACC (a sweep: its best trial)
 	$(NEED_JOB)job=$(AZ_JOB); \
 	if [ "$$(az ml job show --name $(AZ_JOB) $(AZ_ARGS) --query type --output tsv)" = sweep ]; then \
 		job=$$(az ml job show --name $(AZ_JOB) $(AZ_ARGS) --query properties.best_child_run_id --output tsv); \
 		echo "best trial: $$job"; fi; \
+	MLFLOW_TRACKING_URI=$$(az ml workspace show $(AZ_ARGS) --query mlflow_tracking_uri --output tsv) \
+		$(PY) scripts/gate_model.py --run "$$job" --metric best_val_acc --min $(MIN_VAL_ACC) || exit 1; \
 	az ml model create --name $(MODEL_NAME) --type custom_model --path azureml://jobs/$$job/outputs/model $(AZ_ARGS)
 
 ##@ Azure endpoints

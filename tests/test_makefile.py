@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -92,3 +93,33 @@ def test_help_lists_the_local_loop_first_then_azure_then_development():
     assert re.search(r"\btrain\s", sections["Azure jobs"]) and "deploy-blue" in \
         sections["Azure endpoints"] and "setup " in sections["Development"]
     assert out.count("serve-local ") == 1
+
+
+def test_register_gates_the_model_on_the_pipelines_bar_before_creating_it():
+    """The train workflow registers through make register: only a model whose logged
+    best_val_acc reaches jobs/pipeline.yml's min_val_acc, as the pipeline's register step."""
+    import yaml
+
+    out = make_n("register", "AZ_JOB=job-1", *WS)
+    gate, create = out.index("scripts/gate_model.py"), out.index("az ml model create")
+    assert gate < create and "|| exit 1" in out[gate:create]
+    pipeline = yaml.safe_load((ROOT / "jobs" / "pipeline.yml").read_text())
+    assert f"--min {pipeline['inputs']['min_val_acc']}" in out
+
+
+def test_the_gate_reads_the_runs_metric_and_refuses_below_the_bar(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gate_model import decide, main
+
+    assert decide({"best_val_acc": 0.8}, "best_val_acc", 0.7)[0]
+    assert not decide({"best_val_acc": 0.69}, "best_val_acc", 0.7)[0]
+    assert "logged no best_val_acc" in decide({"val_acc": 0.9}, "best_val_acc", 0.7)[1]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("gate")).info.run_id
+    client.log_metric(run, "best_val_acc", 0.75)
+    assert main(["--run", run, "--min", "0.7"]) == 0
+    assert main(["--run", run, "--min", "0.8"]) == 1
