@@ -124,12 +124,9 @@ def task_for(deployment: Deployment, args, folder: Path, layout: ModelLayout,
                f"--retries {int(retry.get('max_retries', 3))} "
                f"--timeout {int(retry.get('timeout', 30))}")
     env_vars = {**(settings.get("environment_variables") or {}),
-                "AZUREML_MODEL_DIR": str(layout.root),
-                readonly_inputs.VARIABLE: os.pathsep.join(layout.read_only()),
+                **layout.env(), readonly_inputs.VARIABLE: os.pathsep.join(layout.read_only()),
                 "AZUREML_BI_OUTPUT_PATH": str(folder / "outputs"),
                 "LOGGING_LEVEL": str(settings.get("logging_level") or "info")}
-    if deployment.model.mlflow:
-        env_vars["MLFLOW_MODEL_FOLDER"] = layout.folder
     return runtime.Task(name=deployment.name, command=command,
                         where=f"{deployment.spec.path}: environment", folder=folder,
                         code=deployment.code, environment=deployment.environment,
@@ -146,7 +143,8 @@ def run_batch(deployment: Deployment, args, rt: runtime.Runtime) -> int:
     (rt.root / "outputs").mkdir(parents=True, exist_ok=True)
     layout = lay_out(deployment.model, rt.root)
     task = task_for(deployment, args, rt.root, layout, settings)
-    driver = "the MLflow batch driver (no code)" if deployment.nocode else task.command.split()[4]
+    driver = "the MLflow batch driver (no code)" if deployment.nocode else \
+        deployment.scoring_script
     print(f"{task.name}: {len(files)} files in {total} mini-batch(es), {task.replicas} "
           f"process(es), {driver}\n  model: {deployment.model.describe()} -> AZUREML_MODEL_DIR="
           f"{layout.root}")

@@ -58,10 +58,11 @@ def load(path: str | Path, role: str, model: str | None = None,
     if spec.data.get("$schema") and declared not in table.values():
         raise LocalRunError(f"{path}: a {declared or 'spec of unknown type'} ($schema) is not "
                             f"a{'n' if role[0] == 'o' else ''} {role.replace('-', ' ')}")
-    given = spec.data.get("type") or default
-    if spec.kind not in table.values() or spec.kind == "pipelineComponentBatchDeployment":
-        raise LocalRunError(f"{path}: type: {given} is not a deployment this runs locally (an "
-                            f"{role} of type {', '.join(k for k in table if k != 'pipeline')})")
+    runnable = {kind: name for kind, name in table.items() if kind != "pipeline"}
+    if spec.kind not in runnable.values():
+        raise LocalRunError(f"{path}: type: {spec.data.get('type') or default} is not a "
+                            f"deployment this runs locally (an {role} of type "
+                            f"{', '.join(runnable)})")
     errors = [str(f) for f in check(spec, for_run=True) if f.is_error]
     if errors:
         raise LocalRunError("\n".join(errors) + "\nAzure would refuse this deployment")

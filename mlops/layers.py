@@ -28,7 +28,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from . import pins
 from .errors import LocalRunError
-from .requirements import canonical, hidden_families, name_of
+from .requirements import canonical, hidden_families
 from .specs import ROOT
 
 VENV_BIN = Path(sys.executable).parent
@@ -165,26 +165,34 @@ CONFLICT = re.compile(r"^(\S+) \S+ has requirement ([A-Za-z0-9._-]+)")
 
 
 def closure(requirements: list[str], paths: list[str]) -> set[str]:
-    """The names of what `requirements` install, following each installed one's own
-    requirements (the first path that holds a distribution wins, as on sys.path)."""
+    """The names of what `requirements` install, extras included, following each installed
+    one's own requirements (the first path that holds a distribution wins, as on sys.path)."""
     dists: dict = {}
     for dist in importlib.metadata.distributions(path=paths):
         dists.setdefault(canonical(dist.metadata["Name"]), dist)
-    todo = [name for name in map(name_of, requirements) if name]
-    seen: set[str] = set()
+    todo = [_parsed(line) for line in requirements]
+    seen: set[tuple] = set()
     while todo:
-        name = canonical(todo.pop())
-        if name in seen or name not in dists:
+        requirement = todo.pop()
+        if requirement is None:
             continue
-        seen.add(name)
-        for line in dists[name].requires or []:
-            try:
-                requirement = Requirement(line)
-            except InvalidRequirement:
-                continue
-            if not requirement.marker or requirement.marker.evaluate({"extra": ""}):
-                todo.append(requirement.name)
-    return seen
+        key = (canonical(requirement.name), frozenset(requirement.extras))
+        if key in seen or key[0] not in dists:
+            continue
+        seen.add(key)
+        for line in dists[key[0]].requires or []:
+            wanted = _parsed(line)
+            marker = wanted.marker if wanted else None
+            if not marker or any(marker.evaluate({"extra": e}) for e in key[1] or {""}):
+                todo.append(wanted)
+    return {name for name, _ in seen}
+
+
+def _parsed(line: str) -> Requirement | None:
+    try:
+        return Requirement(line)
+    except InvalidRequirement:
+        return None  # an option or URL line: nothing installed to follow
 
 
 def broken_below(folder: Path, requirements: list[str]) -> set[str]:

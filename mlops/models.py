@@ -59,7 +59,12 @@ class ModelLayout:
     source: ModelSource
 
     def env(self) -> dict[str, str]:
-        return {"AZUREML_MODEL_DIR": str(self.root), "MLFLOW_MODEL_FOLDER": self.folder}
+        """AZUREML_MODEL_DIR, and MLFLOW_MODEL_FOLDER for an MLflow model (Azure's MLflow
+        scorer reads it)."""
+        env = {"AZUREML_MODEL_DIR": str(self.root)}
+        if self.source.mlflow:
+            env["MLFLOW_MODEL_FOLDER"] = self.folder
+        return env
 
     def read_only(self) -> list[str]:
         return [str(self.root), str(self.source.path)]

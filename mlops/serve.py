@@ -73,10 +73,7 @@ def server_env(deployment: Deployment, state: Path, envs: Environments) -> dict[
     env.update({"AML_APP_ROOT": str(app), "AZUREML_SOURCE_DIRECTORY": deployment.code.name,
                 "AZUREML_ENTRY_SCRIPT": str(app / deployment.code.name /
                                             deployment.scoring_script),
-                "AZUREML_MODEL_DIR": str(layout.root),
-                readonly_inputs.VARIABLE: os.pathsep.join(layout.read_only())})
-    if deployment.model.mlflow:
-        env["MLFLOW_MODEL_FOLDER"] = layout.folder
+                **layout.env(), readonly_inputs.VARIABLE: os.pathsep.join(layout.read_only())})
     return env
 
 
