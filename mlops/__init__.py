@@ -1,20 +1,27 @@
 """Local tooling for the Azure ML specs: validation and local runs. Never shipped to Azure.
 
-Module map, by subsystem (entry points run with `python -m mlops.<name>`):
+Entry modules (`python -m mlops.<name>`, what make and the tests call) stay at the top; each
+subsystem lives in its own subpackage:
 
-validation   validate (entry: schema, azure-ai-ml and lint layers), specs (loading, kinds, line
-             numbers), lint, lint_assets, skus, workflow_lint (entry), overrides (--set)
-runtime      runtime (resolve -> snapshot -> environment -> launch -> collect), tasks (a spec's
-             command as a task), resolve (inputs, outputs, substitution), binding and outputs
-             (where inputs and outputs live), snapshot, launch (processes, distribution, signals),
-             watchdog, readonly_inputs, tracking and tracking_server (MLflow), uris (asset map)
-orchestrators run (entry: any job spec), sweep and sampling and policies, pipeline and graph,
-             parallel and mltable (parallel nodes), reuse (step reuse)
-environments envs (entry: which layers an environment needs), layers (building them), envspec
-             and envfiles (reading environment definitions), requirements, pins
-endpoints    serve (entry: the local online endpoint), batch (entry: batch deployments),
-             batch_worker (the driver in each batch process), deployment (a deployment spec's
-             kind, code and environment), models (its model and AZUREML_MODEL_DIR layout),
-             nocode/ (Azure's scoring for MLflow models deployed without code)
-project      [tool.mlops] in pyproject.toml: what the tooling knows about this project; errors
+mlops/            run (any job spec), validate (schema, azure-ai-ml and lint layers), serve (the
+                  local online endpoint), batch (batch deployments), envs (the layers an
+                  environment needs, and their cache), workflow_lint; shared: specs (loading,
+                  kinds, line numbers), errors, project ([tool.mlops]: what the tooling knows
+                  about this project)
+  runtime/        the one local runtime (its __init__: resolve -> snapshot -> environment ->
+                  launch -> collect); tasks (Task, and spec -> Task), values (inputs, outputs,
+                  substitution), binding (where inputs and outputs live), snapshot, launch
+                  (processes, distribution, signals), watchdog, readonly_inputs, mlflow_runs and
+                  mlflow_server (MLflow), uris (the asset map), reuse (pipeline step reuse)
+  orchestrators/  sweep (+ sampling, policies), pipeline (+ graph), parallel (+ mltable)
+  checks/         lint, lint_assets, skus, overrides (--set / --unset)
+  environments/   envspec and envfiles (reading environment definitions), requirements and
+                  pins (what a layer installs), layers (building them)
+  endpoints/      deployment (a deployment spec's kind, code, environment), models (its model and
+                  the AZUREML_MODEL_DIR layout), batch_worker (the driver in each batch process),
+                  nocode/ (Azure's scoring for MLflow models deployed without code)
+
+Imports point down or sideways, never up: subpackages import `mlops.specs`/`errors`/`project`,
+and the runtime imports `mlops.envs`; nothing below imports an orchestrator or an entry module
+(except parallel, which shares the batch entry's mini-batch queue).
 """

@@ -5,10 +5,10 @@
 The input's files are split into mini-batches of `mini_batch_size`; instance_count x
 max_concurrency_per_instance scoring processes (capped by the cores, with a notice) each import
 the deployment's scoring script from their snapshot of code_configuration.code, call init(), then
-run() on mini-batches they claim (mlops/batch_worker.py). They are one task of the local runtime:
-the same snapshot, environment layers, MLflow run and process handling as jobs. A mini-batch that
-raises or times out is retried per retry_settings; the files run() does not return a row for
-count as failed, and the run stops once more than error_threshold have (-1: never). With
+run() on mini-batches they claim (mlops/endpoints/batch_worker.py). They are one task of the
+local runtime: the same snapshot, environment layers, MLflow run and process handling as jobs. A
+mini-batch that raises or times out is retried per retry_settings; the files run() does not return a
+row for count as failed, and the run stops once more than error_threshold have (-1: never). With
 output_action append_row the rows go to output_file_name in the run folder's outputs/, in
 mini-batch order. A .zip input is extracted first (on Azure, register the folder as a data asset).
 """
@@ -23,16 +23,17 @@ import time
 import zipfile
 from pathlib import Path
 
-from . import launch, readonly_inputs, runtime
-from .deployment import Deployment, load
-from .envs import Environments
-from .envspec import ENV_MAP
-from .errors import LocalRunError
-from .models import ModelLayout, lay_out
-from .specs import ROOT, SpecError
-from .tracking import Tracking, tracking_uri
-from .tracking_server import Server
-from .uris import ASSET_MAP
+from mlops import runtime
+from mlops.endpoints.deployment import Deployment, load
+from mlops.endpoints.models import ModelLayout, lay_out
+from mlops.environments.envspec import ENV_MAP
+from mlops.envs import Environments
+from mlops.errors import LocalRunError
+from mlops.runtime import launch, readonly_inputs
+from mlops.runtime.mlflow_runs import Tracking, tracking_uri
+from mlops.runtime.mlflow_server import Server
+from mlops.runtime.uris import ASSET_MAP
+from mlops.specs import ROOT, SpecError
 
 
 def input_files(source: Path, folder: Path) -> list[str]:
@@ -61,7 +62,7 @@ def queue(batches: list, work: Path) -> int:
     return len(batches)
 
 
-def plan(files: list[str], size: int, work: Path) -> int:
+def queue_files(files: list[str], size: int, work: Path) -> int:
     return queue([files[i:i + size] for i in range(0, len(files), size)], work)
 
 
@@ -120,7 +121,8 @@ def task_for(deployment: Deployment, args, folder: Path, layout: ModelLayout,
     if replicas > args.max_procs:
         print(f"note: {replicas} scoring processes requested, running {args.max_procs} on this "
               "machine (--max-procs)", file=sys.stderr)
-    command = (f"python -m mlops.batch_worker {folder / 'work'} {deployment.scoring_script} "
+    command = (f"python -m mlops.endpoints.batch_worker {folder / 'work'} "
+               f"{deployment.scoring_script} "
                f"--retries {int(retry.get('max_retries', 3))} "
                f"--timeout {int(retry.get('timeout', 30))}")
     env_vars = {**(settings.get("environment_variables") or {}),
@@ -139,7 +141,7 @@ def task_for(deployment: Deployment, args, folder: Path, layout: ModelLayout,
 def run_batch(deployment: Deployment, args, rt: runtime.Runtime) -> int:
     settings = deployment.spec.data.get("settings") or {}
     files = input_files(args.input.resolve(), rt.root)
-    total = plan(files, max(1, int(settings.get("mini_batch_size") or 10)), rt.root / "work")
+    total = queue_files(files, max(1, int(settings.get("mini_batch_size") or 10)), rt.root / "work")
     (rt.root / "outputs").mkdir(parents=True, exist_ok=True)
     layout = lay_out(deployment.model, rt.root)
     task = task_for(deployment, args, rt.root, layout, settings)

@@ -2,8 +2,8 @@
 
     python -m mlops.envs list | clean        (make envs / make clean-envs)
 
-A job runs in the Python its spec's `environment:` names (mlops/envspec.py reads it), built as
-layers over the project's .venv, which is the bottom layer and is never written:
+A job runs in the Python its spec's `environment:` names (mlops/environments/envspec.py reads
+it), built as layers over the project's .venv, which is the bottom layer and is never written:
 1. .venv: the project's own environment (its conda.yml is generated from pyproject.toml). A spec
    whose requirements .venv already satisfies needs nothing more.
 2. a cached layer per distinct set of unsatisfied requirements (keyed by their content and by the
@@ -28,10 +28,9 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from . import pins
-from .envspec import ENV_MAP, EnvMap, EnvPlan, plan_for
-from .errors import LocalRunError
-from .layers import (
+from mlops.environments import pins
+from mlops.environments.envspec import ENV_MAP, EnvMap, EnvPlan, plan_for
+from mlops.environments.layers import (
     BASE_SITE,
     PY,
     VENV_BIN,
@@ -41,11 +40,13 @@ from .layers import (
     layer_record,
     make_venv,
 )
-from .requirements import hidden_families, name_of, unfetchable, with_mpi
-from .specs import flag
+from mlops.environments.requirements import hidden_families, name_of, unfetchable, with_mpi
+from mlops.errors import LocalRunError
+from mlops.specs import flag
 
 TOP = "env"
-READONLY_HOOK = Path(__file__).with_name("readonly_inputs.py")  # copied into each top layer
+# copied into each top layer
+READONLY_HOOK = Path(__file__).parent / "runtime" / "readonly_inputs.py"
 
 
 def unsatisfied(requirements: list[str]) -> list[str]:

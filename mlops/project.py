@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from .specs import ROOT
+from mlops.specs import ROOT
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 
 The spec is checked as `az ml job create` checks it (azure-ai-ml's own loader and validation,
 plus what the service refuses); `--set` works as the CLI's. Command jobs, sweep trials and
-pipeline steps then run through one runtime (mlops/runtime.py). The exit code is the job's;
+pipeline steps then run through one runtime (mlops/runtime/). The exit code is the job's;
 2 when the spec cannot run; 128 + the signal number when interrupted.
 """
 
@@ -21,16 +21,17 @@ from pathlib import Path
 
 import yaml
 
-from . import launch, runtime
-from .envs import Environments
-from .envspec import ENV_MAP
-from .errors import LocalRunError
-from .overrides import apply_removals, apply_sets, parse_sets
-from .specs import JOB_TYPES, ROOT, Spec, SpecError, load_spec
-from .tasks import command_task, experiment_name
-from .tracking import Tracking, tracking_uri
-from .tracking_server import Server
-from .uris import ASSET_MAP, AssetMap
+from mlops import runtime
+from mlops.checks.overrides import apply_removals, apply_sets, parse_sets
+from mlops.environments.envspec import ENV_MAP
+from mlops.envs import Environments
+from mlops.errors import LocalRunError
+from mlops.runtime import launch
+from mlops.runtime.mlflow_runs import Tracking, tracking_uri
+from mlops.runtime.mlflow_server import Server
+from mlops.runtime.tasks import command_task, experiment_name
+from mlops.runtime.uris import ASSET_MAP, AssetMap
+from mlops.specs import JOB_TYPES, ROOT, Spec, SpecError, load_spec
 
 RUNS = ROOT / "runs"
 
@@ -61,7 +62,7 @@ class Job:
 
 def prepare(spec_path: str, sets: list[str], removes: list[str], assets: Path) -> Job:
     """Load, override, and refuse what Azure would refuse; print what it would only warn about."""
-    from .validate import check
+    from mlops.validate import check
 
     spec = load_spec(spec_path, role="job")
     apply_removals(apply_sets(spec.data, parse_sets(sets, spec.path), spec.path), removes,
@@ -122,11 +123,11 @@ def execute(job: Job, rt: runtime.Runtime) -> int:
     record.write_text(json.dumps({**earlier, "kind": job.spec.kind,
                                   "spec": str(job.spec.path)}) + "\n")
     if job.spec.kind == "sweepJob":
-        from .sweep import run_sweep_job
+        from mlops.orchestrators.sweep import run_sweep_job
 
         return run_sweep_job(job, rt)
     if job.spec.kind == "pipelineJob":
-        from .pipeline import run_pipeline_job
+        from mlops.orchestrators.pipeline import run_pipeline_job
 
         return run_pipeline_job(job, rt)
     return run_command_job(job, rt)

@@ -32,15 +32,14 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import readonly_inputs, snapshot
-from .deployment import Deployment, load
-from .envs import Environments
-from .envspec import ENV_MAP
-from .errors import LocalRunError
-from .models import lay_out, newest_trained
-from .runtime import DROPPED_ENV
-from .specs import ROOT, SpecError
-from .uris import ASSET_MAP
+from mlops.endpoints.deployment import Deployment, load
+from mlops.endpoints.models import lay_out, newest_trained
+from mlops.environments.envspec import ENV_MAP
+from mlops.envs import Environments
+from mlops.errors import LocalRunError
+from mlops.runtime import DROPPED_ENV, readonly_inputs, snapshot
+from mlops.runtime.uris import ASSET_MAP
+from mlops.specs import ROOT, SpecError
 
 STATE = ROOT / "runs" / "serve-local"
 APP = "azureml_inference_server_http.server.entry:app"

@@ -87,7 +87,7 @@ class Spec:
     def warning(self, key: str, problem: str, fix: str) -> Finding:
         return self.finding(key, problem, fix, "warning")
 
-    def resolve(self, relative: str) -> Path:
+    def beside(self, relative: str) -> Path:
         return (self.path.parent / relative).resolve()
 
 

@@ -4,7 +4,8 @@
 
 1. JSON Schema (schemas/*.schema.json, generated from the pinned azure-ai-ml);
 2. the real azure-ai-ml loaders, plus the deeper checks a plain load skips;
-3. the repo lint (mlops.lint, mlops.lint_assets): references, flags, paths, sweep sanity.
+3. the repo lint (mlops.checks.lint, mlops.checks.lint_assets): references, flags, paths, sweep
+   sanity.
 Each problem prints as `file:line: key: problem. Fix: ...`. Errors are what Azure would refuse
 (the exit code is then 1); warnings (`file:line: warning: ...`) are what Azure accepts but is
 probably a mistake: they never block a run.
@@ -26,8 +27,8 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from . import lint, lint_assets
-from .specs import ROOT, SCHEMA_DIR, Finding, Spec, SpecError, discover, load_spec
+from mlops.checks import lint, lint_assets
+from mlops.specs import ROOT, SCHEMA_DIR, Finding, Spec, SpecError, discover, load_spec
 
 KINDS = ("commandJob", "sweepJob", "pipelineJob", "commandComponent", "environment",
          "amlCompute", "data", "model", "managedOnlineEndpoint", "managedOnlineDeployment",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from .specs import ROOT
+from mlops.specs import ROOT
 
 USES = re.compile(r"^\s*-?\s*uses:\s*([^\s#]+)(\s*#\s*(\S+))?", re.MULTILINE)
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")

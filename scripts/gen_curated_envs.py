@@ -6,13 +6,14 @@ image's pins, from a checkout of the Azure/azureml-assets repository (the source
 Each environment folder that ever held an `asset.yaml` of type environment is read at its last
 version (the current one, or the one before it was deleted: older specs still name retired
 images such as AzureML-sklearn-0.24-ubuntu20.04-py37-cpu). Its conda file or Dockerfile is read
-by the local runtime's own reader (mlops/envfiles.py), so the catalogue holds what a local build
-would install. Keys: the registry name (azureml://registries/azureml/environments/<name>), the
-workspace alias (azureml:AzureML-<name>) and, from the spec's tags, the legacy curated name
+by the local runtime's own reader (mlops/environments/envfiles.py), so the catalogue holds what a
+local build would install. Keys: the registry name
+(azureml://registries/azureml/environments/<name>), the workspace alias (azureml:AzureML-<name>)
+and, from the spec's tags, the legacy curated name
 (azureml:AzureML-<name>-<os>-py<version>-<cpu|gpu>). Pins Azure fills in at build time
-(`{{latest-pypi-version}}`) become unpinned; torch, torchvision and torchaudio are left to .venv
-(a CUDA image's torch cannot run here without its GPU stack). assets/local-envs.yml overrides
-any entry by the same key.
+(`{{latest-pypi-version}}`) become unpinned; torch, torchvision and torchaudio are left to .venv (a
+CUDA image's torch cannot run here without its GPU stack). assets/local-envs.yml overrides any entry
+by the same key.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mlops.envfiles import EnvPlan, read_conda, read_dockerfile  # noqa: E402
+from mlops.environments.envfiles import EnvPlan, read_conda, read_dockerfile  # noqa: E402
+from mlops.environments.requirements import LEFT_TO_VENV  # noqa: E402
 from mlops.errors import LocalRunError  # noqa: E402
-from mlops.requirements import LEFT_TO_VENV  # noqa: E402
 
 TEMPLATED = re.compile(r"\s*(===|==|~=|>=|<=|=|>|<)\s*\{\{[^}]*\}\}")
 

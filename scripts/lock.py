@@ -16,7 +16,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from mlops.layers import BASE_SITE, closure
+from mlops.environments.layers import BASE_SITE, closure
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "image-classifier"

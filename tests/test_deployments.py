@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from mlops import batch, deployment, models, serve
+from mlops import batch, serve
+from mlops.endpoints import deployment, models
+from mlops.endpoints.models import ModelSource, lay_out, model_source, name_version
+from mlops.endpoints.nocode.mlflow_score import as_mlflow_request
 from mlops.errors import LocalRunError
-from mlops.models import ModelSource, lay_out, model_source, name_version
-from mlops.nocode.mlflow_score import as_mlflow_request
 from mlops.project import Project
 from mlops.specs import ROOT, load_spec
 

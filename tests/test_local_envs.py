@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from mlops import run as local
-from mlops.envspec import EnvMap, image_key, plan_for
+from mlops.environments.envspec import EnvMap, image_key, plan_for
 from mlops.specs import ROOT
 
 ENVS = ROOT / "tests" / "fixtures" / "envs"
@@ -144,7 +144,7 @@ def test_a_workspace_environment_registered_from_the_jobs_own_repository(tmp_pat
 def test_nearest_release_prefers_the_same_minor_then_the_closest_newer():
     from packaging.version import Version
 
-    from mlops.pins import nearest
+    from mlops.environments.pins import nearest
 
     have = [Version(v) for v in ("1.23.2", "1.23.5", "1.24.0", "2.0.0rc1", "2.0.1")]
     assert nearest(Version("1.21.2"), have) == Version("1.23.5")
@@ -246,7 +246,7 @@ def test_loose_requirements_resolve_for_the_environments_python(tmp_path, monkey
 
 def test_pip_names_the_newest_release_for_another_python():
     """Asked of the package index (the one network this machine has, as in CI)."""
-    from mlops.pins import differing, newest_for
+    from mlops.environments.pins import differing, newest_for
 
     assert newest_for("3.8", ["mlflow", "pandas>=1", "no-such-package-xyz-123"],
                       sys.executable) == {"mlflow": "2.17.2", "pandas": "2.0.3"}
@@ -269,7 +269,7 @@ def test_a_curated_base_with_unpinned_mlflow_saves_a_torch_model_as_on_azure(tmp
 def test_what_an_environment_installs_follows_installed_requirements_and_no_further():
     """The packages a layer may pull from .venv to keep them consistent (envs.broken_below) are
     only those the environment's own requirements install: never torch for an MLflow one."""
-    from mlops.layers import BASE_SITE, closure
+    from mlops.environments.layers import BASE_SITE, closure
 
     names = closure(["mlflow==3.17.2"], [str(BASE_SITE)])
     assert {"mlflow", "mlflow-skinny", "pandas", "numpy"} <= names

@@ -20,11 +20,11 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from mlops import run as local
+from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.errors import LocalRunError
-from mlops.overrides import apply_sets, parse_sets
-from mlops.resolve import render_command
+from mlops.runtime.uris import lookup
+from mlops.runtime.values import render_command
 from mlops.specs import ROOT
-from mlops.uris import lookup
 from mlops.validate import validate
 
 TP = ROOT / "tests" / "fixtures" / "thirdparty"
@@ -384,8 +384,8 @@ def test_a_job_cannot_write_into_its_mounted_inputs_as_on_azure(tmp_path):
 
 
 def test_read_only_places_follow_the_input_mode(tmp_path):
-    from mlops.binding import read_only
-    from mlops.resolve import Value
+    from mlops.runtime.binding import read_only
+    from mlops.runtime.values import Value
 
     data, task = tmp_path / "data", tmp_path / "runs" / "job"
     inputs = {"a": Value(path=data, type="uri_folder"), "b": Value(path=data, mode="download"),

@@ -10,7 +10,7 @@ import pytest
 
 from mlops import run as local
 from mlops.errors import LocalRunError
-from mlops.parallel import batch_size
+from mlops.orchestrators.parallel import batch_size
 from mlops.specs import ROOT
 
 PARALLEL = ROOT / "tests" / "fixtures" / "parallel"

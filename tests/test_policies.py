@@ -2,7 +2,7 @@
 
 import pytest
 
-from mlops.policies import Policy, should_stop
+from mlops.orchestrators.policies import Policy, should_stop
 
 
 def first_stop(policy, trial, others=(), finished=(), maximize=True):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mlops import run as local
-from mlops.reuse import data_digest, deterministic
+from mlops.runtime.reuse import data_digest, deterministic
 from mlops.specs import ROOT
 
 PIPELINE = ROOT / "tests" / "fixtures" / "hello" / "hello-pipeline.yml"

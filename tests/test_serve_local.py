@@ -9,8 +9,8 @@ import time
 import pytest
 
 from mlops import serve
+from mlops.endpoints.models import newest_trained
 from mlops.errors import LocalRunError
-from mlops.models import newest_trained
 from mlops.serve import ServeError
 
 

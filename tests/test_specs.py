@@ -102,7 +102,7 @@ def test_every_job_input_of_train_is_a_trainer_flag_with_the_same_name():
 
 def test_what_the_tooling_knows_of_this_project_comes_from_its_config_section():
     """[tool.mlops]: flags are checked for the entry packages it names, metrics per module."""
-    from mlops.lint import entry_point_parser
+    from mlops.checks.lint import entry_point_parser
     from mlops.project import project
 
     config = project()

@@ -1,0 +1,58 @@
+"""`--set` and `--remove` exactly as `az ml job create` applies them.
+
+The ml extension splits each `--set KEY=VALUE` at the first `=` and passes the value through as a
+string (`--set inputs.epochs=1` gives the string "1"; `--set inputs.flag=true` the string "true");
+azure-ai-ml then sets it on the YAML dict with pydash's dotted paths, refusing a path that runs
+through a reference string (`inputs.data.path` when `inputs.data` is `azureml:x@latest`).
+The same list goes to azure-ai-ml's validator (`params_override`), so both see one spec.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pydash
+
+from mlops.errors import LocalRunError
+
+
+def parse_sets(items: list[str], spec: Path) -> list[dict[str, str]]:
+    """["a.b=1", "c=x=y"] -> [{"a.b": "1"}, {"c": "x=y"}], as the CLI's OverridePropertiesBySet."""
+    overrides = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise LocalRunError(f"{spec}: --set {item!r} is not KEY=VALUE "
+                                "(example: --set inputs.epochs=1)")
+        overrides.append({key.strip(): value})
+    return overrides
+
+
+def apply_sets(data: dict, overrides: list[dict[str, str]], spec: Path) -> dict:
+    for override in overrides:
+        for key, value in override.items():
+            layer = data
+            for token in key.split("."):
+                if isinstance(layer, str):
+                    raise LocalRunError(f"{spec}: Cannot use '--set' on properties defined by "
+                                        f"reference strings: --set {key} (replace the whole "
+                                        f"value instead, e.g. --set {key.rsplit('.', 1)[0]}=...)")
+                layer = layer.get(token) if isinstance(layer, dict) else None
+            try:
+                pydash.objects.set_(data, key, value)
+            except (AttributeError, TypeError) as err:
+                raise LocalRunError(f"{spec}: --set {key}: a part of this path is not a mapping "
+                                    f"({err})") from None
+    return data
+
+
+def apply_removals(data: dict, keys: list[str], spec: Path) -> dict:
+    """`--remove early_termination`, as az's generic update arguments take it."""
+    for key in keys:
+        node, parts = data, key.split(".")
+        for part in parts[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or parts[-1] not in node:
+            raise LocalRunError(f"{spec}: --remove {key}: no such key in the spec")
+        del node[parts[-1]]
+    return data

@@ -1,0 +1,123 @@
+"""The driver in each local batch process, as Azure's batch driver runs a scoring script.
+
+    python -m mlops.endpoints.batch_worker <work folder> <scoring script>
+        [--retries 3] [--timeout 300] [-- <the script's own arguments>]
+
+It imports the deployment's scoring script from the working directory (the snapshot of
+code_configuration.code), calls init() once, then claims mini-batches from <work>/todo (an atomic
+rename, so processes never share one) until none is left. Each run() call gets `timeout`
+seconds; a call that raises or times out is tried again up to `retries` times, then all its
+files count as failed. Results go to <work>/results/<id>.txt (the rows) and <id>.json (counts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def load_script(path: Path):
+    sys.path.insert(0, os.getcwd())  # the code folder is the root, as on Azure
+    spec = importlib.util.spec_from_file_location("batch_scoring_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in ("init", "run"):
+        if not callable(getattr(module, name, None)):
+            raise SystemExit(f"{path}: a batch scoring script defines init() and run(mini_batch)")
+    return module
+
+
+def claim(work: Path) -> Path | None:
+    for item in sorted((work / "todo").glob("*.json")):
+        target = work / "claimed" / f"{item.name}.{os.getpid()}"
+        try:
+            os.rename(item, target)
+            return target
+        except FileNotFoundError:
+            continue  # another process took it first
+    return None
+
+
+def as_input(batch):
+    """A mini-batch as run() receives it: a list of file paths, or a table as a DataFrame."""
+    if isinstance(batch, dict) and "table" in batch:
+        import pandas as pd
+
+        return pd.read_csv(batch["table"])
+    return batch
+
+
+def _alarm(signum, frame):  # noqa: ARG001 - the signal module's signature
+    raise TimeoutError("run() took longer than retry_settings.timeout")
+
+
+def as_lines(result) -> list[str]:
+    """append_row: a DataFrame's rows space-separated, a list's elements one per line."""
+    if hasattr(result, "to_csv"):
+        text = result.to_csv(sep=" ", header=False, index=False)
+        return [line for line in text.splitlines() if line]
+    return [str(item) for item in (result or [])]
+
+
+def score(module, batch: list[str], retries: int, timeout: int) -> dict:
+    error = ""
+    for attempt in range(1, retries + 2):
+        signal.alarm(max(1, timeout))
+        try:
+            lines = as_lines(module.run(batch))
+            # more rows than items (several predictions per file) still means every item
+            return {"items": len(batch), "returned": min(len(lines), len(batch)),
+                    "attempts": attempt,
+                    "lines": lines, "error": ""}
+        except Exception:  # noqa: BLE001 - any failure of user code is retried, as on Azure
+            error = traceback.format_exc(limit=3)
+            print(f"mini-batch attempt {attempt} failed:\n{error}", file=sys.stderr, flush=True)
+        finally:
+            signal.alarm(0)
+    return {"items": len(batch), "returned": 0, "attempts": retries + 1, "lines": [],
+            "error": error.strip().splitlines()[-1] if error else "failed"}
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Written whole or not at all: the parent counts what is there while processes write."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.rename(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("work", type=Path)
+    parser.add_argument("script", type=Path)
+    parser.add_argument("--retries", type=int, default=3)
+    parser.add_argument("--timeout", type=int, default=300)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # after `--`: the script's own arguments (a parallel job's program_arguments)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    signal.signal(signal.SIGALRM, _alarm)
+    sys.argv = [str(args.script), *argv[split + 1:]]  # what the entry script's argparse reads
+    module = load_script(args.script)
+    module.init()
+    while (item := claim(args.work)) is not None:
+        batch = as_input(json.loads(item.read_text()))
+        started = time.time()
+        outcome = score(module, batch, args.retries, args.timeout)
+        outcome.update(started=started, ended=time.time(),
+                       seconds=round(time.time() - started, 3))
+        name = item.name.split(".json")[0]
+        write_whole(args.work / "results" / f"{name}.txt",
+                "".join(f"{line}\n" for line in outcome.pop("lines")))
+        write_whole(args.work / "results" / f"{name}.json", json.dumps(outcome))  # last: "done"
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

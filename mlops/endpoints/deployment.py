@@ -1,0 +1,90 @@
+"""An online or batch deployment spec as the local endpoint (serve.py) and batch runner
+(batch.py) run it: its kind, model, code and environment, checked as Azure checks them.
+
+A deployment with `code_configuration` runs its own scoring script in its own `environment:`.
+One without is Azure's no-code deployment, allowed for MLflow models only: Azure generates the
+scoring script (mlops/endpoints/nocode/: online, a server over mlflow.pyfunc; batch, the MLflow
+batch driver) and the environment from the model's own conda.yaml, on an image that has the
+inference server and MLflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlops.endpoints.models import ModelSource, model_source
+from mlops.errors import LocalRunError
+from mlops.runtime.tasks import code_path
+from mlops.runtime.uris import ASSET_MAP
+from mlops.specs import DEPLOYMENT_TYPES, Spec, load_spec
+
+NOCODE = Path(__file__).with_name("nocode")
+NOCODE_SCRIPTS = {"online-deployment": "mlflow_score.py", "batch-deployment": "mlflow_batch.py"}
+# What Azure's inference images bring whatever the environment lists: the HTTP server (every
+# online image; azureml-assets' inference images install azureml-inference-server-http) and,
+# for no-code MLflow models, MLflow itself (the mlflow-py*-inference images).
+SERVER_PACKAGES = ("azureml-inference-server-http",)
+MLFLOW_PACKAGES = ("mlflow",)
+
+
+@dataclass
+class Deployment:
+    spec: Spec
+    model: ModelSource
+    code: Path  # the folder Azure uploads (code_configuration.code)
+    scoring_script: str  # relative to `code`
+    environment: object  # as the spec (or the no-code rule) names it
+    env_base: Path  # what relative paths in `environment` are relative to
+    nocode: bool = False
+
+    @property
+    def name(self) -> str:
+        return str(self.spec.data.get("name") or self.spec.path.stem)
+
+    def image_packages(self) -> tuple[str, ...]:
+        online = self.spec.role == "online-deployment"
+        return (SERVER_PACKAGES if online else ()) + (MLFLOW_PACKAGES if self.nocode else ())
+
+
+def load(path: str | Path, role: str, model: str | None = None,
+         assets: Path = ASSET_MAP) -> Deployment:
+    """`role`: online-deployment or batch-deployment. Errors say what Azure would refuse."""
+    from mlops.validate import check
+
+    spec = load_spec(path, role)
+    table, default = DEPLOYMENT_TYPES[role]
+    declared = Spec(spec.path, spec.data).kind  # what its $schema line says, if it has one
+    if spec.data.get("$schema") and declared not in table.values():
+        raise LocalRunError(f"{path}: a {declared or 'spec of unknown type'} ($schema) is not "
+                            f"a{'n' if role[0] == 'o' else ''} {role.replace('-', ' ')}")
+    runnable = {kind: name for kind, name in table.items() if kind != "pipeline"}
+    if spec.kind not in runnable.values():
+        raise LocalRunError(f"{path}: type: {spec.data.get('type') or default} is not a "
+                            f"deployment this runs locally (an {role} of type "
+                            f"{', '.join(runnable)})")
+    errors = [str(f) for f in check(spec, for_run=True) if f.is_error]
+    if errors:
+        raise LocalRunError("\n".join(errors) + "\nAzure would refuse this deployment")
+    source = model_source(spec.data.get("model"), spec.path.parent, str(spec.path), model, assets)
+    config = spec.data.get("code_configuration") or {}
+    if config:
+        code = code_path(config.get("code", "."), spec.path.parent,
+                         f"{spec.path}: code_configuration.code")
+        return Deployment(spec, source, code, str(config["scoring_script"]),
+                          spec.data.get("environment"), spec.path.parent)
+    if not source.mlflow:
+        raise LocalRunError(f"{path}: no code_configuration, and {source.path} is not an MLflow "
+                            "model (no MLmodel file): Azure deploys only MLflow models without "
+                            "code. Add code_configuration (code, scoring_script) and an "
+                            "environment")
+    environment, base = spec.data.get("environment"), spec.path.parent
+    if environment is None:
+        environment, base = mlflow_environment(source.path)
+    return Deployment(spec, source, NOCODE, NOCODE_SCRIPTS[role], environment, base, True)
+
+
+def mlflow_environment(model: Path) -> tuple[object, Path]:
+    """The model's own conda.yaml, as Azure builds a no-code deployment's environment."""
+    conda = model / "conda.yaml"
+    return ({"conda_file": conda.name}, model) if conda.is_file() else (None, model)

@@ -1,0 +1,167 @@
+"""The model a deployment serves: where it comes from, and how Azure lays it out for the scorer.
+
+Where from (online and batch deployments alike), first match wins:
+1. MODEL_DIR (--model): a local file or folder.
+2. the spec's `model:` - a local path (file or folder, relative to the spec), or a reference
+   (`azureml:<name>:<version>`, `azureml:<name>@latest`, `azureml://registries/<r>/models/<name>/
+   ...`, `azureml://subscriptions/.../models/<name>/...`) mapped to a local path in
+   assets/local-paths.yml, by the whole reference or by `azureml:<name>`.
+3. a reference to one of this project's own models ([tool.mlops] own_models) that the mapping
+   file lacks, or a spec with no model at all: the newest model trained under runs/, named in
+   the log. Any other unmapped reference is an error that says which line to add.
+
+Layout, as Azure mounts a registered model (learn.microsoft.com/azure/machine-learning/
+concept-online-deployment-model-specification; the inference images set AZUREML_MODEL_DIR to
+/var/azureml-app/azureml-models/<name>/<version>): AZUREML_MODEL_DIR is the folder the model is
+mounted under, not the model. A single-file model sits directly in it (`<dir>/model.pkl`); a
+folder model keeps its folder's own name inside it (`<dir>/model/...`), so scoring scripts join
+AZUREML_MODEL_DIR with `model/...`; Azure's MLflow scorer finds an MLflow model at
+AZUREML_MODEL_DIR/$MLFLOW_MODEL_FOLDER. Locally the folders are real and each file a hard link
+to the user's file (a copy across file systems): loaders that refuse symbolic links pointing
+outside their folder (MLflow's) read them as Azure's mount. The mount is read-only on Azure, and
+writes under it fail here too (mlops/runtime/readonly_inputs.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlops.errors import LocalRunError
+from mlops.project import project
+from mlops.runtime.uris import ASSET_MAP, candidates, is_remote, load_map, lookup
+from mlops.specs import ROOT
+
+NAMED = re.compile(r"^azureml:(?!//)([^@:/]+)(?:[:@](.+))?$")
+LONG = re.compile(r"^azureml://.*?/models/([^/]+)(?:/(?:versions|labels)/([^/]+))?/?$")
+
+
+@dataclass
+class ModelSource:
+    path: Path  # the local file or folder
+    name: str
+    version: str
+    origin: str  # where it came from, for the log
+    mlflow: bool = False  # an MLflow model: MLmodel at the root of its folder
+
+    def describe(self) -> str:
+        kind = "MLflow model" if self.mlflow else "model"
+        return f"{kind} {self.name}:{self.version} from {self.path} ({self.origin})"
+
+
+@dataclass
+class ModelLayout:
+    root: Path  # AZUREML_MODEL_DIR
+    folder: str  # the model's own name inside it (MLFLOW_MODEL_FOLDER)
+    source: ModelSource
+
+    def env(self) -> dict[str, str]:
+        """AZUREML_MODEL_DIR, and MLFLOW_MODEL_FOLDER for an MLflow model (Azure's MLflow
+        scorer reads it)."""
+        env = {"AZUREML_MODEL_DIR": str(self.root)}
+        if self.source.mlflow:
+            env["MLFLOW_MODEL_FOLDER"] = self.folder
+        return env
+
+    def read_only(self) -> list[str]:
+        return [str(self.root), str(self.source.path)]
+
+
+def name_version(reference: str) -> tuple[str, str]:
+    """`azureml:clf:3` -> (clf, 3); `azureml:clf@latest` -> (clf, latest); registry and
+    workspace URIs likewise; anything else is named after its last path part."""
+    for pattern in (NAMED, LONG):
+        match = pattern.match(reference)
+        if match:
+            return match.group(1), match.group(2) or "latest"
+    return Path(reference.rstrip("/")).name or "model", "1"
+
+
+def newest_trained(why: str, runs: Path | None = None) -> ModelSource:
+    """The newest folder under runs/ that holds a trained model (a failed run leaves none)."""
+    config = project()
+    runs = runs or config.runs_dir
+    found = sorted(runs.glob(f"**/{config.model_file}"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise LocalRunError(f"{why}, and there is no trained model under {runs}: "
+                            "run `make train-local` first, or pass MODEL_DIR=<model folder>")
+    name = config.own_models[0] if config.own_models else "model"
+    return ModelSource(found[-1].parent, name, "local", f"{why}: the newest trained model")
+
+
+def _is_mlflow(path: Path, declared: str | None) -> bool:
+    return declared == "mlflow_model" or (path.is_dir() and (path / "MLmodel").is_file())
+
+
+def _mapped(reference: str, where: str, assets: Path) -> ModelSource:
+    name, version = name_version(reference)
+    mapping = load_map(assets)
+    model_key = re.sub(r"/(versions|labels)/[^/]+/?$", "", reference)  # every version of it
+    local = lookup(reference, mapping) or mapping.get(model_key) or mapping.get(f"azureml:{name}")
+    if local is None:
+        if name in project().own_models:
+            return newest_trained(f"{where}: {reference} is not mapped in {assets.name}")
+        keys = " or ".join(dict.fromkeys([model_key if model_key != reference else
+                                          candidates(reference)[-1], f"azureml:{name}"]))
+        raise LocalRunError(f"{where}: model {reference} has no local stand-in. Add a line "
+                            f"'{keys}: <local file or folder>' to {assets}, or pass "
+                            "MODEL_DIR=<local file or folder>")
+    path = (ROOT / local).resolve()
+    if not path.exists():
+        raise LocalRunError(f"{where}: {reference} maps to {path} ({assets}), which does not "
+                            "exist")
+    return ModelSource(path, name, version, f"{assets.name}: {reference}")
+
+
+def model_source(model, base: Path, where: str, override: str | None = None,
+                 assets: Path = ASSET_MAP) -> ModelSource:
+    """The model to serve for a deployment whose spec says `model` (see the module docstring)."""
+    declared = model.get("type") if isinstance(model, dict) else None
+    reference = model.get("path") if isinstance(model, dict) else model
+    if override:
+        path = Path(override).resolve()
+        if not path.exists():
+            raise LocalRunError(f"MODEL_DIR={override}: no such file or folder")
+        name = name_version(str(reference))[0] if reference else path.name
+        source = ModelSource(path, name, "local", "MODEL_DIR")
+    elif not reference:
+        source = newest_trained(f"{where}: the spec names no model")
+    elif is_remote(str(reference)):
+        source = _mapped(str(reference), f"{where}: model", assets)
+    else:
+        path = (base / str(reference).removeprefix("file:")).resolve()
+        if not path.exists():
+            raise LocalRunError(f"{where}: model.path {reference} does not exist ({path})")
+        inline = model if isinstance(model, dict) else {}
+        source = ModelSource(path, str(inline.get("name") or path.stem),
+                             str(inline.get("version") or 1), f"{where}: model.path")
+    source.mlflow = _is_mlflow(source.path, declared)
+    return source
+
+
+def lay_out(source: ModelSource, app: Path) -> ModelLayout:
+    """`app`/azureml-models/<name>/<version>/ holding the model as Azure mounts it."""
+    root = app / "azureml-models" / source.name / source.version
+    if root.exists():
+        shutil.rmtree(root)  # links and copies: the user's files stay
+    root.mkdir(parents=True)
+    if source.path.is_file():
+        _link(source.path, root / source.path.name)
+        return ModelLayout(root, source.path.name, source)
+    for folder, _dirs, files in os.walk(source.path, followlinks=True):
+        relative = Path(folder).relative_to(source.path)
+        target = root / source.path.name / relative
+        target.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            _link(Path(folder, name).resolve(), target / name)
+    return ModelLayout(root, source.path.name, source)
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or one without hard links
+        shutil.copyfile(source, target)

@@ -1,0 +1,151 @@
+"""Reading the files an environment is built from, as Azure's image build reads them: conda
+files (pip entries as they are, conda packages by their PyPI names, the Python version),
+requirements files (`-r` followed) and Dockerfiles (plain `pip install` and `conda env create`
+lines, and the image they start `FROM`).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from mlops.errors import LocalRunError
+
+# conda package names whose PyPI name differs; None: no PyPI equivalent (skipped, reported)
+CONDA_TO_PYPI = {"pytorch": "torch", "py-xgboost": "xgboost", "matplotlib-base": "matplotlib",
+                 "pytorch-lightning": "pytorch-lightning", "tensorflow-gpu": "tensorflow",
+                 "py-opencv": "opencv-python", "opencv": "opencv-python", "pyyaml": "pyyaml",
+                 "python-dateutil": "python-dateutil", "cudatoolkit": None, "cudnn": None,
+                 "nccl": None, "mkl": None, "libgcc-ng": None, "openmpi": None, "mpi4py": "mpi4py",
+                 "pip": None, "r-base": None, "git": None}
+# what every conda environment has beside its Python, and code imports: conda's pip depends on
+# setuptools (for an old Python, its release for it, which still ships pkg_resources)
+CONDA_BASE = ("setuptools",)
+PIP_INSTALL = re.compile(r"\bpip3?\s+install\b(.*)")
+
+
+@dataclass
+class EnvPlan:
+    label: str  # what the spec named, for messages
+    requirements: list[str] = field(default_factory=list)  # pip lines ("-r" already expanded)
+    python: str | None = None  # "3.10" when the environment names one
+    notice: str | None = None  # why this machine runs it in .venv (or only partly)
+    skipped: list[str] = field(default_factory=list)  # conda packages with no PyPI equivalent
+
+
+def _conda_spec(entry: str) -> str | None:
+    """`numpy=1.21.2`, `conda-forge::numpy>=1.2`, `numpy 1.21.*`, `numpy=1.21=py38_0` -> a pip
+    requirement (conda's `=1.21` means any 1.21.x); None for packages PyPI does not have."""
+    entry = entry.split("::")[-1].strip()
+    match = re.match(r"^([A-Za-z0-9_.\-]+)\s*(.*)$", entry)
+    if not match:
+        return None
+    name, rest = match.group(1).lower(), match.group(2).replace(" ", "")
+    pypi = CONDA_TO_PYPI.get(name, name)
+    if pypi is None:
+        return None
+    if rest.startswith("=") and not rest.startswith("=="):
+        version = rest[1:].split("=")[0]  # a second `=` starts the build string
+        rest = f"=={version}" if version.count(".") >= 2 or "*" in version else \
+            f"=={version}.*"
+    elif rest[:1].isdigit():
+        rest = "==" + rest.split("=")[0]
+    return pypi + rest
+
+
+def read_conda(path: Path, plan: EnvPlan) -> None:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise LocalRunError(f"{plan.label}: cannot read conda file {path} ({err})") from None
+    read_conda_data(data, path.parent, plan)
+
+
+def read_conda_data(data: dict, base: Path, plan: EnvPlan) -> None:
+    """pip entries as they are; conda packages by their PyPI names; python's version noted."""
+    for entry in data.get("dependencies") or []:
+        if isinstance(entry, dict):
+            for line in entry.get("pip") or []:
+                read_requirement_line(str(line), base, plan)
+            continue
+        text = str(entry)
+        if re.match(r"^(conda-forge::)?python([=<>\s]|$)", text):
+            plan.python = re.sub(r"^[^0-9]*", "", text).split("=")[0].strip() or None
+            continue
+        requirement = _conda_spec(text)
+        if requirement:
+            plan.requirements.append(requirement)
+        elif re.split(r"[\s=<>!~]", text.split("::")[-1], maxsplit=1)[0] != "pip":
+            plan.skipped.append(text)
+    named = {re.split(r"[\s=<>~!\[;]", line, maxsplit=1)[0].lower() for line in plan.requirements}
+    plan.requirements += [name for name in CONDA_BASE if name not in named]
+
+
+def read_requirement_line(line: str, base: Path, plan: EnvPlan) -> None:
+    line = line.split(" #")[0].strip()
+    if not line or line.startswith("#"):
+        return
+    if line.startswith(("-r ", "--requirement ")):
+        read_requirements(base / line.split(maxsplit=1)[1], plan)
+    else:
+        plan.requirements.append(line)
+
+
+def read_requirements(path: Path, plan: EnvPlan) -> None:
+    if not path.is_file():
+        raise LocalRunError(f"{plan.label}: requirements file {path} does not exist")
+    for line in path.read_text().splitlines():
+        read_requirement_line(line, path.parent, plan)
+
+
+def read_dockerfile(context: Path, dockerfile: str, plan: EnvPlan) -> str | None:
+    """The Dockerfile's installs into `plan`; returns the image its final stage starts FROM."""
+    path = context / dockerfile
+    if not path.is_file():
+        raise LocalRunError(f"{plan.label}: no Dockerfile at {path}")
+    text = re.sub(r"\\\n", " ", path.read_text())
+    understood, base = False, None
+    for line in text.splitlines():
+        words = line.split()
+        if words and words[0].upper() == "FROM":
+            image = next((w for w in words[1:] if not w.startswith("--")), None)
+            base = image if image and "$" not in image else None
+        if not line.strip().upper().startswith("RUN"):
+            continue
+        for command in re.split(r"&&|;", line.strip()[3:]):
+            understood |= _docker_command(command.strip(), context, plan)
+    if not understood:
+        plan.notice = f"{path} installs nothing with plain pip or a conda file"
+    return base
+
+
+def _docker_command(command: str, context: Path, plan: EnvPlan) -> bool:
+    conda = re.search(r"conda\s+env\s+(?:create|update)\b.*?(?:-f|--file)\s+(\S+)", command)
+    if conda:
+        read_conda(context / Path(conda.group(1)).name, plan)
+        return True
+    pip = PIP_INSTALL.search(command)
+    if not pip:
+        return False
+    words = shlex.split(pip.group(1))
+    for index, word in enumerate(words):
+        if word in ("-r", "--requirement") and index + 1 < len(words):
+            read_requirements(context / Path(words[index + 1]).name, plan)
+        elif not word.startswith("-") and (index == 0 or words[index - 1] not in
+                                            ("-r", "--requirement", "-c", "-i",
+                                             "--index-url", "--extra-index-url")):
+            plan.requirements.append(word)
+    return True
+
+
+def image_key(image: str) -> str:
+    """`docker.io/library/python:3.11-slim` -> `image:python`: registry default and tag dropped."""
+    name = re.sub(r"@sha256:.*$", "", str(image))
+    name = re.sub(r":[^/:]+$", "", name)
+    for prefix in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
+        name = name.removeprefix(prefix)
+    return "image:" + name.removeprefix("library/")

@@ -1,0 +1,205 @@
+"""What Python packages a spec's `environment:` stands for, read without Docker.
+
+Every form a spec can use resolves to a plan (a pip requirement list and a Python version):
+- `azureml:<name>@latest` / `azureml:<name>:<version>`: a workspace environment, found by name
+  among this repo's environments/*.yml, else in assets/local-envs.yml (curated ones);
+- `azureml://registries/<registry>/environments/<name>/labels/<l>|versions/<v>`: local-envs.yml;
+- inline `image:` + `conda_file:`: the conda file (pip entries; conda packages through their
+  PyPI names); `image:` alone: local-envs.yml by image name;
+- `build: path:` (a Docker context): the requirements its Dockerfile installs with plain
+  `pip install` (packages or `-r file`) or `conda env create -f file`.
+A workspace name neither this repo nor the mapping file knows is looked up in the job's own
+repository (the enclosing git root, else the spec's folder): MLOps templates keep the environment
+spec they register beside their jobs. What cannot be read (an unknown name, a Dockerfile that
+installs otherwise) runs in .venv with a one-line notice naming the mapping file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import yaml
+
+from mlops.environments.envfiles import (
+    EnvPlan,
+    image_key,
+    read_conda,
+    read_conda_data,
+    read_dockerfile,
+)
+from mlops.errors import LocalRunError
+from mlops.specs import ROOT
+
+ENV_MAP = ROOT / "assets" / "local-envs.yml"
+CURATED = ROOT / "assets" / "curated-envs.yml"  # generated: scripts/gen_curated_envs.py
+# a curated environment's image is published as mcr.microsoft.com/azureml/curated/<name>:<tag>
+CURATED_IMAGES = "image:mcr.microsoft.com/azureml/curated/"
+REGISTRY_ENVS = "azureml://registries/azureml/environments/"
+
+
+def _load_map(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {} if path.is_file() else {}
+    except yaml.YAMLError as err:
+        raise LocalRunError(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise LocalRunError(f"{path}: expected a mapping of environments to packages")
+    return data
+
+
+class EnvMap(dict):
+    """assets/local-envs.yml (or the file given) over the generated catalogue of every curated
+    environment (assets/curated-envs.yml); keys match without regard to case, as Azure's
+    environment names do."""
+
+    def __init__(self, path: Path = ENV_MAP, curated: Path = CURATED):
+        self.file = Path(path)
+        data = {**_load_map(Path(curated)), **_load_map(self.file)}
+        super().__init__({str(k).lower(): v for k, v in data.items()})
+
+    def get(self, key, default=None):
+        return super().get(str(key).lower(), default)
+
+
+def from_map(key: str, label: str, env_map: EnvMap) -> EnvPlan:
+    """A curated, registry or image-only environment, through assets/local-envs.yml over the
+    curated catalogue (exact keys first, a curated image by its environment's name, then the
+    longest key ending in `/` that prefixes this one)."""
+    entry = env_map.get(key)
+    if entry is None and key.lower().startswith(CURATED_IMAGES):
+        entry = env_map.get(REGISTRY_ENVS + key[len(CURATED_IMAGES):])
+    if entry is None:
+        prefixes = [k for k in env_map if k.endswith("/") and key.lower().startswith(k)]
+        entry = env_map[max(prefixes, key=len)] if prefixes else None
+    if entry is None:
+        return EnvPlan(label, notice=f"{label} has no local stand-in (add '{key}:' to "
+                                     f"{env_map.file}); running in .venv")
+    entry = {"pip": entry} if isinstance(entry, list) else dict(entry)
+    plan = EnvPlan(label, python=str(entry["python"]) if entry.get("python") else None)
+    for line in entry.get("pip") or []:
+        plan.requirements.append(str(line))
+    return plan
+
+
+def from_definition(definition: dict, base: Path, label: str, env_map: EnvMap) -> EnvPlan:
+    plan = EnvPlan(label)
+    conda = definition.get("conda_file")
+    build = definition.get("build") or {}
+    if isinstance(conda, dict):  # a conda file written inline in the spec
+        read_conda_data(conda, base, plan)
+    elif conda:
+        read_conda((base / str(conda).removeprefix("file:")).resolve(), plan)
+    elif build.get("path"):
+        context = (base / str(build["path"])).resolve()
+        image = read_dockerfile(context, str(build.get("dockerfile_path") or "Dockerfile"), plan)
+        below = from_map(image_key(image), label, env_map) if image else None
+        if below is not None and below.notice is None:  # a curated (or mapped) image below
+            plan.requirements[:0] = below.requirements
+            plan.python, plan.notice = plan.python or below.python, None
+    elif definition.get("image"):
+        return from_map(image_key(definition["image"]), label, env_map)
+    return plan
+
+
+def repo_environment(name: str) -> tuple[dict, Path] | None:
+    """A workspace environment this repo defines (environments/*.yml), by its name."""
+    for path in sorted((ROOT / "environments").glob("*.yml")):
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError:
+            continue
+        is_spec = isinstance(data, dict) and any(k in data for k in ("image", "build",
+                                                                     "conda_file"))
+        if is_spec and data.get("name") == name:  # (a conda file has a name: too)
+            return data, path.parent
+    return None
+
+
+SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "runs", "mlruns", "__pycache__", ".cache"}
+MAX_SCANNED = 5000  # YAML files read when looking for an environment spec in a job's repository
+
+
+def search_root(base: Path) -> Path:
+    """The job's own repository: the enclosing git root, else the spec's folder."""
+    for folder in (base, *base.parents):
+        if (folder / ".git").exists():
+            return folder
+    return base
+
+
+def _yaml_files(root: Path):
+    count = 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
+        for name in sorted(files):
+            if name.endswith((".yml", ".yaml")):
+                count += 1
+                if count > MAX_SCANNED:
+                    return
+                yield Path(folder) / name
+
+
+def job_repo_environment(name: str, version: str | None, base: Path) -> tuple[dict, Path] | None:
+    """An environment spec with `name:` in the job's own repository, as MLOps templates keep it
+    beside the jobs and register it once (`az ml environment create --file`); a spec whose
+    `version:` matches wins over one without."""
+    found = []
+    for path in _yaml_files(search_root(base.resolve())):
+        try:
+            text = path.read_text(errors="replace")
+            if name not in text:
+                continue
+            data = yaml.safe_load(text)
+        except (OSError, yaml.YAMLError):
+            continue
+        if _is_environment(data) and str(data.get("name")) == name:
+            found.append((str(data.get("version", "")) == (version or "-"), path, data))
+    if not found:
+        return None
+    _, path, data = max(found, key=lambda f: f[0])
+    return data, path
+
+
+def _is_environment(data) -> bool:
+    return isinstance(data, dict) and any(k in data for k in ("image", "build", "conda_file")) \
+        and not any(k in data for k in ("command", "jobs", "trial", "type"))
+
+
+def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPlan:
+    """The plan for any form of `environment:` (see the module docstring)."""
+    if environment is None or environment == "":
+        return EnvPlan("no environment")
+    if isinstance(environment, dict):
+        return from_definition(environment, base, f"the environment of {where or 'the job'}",
+                               env_map)
+    reference = str(environment)
+    registry = re.match(r"^azureml://registries/([^/]+)/environments/([^/]+)", reference)
+    if registry:
+        key = f"azureml://registries/{registry.group(1)}/environments/{registry.group(2)}"
+        return from_map(key, reference, env_map)
+    name, _, version = _name_version(reference)
+    local = repo_environment(name)
+    if local is not None:
+        return from_definition(local[0], local[1], reference, env_map)
+    plan = from_map(f"azureml:{name}", reference, env_map)
+    if plan.notice is None:
+        return plan
+    own = job_repo_environment(name, version, base)
+    if own is None:
+        return plan
+    data, path = own
+    plan = from_definition(data, path.parent, reference, env_map)
+    plan.notice = plan.notice or f"{reference}: built from its spec {path}"
+    return plan
+
+
+def _name_version(reference: str) -> tuple[str, str, str | None]:
+    """`azureml:train-env@latest` -> (train-env, @, None); `azureml:train-env:3` -> (.., :, 3)."""
+    text = reference.removeprefix("azureml:")
+    match = re.match(r"^([^@:]+)(?:([@:])(.*))?$", text)
+    if not match:
+        return text, "", None
+    name, sep, rest = match.groups()
+    return name, sep or "", rest if sep == ":" else None

@@ -1,0 +1,179 @@
+"""A pipeline's graph: its nodes, their order, and what each node's inputs and outputs bind to.
+
+mlops/orchestrators/pipeline.py runs the nodes; this module only reads the spec
+(`${{parent.inputs.x}}`, `${{parent.outputs.x}}`, `${{parent.jobs.<node>.outputs.<name>}}`,
+node-level overrides).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+from mlops.errors import LocalRunError
+from mlops.runtime.tasks import load_component
+from mlops.runtime.uris import AssetMap
+from mlops.runtime.values import (
+    DATA_TYPES,
+    OutputSpec,
+    Value,
+    input_value,
+    output_spec,
+)
+from mlops.specs import REF
+
+PARENT_INPUT = re.compile(r"^\$\{\{\s*parent\.inputs\.([\w.-]+)\s*\}\}$")
+PARENT_OUTPUT = re.compile(r"^\$\{\{\s*parent\.outputs\.([\w.-]+)\s*\}\}$")
+STEP_OUTPUT = re.compile(r"\$\{\{\s*parent\.jobs\.([\w-]+)\.outputs\.([\w.-]+)\s*\}\}")
+OVERRIDES = ("distribution", "environment", "environment_variables")
+
+
+@dataclass
+class Node:
+    name: str
+    kind: str  # command, sweep or pipeline
+    raw: dict  # the node as written: bindings and overrides
+    definition: dict  # the component (or inline command, or trial) it runs
+    base: Path  # what the definition's relative paths are relative to
+    where: str
+    inline: bool = False  # a command node with no component: it declares its own inputs
+
+
+@dataclass
+class Scope:
+    """What `${{parent.*}}` means inside one pipeline (the job itself, or a pipeline component)."""
+
+    inputs: dict[str, Value]
+    outputs: dict[str, OutputSpec]  # targets are concrete paths
+    folder: Path
+    run_id: str
+    experiment: str
+    assets: AssetMap
+    base: Path
+    steps: dict
+    continue_on_failure: bool = False
+    force_rerun: bool = False  # settings.force_rerun: no step is reused
+    reused: list = field(default_factory=list)  # names of the steps reused, for the summary
+
+
+def load_node(name: str, raw, base: Path, assets: AssetMap, where: str) -> Node:
+    if not isinstance(raw, dict):
+        raise LocalRunError(f"{where}: a node is a mapping (command, component or trial)")
+    kind = str(raw.get("type") or "command").lower()
+    if kind == "sweep":
+        definition, def_base = load_component(raw.get("trial"), base, assets, f"{where}.trial")
+    elif kind in ("command", "pipeline", "parallel") and raw.get("component") is not None:
+        definition, def_base = load_component(raw["component"], base, assets,
+                                              f"{where}.component")
+    elif kind in ("command", "parallel"):
+        return Node(name, kind, raw, raw, base, where, inline=True)
+    else:
+        raise LocalRunError(f"{where}: a {kind} node cannot run on this machine (the local "
+                            "runtime runs command, sweep, parallel and pipeline nodes); run it "
+                            "on Azure")
+    if kind == "pipeline" and not isinstance(definition.get("jobs"), dict):
+        raise LocalRunError(f"{where}: the pipeline component has no jobs:")
+    return Node(name, kind, raw, definition, def_base, where)
+
+
+def build_nodes(jobs: dict, base: Path, assets: AssetMap, where: str) -> list[Node]:
+    """Every node loaded and every static data input resolved, in dependency order."""
+    nodes = {name: load_node(name, raw, base, assets, f"{where}: jobs.{name}")
+             for name, raw in (jobs or {}).items()}
+    for node in nodes.values():
+        for key, binding in (node.raw.get("inputs") or {}).items():
+            if isinstance(binding, dict) and not REF.search(str(binding.get("path", ""))):
+                input_value(binding, f"{node.where}.inputs.{key}", base, assets)
+        if node.kind == "pipeline":
+            build_nodes(node.definition["jobs"], node.base, assets, node.where)
+    graph = {name: {step for step, _ in STEP_OUTPUT.findall(str(node.raw))}
+             for name, node in nodes.items()}
+    unknown = {dep for deps in graph.values() for dep in deps} - set(nodes)
+    if unknown:
+        raise LocalRunError(f"{where}: jobs refer to nodes that do not exist: {sorted(unknown)}")
+    try:
+        return [nodes[name] for name in TopologicalSorter(graph).static_order()]
+    except CycleError as err:
+        raise LocalRunError(f"{where}: jobs: the nodes depend on each other in a cycle "
+                            f"({' -> '.join(err.args[1])}); break the cycle") from err
+
+
+def bind(binding, decl: dict, scope: Scope, key: str) -> Value:
+    """A node input binding -> its value in this pipeline."""
+    kind = str((decl or {}).get("type") or "")
+    if isinstance(binding, dict):
+        path = binding.get("path")
+        if isinstance(path, str) and REF.search(path):
+            value = bind(path, decl, scope, key)
+            return replace(value, type=str(binding.get("type") or value.type))
+        return input_value(binding, key, scope.base, scope.assets)
+    if not isinstance(binding, str):
+        return input_value(binding, key, scope.base, scope.assets)
+    text = binding.strip()
+    if match := PARENT_INPUT.match(text):
+        if match.group(1) not in scope.inputs:
+            raise LocalRunError(f"{key}: {text}: the pipeline has no input {match.group(1)}")
+        value = scope.inputs[match.group(1)]
+        return replace(value, type=kind or value.type) if value.is_data else value
+    if match := STEP_OUTPUT.fullmatch(text):
+        produced = scope.steps.get(match.group(1), {})
+        if match.group(2) not in produced:
+            raise LocalRunError(f"{key}: {text}: node {match.group(1)} has no output "
+                                f"{match.group(2)} (its outputs: {', '.join(produced) or 'none'})")
+        out_type, path = produced[match.group(2)]
+        return Value(path=path, type=kind or out_type)
+    if PARENT_OUTPUT.match(text):
+        raise LocalRunError(f"{key}: a node input cannot read a pipeline output ({text})")
+    if REF.search(text):  # a literal with pipeline inputs inside it
+        return Value(REF.sub(lambda m: str(bind("${{" + m.group(1) + "}}", {}, scope,
+                                                key).text or ""), binding))
+    if kind in DATA_TYPES:
+        return Value(path=scope.assets.local_path(binding, key, scope.base), type=kind)
+    return Value(binding)
+
+
+def node_inputs(node: Node, scope: Scope) -> dict[str, Value]:
+    decls = {} if node.inline else (node.definition.get("inputs") or {})
+    bindings = node.raw.get("inputs") or {}
+    values = {}
+    for name in [*decls, *[b for b in bindings if b not in decls]]:
+        decl = decls.get(name) if isinstance(decls.get(name), dict) else {}
+        if name in bindings:
+            values[name] = bind(bindings[name], decl, scope, f"{node.where}.inputs.{name}")
+        else:
+            values[name] = input_value(decl.get("default"), f"{node.where}.inputs.{name}",
+                                       node.base, scope.assets)
+    return values
+
+
+def node_outputs(node: Node, scope: Scope) -> dict[str, OutputSpec]:
+    bindings = node.raw.get("outputs") or {}
+    decls = bindings if node.inline else (node.definition.get("outputs") or {})
+    specs = {}
+    for name in [*decls, *[b for b in bindings if b not in decls]]:
+        spec = output_spec(decls.get(name) if isinstance(decls.get(name), dict) else None)
+        binding = bindings.get(name)
+        if isinstance(binding, str) and (match := PARENT_OUTPUT.match(binding.strip())):
+            if match.group(1) not in scope.outputs:
+                raise LocalRunError(f"{node.where}.outputs.{name}: the pipeline has no output "
+                                    f"{match.group(1)}")
+            parent = scope.outputs[match.group(1)]
+            spec = replace(spec, type=parent.type, filename=parent.filename,
+                           target=parent.target)
+        elif isinstance(binding, dict) and binding.get("type"):
+            spec = replace(output_spec(binding), target=None)
+        specs[name] = spec
+    return specs
+
+
+def definition_for(node: Node) -> dict:
+    """The component with the node's own overrides (distribution, resources, ...) applied."""
+    merged = {**node.definition, **{k: node.raw[k] for k in OVERRIDES if k in node.raw}}
+    if "environment_variables" in node.raw:
+        merged["environment_variables"] = {**(node.definition.get("environment_variables")
+                                              or {}), **(node.raw["environment_variables"] or {})}
+    resources = {**(node.definition.get("resources") or {}), **(node.raw.get("resources") or {})}
+    merged["resources"] = resources or None
+    return merged

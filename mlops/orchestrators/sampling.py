@@ -1,0 +1,57 @@
+"""Azure's search space types and sampling algorithms on Optuna.
+
+loguniform(min, max) is exp(uniform(min, max)); q* types round to multiples of q; normal and
+lognormal are sampled through the inverse normal CDF of a uniform Optuna variable (so TPE can
+model them). random -> RandomSampler, grid -> every combination in order (choice only),
+bayesian -> TPESampler.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from statistics import NormalDist
+
+import optuna
+
+from mlops.errors import LocalRunError
+
+_EPS = 1e-9
+
+
+def _q(value: float, q) -> float:
+    return round(value / float(q)) * float(q) if q else value
+
+
+def sample(trial: optuna.Trial, name: str, p: dict):
+    kind = p["type"]
+    if kind == "choice":
+        return trial.suggest_categorical(name, list(p["values"]))
+    if kind == "randint":
+        return trial.suggest_int(name, 0, int(p["upper"]) - 1)
+    low, high = (float(p.get("min_value", 0)), float(p.get("max_value", 0)))
+    if kind in ("uniform", "quniform"):
+        return _q(trial.suggest_float(name, low, high), p.get("q"))
+    if kind in ("loguniform", "qloguniform"):
+        return _q(math.exp(trial.suggest_float(name, low, high)), p.get("q"))
+    if kind in ("normal", "qnormal", "lognormal", "qlognormal"):
+        u = trial.suggest_float(f"{name}__u", _EPS, 1 - _EPS)
+        value = NormalDist(float(p["mu"]), float(p["sigma"])).inv_cdf(u)
+        return _q(math.exp(value) if "lognormal" in kind else value, p.get("q"))
+    raise LocalRunError(f"search_space.{name}: type {kind} is not an Azure search space type")
+
+
+def make_study(algorithm, space: dict, maximize: bool) -> optuna.Study:
+    kind = str(algorithm.get("type") if isinstance(algorithm, dict) else algorithm).lower()
+    seed = algorithm.get("seed") if isinstance(algorithm, dict) else None
+    samplers = {"random": optuna.samplers.RandomSampler, "grid": optuna.samplers.RandomSampler,
+                "bayesian": optuna.samplers.TPESampler}
+    if kind not in samplers:
+        raise LocalRunError(f"sampling_algorithm {kind}: Azure knows random, grid and bayesian")
+    study = optuna.create_study(direction="maximize" if maximize else "minimize",
+                                sampler=samplers[kind](seed=None if seed is None else int(seed)))
+    if kind == "grid":  # every combination once, in order (GridSampler cannot ask/tell)
+        names = list(space)
+        for combo in itertools.product(*(space[n]["values"] for n in names)):
+            study.enqueue_trial(dict(zip(names, combo, strict=True)))
+    return study

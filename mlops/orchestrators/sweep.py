@@ -1,0 +1,294 @@
+"""Sweeps: Optuna samples the search space, every trial is a task of the one runtime, and Azure's
+early-termination policies stop trials while they run (read from each trial's MLflow metric).
+
+The search space is sampled as Azure defines it (mlops/orchestrators/sampling.py). Used by sweep
+jobs and by pipeline nodes of type sweep; the best trial's outputs become the sweep's outputs, as on
+Azure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+
+from mlops import runtime
+from mlops.orchestrators.policies import Policy, should_stop
+from mlops.orchestrators.sampling import make_study, sample
+from mlops.runtime import launch
+from mlops.runtime.binding import publish
+from mlops.runtime.tasks import command_task, experiment_name, load_component
+from mlops.runtime.values import Value, job_inputs, job_outputs, render_literal
+
+POLL_S = 0.5
+
+
+@dataclass
+class Settings:
+    space: dict
+    metric: str
+    maximize: bool
+    policy: Policy
+    max_trials: int
+    concurrency: int
+    timeout: float
+    trial_timeout: float
+    algorithm: object
+
+    @classmethod
+    def from_spec(cls, data: dict, max_procs: int) -> Settings:
+        space = data.get("search_space") or {}
+        limits = data.get("limits") or {}
+        algorithm = data.get("sampling_algorithm", "random")
+        is_grid = "grid" in str(algorithm).lower()
+        grid = math.prod(len(p["values"]) for p in space.values()) if is_grid else None
+        objective = data.get("objective") or {}
+        return cls(space, str(objective.get("primary_metric")),
+                   str(objective.get("goal", "maximize")).lower() == "maximize",
+                   Policy.from_spec(data.get("early_termination")),
+                   min(int(limits.get("max_total_trials") or grid or 1), grid or 10**9),
+                   max(1, min(int(limits.get("max_concurrent_trials") or 1), max_procs)),
+                   float(limits.get("timeout") or 0), float(limits.get("trial_timeout") or 0),
+                   algorithm)
+
+
+@dataclass
+class Trial:
+    number: int
+    params: dict
+    running: runtime.Running
+    optuna_trial: optuna.Trial
+    history: list = field(default_factory=list)
+    evaluated: int = 0
+    status: str = "Running"
+    result: runtime.Result | None = None
+
+
+class Sweep:
+    def __init__(self, settings: Settings, rt: runtime.Runtime,
+                 make_task: Callable[[int, dict], runtime.Task]):
+        self.s, self.rt, self.make_task = settings, rt, make_task
+        self.study = make_study(settings.algorithm, settings.space, settings.maximize)
+        self.trials: list[Trial] = []
+
+    def launch(self) -> None:
+        number = len(self.trials)
+        optuna_trial = self.study.ask()
+        params = {name: sample(optuna_trial, name, p) for name, p in self.s.space.items()}
+        running = runtime.start(self.make_task(number, params), self.rt, echo=False)
+        self.trials.append(Trial(number, params, running, optuna_trial))
+        print(f"trial {number} started: {params}", flush=True)
+
+    def running(self) -> list[Trial]:
+        return [t for t in self.trials if t.status == "Running"]
+
+    def best(self, trial: Trial):
+        if not trial.history:
+            return None
+        return max(trial.history) if self.s.maximize else min(trial.history)
+
+    def finish(self, trial: Trial, status: str) -> None:
+        trial.result = runtime.finish(trial.running, self.rt, None if status == "Ended" else
+                                      status)
+        trial.status = trial.result.status
+        trial.history = self.rt.tracking.history(trial.running.run_id, self.s.metric)
+        value = self.best(trial)
+        state = {"Completed": optuna.trial.TrialState.COMPLETE,
+                 "EarlyTerminated": optuna.trial.TrialState.PRUNED}.get(
+                     trial.status, optuna.trial.TrialState.FAIL)
+        if state == optuna.trial.TrialState.COMPLETE and value is None:
+            state = optuna.trial.TrialState.FAIL
+        self.study.tell(trial.optuna_trial, value if state == optuna.trial.TrialState.COMPLETE
+                        else None, state=state)
+        print(f"trial {trial.number} {trial.status}: {self.s.metric}={value} after "
+              f"{len(trial.history)} report(s)", flush=True)
+
+    def apply_policy(self, trial: Trial) -> bool:
+        """Evaluate every interval the trial reported since the last check, in order."""
+        trial.history = self.rt.tracking.history(trial.running.run_id, self.s.metric)
+        others = [t.history for t in self.running() if t is not trial]
+        done = [t.history for t in self.trials if t.status != "Running" and t.history]
+        while trial.evaluated < len(trial.history):
+            trial.evaluated += 1
+            if should_stop(self.s.policy, trial.history[:trial.evaluated], others, done,
+                           self.s.maximize):
+                print(f"trial {trial.number}: early-terminated at interval {trial.evaluated} "
+                      f"({self.s.policy.type})", flush=True)
+                return True
+        return False
+
+    def step(self) -> None:
+        for trial in self.running():
+            if trial.running.launch.poll() is not None:
+                self.finish(trial, "Ended")
+            elif self.apply_policy(trial):
+                self.finish(trial, "EarlyTerminated")
+            elif self.s.trial_timeout and \
+                    time.monotonic() - trial.running.started > self.s.trial_timeout:
+                self.finish(trial, "TimedOut")
+
+    def run(self) -> None:
+        started = time.monotonic()
+        while True:
+            out_of_time = self.s.timeout and time.monotonic() - started > self.s.timeout
+            while (not out_of_time and len(self.running()) < self.s.concurrency
+                   and len(self.trials) < self.s.max_trials):
+                self.launch()
+            if not self.running():
+                return
+            if out_of_time:
+                for trial in self.running():
+                    self.finish(trial, "Canceled")
+                return
+            time.sleep(POLL_S)
+            launch.check_interrupt()
+            self.step()
+
+    def summary(self) -> dict:
+        rows = [{"trial": t.number, "params": t.params, "metric": self.best(t),
+                 "status": t.status, "intervals": len(t.history), "run_id": t.running.run_id,
+                 "folder": str(t.running.task.folder),
+                 "seconds": round(t.result.seconds, 2) if t.result else None,
+                 "log": str(t.result.log) if t.result else None}
+                for t in self.trials]
+        scored = [r for r in rows if r["metric"] is not None and r["status"] == "Completed"]
+        pick = max if self.s.maximize else min
+        best = pick(scored, key=lambda r: r["metric"]) if scored else None
+        logged = sorted({m for t in self.trials for m in
+                         self.rt.tracking.metric_names(t.running.run_id)})
+        return {"primary_metric": self.s.metric, "goal": "maximize" if self.s.maximize else
+                "minimize", "trials": rows, "best_trial": best, "metrics_logged": logged}
+
+
+def print_table(summary: dict) -> None:
+    names = sorted({k for row in summary["trials"] for k in row["params"]})
+    header = ["trial", *names, summary["primary_metric"], "status"]
+    print("\n" + "  ".join(f"{h:>14}" for h in header))
+    for row in summary["trials"]:
+        cells = [row["trial"], *[row["params"].get(n) for n in names], row["metric"],
+                 row["status"]]
+        print("  ".join(f"{c:>14.6g}" if isinstance(c, float) else f"{c!s:>14}" for c in cells))
+    best, rows = summary["best_trial"], summary["trials"]
+    failed = [row for row in rows if row["status"] == "Failed"]
+    if best:
+        print(f"best trial: {best['trial']} ({summary['primary_metric']}={best['metric']:.6g}, "
+              f"MLflow run {best['run_id']})")
+    if failed and len(failed) == len(rows):
+        first = failed[0]
+        print(f"every trial failed ({len(rows)} of {len(rows)}); trial {first['trial']} ended "
+              f"with: {last_error(first['log'])}\n  its log: {first['log']}", file=sys.stderr)
+    elif failed:
+        print(f"{len(failed)} of {len(rows)} trials failed (first: trial {failed[0]['trial']}, "
+              f"log {failed[0]['log']})", file=sys.stderr)
+    elif not best and rows:
+        logged = ", ".join(summary["metrics_logged"]) or "none"
+        print(f"no completed trial logged the primary metric '{summary['primary_metric']}'; "
+              f"the trials logged: {logged}. Fix objective.primary_metric or the trial's "
+              "logging", file=sys.stderr)
+
+
+def last_error(log: str | None) -> str:
+    """The line a failed process ended on: its last error or exception line, else its last."""
+    try:
+        lines = [line.strip() for line in Path(log).read_text(errors="replace").splitlines()
+                 if line.strip()]
+    except (OSError, TypeError):
+        return "(no log)"
+    errors = [line for line in lines if re.search(r"(Error|Exception|error:|Traceback)", line)
+              and not line.startswith("Traceback")]
+    return (errors or lines or ["(empty log)"])[-1]
+
+
+def sweep(data: dict, rt: runtime.Runtime, folder: Path, parent_run: str,
+          make_task: Callable[[int, dict], runtime.Task]) -> dict:
+    """Run the trials; write sweep_summary.json in `folder`; return the summary."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    settings = Settings.from_spec(data, rt.max_procs)
+    engine = Sweep(settings, rt, make_task)
+    threads, rt.threads = rt.threads, max(1, rt.max_procs // settings.concurrency)
+    try:
+        engine.run()
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping running trials ...", file=sys.stderr)
+        for trial in engine.running():
+            trial.running.launch.stop()
+            engine.finish(trial, "Canceled")
+        raise
+    finally:
+        rt.threads = threads
+    summary = engine.summary()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sweep_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print_table(summary)
+    if summary["best_trial"]:
+        rt.tracking.set_tag(parent_run, "best_child_run_id", summary["best_trial"]["run_id"])
+    return summary
+
+
+@dataclass
+class TrialContext:
+    """Where a sweep's trials go and how they are named and tracked."""
+
+    folder: Path  # trials/trial_NNN under it
+    assets: object  # the AssetMap its references resolve through
+    where: str  # "<spec>: trial", for messages and tags
+    name: str  # trials are <name>_<number>
+    experiment: str
+    parent: str  # the sweep's MLflow run
+
+
+def trial_factory(trial_def: dict, base: Path, inputs: dict[str, Value], outputs: dict,
+                  ctx: TrialContext) -> Callable[[int, dict], runtime.Task]:
+    """Trials run the trial command with the sampled values as ${{search_space.x}} and, for a
+    component trial, as the inputs of the same names (as pipeline sweep nodes bind them)."""
+
+    def make(number: int, params: dict) -> runtime.Task:
+        rendered = {k: render_literal(v) for k, v in params.items()}
+        merged = {**inputs, **{k: Value(v) for k, v in rendered.items()}}
+        task = command_task(trial_def, base, ctx.folder / "trials" / f"trial_{number:03d}",
+                            ctx.assets, ctx.where, f"{ctx.name}_{number}",
+                            ctx.experiment, ctx.parent, merged,
+                            {k: runtime_output(v) for k, v in outputs.items()},
+                            {"mlops.spec": ctx.where, "mlops.trial": str(number),
+                             **{f"param.{k}": v for k, v in rendered.items()}})
+        task.extra = {"search_space": rendered}
+        return task
+
+    return make
+
+
+def runtime_output(spec):
+    """A trial writes into its own folder even when the sweep's output is bound elsewhere."""
+    from dataclasses import replace
+
+    return replace(spec, target=None)
+
+
+def run_sweep_job(job, rt: runtime.Runtime) -> int:
+    data, path = job.data, job.spec.path
+    experiment = experiment_name(data)
+    parent = rt.tracking.start(experiment, job.name, {"mlops.spec": str(path),
+                                                      "mlops.local": "true"})
+    trial_def, base = load_component(data["trial"], path.parent, job.assets, f"{path}: trial")
+    outputs = job_outputs(data.get("outputs"))
+    ctx = TrialContext(rt.root, job.assets, f"{path}: trial", job.name, experiment, parent)
+    make = trial_factory(trial_def, base, job_inputs(data.get("inputs"), path.parent,
+                                                     job.assets), outputs, ctx)
+    try:
+        summary = sweep(data, rt, rt.root, parent, make)
+    except KeyboardInterrupt:
+        rt.tracking.finish(parent, "KILLED")
+        raise
+    best = summary["best_trial"]
+    if best:
+        publish(Path(best["folder"]), outputs, rt.root)
+    rt.tracking.finish(parent, "FINISHED" if best else "FAILED")
+    print(f"summary: {rt.root / 'sweep_summary.json'}")
+    return 0 if best else 1

@@ -1,0 +1,193 @@
+"""The one local runtime: every command job, sweep trial, pipeline step and batch run goes through
+resolve -> snapshot -> environment -> launch -> collect, as Azure ML runs a job.
+
+A task's folder holds what Azure keeps for a job:
+    wd/               its private copy of `code:` (the working directory; outputs/ and logs/ in it)
+    inputs/<name>     each data input, bound under a short safe path (Azure mounts INPUT_<name>)
+    outputs/<name>    each output (unless a pipeline binds it elsewhere)
+    log.txt           stdout and stderr of every process (appended when a job is run again)
+    status.json       written when the task starts (Running, its MLflow run id, the runner's pid)
+                      and replaced atomically with the outcome and exit code when it ends
+Values are substituted into the command raw, as Azure does, so every bound path must be safe in
+a shell: the run root is checked once, and every other path is built from names below it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlops import envs
+from mlops.errors import LocalRunError
+from mlops.runtime import launch, readonly_inputs, snapshot, watchdog
+from mlops.runtime.binding import bind_inputs, bind_outputs, fill_artifacts, read_only
+from mlops.runtime.mlflow_runs import Tracking, now_ms
+from mlops.runtime.reuse import Index
+from mlops.runtime.tasks import Task
+from mlops.runtime.values import render_command
+
+SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=,-]+$")
+DROPPED_ENV = re.compile(r"^(MLFLOW_|AZUREML_|AZURE_ML_|OMPI_COMM_WORLD_|TF_CONFIG$|RANK$|"
+                         r"LOCAL_RANK$|WORLD_SIZE$|NODE_RANK$|MASTER_ADDR$|MASTER_PORT$|"
+                         r"LOCAL_WORLD_SIZE$)")
+
+
+@dataclass
+class Runtime:
+    """What every task of one local run shares."""
+
+    root: Path
+    max_procs: int
+    tracking: Tracking = field(default_factory=Tracking)
+    environments: envs.Environments | None = None
+    threads: int | None = None
+    started: bool = False  # a process was launched: the run folder now holds a real run
+    force_rerun: bool = False  # pipeline steps run again even where an earlier one matches
+    reuse: Index = None  # completed steps of every run beside this one (mlops/runtime/reuse.py)
+
+    def __post_init__(self) -> None:
+        if not SAFE_PATH.match(str(self.root)):
+            raise LocalRunError(
+                f"the run folder {self.root} has characters a shell would split or expand "
+                "(Azure substitutes paths into commands unquoted). Pass --run-dir (RUN_DIR=) "
+                "with a path of letters, digits and . _ - / only, or move the repository")
+        if self.environments is None:
+            self.environments = envs.Environments()
+        if self.reuse is None:
+            self.reuse = Index(self.root.resolve().parent)
+
+
+@dataclass
+class Running:
+    task: Task
+    launch: launch.Launch
+    run_id: str
+    outputs: dict[str, str]
+    since_ms: int
+    started: float
+    watchdog: object = None  # ends the task if this runner dies without a word (watchdog.py)
+
+
+@dataclass
+class Result:
+    status: str  # Completed, Failed, Canceled, EarlyTerminated, TimedOut
+    code: int
+    run_id: str
+    outputs: dict[str, str]
+    seconds: float
+    log: Path
+
+
+def process_env(task: Task, rt: Runtime, run_id: str, wd: Path, inputs: dict,
+                outputs: dict) -> dict[str, str]:
+    """The variables Azure sets for a job, over this shell's, under the spec's own."""
+    env = {k: v for k, v in os.environ.items() if not DROPPED_ENV.match(k)}
+    env.update(rt.environments.activate(task.environment, task.env_base, task.folder, task.where,
+                                        task.image_packages))
+    if rt.threads:
+        env["OMP_NUM_THREADS"] = str(rt.threads)  # trials share this machine's cores
+    env.update({"MLFLOW_TRACKING_URI": rt.tracking.job_uri(), "MLFLOW_RUN_ID": run_id,
+                "MLFLOW_EXPERIMENT_NAME": task.experiment,
+                "MLFLOW_EXPERIMENT_ID": rt.tracking.experiment_id(task.experiment),
+                "AZUREML_RUN_ID": run_id, "AZUREML_ARM_PROJECT_NAME": task.experiment,
+                "AZUREML_CR_EXECUTION_WORKING_DIR_PATH": str(wd),
+                # MLflow prints a link to every run it ends on an http store; Azure's prints none
+                "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"})
+    env.update({f"AZURE_ML_INPUT_{k}": v for k, v in inputs.items() if v is not None})
+    env.update({f"AZURE_ML_OUTPUT_{k}": v for k, v in outputs.items()})
+    env[readonly_inputs.VARIABLE] = os.pathsep.join(read_only(task.inputs, task.folder))
+    env.update({str(k): "" if v is None else str(v) for k, v in task.env_vars.items()})
+    return env
+
+
+def previous_run(folder: Path, rt: Runtime) -> str | None:
+    """The MLflow run of an earlier attempt of the task in this folder, to reopen. An attempt
+    whose runner died without a word (and whose watchdog died too) is ended first: its runs
+    still RUNNING become KILLED. A folder a live runner is using is refused."""
+    record = watchdog.read_status(folder)
+    if record.get("status") == "Running":
+        if watchdog.alive(record.get("pid")):
+            raise LocalRunError(f"{folder} is in use by a local run (pid {record['pid']}); "
+                                "wait for it, stop it, or use another --run-dir")
+        if record.get("mlflow_run_id"):
+            rt.tracking.finish(record["mlflow_run_id"], "KILLED", record.get("started_ms"),
+                               only_running=True)
+    return record.get("mlflow_run_id")
+
+
+def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Running:
+    """Resolve, snapshot, build the environment, open the MLflow run, launch the processes."""
+    reuse = previous_run(task.folder, rt)  # before anything is written into the folder
+    task.folder.mkdir(parents=True, exist_ok=True)
+    inputs = bind_inputs(task.inputs, task.folder)
+    outputs = bind_outputs(task.outputs, task.folder)
+    command = render_command(task.command, {"inputs": inputs, "outputs": outputs, **task.extra},
+                             task.where)
+    wd = task.folder / "wd"
+    snapshot.take(task.code, wd)
+    try:
+        overlays, notice = launch.rank_envs(task.distribution, task.resources, rt.max_procs)
+    except ValueError as err:
+        raise LocalRunError(f"{task.where}: {err}") from None
+    if not task.distribution and task.replicas > 1:
+        overlays = [{} for _ in range(task.replicas)]
+    run_id = rt.tracking.start(task.experiment, task.name, task.tags, task.parent_run,
+                               reuse=reuse)
+    since = now_ms()
+    try:
+        base = process_env(task, rt, run_id, wd, inputs, outputs)
+    except BaseException:
+        rt.tracking.finish(run_id, "FAILED")
+        raise
+    if notice:
+        print(notice, file=sys.stderr)
+    command, overlays = launch.under_mpirun(command, overlays, task.distribution, base)
+    (task.folder / "command.sh").write_text(command + "\n")
+    rt.started = True
+    watchdog.write_status(task.folder, {"status": "Running", "mlflow_run_id": run_id,
+                                        "pid": os.getpid(), "started_ms": since,
+                                        "outputs": outputs})
+    job = launch.Launch(command, wd, [{**base, **o} for o in overlays], task.folder / "log.txt",
+                        label, echo)
+    guard = watchdog.start(task.folder, run_id, rt.tracking.uri, [p.pid for p in job.procs])
+    return Running(task, job, run_id, outputs, since, time.monotonic(), guard)
+
+
+def finish(running: Running, rt: Runtime, status: str | None = None) -> Result:
+    """Collect: stop what is left, upload artifacts, record the outcome in MLflow and on disk."""
+    job = running.launch
+    code = job.poll()
+    if code is None:
+        job.stop()
+        code = job.poll()
+    job.close()
+    fill_artifacts(running.task.command, running.task.folder / "wd", running.outputs)
+    status = status or ("Completed" if code == 0 else "Failed")
+    mlflow_status = {"Completed": "FINISHED", "Failed": "FAILED"}.get(status, "KILLED")
+    rt.tracking.log_artifacts(running.run_id, running.task.folder / "wd", job.log)
+    rt.tracking.finish(running.run_id, mlflow_status, running.since_ms, job.ended_ms)
+    rt.environments.release(running.task.folder)
+    seconds = time.monotonic() - running.started
+    record = {"status": status, "exit_code": code, "mlflow_run_id": running.run_id,
+              "seconds": round(seconds, 3), "outputs": running.outputs}
+    watchdog.write_status(running.task.folder, record)
+    if running.watchdog is not None:
+        watchdog.release(running.watchdog)
+    return Result(status, code, running.run_id, running.outputs, seconds, job.log)
+
+
+def run(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Result:
+    """Start a task and wait for it; Ctrl-C (or SIGTERM/SIGHUP) stops it and records KILLED."""
+    running = start(task, rt, echo, label)
+    try:
+        running.launch.wait()
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: stopping {task.name} ...", file=sys.stderr)
+        running.launch.stop()
+        finish(running, rt, "Canceled")
+        raise
+    return finish(running, rt)

@@ -1,0 +1,135 @@
+"""MLflow runs for local jobs, created as Azure ML creates them for a job, a trial or a step.
+
+The runner opens the run (the spec's experiment and display name, tagged with the spec) and hands
+it to the job through MLFLOW_RUN_ID, as Azure does, so a plain `mlflow.log_metric` lands in it.
+When the job ends the runner records the outcome: FINISHED, FAILED or KILLED, also on any run the
+job opened below it and left RUNNING (a crash, Ctrl-C), and uploads `outputs/`, `logs/` and the
+job's log as the run's artifacts, the folders Azure uploads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from mlops.specs import ROOT
+
+DEFAULT_URI = f"sqlite:///{ROOT / 'mlflow.db'}"
+EXIT_WINDOW_MS = 2000  # runs closed this close to the job's end were closed by its exit
+log = logging.getLogger(__name__)
+
+
+def tracking_uri() -> str:
+    """The store every process of a run shares; a relative sqlite path is made absolute, because
+    jobs run in their own working directory."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+        uri = prefix + str(Path(uri[len(prefix):]).resolve())
+    return uri
+
+
+class Tracking:
+    """The runner's own client (on the store directly) and the URI jobs are given (the local
+    tracking server's, when it runs: mlops/runtime/mlflow_server.py)."""
+
+    def __init__(self, server=None, uri: str | None = None) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.uri = uri or tracking_uri()
+        self.client = MlflowClient(self.uri)
+        self.server = server
+
+    def job_uri(self) -> str:
+        return (self.server.uri() if self.server else None) or self.uri
+
+    def experiment_id(self, name: str) -> str:
+        found = self.client.get_experiment_by_name(name)
+        return found.experiment_id if found else self.client.create_experiment(name)
+
+    def start(self, experiment: str, name: str, tags: dict, parent: str | None = None,
+              reuse: str | None = None) -> str:
+        """A new run, or `reuse` reopened: a job run again into its folder is the same job, as
+        Azure retries a preempted job under its own run (its training resumes into it)."""
+        if reuse:
+            try:
+                self.client.get_run(reuse)
+                self.client.update_run(reuse, status="RUNNING")
+                return reuse
+            except Exception:  # noqa: BLE001 - gone (another store, deleted): start afresh
+                pass
+        tags = {**tags, **({"mlflow.parentRunId": parent} if parent else {})}
+        run = self.client.create_run(self.experiment_id(experiment), run_name=name, tags=tags)
+        return run.info.run_id
+
+    def finish(self, run_id: str, status: str, since_ms: int | None = None,
+               exit_ms: int | None = None, only_running: bool = False) -> None:
+        """End `run_id` and the runs the job opened below it: any left RUNNING, and, when the
+        job failed or was stopped, those its dying process closed as FINISHED (MLflow's exit
+        hook ends open runs as FINISHED even when the process crashes). `only_running`: leave
+        every run that already ended as it is (a dead launcher's leftovers)."""
+        if since_ms is not None:
+            for child in self._descendants(run_id, since_ms):
+                closed_by_exit = (status != "FINISHED" and exit_ms is not None and
+                                  child.info.status == "FINISHED" and
+                                  (child.info.end_time or 0) >= exit_ms - EXIT_WINDOW_MS)
+                if child.info.status == "RUNNING" or closed_by_exit:
+                    self.client.set_terminated(child.info.run_id, status)
+        if only_running:
+            try:
+                if self.client.get_run(run_id).info.status != "RUNNING":
+                    return
+            except Exception:  # noqa: BLE001 - gone (another store, deleted): nothing to end
+                return
+        self.client.set_terminated(run_id, status)
+
+    def _descendants(self, root: str, since_ms: int) -> list:
+        experiments = [e.experiment_id for e in self.client.search_experiments()]
+        recent = self.client.search_runs(experiments, f"attributes.start_time >= {since_ms}",
+                                         max_results=1000)
+        parents = {r.info.run_id: r.data.tags.get("mlflow.parentRunId") for r in recent}
+        found = []
+        for run in recent:
+            node, seen = parents.get(run.info.run_id), set()
+            while node and node != root and node not in seen:
+                seen.add(node)
+                node = parents.get(node) or self._parent(node)
+            if node == root and run.info.run_id != root:
+                found.append(run)
+        return found
+
+    def _parent(self, run_id: str) -> str | None:
+        try:
+            return self.client.get_run(run_id).data.tags.get("mlflow.parentRunId")
+        except Exception:  # noqa: BLE001 - a deleted run ends the chain
+            return None
+
+    def log_artifacts(self, run_id: str, wd: Path, log_file: Path) -> None:
+        """outputs/ and logs/ of the working directory, and the job's log, as Azure uploads."""
+        try:
+            for name in ("outputs", "logs"):
+                folder = wd / name
+                if folder.is_dir() and any(folder.iterdir()):
+                    self.client.log_artifacts(run_id, str(folder), name)
+            if log_file.is_file():
+                self.client.log_artifact(run_id, str(log_file), "user_logs")
+        except Exception as err:  # noqa: BLE001 - artifacts never decide a job's outcome
+            print(f"warning: could not upload artifacts of MLflow run {run_id}: {err}",
+                  file=sys.stderr)
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self.client.set_tag(run_id, key, value)
+
+    def history(self, run_id: str, metric: str) -> list[float]:
+        points = self.client.get_metric_history(run_id, metric)
+        return [p.value for p in sorted(points, key=lambda p: (p.step, p.timestamp))]
+
+    def metric_names(self, run_id: str) -> list[str]:
+        return sorted(self.client.get_run(run_id).data.metrics)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

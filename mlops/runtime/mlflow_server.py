@@ -1,0 +1,85 @@
+"""A local MLflow tracking server for the jobs of one local run, as Azure gives each job a tracking
+URI over HTTP.
+
+Jobs then log through MLflow's REST API, whatever MLflow version their environment has (a job
+that runs `pip install 'mlflow<2.19'` still logs to the same store, as on Azure), and concurrent
+trials never contend for the database file. The server writes the runner's store (sqlite);
+artifacts go straight to its local artifact folder. It serves on 127.0.0.1 only, from a child
+process started before the spec is validated (its imports overlap that work), and exits when the
+runner does (its stdin closes).
+
+    python -m mlops.runtime.mlflow_server <backend store uri> <artifact root>
+        (prints READY <port>)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+STARTUP_TIMEOUT_S = 90
+
+
+def serve(store: str, artifacts: str) -> None:
+    os.environ["_MLFLOW_SERVER_FILE_STORE"] = store
+    os.environ["_MLFLOW_SERVER_ARTIFACT_ROOT"] = artifacts
+    from mlflow.server import app
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(f"READY {server.server_port}", flush=True)
+    sys.stdin.read()  # returns at EOF: the runner has ended
+    os._exit(0)
+
+
+class Server:
+    """The runner's handle: started early, waited for when a job first needs its URI."""
+
+    def __init__(self, store: str, artifacts: Path):
+        self.log = tempfile.NamedTemporaryFile(prefix="mlflow-server-", suffix=".log",  # noqa: SIM115 - kept open for the server's lifetime
+                                               delete=False)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mlops.runtime.mlflow_server", store, str(artifacts)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            start_new_session=True)  # Ctrl-C reaches the runner, which ends the server last
+        self._uri: str | None = None
+
+    def uri(self) -> str | None:
+        """http://127.0.0.1:<port>, or None if the server could not start (jobs then use the
+        store directly, as before)."""
+        if self._uri is None and self.process.poll() is None:
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            line = ""
+            while time.monotonic() < deadline and not line.startswith("READY"):
+                line = self.process.stdout.readline()
+                if not line:
+                    break
+            if line.startswith("READY"):
+                self._uri = f"http://127.0.0.1:{line.split()[1]}"
+            else:
+                tail = Path(self.log.name).read_text(errors="replace").splitlines()[-5:]
+                print("warning: the local MLflow server did not start; jobs log to the store "
+                      "directly:\n  " + "\n  ".join(tail), file=sys.stderr)
+                self.close()
+        return self._uri
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2])

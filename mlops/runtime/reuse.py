@@ -1,0 +1,157 @@
+"""Pipeline step reuse, as Azure reuses a step whose work would be the same.
+
+Azure reuses a pipeline step (shows it "Reused", links the earlier outputs, starts nothing) when
+its component is deterministic (`is_deterministic`, true by default) and the step's definition,
+code snapshot, environment and inputs match an earlier completed step. Here a step's key hashes:
+the task as resolved (command, distribution, resources, environment variables, declared outputs),
+the content of its code snapshot (the files Azure would upload), its environment's packages and
+Python, each literal input's text and each data input's content (a file's bytes, or every file
+of a folder by relative path: an upstream step that ran again and wrote the same bytes is still
+the same input). Not reused: `is_deterministic: false`, the pipeline's `settings.force_rerun`,
+or `--force-rerun` (make ... FORCE=1).
+
+The index lives beside the run folders (`<runs>/.reuse/<key>.json`), so every run of this
+repository's pipelines can reuse every earlier one; a record whose step folder is gone, or did
+not complete, is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from mlops.environments.envspec import plan_for
+from mlops.runtime import watchdog
+from mlops.runtime.binding import publish
+from mlops.runtime.snapshot import code_files
+from mlops.specs import flag
+
+INDEX = ".reuse"
+
+
+@dataclass
+class Earlier:
+    folder: Path
+    run_id: str
+    key: str
+
+
+def file_digest(path: Path, cache: dict) -> str:
+    """sha256 of a file's bytes, remembered by (path, size, mtime) for this index."""
+    stat = path.stat()
+    memo = f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
+    if memo not in cache:
+        digest = hashlib.sha256()
+        with open(path, "rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
+        cache[memo] = digest.hexdigest()
+    return cache[memo]
+
+
+def data_digest(path: Path, cache: dict) -> str:
+    """A data input's identity: its content, wherever it lives."""
+    if path.is_file():
+        return file_digest(path, cache)
+    if not path.is_dir():
+        return f"missing:{path}"
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(path, followlinks=True):
+        dirs.sort()
+        for name in sorted(files):
+            full = Path(root) / name
+            digest.update(f"{full.relative_to(path)}\0{file_digest(full, cache)}\n".encode())
+    return digest.hexdigest()
+
+
+def code_digest(code: Path | None, cache: dict) -> str:
+    if code is None:
+        return "none"
+    digest = hashlib.sha256()
+    for source, relative in sorted(code_files(code), key=lambda pair: pair[1]):
+        digest.update(f"{relative}\0{file_digest(source, cache)}\n".encode())
+    return digest.hexdigest()
+
+
+class Index:
+    """Completed steps by key, for one folder of runs."""
+
+    def __init__(self, runs: Path):
+        self.folder = runs / INDEX
+        self._hashes: dict | None = None
+
+    @property
+    def hashes(self) -> dict:
+        if self._hashes is None:
+            try:
+                self._hashes = json.loads((self.folder / "hashes.json").read_text())
+            except (OSError, ValueError):
+                self._hashes = {}
+        return self._hashes
+
+    def key(self, task, env_map) -> str:
+        """The step's identity: everything that decides what it computes."""
+        plan = plan_for(task.environment, task.env_base, env_map, task.where)
+        inputs = {name: (f"data:{data_digest(Path(value.path), self.hashes)}" if value.is_data
+                         else f"text:{value.text}") for name, value in task.inputs.items()}
+        outputs = {name: {k: v for k, v in asdict(spec).items() if k != "target"}
+                   for name, spec in task.outputs.items()}
+        identity = {"command": task.command, "code": code_digest(task.code, self.hashes),
+                    "environment": [sorted(plan.requirements), plan.python],
+                    "inputs": inputs, "outputs": outputs, "distribution": task.distribution,
+                    "resources": task.resources, "env": task.env_vars, "extra": task.extra}
+        self._save_hashes()
+        text = json.dumps(identity, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def _save_hashes(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f"hashes.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(self.hashes))
+        os.replace(tmp, self.folder / "hashes.json")
+
+    def find(self, key: str) -> Earlier | None:
+        """The earlier completed step with this key, if its folder still holds it."""
+        try:
+            record = json.loads((self.folder / f"{key}.json").read_text())
+            status = json.loads((Path(record["folder"]) / "status.json").read_text())
+        except (OSError, ValueError, KeyError):
+            return None
+        if status.get("status") != "Completed" or status.get("mlflow_run_id") != \
+                record.get("run_id"):
+            return None
+        return Earlier(Path(record["folder"]), record["run_id"], key)
+
+    def record(self, key: str, folder: Path, run_id: str) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f"{key}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"folder": str(folder.resolve()), "run_id": run_id}))
+        os.replace(tmp, self.folder / f"{key}.json")
+
+
+def deterministic(definition: dict) -> bool:
+    return flag(definition.get("is_deterministic"), default=True)
+
+
+def link_step(task, earlier: Earlier, rt) -> dict[str, str]:
+    """Azure's reused step: the earlier outputs linked into this step's places, nothing started,
+    a FINISHED MLflow child run that names the original. Returns the outputs' paths."""
+    folder = task.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    same = folder.resolve() == earlier.folder.resolve()
+    paths = json.loads((earlier.folder / "status.json").read_text())["outputs"] if same else \
+        publish(earlier.folder, task.outputs, folder)
+    run_id = rt.tracking.start(task.experiment, task.name,
+                               {**task.tags, "mlops.reused_from": earlier.run_id,
+                                "mlops.reused_from_folder": str(earlier.folder)},
+                               task.parent_run)
+    rt.tracking.finish(run_id, "FINISHED")
+    if not same:
+        watchdog.write_status(folder, {"status": "Reused", "exit_code": 0,
+                                       "mlflow_run_id": run_id, "reused_run": earlier.run_id,
+                                       "from": str(earlier.folder), "outputs": paths})
+    print(f"step {task.name}: Reused (from {earlier.folder})", flush=True)
+    return paths

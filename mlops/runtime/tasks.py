@@ -1,0 +1,91 @@
+"""Task, and spec -> Task: what a command job, a trial or a pipeline node asks the runtime to run.
+
+Each builder is pure apart from reading component files; the runtime does the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlops.errors import LocalRunError
+from mlops.runtime.uris import AssetMap, is_remote
+from mlops.runtime.values import OutputSpec, Value, job_inputs, job_outputs
+from mlops.specs import SpecError, load_spec
+
+
+@dataclass
+class Task:
+    """One unit Azure runs as a job: a command with its code, inputs, outputs and environment."""
+
+    name: str
+    command: str
+    where: str  # "jobs/train.yml: command", for messages
+    folder: Path
+    code: Path | None = None
+    inputs: dict[str, Value] = field(default_factory=dict)
+    outputs: dict[str, OutputSpec] = field(default_factory=dict)
+    environment: object = None
+    env_base: Path = Path(".")
+    env_vars: dict = field(default_factory=dict)
+    image_packages: tuple = ()  # what the image adds when the environment lacks it
+    distribution: dict | None = None
+    resources: dict | None = None
+    extra: dict = field(default_factory=dict)  # more ${{scope.x}} values: search_space
+    replicas: int = 1  # identical processes with no distribution (a batch deployment's)
+    experiment: str = "Default"
+    tags: dict = field(default_factory=dict)
+    parent_run: str | None = None
+
+
+def code_path(code, base: Path, where: str) -> Path | None:
+    """`code:` relative to the spec; remote code (azureml:, git+, https) cannot be copied here."""
+    if code is None or code == "":
+        return None
+    code = str(code)
+    if is_remote(code):
+        raise LocalRunError(f"{where}: code {code} is not a local folder; Azure fetches it, this "
+                            "machine cannot. Point code: at a local copy")
+    return (base / code.removeprefix("file:")).resolve()
+
+
+def experiment_name(data: dict) -> str:
+    """Azure's default experiment is the name of the folder the job is submitted from."""
+    return str(data.get("experiment_name") or Path.cwd().name)
+
+
+def load_component(ref, base: Path, assets: AssetMap, where: str) -> tuple[dict, Path]:
+    """A component given as a file, `file:` path, inline mapping, or mapped `azureml:` name."""
+    if isinstance(ref, dict):
+        return ref, base
+    ref = str(ref)
+    if is_remote(ref):
+        path = assets.local_path(ref, where, base, must_exist=False)
+        if not path.is_file():
+            raise LocalRunError(f"{where}: {ref} is a registered component; map it to a local "
+                                f"component file in {assets.file} to run it here")
+    else:
+        path = (base / ref.removeprefix("file:")).resolve()
+    try:
+        spec = load_spec(path, role="component")
+    except SpecError as err:
+        raise LocalRunError(f"{where}: component {ref}: {err}") from None
+    return spec.data, path.parent
+
+
+def command_task(data: dict, base: Path, folder: Path, assets: AssetMap, where: str,
+                 name: str, experiment: str, parent: str | None = None,
+                 inputs: dict[str, Value] | None = None,
+                 outputs: dict[str, OutputSpec] | None = None, tags: dict | None = None) -> Task:
+    """A command job (or component, or inline node) as one task."""
+    if not data.get("command"):
+        raise LocalRunError(f"{where}: no command to run")
+    return Task(
+        name=name, command=str(data["command"]), where=where, folder=folder,
+        code=code_path(data.get("code"), base, f"{where}.code"),
+        inputs=job_inputs(data.get("inputs"), base, assets) if inputs is None else inputs,
+        outputs=job_outputs(data.get("outputs")) if outputs is None else outputs,
+        environment=data.get("environment"), env_base=base,
+        env_vars=dict(data.get("environment_variables") or {}),
+        distribution=data.get("distribution"), resources=data.get("resources"),
+        experiment=experiment, tags=dict(tags or {}), parent_run=parent)

@@ -1,0 +1,117 @@
+"""What a spec's inputs, outputs and command mean, in Azure's terms.
+
+Inputs: a scalar is a literal (a string that looks like a path or URL stays a string, as Azure
+keeps it); a mapping with a data `type` or a `path` is data, resolved to a local path (relative to
+the spec, or through assets/local-paths.yml for references). Outputs: a name with no body is a
+uri_folder. The command is rendered by plain textual substitution of `${{scope.name}}`, as Azure
+does: values are inserted raw, never quoted, so a command that quotes its own references gets the
+same argv here and on Azure. `$[[ ... ]]` segments are kept only when every input they name has
+a value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlops.errors import LocalRunError
+from mlops.runtime.uris import AssetMap
+from mlops.specs import REF
+
+OPTIONAL = re.compile(r"\$\[\[(.*?)\]\]", re.DOTALL)
+DATA_TYPES = {"uri_file", "uri_folder", "mltable", "custom_model", "mlflow_model",
+              "triton_model"}
+FILE_TYPES = {"uri_file"}
+
+
+@dataclass
+class Value:
+    """A resolved input: a literal's text, or the local source of a data input."""
+
+    text: str | None = None
+    path: Path | None = None
+    type: str = "string"
+    mode: str | None = None
+
+    @property
+    def is_data(self) -> bool:
+        return self.path is not None
+
+
+@dataclass
+class OutputSpec:
+    """A declared output; `target` is set when a pipeline binds it to another folder."""
+
+    type: str = "uri_folder"
+    filename: str | None = None
+    target: Path | None = None
+
+
+def render_literal(value) -> str:
+    if isinstance(value, bool):
+        return "True" if value else "False"  # as Azure ML passes booleans
+    return str(value)
+
+
+def data_value(definition: dict, key: str, base: Path, assets: AssetMap) -> Value:
+    kind = str(definition.get("type") or "uri_folder")
+    path = definition.get("path")
+    if path is None:
+        return Value(type=kind, mode=definition.get("mode"))
+    return Value(path=assets.local_path(path, key, base), type=kind, mode=definition.get("mode"))
+
+
+def input_value(value, key: str, base: Path, assets: AssetMap) -> Value:
+    """One job (or pipeline) input as written in the spec."""
+    if isinstance(value, dict):
+        kind = str(value.get("type") or "")
+        if kind in DATA_TYPES or (not kind and "path" in value):
+            return data_value(value, key, base, assets)
+        literal = value.get("value", value.get("default"))
+        return Value(None if literal is None else render_literal(literal), type=kind or "string")
+    return Value(None if value is None else render_literal(value))
+
+
+def job_inputs(inputs: dict | None, base: Path, assets: AssetMap,
+               prefix: str = "inputs") -> dict[str, Value]:
+    return {name: input_value(value, f"{prefix}.{name}", base, assets)
+            for name, value in (inputs or {}).items()}
+
+
+def output_spec(value) -> OutputSpec:
+    if not isinstance(value, dict):
+        return OutputSpec()
+    kind = str(value.get("type") or "uri_folder")
+    filename = None
+    if kind in FILE_TYPES:
+        declared = str(value.get("path") or "")
+        filename = declared.rstrip("/").rsplit("/", 1)[-1] if declared else None
+        filename = filename if filename and "${{" not in filename else None
+    return OutputSpec(kind, filename)
+
+
+def job_outputs(outputs: dict | None) -> dict[str, OutputSpec]:
+    return {name: output_spec(value) for name, value in (outputs or {}).items()}
+
+
+def render_command(command: str, values: dict[str, dict], where: str) -> str:
+    """Substitute ${{scope.name}} raw; values = {"inputs": {...}, "outputs": {...}, ...}."""
+
+    def lookup(ref: str):
+        scope, _, name = ref.partition(".")
+        return values.get(scope, {}).get(name)
+
+    def optional(match: re.Match) -> str:
+        refs = REF.findall(match.group(1))
+        return match.group(1) if all(lookup(r) is not None for r in refs) else ""
+
+    def substitute(match: re.Match) -> str:
+        value = lookup(match.group(1))
+        if value is None:
+            raise LocalRunError(f"{where}: ${{{{{match.group(1)}}}}} has no value. Give the "
+                                "input a value (or --set it), or wrap the flag in $[[ ]] if the "
+                                "input is optional")
+        return str(value)
+
+    return REF.sub(substitute, OPTIONAL.sub(optional, command))

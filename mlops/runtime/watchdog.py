@@ -1,0 +1,103 @@
+"""What happens to a task when its launcher dies without a word (SIGKILL, the OOM killer, a CI
+runner's hard stop): on Azure the job's container goes with its node; here a watchdog does it.
+
+The runtime starts one watchdog per task, a small process in a session of its own that holds
+the read end of a pipe only the launcher can write. When the pipe closes without the launcher
+having said "done", the launcher is gone: the watchdog stops the task's process groups (TERM,
+then KILL), records the task as Canceled in its status.json and ends its MLflow run, and every
+run below it still RUNNING, as KILLED on the store itself (the launcher's tracking server died
+with it). A later run into the same folder reopens that MLflow run (runtime.previous_run).
+
+    python -m mlops.runtime.watchdog <task folder> <mlflow run id> <store uri> <pgid> [<pgid> ...]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DONE = b"done\n"
+STATUS = "status.json"
+
+
+def write_status(folder: Path, record: dict) -> None:
+    """status.json, replaced atomically: a reader sees the old record or the new, never half."""
+    path = folder / STATUS
+    tmp = path.with_name(f".{STATUS}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def read_status(folder: Path) -> dict:
+    try:
+        record = json.loads((folder / STATUS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def alive(pid: int | None) -> bool:
+    """Whether `pid` is a live local runner (not merely a reused pid)."""
+    if not pid or pid == os.getpid():
+        return False
+    try:
+        return b"mlops" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def start(folder: Path, run_id: str, store: str, pgids: list[int]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mlops.runtime.watchdog", str(folder), run_id, store,
+         *map(str, pgids)],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)  # a signal to the launcher's group must not reach it
+
+
+def release(watchdog: subprocess.Popen) -> None:
+    """The launcher finished the task itself: the watchdog leaves quietly."""
+    try:
+        watchdog.stdin.write(DONE)
+        watchdog.stdin.close()
+        watchdog.wait(timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        watchdog.kill()
+
+
+def end_orphaned_run(store: str, run_id: str, since_ms: int | None) -> None:
+    """The run and every run the task opened below it that is still RUNNING: KILLED."""
+    from mlops.runtime.mlflow_runs import Tracking
+
+    Tracking(uri=store).finish(run_id, "KILLED", since_ms, None, only_running=True)
+
+
+def take_over(folder: Path, run_id: str, store: str, pgids: list[int]) -> None:
+    from mlops.runtime.launch import stop_group
+
+    for pgid in pgids:
+        stop_group(pgid, 5)
+    record = read_status(folder)
+    try:
+        end_orphaned_run(store, run_id, record.get("started_ms"))
+    finally:  # the record last: once it says Canceled, everything is over
+        if record.get("status") == "Running":
+            write_status(folder, {**record, "status": "Canceled", "exit_code": None,
+                                  "reason": "the local runner died (killed without warning)"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    folder, run_id, store, *pgids = argv if argv is not None else sys.argv[1:]
+    said = sys.stdin.buffer.read()  # returns at EOF: when the launcher says done, or dies
+    if said.endswith(DONE):
+        return 0
+    time.sleep(0.2)  # let the launcher's own last writes land first
+    take_over(Path(folder), run_id, store, [int(p) for p in pgids])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
