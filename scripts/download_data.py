@@ -15,18 +15,34 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tqdm import tqdm
+
 from image_classifier.data import DataError, build_datasets
 
 FOWL_URL = "https://azuremlexamples.blob.core.windows.net/datasets/fowl_data.zip"
 EXPECTED_CLASSES = ["chickens", "turkeys"]
 
 
+class ProgressReader:
+    """A response whose reads advance a progress bar (the zip is hundreds of megabytes)."""
+
+    def __init__(self, response, bar: tqdm):
+        self.response, self.bar = response, bar
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.response.read(size)
+        self.bar.update(len(chunk))
+        return chunk
+
+
 def download(url: str, out: Path, timeout: float) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=out.parent, suffix=".part", delete=False) as part:
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
-                shutil.copyfileobj(response, part)
+            with urllib.request.urlopen(url, timeout=timeout) as response, \
+                    tqdm(total=int(response.headers.get("Content-Length") or 0) or None,
+                         unit="B", unit_scale=True, desc=out.name) as bar:
+                shutil.copyfileobj(ProgressReader(response, bar), part)
         except (TimeoutError, urllib.error.URLError, OSError) as err:
             Path(part.name).unlink(missing_ok=True)
             raise SystemExit(

@@ -128,3 +128,15 @@ def test_files_imagefolder_cannot_read_are_reported(tiny_data, tmp_path, caplog)
     (data / "train" / "chickens" / "notes.txt").write_text("not an image")
     assert len(build_datasets(data, 32).train) == 48
     assert "ignored 1 file(s)" in caplog.text and "notes.txt" in caplog.text
+
+
+def test_the_data_download_copies_every_byte_behind_a_progress_bar(tmp_path, capsys):
+    from download_data import download  # scripts/ is on the path (conftest)
+
+    source = tmp_path / "source.zip"
+    source.write_bytes(bytes(range(256)) * 1000)
+    out = tmp_path / "data" / "copy.zip"
+    download(source.as_uri(), out, timeout=5)
+    assert out.read_bytes() == source.read_bytes()
+    assert "copy.zip" in capsys.readouterr().err  # tqdm's bar, on stderr
+    assert not list(out.parent.glob("*.part"))

@@ -225,7 +225,7 @@ def test_a_family_member_missing_from_venv_brings_every_named_member_into_the_la
 def test_loose_requirements_resolve_for_the_environments_python(tmp_path, monkeypatch):
     """Azure's build for Python 3.8 picks each unpinned requirement's newest release for 3.8;
     exact pins, markers and .venv's torch stay as they are; the answer is cached."""
-    from mlops import pins
+    from mlops.environments import pins
 
     asked = []
 
@@ -274,3 +274,15 @@ def test_what_an_environment_installs_follows_installed_requirements_and_no_furt
     names = closure(["mlflow==3.17.2"], [str(BASE_SITE)])
     assert {"mlflow", "mlflow-skinny", "pandas", "numpy"} <= names
     assert "torch" not in names and "image-classifier" not in names
+
+
+def test_a_layer_build_shows_pips_progress_and_keeps_its_whole_output(capsys):
+    from mlops.environments.layers import _pip_with_progress
+
+    script = ("print('Collecting six==1.16.0'); print('  Using cached six.whl'); "
+              "print('Installing collected packages: six'); raise SystemExit(3)")
+    code, output = _pip_with_progress([sys.executable, "-c", script], "env-x")
+    shown = capsys.readouterr().out.splitlines()
+    assert code == 3 and "Using cached six.whl" in output
+    assert shown == ["  env-x: Collecting six==1.16.0",
+                     "  env-x: Installing collected packages: six"]

@@ -114,12 +114,15 @@ def test_pipeline_sweep_node_passes_its_best_trial_downstream(tmp_path):
     assert len(folders) == 4  # every trial in its own folder, own snapshot
 
 
-def test_distributed_node_runs_any_command_once_per_process(tmp_path):
+def test_distributed_node_runs_any_command_once_per_process(tmp_path, monkeypatch):
+    # a machine with GPUs 3 and 5 visible: each simulated node gets its own, so LOCAL_RANK 0
+    # picks a different device on each (on Azure, each node's own first GPU)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     assert run(TP / "distributed-echo.yml", tmp_path / "run") == 0
     ranks = tmp_path / "run/steps/ranks/outputs/ranks"
     lines = sorted(p.read_text().split("master=")[0].split() for p in ranks.iterdir())
-    assert lines == [["rank=0", "local=0", "world=2", "node=0"],
-                     ["rank=1", "local=0", "world=2", "node=1"]]
+    assert lines == [["rank=0", "local=0", "world=2", "node=0", "gpus=3"],
+                     ["rank=1", "local=0", "world=2", "node=1", "gpus=5"]]
 
 
 def test_mpi_and_tensorflow_distribution_variables(tmp_path):
@@ -176,8 +179,8 @@ def test_a_sweep_whose_trials_all_failed_quotes_the_first_trials_error(tmp_path,
 
 
 def test_a_sweep_with_some_failed_trials_counts_them(tmp_path, capsys):
-    assert run(TP / "sweep-offline-weights.yml", tmp_path / "run",
-               "search_space.offline.values.1=0") == 0
+    # (not --set search_space.offline.values.1=0: az ml cannot --set inside a list)
+    assert run(TP / "sweep-one-trial-offline.yml", tmp_path / "run") == 0
     err = capsys.readouterr().err
     assert "1 of 2 trials failed (first: trial 0" in err
 
@@ -350,6 +353,45 @@ def test_set_passes_raw_strings_as_the_cli_does():
     assert data["a"]["b"] == "x=y"
     with pytest.raises(LocalRunError, match="defined by reference strings"):
         apply_sets(data, [{"inputs.data.path": "/x"}], Path("s.yml"))
+
+
+SET_CASES = [
+    ({"inputs": {"epochs": 10}}, [{"inputs.epochs": "1"}]),
+    ({}, [{"limits.timeout": "60"}, {"a.b.c": "x=y"}]),  # missing levels are created
+    ({"jobs": {"train": {"inputs": {"lr": 0.1}}}}, [{"jobs.train.inputs.lr": "0.5"}]),
+    ({"inputs": {"data": "azureml:fowl@latest"}}, [{"inputs.data.path": "/x"}]),  # refused
+    ({"inputs": {"data": "azureml:fowl@latest"}}, [{"inputs.data": "azureml:other:2"}]),
+    ({"environment_variables": None}, [{"environment_variables.X": "1"}]),
+    ({"list": [{"a": 1}]}, [{"list.0.a": "2"}]),
+    ({"tags": {"k": "v"}}, [{"tags": "flat"}, {"tags2.k": "true"}]),
+]
+
+
+@pytest.mark.parametrize("data,overrides", SET_CASES)
+def test_set_matches_azure_ai_mls_own_override_hook(data, overrides):
+    """apply_sets mirrors azure-ai-ml's PathAwareSchema.add_param_overrides (what az ml job create
+    runs on --set) without importing the SDK on every rerun; this holds it to the original."""
+    import copy
+    from types import SimpleNamespace
+
+    from azure.ai.ml._schema.core.schema import PathAwareSchema
+    from azure.ai.ml.constants._common import PARAMS_OVERRIDE_KEY
+    from azure.ai.ml.exceptions import MlException
+
+    theirs, ours = copy.deepcopy(data), copy.deepcopy(data)
+    hook = SimpleNamespace(context={PARAMS_OVERRIDE_KEY: overrides})
+    try:
+        PathAwareSchema.add_param_overrides(hook, theirs)
+        refused = None
+    except (MlException, AttributeError) as err:  # the CLI fails on either
+        refused = str(err)
+    if refused:
+        expected = "has no attribute 'get'" if "no attribute" in refused else \
+            "defined by reference strings"
+        with pytest.raises(LocalRunError, match=expected):
+            apply_sets(ours, overrides, Path("s.yml"))
+    else:
+        assert apply_sets(ours, overrides, Path("s.yml")) == theirs
 
 
 def test_reference_lookup_by_asset_name_prefix_and_long_datastore_form():

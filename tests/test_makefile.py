@@ -84,8 +84,10 @@ def test_help_lists_the_local_loop_first_then_azure_then_development():
     out = subprocess.run(["make", "--no-print-directory"], cwd=ROOT, capture_output=True,
                          text=True).stdout  # no "Entering directory" lines under make test
     out = re.sub(r"\x1b\[[0-9;]*m", "", out)
-    headings = [line for line in out.splitlines() if line and not line.startswith(" ")]
+    *lines, legend = out.rstrip("\n").splitlines()
+    headings = [line for line in lines if line and not line.startswith(" ")]
     assert headings == ["Local", "Azure jobs", "Azure endpoints", "Development"]
+    assert legend.startswith("$ starts billable Azure compute")
     bodies = re.split(r"^(?:Local|Azure jobs|Azure endpoints|Development)$", out,
                       flags=re.MULTILINE)[1:]
     sections = dict(zip(headings, bodies, strict=True))
@@ -93,6 +95,10 @@ def test_help_lists_the_local_loop_first_then_azure_then_development():
     assert re.search(r"\btrain\s", sections["Azure jobs"]) and "deploy-blue" in \
         sections["Azure endpoints"] and "setup " in sections["Development"]
     assert out.count("serve-local ") == 1
+    billed = {m.group(1) for m in re.finditer(r"^  ([\w-]+) +\$ ", out, flags=re.MULTILINE)}
+    assert {"train", "sweep", "pipeline", "deploy-blue", "deploy-green", "batch-invoke"} <= billed
+    assert not billed & set(re.findall(r"^  ([\w-]+) ", sections["Local"] +
+                                       sections["Development"], flags=re.MULTILINE))
 
 
 def test_register_gates_the_model_on_the_pipelines_bar_before_creating_it():

@@ -5,6 +5,9 @@ string (`--set inputs.epochs=1` gives the string "1"; `--set inputs.flag=true` t
 azure-ai-ml then sets it on the YAML dict with pydash's dotted paths, refusing a path that runs
 through a reference string (`inputs.data.path` when `inputs.data` is `azureml:x@latest`).
 The same list goes to azure-ai-ml's validator (`params_override`), so both see one spec.
+apply_sets is azure-ai-ml's own hook (PathAwareSchema.add_param_overrides) restated, because
+importing the SDK's schema package costs seconds on every rerun that validation skips;
+tests/test_local_runtime.py runs both on the same cases, so a change in the SDK fails a test.
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ def apply_sets(data: dict, overrides: list[dict[str, str]], spec: Path) -> dict:
                     raise LocalRunError(f"{spec}: Cannot use '--set' on properties defined by "
                                         f"reference strings: --set {key} (replace the whole "
                                         f"value instead, e.g. --set {key.rsplit('.', 1)[0]}=...)")
+                if isinstance(layer, list):  # azure-ai-ml fails here ('list' has no 'get')
+                    raise LocalRunError(f"{spec}: --set {key}: az ml cannot set a value inside "
+                                        "a list (azure-ai-ml fails with \"'list' object has no "
+                                        "attribute 'get'\"); edit the YAML instead")
                 layer = layer.get(token) if isinstance(layer, dict) else None
             try:
                 pydash.objects.set_(data, key, value)

@@ -152,13 +152,30 @@ def _install(folder: Path, requirements: list[str], below: Path, label: str) -> 
     shutil.rmtree(folder, ignore_errors=True)
     make_venv(folder, [below])
     relaxed = pins.relax(requirements, str(folder / "bin" / "python"))
-    result = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install",
-                             "--disable-pip-version-check", "--no-input", "-q",
-                             *relaxed.requirements], capture_output=True, text=True)
-    if result.returncode != 0:
+    code, output = _pip_with_progress(
+        [str(folder / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
+         "--no-input", "--progress-bar", "off", *relaxed.requirements], label)
+    if code != 0:
         shutil.rmtree(folder, ignore_errors=True)
-        raise LocalRunError(install_failure(label, result.stdout + result.stderr))
+        raise LocalRunError(install_failure(label, output))
     return relaxed
+
+
+PROGRESS = re.compile(r"^(Collecting|Downloading|Building wheel|Installing collected|"
+                      r"Successfully installed)")
+
+
+def _pip_with_progress(argv: list[str], label: str) -> tuple[int, str]:
+    """Run pip, echoing the lines that show it is moving (what it fetches, builds, installs):
+    a large layer takes minutes. All of its output is kept for the error message."""
+    lines = []
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as pip:
+        for line in pip.stdout:
+            lines.append(line)
+            if PROGRESS.match(line.strip()):
+                print(f"  {label}: {line.strip()[:160]}", flush=True)
+    return pip.returncode, "".join(lines)
 
 
 CONFLICT = re.compile(r"^(\S+) \S+ has requirement ([A-Za-z0-9._-]+)")

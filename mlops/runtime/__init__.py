@@ -23,7 +23,7 @@ from pathlib import Path
 
 from mlops import envs
 from mlops.errors import LocalRunError
-from mlops.runtime import launch, readonly_inputs, snapshot, watchdog
+from mlops.runtime import devices, launch, readonly_inputs, snapshot, watchdog
 from mlops.runtime.binding import bind_inputs, bind_outputs, fill_artifacts, read_only
 from mlops.runtime.mlflow_runs import Tracking, now_ms
 from mlops.runtime.reuse import Index
@@ -135,6 +135,9 @@ def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Runnin
         raise LocalRunError(f"{task.where}: {err}") from None
     if not task.distribution and task.replicas > 1:
         overlays = [{} for _ in range(task.replicas)]
+    elif task.distribution:
+        overlays, gpu_notice = devices.assign(overlays, devices.visible_gpus())
+        notice = "\n".join(filter(None, (notice, gpu_notice)))
     run_id = rt.tracking.start(task.experiment, task.name, task.tags, task.parent_run,
                                reuse=reuse)
     since = now_ms()

@@ -1,0 +1,80 @@
+"""azure-ai-ml's findings land on the file, line and key they are about (mlops/checks/
+sdk_findings.py), not on line 1."""
+
+from pathlib import Path
+
+import pytest
+
+from mlops.checks.sdk_findings import flatten, from_diagnostics, from_loader, from_other
+from mlops.specs import load_spec
+from mlops.validate import sdk_layer
+
+ROOT = Path(__file__).resolve().parents[1]
+INVALID = ROOT / "tests" / "invalid_specs"
+
+
+def _spec(tmp_path, text: str):
+    path = tmp_path / "job.yml"
+    path.write_text(text)
+    return load_spec(path, role="job")
+
+
+def test_nested_messages_flatten_to_key_paths_and_dict_values_are_not_keys():
+    messages = {"outputs": {"model": {"value": {"mode": ["bad mode"]}}},
+                "code": [{"_schema": ["In order to specify a git path"]},
+                         {"_schema": ["Can't find directory"]}],
+                "distribution": [{"type": ["not pytorch"], "extra": ["Unknown field."]},
+                                 {"type": ["not mpi"]}]}
+    assert flatten(messages) == [(("outputs", "model", "mode"), "bad mode"),
+                                 (("code",), "Can't find directory"),  # the specific one
+                                 (("distribution", "type"), "not mpi")]  # the closest branch
+
+
+def test_loader_errors_in_prose_are_parsed_and_placed_on_their_line(tmp_path):
+    spec = _spec(tmp_path, "type: command\ncommand: echo\noutputs:\n  model:\n    mode: x\n")
+    prose = 'Validation for CommandJobSchema failed:\n{\n "outputs": {"model": {"value": ' \
+        '{"mode": ["Value \'x\' passed is not in set"]}}}\n}\n Visit this link'
+    (finding,) = from_loader(spec, prose)
+    assert (finding.key, finding.line) == ("outputs.model.mode", 5)
+    assert finding.problem == "azure-ai-ml: Value 'x' passed is not in set"
+
+
+def test_diagnostics_name_the_file_they_came_from(tmp_path):
+    component = tmp_path / "step.yml"
+    component.write_text("name: step\ninputs:\n  data:\n    type: uri_folder\n")
+    spec = _spec(tmp_path, "type: pipeline\njobs:\n  a:\n    component: step.yml\n")
+
+    class Diagnostic:
+        def __init__(self, yaml_path, local_path, message):
+            self.yaml_path, self.local_path, self.message = yaml_path, local_path, message
+
+    own, other = from_diagnostics(spec, [Diagnostic("jobs.a", None, "own"),
+                                         Diagnostic("inputs.data", str(component), "theirs")])
+    assert (own.path, own.line) == (spec.path, 3)
+    assert (other.path, other.line) == (component, 3)
+
+
+def test_other_errors_point_at_the_value_they_quote(tmp_path):
+    spec = _spec(tmp_path, "name: e\nimage: x\nconda_file: envs/missing-conda.yml\n")
+    (finding,) = from_other(spec, FileNotFoundError("No such file or directory: "
+                                                    "/abs/envs/missing-conda.yml"))
+    assert (finding.key, finding.line) == ("conda_file", 3)
+    (whole,) = from_other(spec, RuntimeError("something else"))
+    assert (whole.key, whole.line) == ("", 1)
+
+
+@pytest.mark.parametrize("name", ["bad-output-mode.yml", "optional-in-job-input.yml",
+                                  "wrong-distribution-type.yml", "pipeline-missing-component.yml",
+                                  "pipeline-unbound-input.yml", "missing-conda-file.yml"])
+def test_the_real_sdk_findings_sit_on_the_line_of_their_key(name):
+    spec = load_spec(INVALID / name, role="job")
+    findings = sdk_layer(spec)
+    assert findings and all(f.key for f in findings)
+    lines = (INVALID / name).read_text().splitlines()
+    for finding in findings:
+        # the key's own line, or its nearest parent's where the key is missing from the file
+        parts = tuple(finding.key.split("."))
+        while parts not in spec.lines:
+            parts = parts[:-1]
+        assert finding.line == spec.lines[parts] > 1
+        assert lines[finding.line - 1].strip().startswith(parts[-1] + ":")
