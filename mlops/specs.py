@@ -91,6 +91,16 @@ class Spec:
         return (self.path.parent / relative).resolve()
 
 
+# libyaml's loader where PyYAML was built with it: ten times faster than the pure-Python one on
+# the 150 kB curated-environment catalogue every local run reads (same safe YAML 1.1 rules).
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def read_yaml(text: str):
+    """yaml.safe_load, through libyaml when available."""
+    return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
+
+
 def _line_map(node, prefix: tuple, out: dict) -> None:
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
@@ -122,8 +132,8 @@ def load_spec(path: str | Path, role: str = "") -> Spec:
     path = Path(path)
     try:
         text = path.read_text()
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=_LOADER)
+        data = read_yaml(text)
     except OSError as err:
         raise SpecError(Finding(path, "", f"cannot read the file ({err.strerror})",
                                 "check the path")) from err

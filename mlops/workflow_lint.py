@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from mlops.specs import ROOT
+from mlops.specs import ROOT, read_yaml
 
 USES = re.compile(r"^\s*-?\s*uses:\s*([^\s#]+)(\s*#\s*(\S+))?", re.MULTILINE)
 PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
@@ -41,7 +41,7 @@ def target_exists(target: str) -> bool:
 def check(path: Path) -> list[str]:
     text = path.read_text()
     try:
-        workflow = yaml.safe_load(text) or {}
+        workflow = read_yaml(text) or {}
     except yaml.YAMLError as err:
         return [f"{path}: not valid YAML ({err})"]
     problems = []

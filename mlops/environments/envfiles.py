@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from mlops.errors import LocalRunError
+from mlops.specs import read_yaml
 
 # conda package names whose PyPI name differs; None: no PyPI equivalent (skipped, reported)
 CONDA_TO_PYPI = {"pytorch": "torch", "py-xgboost": "xgboost", "matplotlib-base": "matplotlib",
@@ -59,7 +60,7 @@ def _conda_spec(entry: str) -> str | None:
 
 def read_conda(path: Path, plan: EnvPlan) -> None:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = read_yaml(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as err:
         raise LocalRunError(f"{plan.label}: cannot read conda file {path} ({err})") from None
     read_conda_data(data, path.parent, plan)

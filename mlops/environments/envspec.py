@@ -30,7 +30,7 @@ from mlops.environments.envfiles import (
     read_dockerfile,
 )
 from mlops.errors import LocalRunError
-from mlops.specs import ROOT
+from mlops.specs import ROOT, read_yaml
 
 ENV_MAP = ROOT / "assets" / "local-envs.yml"
 CURATED = ROOT / "assets" / "curated-envs.yml"  # generated: scripts/gen_curated_envs.py
@@ -41,7 +41,7 @@ REGISTRY_ENVS = "azureml://registries/azureml/environments/"
 
 def _load_map(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text()) or {} if path.is_file() else {}
+        data = read_yaml(path.read_text()) or {} if path.is_file() else {}
     except yaml.YAMLError as err:
         raise LocalRunError(f"{path}: not valid YAML ({err})") from None
     if not isinstance(data, dict):
@@ -107,7 +107,7 @@ def repo_environment(name: str) -> tuple[dict, Path] | None:
     """A workspace environment this repo defines (environments/*.yml), by its name."""
     for path in sorted((ROOT / "environments").glob("*.yml")):
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = read_yaml(path.read_text()) or {}
         except yaml.YAMLError:
             continue
         is_spec = isinstance(data, dict) and any(k in data for k in ("image", "build",
@@ -151,7 +151,7 @@ def job_repo_environment(name: str, version: str | None, base: Path) -> tuple[di
             text = path.read_text(errors="replace")
             if name not in text:
                 continue
-            data = yaml.safe_load(text)
+            data = read_yaml(text)
         except (OSError, yaml.YAMLError):
             continue
         if _is_environment(data) and str(data.get("name")) == name:

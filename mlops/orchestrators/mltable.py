@@ -13,9 +13,8 @@ import glob
 import sys
 from pathlib import Path
 
-import yaml
-
 from mlops.errors import LocalRunError
+from mlops.specs import read_yaml
 
 READERS = ("read_delimited", "read_parquet", "read_json_lines", "read_delta_lake")
 
@@ -45,7 +44,7 @@ def read_table(folder: Path, where: str):
     if not spec_file.is_file():
         raise LocalRunError(f"{where}: {folder} holds no MLTable file (a tabular input is a "
                             "folder with an MLTable file)")
-    spec = yaml.safe_load(spec_file.read_text()) or {}
+    spec = read_yaml(spec_file.read_text()) or {}
     files = files_of(spec_file.parent, spec.get("paths"))
     steps = [t if isinstance(t, dict) else {t: {}} for t in spec.get("transformations") or []]
     reader, options = next(((k, v or {}) for t in steps for k, v in t.items() if k in READERS),

@@ -42,6 +42,8 @@ class Tracking:
         self.uri = uri or tracking_uri()
         self.client = MlflowClient(self.uri)
         self.server = server
+        if server is not None:
+            server.store_ready()
 
     def job_uri(self) -> str:
         return (self.server.uri() if self.server else None) or self.uri

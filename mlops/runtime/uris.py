@@ -18,7 +18,7 @@ import yaml
 
 from mlops.errors import LocalRunError
 from mlops.project import project
-from mlops.specs import ROOT
+from mlops.specs import ROOT, read_yaml
 
 ASSET_MAP = ROOT / "assets" / "local-paths.yml"
 # What Azure fetches itself: assets, datastores, storage and web URLs, git repositories (code).
@@ -35,7 +35,7 @@ def load_map(path: Path = ASSET_MAP) -> dict[str, str]:
     if not path.is_file():
         return {}
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = read_yaml(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise LocalRunError(f"{path}: not valid YAML ({err})") from None
     if not isinstance(data, dict):
