@@ -15,7 +15,8 @@ mlops/            run (any job spec), validate (schema, azure-ai-ml and lint lay
                   node), watchdog, readonly_inputs, mlflow_runs and
                   mlflow_server (MLflow), uris (the asset map), reuse (pipeline step reuse)
   orchestrators/  sweep (+ sampling, policies), pipeline (+ graph), parallel (+ mltable)
-  checks/         lint, lint_assets, skus, overrides (--set / --unset)
+  checks/         lint, lint_assets, skus, overrides (--set / --remove), sdk_findings
+                  (azure-ai-ml's verdicts at their file and line)
   environments/   envspec and envfiles (reading environment definitions), requirements and
                   pins (what a layer installs), layers (building them)
   endpoints/      deployment (a deployment spec's kind, code, environment), models (its model and
