@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -101,8 +102,17 @@ class Server:
             except OSError:
                 pass
 
+    def serving(self) -> bool:
+        """The server has printed READY: it may hold requests to finish. Before that it has
+        accepted nothing (a run refused early ends it while it still imports). The line is never
+        read, so the pipe stays readable once it is written."""
+        return bool(select.select([self.process.stdout], [], [], 0)[0])
+
     def close(self) -> None:
-        if self.process.poll() is None:
+        if self.process.poll() is None and not self.serving():
+            self.process.kill()  # still importing: nothing accepted, nothing to finish
+            self.process.wait()
+        elif self.process.poll() is None:
             try:
                 self.process.stdin.close()
                 self.process.wait(timeout=10)
