@@ -26,7 +26,10 @@ def tiny_data(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def empty_mlflow_store(tmp_path_factory) -> Path:
     """A store with MLflow's tables made once: creating them costs about a second of CPU in every
-    test that tracks, and a copy is the same file."""
+    test that tracks, and a copy is the same file. MLflow's server code is loaded here too, so
+    each local run forks its tracking server instead of starting a Python process that imports
+    it (mlops/runtime/mlflow_server.py; the subprocess tests still start it the usual way)."""
+    import mlflow.server.handlers  # noqa: F401
     from mlflow.tracking import MlflowClient
 
     path = tmp_path_factory.mktemp("store") / "mlflow.db"

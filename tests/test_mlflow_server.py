@@ -23,3 +23,34 @@ def test_the_uri_is_there_at_once_and_a_first_request_waits_for_the_server(tmp_p
         assert "server is not running" in capsys.readouterr().err
     finally:
         server.close()
+
+
+def test_a_runner_with_the_server_code_loaded_forks_it(tmp_path, capsys):
+    import mlflow.server.handlers  # noqa: F401 - what makes the runner fork
+
+    from mlops.runtime.mlflow_server import Forked
+
+    server = Server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts")
+    try:
+        assert isinstance(server.process, Forked)
+        with urllib.request.urlopen(f"{server.uri()}/health", timeout=60) as answer:
+            assert answer.read() == b"OK"
+        assert server.serving()
+    finally:
+        server.close()
+    assert server.process.poll() == 0  # ended by the runner's EOF, as a started server is
+
+
+def test_a_forked_server_opens_its_own_connection_to_a_store_the_runner_has_open(tmp_path):
+    import mlflow.server.handlers  # noqa: F401 - what makes the runner fork
+    from mlflow.tracking import MlflowClient
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = MlflowClient(store).create_experiment("opened-first")  # the runner's engine
+    server = Server(store, tmp_path / "artifacts")
+    try:
+        served = MlflowClient(server.uri()).get_experiment(experiment)
+        assert served.name == "opened-first"
+        assert MlflowClient(store).get_experiment_by_name("opened-first")  # the runner: still open
+    finally:
+        server.close()
