@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     rt = None
     created = False
-    server = Server(tracking_uri(), Path("mlruns").resolve())  # starts while the spec is checked
+    server = Server(tracking_uri(), Path("mlruns").resolve())  # starts when a job first asks
     try:
         job = prepare(args.spec, [s for group in args.set for s in group], args.remove,
                       args.assets)

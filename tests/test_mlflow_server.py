@@ -32,8 +32,9 @@ def test_a_runner_with_the_server_code_loaded_forks_it(tmp_path, capsys):
 
     server = Server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts")
     try:
+        uri = server.uri()
         assert isinstance(server.process, Forked)
-        with urllib.request.urlopen(f"{server.uri()}/health", timeout=60) as answer:
+        with urllib.request.urlopen(f"{uri}/health", timeout=60) as answer:
             assert answer.read() == b"OK"
         assert server.serving()
     finally:
@@ -54,3 +55,10 @@ def test_a_forked_server_opens_its_own_connection_to_a_store_the_runner_has_open
         assert MlflowClient(store).get_experiment_by_name("opened-first")  # the runner: still open
     finally:
         server.close()
+
+
+def test_a_run_that_never_asks_for_the_uri_starts_no_server(tmp_path):
+    server = Server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts")
+    server.store_ready()
+    server.close()
+    assert server.process is None and server.listener.fileno() == -1

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mlops import run as local
-from mlops.runtime.reuse import data_digest, deterministic
+from mlops.runtime.reuse import code_digest, data_digest, deterministic
 from mlops.specs import ROOT
 
 PIPELINE = ROOT / "tests" / "fixtures" / "hello" / "hello-pipeline.yml"
@@ -83,3 +83,19 @@ def test_identity_is_content_and_determinism_defaults_to_true(tmp_path):
     assert deterministic({}) and deterministic({"is_deterministic": True})
     assert not deterministic({"is_deterministic": False})
     assert not deterministic({"is_deterministic": "false"})
+
+
+def test_the_code_identity_is_what_azure_uploads_and_follows_the_ignore_file(tmp_path):
+    code, cache = tmp_path / "code", {}
+    code.mkdir()
+    (code / "train.py").write_text("print(1)")
+    first = code_digest(code, cache)
+    (code / "notes.tmp").write_text("scratch")
+    (code / ".amlignore").write_text("*.tmp\n")
+    ignored = code_digest(code, cache)  # .amlignore itself is uploaded; the scratch file is not
+    (code / "notes.tmp").write_text("other scratch")
+    assert code_digest(code, cache) == ignored != first
+    (code / ".amlignore").write_text("")
+    assert code_digest(code, cache) != ignored  # now uploaded: part of the identity
+    (code / "train.py").write_text("print(2)")
+    assert code_digest(code, {}) == code_digest(code, cache)  # remembered lists stay exact

@@ -29,7 +29,6 @@ from mlops.orchestrators.graph import (
     node_inputs,
     node_outputs,
 )
-from mlops.orchestrators.sweep import TrialContext, sweep, trial_factory
 from mlops.runtime import launch
 from mlops.runtime.binding import publish, slot
 from mlops.runtime.reuse import deterministic, link_step
@@ -76,6 +75,8 @@ def result_tail(log: Path, lines: int = 25) -> list[str]:
 
 
 def run_sweep_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
+    from mlops.orchestrators.sweep import TrialContext, sweep, trial_factory  # optuna: 0.3 s
+
     folder = scope.folder / "steps" / node.name
     outputs = node_outputs(node, scope)
     run_id = rt.tracking.start(scope.experiment, node.name, {"mlops.spec": node.where,

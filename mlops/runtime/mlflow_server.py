@@ -5,8 +5,8 @@ Jobs then log through MLflow's REST API, whatever MLflow version their environme
 that runs `pip install 'mlflow<2.19'` still logs to the same store, as on Azure), and concurrent
 trials never contend for the database file. The server writes the runner's store (sqlite);
 artifacts go straight to its local artifact folder. It serves on 127.0.0.1 only, from a child
-process started before the spec is validated (its imports overlap that work), and exits when the
-runner does (its stdin closes).
+process started when the first job needs its URI (its imports overlap the job's own), and exits
+when the runner does (its stdin closes).
 
     python -m mlops.runtime.mlflow_server <backend store uri> <artifact root> <listening fd>
         (prints READY <port> once it accepts)
@@ -136,33 +136,43 @@ class Forked:
 
 
 class Server:
-    """The runner's handle: started early, waited for when a job first needs its URI."""
+    """The runner's handle: the URI is known at once; the server starts when a job first asks
+    for it (a run refused, or a pipeline whose steps are all reused, starts none)."""
 
     def __init__(self, store: str, artifacts: Path):
+        self.store, self.artifacts = store, str(artifacts)
         self.log = tempfile.NamedTemporaryFile(prefix="mlflow-server-", suffix=".log",  # noqa: SIM115 - kept open for the server's lifetime
                                                delete=False)
         # The runner binds the port and hands the listening socket over, so the URI is known at
-        # once: a job starts without waiting for the server's imports (seconds), and its first
-        # request waits in the socket's backlog until the server accepts.
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(128)
-        self.port = listener.getsockname()[1]
+        # once: a job starts without waiting for the server's imports (seconds; they overlap
+        # the job's own), and its first request waits in the socket's backlog until it accepts.
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(128)
+        self.port = self.listener.getsockname()[1]
+        self.process: subprocess.Popen | Forked | None = None
+        self._failed = self._store_open = False
+
+    def _start(self) -> None:
+        fd = self.listener.fileno()
         if SERVER_MODULE in sys.modules:  # loaded already: a fork skips seconds of imports
-            self.process = Forked(store, str(artifacts), listener.fileno(), self.log.fileno())
+            self.process = Forked(self.store, self.artifacts, fd, self.log.fileno())
         else:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "mlops.runtime.mlflow_server", store, str(artifacts),
-                 str(listener.fileno())], pass_fds=(listener.fileno(),),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                [sys.executable, "-m", "mlops.runtime.mlflow_server", self.store, self.artifacts,
+                 str(fd)], pass_fds=(fd,), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=self.log, text=True,
                 start_new_session=True)  # Ctrl-C reaches the runner, which ends the server last
-        listener.close()  # the server's copy alone: if it dies, connections are refused
-        self._failed = False
+        self.listener.close()  # the server's copy alone: if it dies, connections are refused
+        if self._store_open:
+            self.store_ready()
 
     def uri(self) -> str | None:
         """http://127.0.0.1:<port>, or None if the server has already failed (jobs then use
         the store directly)."""
+        if self.process is None:
+            self._start()
         if not self._failed and self.process.poll() is not None:
             self._failed = True
             tail = Path(self.log.name).read_text(errors="replace").splitlines()[-5:]
@@ -172,8 +182,9 @@ class Server:
 
     def store_ready(self) -> None:
         """The runner's client has opened (and, if new, created) the store: the server may open
-        it too, before the first job asks."""
-        if self.process.poll() is None:
+        it too, before the first job asks (at once, or as soon as it starts)."""
+        self._store_open = True
+        if self.process is not None and self.process.poll() is None:
             try:
                 self.process.stdin.write("open\n")
                 self.process.stdin.flush()
@@ -187,7 +198,9 @@ class Server:
         return bool(select.select([self.process.stdout], [], [], 0)[0])
 
     def close(self) -> None:
-        if self.process.poll() is None and not self.serving():
+        if self.process is None:
+            self.listener.close()
+        elif self.process.poll() is None and not self.serving():
             self.process.kill()  # still importing: nothing accepted, nothing to finish
             self.process.wait()
         elif self.process.poll() is None:

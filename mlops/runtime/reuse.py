@@ -67,12 +67,36 @@ def data_digest(path: Path, cache: dict) -> str:
     return digest.hexdigest()
 
 
+IGNORE_FILES = (".amlignore", ".gitignore")
+
+
+def tree_identity(code: Path, cache: dict) -> str:
+    """What decides which files Azure uploads: every path under the folder and the ignore
+    files' text. The same identity gives the same upload list."""
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(code, followlinks=True):
+        dirs.sort()
+        for name in sorted(files):
+            full = Path(root) / name
+            digest.update(f"{full.relative_to(code)}\n".encode())
+            if name in IGNORE_FILES:
+                digest.update(file_digest(full, cache).encode())
+    return digest.hexdigest()
+
+
 def code_digest(code: Path | None, cache: dict) -> str:
+    """The snapshot's content. The upload list comes from azure-ai-ml's helpers (importing it
+    costs a second, most of an all-reused rerun), so it is remembered by the tree's identity."""
     if code is None:
         return "none"
+    if code.is_file():
+        return file_digest(code, cache)
+    memo = f"files|{code}|{tree_identity(code, cache)}"
+    if memo not in cache:
+        cache[memo] = sorted(relative for _, relative in code_files(code))
     digest = hashlib.sha256()
-    for source, relative in sorted(code_files(code), key=lambda pair: pair[1]):
-        digest.update(f"{relative}\0{file_digest(source, cache)}\n".encode())
+    for relative in cache[memo]:
+        digest.update(f"{relative}\0{file_digest(code / relative, cache)}\n".encode())
     return digest.hexdigest()
 
 
