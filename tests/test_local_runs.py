@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -88,37 +89,68 @@ def test_sweep_spec_runs_locally(tmp_path, assets, mlflow_store):
     assert len(runs) == 3
 
 
+PIPELINE = ["inputs.epochs=1", "inputs.image_size=32", "jobs.train.inputs.weights=none",
+            "jobs.train.inputs.batch_size=8"]
+
+
+@pytest.fixture(scope="module")
+def passing_pipeline(tmp_path_factory, tiny_data, empty_mlflow_store) -> Path:
+    """jobs/pipeline.yml run once for this module. The other pipeline tests run beside it, so
+    the steps they share with it are reused, as Azure reuses them (mlops/runtime/reuse.py)."""
+    runs = tmp_path_factory.mktemp("pipelines")
+    assets = runs / "local-paths.yml"
+    assets.write_text(yaml.safe_dump({"azureml:fowl-data": str(tiny_data)}))
+    shutil.copyfile(empty_mlflow_store, runs / "mlflow.db")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{runs / 'mlflow.db'}")
+        assert run(ROOT / "jobs/pipeline.yml", runs / "passing", assets,
+                   [*PIPELINE, "inputs.min_val_acc=0"]) == 0
+    return runs / "passing"
+
+
+def step_statuses(folder: Path) -> dict[str, str]:
+    return {p.parent.name: json.loads(p.read_text())["status"]
+            for p in (folder / "steps").glob("*/status.json")}
+
+
 @pytest.mark.slow
-def test_pipeline_spec_runs_locally(tmp_path, assets, mlflow_store):
-    sets = ["inputs.epochs=1", "inputs.image_size=32", "jobs.train.inputs.weights=none",
-            "jobs.train.inputs.batch_size=8", "inputs.min_val_acc=0"]
-    assert run(ROOT / "jobs/pipeline.yml", tmp_path / "run", assets, sets) == 0
-    steps = tmp_path / "run" / "steps"
+@pytest.mark.xdist_group("pipeline")
+def test_pipeline_spec_runs_locally(passing_pipeline):
+    steps = passing_pipeline / "steps"
+    assert step_statuses(passing_pipeline) == dict.fromkeys(
+        ("prep", "train", "evaluate", "register"), "Completed")
     report = json.loads((steps / "prep/outputs/prepared/prep_report.json").read_text())
     assert report["counts"]["train"] == {"chickens": 24, "turkeys": 24}
-    assert (tmp_path / "run/outputs/model/model.pt").is_file()  # parent output wired
+    assert (passing_pipeline / "outputs/model/model.pt").is_file()  # parent output wired
     metrics = json.loads((steps / "evaluate/outputs/metrics/metrics.json").read_text())
     assert metrics["val_count"] == 16
     registration = steps / "register/outputs/registration/registration.json"
     assert json.loads(registration.read_text())["registered"]
 
 
-def test_failing_pipeline_step_stops_and_shows_its_log(tmp_path, assets, mlflow_store, capsys):
+@pytest.mark.xdist_group("pipeline")
+def test_failing_pipeline_step_stops_and_shows_its_log(passing_pipeline, assets, mlflow_store,
+                                                       capsys):
+    folder = passing_pipeline.parent / "failing"
     sets = ["inputs.epochs=1", "inputs.image_size=32", "jobs.train.inputs.weights=none",
             "jobs.train.inputs.arch=not_a_model"]
-    assert run(ROOT / "jobs/pipeline.yml", tmp_path / "run", assets, sets) != 0
+    assert run(ROOT / "jobs/pipeline.yml", folder, assets, sets) != 0
     err = capsys.readouterr().err
     assert "step train failed" in err and "jobs.train" in err
     assert "--arch not_a_model: not a torchvision classification model" in err
-    assert not (tmp_path / "run/steps/evaluate").exists()
+    assert step_statuses(folder) == {"prep": "Reused", "train": "Failed"}
+    assert not (folder / "steps/evaluate").exists()
 
 
 @pytest.mark.slow
-def test_register_refuses_a_model_below_the_gate(tmp_path, assets, mlflow_store, capsys):
-    sets = ["inputs.epochs=1", "inputs.image_size=32", "jobs.train.inputs.weights=none",
-            "jobs.train.inputs.batch_size=8", "inputs.min_val_acc=1.01"]  # no model reaches it
-    assert run(ROOT / "jobs/pipeline.yml", tmp_path / "run", assets, sets) == 3
-    record = json.loads((tmp_path / "run/steps/register/outputs/registration/"
+@pytest.mark.xdist_group("pipeline")
+def test_register_refuses_a_model_below_the_gate(passing_pipeline, assets, mlflow_store, capsys):
+    folder = passing_pipeline.parent / "gate"  # no model reaches the gate: only register reruns
+    sets = [*PIPELINE, "inputs.min_val_acc=1.01"]
+    assert run(ROOT / "jobs/pipeline.yml", folder, assets, sets) == 3
+    assert step_statuses(folder) == {"prep": "Reused", "train": "Reused", "evaluate": "Reused",
+                                     "register": "Failed"}
+    record = json.loads((folder / "steps/register/outputs/registration/"
                          "registration.json").read_text())
     assert record["registered"] is False and record["min_val_acc"] == 1.01
     assert "below --min_val_acc" in capsys.readouterr().err
