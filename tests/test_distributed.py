@@ -128,7 +128,8 @@ def _bad_sample_worker(rank: int, port: int, results, data: str) -> None:
     torch.set_num_threads(1)
     ctx = distributed.setup()
     bundle = build_datasets(data, 32)
-    if rank == 0:
+    torch.distributed.barrier()  # both ranks have checked every file (a slow rank 1 would
+    if rank == 0:                # otherwise find the broken file in its check)
         open(bundle.train.samples[5][0], "wb").close()
     torch.distributed.barrier()
     sampler = DistributedSampler(bundle.train, 2, rank, shuffle=False, drop_last=True)
