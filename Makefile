@@ -28,8 +28,7 @@ DEPLOYMENT ?= endpoints/blue.yml
 REQUEST ?= endpoints/sample-request.json
 MODEL_DIR ?=
 PYTEST_ARGS ?=
-# pytest worker processes (pytest-xdist): the suite is CPU-bound, one per core. Tests marked
-# xdist_group share a worker (the pipeline tests reuse one run's steps).
+# pytest worker processes (pytest-xdist): the suite is CPU-bound, one per core.
 TEST_WORKERS ?= $(NPROC)
 # make help: the order its groups are listed in (##@ lines in this file name them).
 HELP_GROUPS = Local,Azure jobs,Azure endpoints,Development
@@ -148,7 +147,7 @@ data-fowl: $(STAMP) ## Download the real fowl zip (needs internet) and check it
 
 ##@ Development
 test: $(STAMP) ## Run the test suite (offline, CPU); prints the 15 slowest tests
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
 test-quick: $(STAMP) ## Run the unit tests alone: no training, servers or local jobs (about a minute)
 	$(PY) -m pytest -m "not heavy and not e2e" --durations=5 $(PYTEST_ARGS)

@@ -5,6 +5,7 @@ Every test asserts that the source tree (src/, the specs, the fixtures) is uncha
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
 import shutil
@@ -93,18 +94,26 @@ PIPELINE = ["inputs.epochs=1", "inputs.image_size=32", "jobs.train.inputs.weight
             "jobs.train.inputs.batch_size=8"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def passing_pipeline(tmp_path_factory, tiny_data, empty_mlflow_store) -> Path:
-    """jobs/pipeline.yml run once for this module. The other pipeline tests run beside it, so
-    the steps they share with it are reused, as Azure reuses them (mlops/runtime/reuse.py)."""
-    runs = tmp_path_factory.mktemp("pipelines")
-    assets = runs / "local-paths.yml"
-    assets.write_text(yaml.safe_dump({"azureml:fowl-data": str(tiny_data)}))
-    shutil.copyfile(empty_mlflow_store, runs / "mlflow.db")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{runs / 'mlflow.db'}")
-        assert run(ROOT / "jobs/pipeline.yml", runs / "passing", assets,
-                   [*PIPELINE, "inputs.min_val_acc=0"]) == 0
+    """jobs/pipeline.yml run once for the whole session, in a folder every xdist worker shares
+    (the first to come runs it, under a lock). The other pipeline tests run beside it, so the
+    steps they share with it are reused, as Azure reuses them (mlops/runtime/reuse.py)."""
+    runs = tmp_path_factory.getbasetemp().parent / "pipelines"
+    runs.mkdir(exist_ok=True)
+    with open(runs / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if step_statuses(runs / "passing").get("register") != "Completed":
+            data = runs / "data"
+            if not data.exists():
+                shutil.copytree(tiny_data, data)  # this worker's copy is deleted with it
+            assets = runs / "local-paths.yml"
+            assets.write_text(yaml.safe_dump({"azureml:fowl-data": str(data)}))
+            shutil.copyfile(empty_mlflow_store, runs / "mlflow.db")
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{runs / 'mlflow.db'}")
+                assert run(ROOT / "jobs/pipeline.yml", runs / "passing", assets,
+                           [*PIPELINE, "inputs.min_val_acc=0"]) == 0
     return runs / "passing"
 
 
@@ -114,7 +123,6 @@ def step_statuses(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("pipeline")
 def test_pipeline_spec_runs_locally(passing_pipeline):
     steps = passing_pipeline / "steps"
     assert step_statuses(passing_pipeline) == dict.fromkeys(
@@ -128,33 +136,15 @@ def test_pipeline_spec_runs_locally(passing_pipeline):
     assert json.loads(registration.read_text())["registered"]
 
 
-@pytest.mark.xdist_group("pipeline")
-def test_failing_pipeline_step_stops_and_shows_its_log(passing_pipeline, assets, mlflow_store,
-                                                       capsys):
-    folder = passing_pipeline.parent / "failing"
+def test_failing_pipeline_step_stops_and_shows_its_log(tmp_path, assets, mlflow_store, capsys):
     sets = ["inputs.epochs=1", "inputs.image_size=32", "jobs.train.inputs.weights=none",
             "jobs.train.inputs.arch=not_a_model"]
-    assert run(ROOT / "jobs/pipeline.yml", folder, assets, sets) != 0
+    assert run(ROOT / "jobs/pipeline.yml", tmp_path / "run", assets, sets) != 0
     err = capsys.readouterr().err
     assert "step train failed" in err and "jobs.train" in err
     assert "--arch not_a_model: not a torchvision classification model" in err
-    assert step_statuses(folder) == {"prep": "Reused", "train": "Failed"}
-    assert not (folder / "steps/evaluate").exists()
-
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("pipeline")
-def test_register_refuses_a_model_below_the_gate(passing_pipeline, assets, mlflow_store, capsys):
-    folder = passing_pipeline.parent / "gate"  # no model reaches the gate: only register reruns
-    sets = [*PIPELINE, "inputs.min_val_acc=1.01"]
-    assert run(ROOT / "jobs/pipeline.yml", folder, assets, sets) == 3
-    assert step_statuses(folder) == {"prep": "Reused", "train": "Reused", "evaluate": "Reused",
-                                     "register": "Failed"}
-    record = json.loads((folder / "steps/register/outputs/registration/"
-                         "registration.json").read_text())
-    assert record["registered"] is False and record["min_val_acc"] == 1.01
-    assert "below --min_val_acc" in capsys.readouterr().err
-    assert not MlflowClient().search_registered_models()
+    assert step_statuses(tmp_path / "run") == {"prep": "Completed", "train": "Failed"}
+    assert not (tmp_path / "run/steps/evaluate").exists()
 
 
 def test_third_party_sweep_with_choice_and_uniform(tmp_path, mlflow_store):
@@ -237,3 +227,18 @@ def test_a_stopped_job_rerun_into_its_folder_continues_its_mlflow_run(tmp_path, 
         steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, metric)]
         assert sorted(steps) == [1, 2, 3], metric
     assert "==== attempt at" in (tmp_path / "run/log.txt").read_text()
+
+
+@pytest.mark.slow  # last in the file: the shared passing run is most likely done by then
+def test_register_refuses_a_model_below_the_gate(passing_pipeline, mlflow_store, capsys):
+    folder = passing_pipeline.parent / "gate"  # no model reaches the gate: only register reruns
+    assets = passing_pipeline.parent / "local-paths.yml"
+    sets = [*PIPELINE, "inputs.min_val_acc=1.01"]
+    assert run(ROOT / "jobs/pipeline.yml", folder, assets, sets) == 3
+    assert step_statuses(folder) == {"prep": "Reused", "train": "Reused", "evaluate": "Reused",
+                                     "register": "Failed"}
+    record = json.loads((folder / "steps/register/outputs/registration/"
+                         "registration.json").read_text())
+    assert record["registered"] is False and record["min_val_acc"] == 1.01
+    assert "below --min_val_acc" in capsys.readouterr().err
+    assert not MlflowClient().search_registered_models()

@@ -89,9 +89,9 @@ class Forked:
         self.pid, self.returncode = os.fork(), None
         if self.pid == 0:
             try:
+                drop_inherited_connections()
                 # The runner's objects stay as they are: none is collected (a finalizer could
                 # close a descriptor number the server has reused) and its streams are kept.
-                drop_inherited_connections()
                 gc.freeze()
                 KEPT.extend((sys.stdin, sys.stdout, sys.stderr))
                 os.setsid()  # as start_new_session: the runner ends it, not the terminal

@@ -59,12 +59,18 @@ def data_digest(path: Path, cache: dict) -> str:
     if not path.is_dir():
         return f"missing:{path}"
     digest = hashlib.sha256()
-    for root, dirs, files in os.walk(path, followlinks=True):
+    for full, relative in sorted_files(path):
+        digest.update(f"{relative}\0{file_digest(full, cache)}\n".encode())
+    return digest.hexdigest()
+
+
+def sorted_files(folder: Path):
+    """(file, path relative to folder) for every file below it, in a stable order."""
+    for root, dirs, files in os.walk(folder, followlinks=True):
         dirs.sort()
         for name in sorted(files):
             full = Path(root) / name
-            digest.update(f"{full.relative_to(path)}\0{file_digest(full, cache)}\n".encode())
-    return digest.hexdigest()
+            yield full, full.relative_to(folder)
 
 
 IGNORE_FILES = (".amlignore", ".gitignore")
@@ -74,13 +80,10 @@ def tree_identity(code: Path, cache: dict) -> str:
     """What decides which files Azure uploads: every path under the folder and the ignore
     files' text. The same identity gives the same upload list."""
     digest = hashlib.sha256()
-    for root, dirs, files in os.walk(code, followlinks=True):
-        dirs.sort()
-        for name in sorted(files):
-            full = Path(root) / name
-            digest.update(f"{full.relative_to(code)}\n".encode())
-            if name in IGNORE_FILES:
-                digest.update(file_digest(full, cache).encode())
+    for full, relative in sorted_files(code):
+        digest.update(f"{relative}\n".encode())
+        if full.name in IGNORE_FILES:
+            digest.update(file_digest(full, cache).encode())
     return digest.hexdigest()
 
 
