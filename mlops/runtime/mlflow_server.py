@@ -27,7 +27,6 @@ import threading
 import time
 from pathlib import Path
 
-STARTUP_TIMEOUT_S = 90
 SERVER_MODULE = "mlflow.server.handlers"
 KEPT: list = []  # a forked server's inherited streams, never finalized
 
