@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -12,6 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from make_synthetic_data import generate  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One worker per core already keeps every core busy: each worker, and every process a test
+    # starts (jobs take this shell's variables, as on a laptop), uses one OpenMP thread. Torch's
+    # default of one thread per core would put twice as many spinning threads as cores, and
+    # OpenMP's spin-waiting on oversubscribed cores costs half as much CPU again.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 HYMENOPTERA = ROOT.parent / "shared" / "data" / "hymenoptera_data"
 

@@ -5,6 +5,7 @@ Every test asserts that the source tree (src/, the specs, the fixtures) is uncha
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import json
 import re
@@ -60,13 +61,24 @@ def test_train_spec_runs_locally(tmp_path, assets, mlflow_store):
 @pytest.mark.slow
 def test_distributed_spec_runs_the_command_once_per_process(tmp_path, assets, mlflow_store,
                                                            monkeypatch, capsys):
-    monkeypatch.setenv("LOG_LEVEL", "INFO")
-    assert run(ROOT / "jobs/train-distributed.yml", tmp_path / "run", assets, TINY) == 0
+    """Each process trains on its own shard, all end with the same weights, rank 0 tracks."""
+    monkeypatch.setenv("LOG_LEVEL", "DEBUG")
+    sets = [*TINY, "inputs.epochs=2"]
+    assert run(ROOT / "jobs/train-distributed.yml", tmp_path / "run", assets, sets) == 0
     log = (tmp_path / "run/log.txt").read_text()
-    digests = dict(re.findall(r"rank (\d) final weights digest (\w+)", log))
     assert "[process 1]" in capsys.readouterr().out  # Azure starts the command per process
+    for epoch in (1, 2):
+        shards = {rank: ast.literal_eval(indices) for rank, indices in re.findall(
+            rf"epoch {epoch} rank (\d) sample indices (\[.*?\])", log)}
+        assert set(shards) == {"0", "1"} and set(shards["0"]).isdisjoint(shards["1"])
+        assert sorted(shards["0"] + shards["1"]) == list(range(48))  # 48 images, none dropped
+    digests = dict(re.findall(r"rank (\d) final weights digest (\w+)", log))
     assert set(digests) == {"0", "1"} and len(set(digests.values())) == 1
-    assert len(runs_of("fowl-classifier")[1]) == 1
+    client, runs = runs_of("fowl-classifier")
+    assert len(runs) == 1, "only rank 0 tracks"
+    history = client.get_metric_history(runs[0].info.run_id, "best_val_acc")
+    assert [m.step for m in history] == [1, 2]
+    assert (tmp_path / "run/outputs/model/model.pt").is_file()
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 from mlops import run as local
 from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.errors import LocalRunError
+from mlops.runtime import launch
 from mlops.runtime.uris import lookup
 from mlops.runtime.values import render_command
 from mlops.specs import ROOT
@@ -118,11 +119,22 @@ def test_distributed_node_runs_any_command_once_per_process(tmp_path, monkeypatc
     # a machine with GPUs 3 and 5 visible: each simulated node gets its own, so LOCAL_RANK 0
     # picks a different device on each (on Azure, each node's own first GPU)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    # and 4 cores: the two processes share them, two threads each
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(launch, "usable_cores", lambda: 4)
     assert run(TP / "distributed-echo.yml", tmp_path / "run") == 0
     ranks = tmp_path / "run/steps/ranks/outputs/ranks"
     lines = sorted(p.read_text().split("master=")[0].split() for p in ranks.iterdir())
-    assert lines == [["rank=0", "local=0", "world=2", "node=0", "gpus=3"],
-                     ["rank=1", "local=0", "world=2", "node=1", "gpus=5"]]
+    assert lines == [["rank=0", "local=0", "world=2", "node=0", "gpus=3", "threads=2"],
+                     ["rank=1", "local=0", "world=2", "node=1", "gpus=5", "threads=2"]]
+
+
+def test_processes_share_the_cores_unless_told_otherwise(monkeypatch):
+    monkeypatch.setattr(launch, "usable_cores", lambda: 2)
+    for processes, env, threads in ((2, {}, "1"), (8, {}, "1"), (1, {}, None),
+                                    (2, {"OMP_NUM_THREADS": "2"}, "2")):
+        launch.share_cores(env, processes)
+        assert env.get("OMP_NUM_THREADS") == threads, (processes, env)
 
 
 def test_mpi_and_tensorflow_distribution_variables(tmp_path):

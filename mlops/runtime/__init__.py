@@ -148,6 +148,8 @@ def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Runnin
         raise
     if notice:
         print(notice, file=sys.stderr)
+    if task.distribution:
+        launch.share_cores(base, len(overlays))
     command, overlays = launch.under_mpirun(command, overlays, task.distribution, base)
     (task.folder / "command.sh").write_text(command + "\n")
     rt.started = True

@@ -40,10 +40,19 @@ class Interrupted(KeyboardInterrupt):
 
 _pending: list[int] = []
 
+
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity, as a container's limit sets it)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
+
+def share_cores(env: dict[str, str], processes: int) -> None:
+    """Every simulated node is this machine, so the processes of a distributed job share its
+    cores: each gets OMP_NUM_THREADS = cores / processes unless the spec or the shell set it
+    (torchrun too sets it when it starts several). On Azure each node has cores of its own; here
+    torch's default of a thread per core would put several spinning threads on every core."""
+    if processes > 1 and "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // processes))
 
 
 def install_signal_handlers() -> dict:

@@ -8,7 +8,11 @@ then KILL), records the task as Canceled in its status.json and ends its MLflow 
 run below it still RUNNING, as KILLED on the store itself (the launcher's tracking server died
 with it). A later run into the same folder reopens that MLflow run (runtime.previous_run).
 
-    python -m mlops.runtime.watchdog <task folder> <mlflow run id> <store uri> <pgid> [<pgid> ...]
+    python mlops/runtime/watchdog.py <task folder> <mlflow run id> <store uri> <pgid> [<pgid> ...]
+
+It starts by its file's path, not as `-m mlops.runtime.watchdog`: waiting needs the standard
+library alone, and the package's imports (a tenth of a second of CPU for each task) are only paid
+by a watchdog that takes over.
 """
 
 from __future__ import annotations
@@ -52,8 +56,7 @@ def alive(pid: int | None) -> bool:
 
 def start(folder: Path, run_id: str, store: str, pgids: list[int]) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "mlops.runtime.watchdog", str(folder), run_id, store,
-         *map(str, pgids)],
+        [sys.executable, __file__, str(folder), run_id, store, *map(str, pgids)],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)  # a signal to the launcher's group must not reach it
 
@@ -100,4 +103,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # the project root in place of this file's folder, whose module names would shadow others
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
     sys.exit(main())

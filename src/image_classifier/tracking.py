@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import matplotlib
@@ -95,11 +96,23 @@ class MlflowTracker(NullTracker):
             name="model",
             registered_model_name=name,
             serialization_format="pickle",
+            pip_requirements=model_requirements(),
             extra_files=[str(p) for p in sorted(model_dir.iterdir()) if p.is_file()],
         )
 
     def close(self, ok: bool) -> None:
         self._mlflow.end_run(status="FINISHED" if ok else "FAILED")
+
+
+# Loading the pickled model takes torch, torchvision (its classes) and cloudpickle (its format).
+MODEL_PACKAGES = ("torch", "torchvision", "cloudpickle")
+
+
+def model_requirements() -> list[str]:
+    """MODEL_PACKAGES pinned to the releases that wrote the model (without a local label such as
+    +cpu, which no package index serves). Left to itself, MLflow infers the list by loading the
+    model in a second Python process, seconds of CPU, and adds whatever that process imported."""
+    return [f"{name}=={version(name).split('+')[0]}" for name in MODEL_PACKAGES]
 
 
 def curves_figure(history: list[dict]):
