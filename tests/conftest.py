@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,11 +27,40 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 HYMENOPTERA = ROOT.parent / "shared" / "data" / "hymenoptera_data"
 
 
+@contextlib.contextmanager
+def shared_folder(tmp_path_factory, name: str) -> Iterator[Path]:
+    """A folder that every xdist worker of this test session shares (without xdist, one of the
+    session's own), held under an exclusive lock while the caller fills it or finds what an
+    earlier caller left: one costly run then serves the tests of every worker, which only read
+    it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # pytest-N/popen-gwK: pytest-N is this session's, and only its
+    folder = base / "shared" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield folder
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """shared_folder, filled by `build(folder)` for the first caller that asks; a build that
+    failed is started afresh by the next."""
+    with shared_folder(tmp_path_factory, name) as folder:
+        done = folder / ".built"
+        if not done.exists():
+            shutil.rmtree(folder)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory) -> Path:
     """24 train / 8 val images per class, 48 px: enough to learn, fast to train."""
-    return generate(tmp_path_factory.mktemp("data") / "synthetic", train_per_class=24,
-                    val_per_class=8, size=48)
+    return built_once(tmp_path_factory, "data", lambda folder: generate(
+        folder / "synthetic", train_per_class=24, val_per_class=8, size=48)) / "synthetic"
 
 
 @pytest.fixture(scope="session")
@@ -59,13 +91,16 @@ def mlflow_store(tmp_path, monkeypatch, empty_mlflow_store) -> str:
 @pytest.fixture(scope="session")
 def model_dir(tiny_data, tmp_path_factory) -> Path:
     """A model trained on tiny data, exported to ONNX by the trainer's own flag."""
-    from image_classifier.train import main as train_main
 
-    root = tmp_path_factory.mktemp("trained")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-        assert train_main(train_args(tiny_data, root / "out", epochs=1, export_onnx="True")) == 0
-    return root / "out" / "model"
+    def train(root: Path) -> None:
+        from image_classifier.train import main as train_main
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+            args = train_args(tiny_data, root / "out", epochs=1, export_onnx="True")
+            assert train_main(args) == 0
+
+    return built_once(tmp_path_factory, "trained", train) / "out" / "model"
 
 
 def train_args(data, out, epochs=2, **extra) -> list[str]:

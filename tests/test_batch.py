@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import built_once
 
 from image_classifier.images import open_image
 from image_classifier.predict import Service, predict
@@ -36,24 +40,52 @@ def test_the_batch_specs_pass_every_validation_layer():
     assert validate([ROOT / "endpoints/batch/endpoint.yml", SPEC]) == []
 
 
-def test_batch_local_writes_a_row_per_image_and_counts_the_bad_one(images, model_dir, tmp_path,
-                                                                   capsys):
-    assert run(SPEC, images, model_dir, tmp_path / "run") == 0
-    rows = list(csv.reader((tmp_path / "run/outputs/predictions.csv").open()))
-    assert len(rows) == 16 and {r[0] for r in rows} == {p.name for p in images.rglob("*_*.jpg")}
+@dataclass
+class Scored:
+    images: Path
+    run: Path
+    code: int
+    out: str
+
+
+@pytest.fixture(scope="session")
+def scored(tiny_data, model_dir, tmp_path_factory) -> Scored:
+    """The repo's batch deployment run once over the val images and a broken file, for the
+    tests that read its outputs."""
+
+    def score(folder: Path) -> None:
+        images = shutil.copytree(tiny_data / "val", folder / "images")
+        (images / "turkeys" / "broken.jpg").write_bytes(b"not a jpeg")
+        with pytest.MonkeyPatch.context() as patch, io.StringIO() as out:
+            patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
+            with contextlib.redirect_stdout(out):
+                code = run(SPEC, images, model_dir, folder / "run")
+            (folder / "stdout.txt").write_text(out.getvalue())
+        (folder / "code").write_text(str(code))
+
+    folder = built_once(tmp_path_factory, "batch-scored", score)
+    return Scored(folder / "images", folder / "run", int((folder / "code").read_text()),
+                  (folder / "stdout.txt").read_text())
+
+
+def test_batch_local_writes_a_row_per_image_and_counts_the_bad_one(scored):
+    assert scored.code == 0, scored.out
+    rows = list(csv.reader((scored.run / "outputs/predictions.csv").open()))
+    names = {p.name for p in scored.images.rglob("*_*.jpg")}
+    assert len(rows) == 16 and {r[0] for r in rows} == names
     for _name, label, *probabilities in rows:
         assert label in ("chickens", "turkeys") and len(probabilities) == 2
         assert abs(sum(map(float, probabilities)) - 1) < 1e-4
-    errors = "".join(p.read_text() for p in (tmp_path / "run/outputs").glob("errors_*.csv"))
+    errors = "".join(p.read_text() for p in (scored.run / "outputs").glob("errors_*.csv"))
     assert errors.startswith("broken.jpg,") and "not a readable image" in errors
-    assert "16 of 17 files scored, 1 failed" in capsys.readouterr().out
+    assert "16 of 17 files scored, 1 failed" in scored.out
 
 
-def test_the_rows_match_the_online_predict(images, model_dir, tmp_path):
-    assert run(SPEC, images, model_dir, tmp_path / "run") == 0
-    rows = {r[0]: r for r in csv.reader((tmp_path / "run/outputs/predictions.csv").open())}
+def test_the_rows_match_the_online_predict(scored, model_dir):
+    assert scored.code == 0, scored.out
+    rows = {r[0]: r for r in csv.reader((scored.run / "outputs/predictions.csv").open())}
     service = Service(model_dir)
-    paths = sorted(images.rglob("*_*.jpg"))[:5]
+    paths = sorted(scored.images.rglob("*_*.jpg"))[:5]
     for path, online in zip(paths, predict(service, [open_image(str(p), service.min_side)
                                                      for p in paths]), strict=True):
         row = rows[path.name]

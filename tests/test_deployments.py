@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import built_once
 
 from mlops import batch, serve
 from mlops.endpoints import deployment, models
@@ -147,13 +148,16 @@ def test_azures_input_data_envelope_becomes_mlflows_own_request(body, request_):
 
 # ---- served for real on loopback ----
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def deployments(tmp_path_factory):
     """A copy of the fixtures with their models written by .venv's scikit-learn and MLflow."""
-    root = tmp_path_factory.mktemp("deployments") / "deployments"
-    shutil.copytree(FIXTURES, root)
-    subprocess.run([sys.executable, str(MAKE_MODELS), str(root)], check=True)
-    return root
+
+    def make(folder: Path) -> None:
+        shutil.copytree(FIXTURES, folder / "deployments")
+        subprocess.run([sys.executable, str(MAKE_MODELS), str(folder / "deployments")],
+                       check=True)
+
+    return built_once(tmp_path_factory, "deployments", make) / "deployments"
 
 
 def _free_port() -> int:

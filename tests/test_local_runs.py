@@ -6,14 +6,19 @@ Every test asserts that the source tree (src/, the specs, the fixtures) is uncha
 from __future__ import annotations
 
 import ast
-import fcntl
 import json
 import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import built_once, shared_folder
 from mlflow.tracking import MlflowClient
 
 from mlops import run as local
@@ -40,22 +45,74 @@ def run(spec, run_dir, assets=None, sets=(), max_procs=2) -> int:
     return local.main(argv)
 
 
-def runs_of(experiment: str):
-    client = MlflowClient()
+def runs_of(experiment: str, uri: str | None = None):
+    client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
     return client, client.search_runs([found.experiment_id]) if found else []
 
 
-def test_train_spec_runs_locally(tmp_path, assets, mlflow_store):
-    assert run(ROOT / "jobs/train.yml", tmp_path / "run", assets, TINY) == 0
-    assert (tmp_path / "run/outputs/model/model.pt").is_file()
-    assert (tmp_path / "run/outputs/checkpoints/checkpoints/last.pt").is_file()
-    assert (tmp_path / "run/wd/image_classifier/train.py").is_file()  # ran in its own snapshot
-    client, runs = runs_of("fowl-classifier")
+@dataclass
+class Retried:
+    folder: Path  # the run folder both attempts used
+    store: str  # the MLflow store they tracked to
+    stopped: int  # the exit code of the runner that was stopped
+
+
+@pytest.fixture(scope="session")
+def retried_train(tmp_path_factory, tiny_data, empty_mlflow_store) -> Retried:
+    """jobs/train.yml for 3 epochs, its runner stopped by SIGTERM once the first checkpoint is
+    written, then run again into its folder (as Azure retries a preempted job under its own
+    run): once for the session, for the tests that read it."""
+
+    def retry(folder: Path) -> None:
+        assets = folder / "local-paths.yml"
+        assets.write_text(yaml.safe_dump({"azureml:fowl-data": str(tiny_data)}))
+        shutil.copyfile(empty_mlflow_store, folder / "mlflow.db")
+        sets = [*TINY, "inputs.epochs=3"]
+        argv = [sys.executable, "-m", "mlops.run", str(ROOT / "jobs/train.yml"), "--run-dir",
+                str(folder / "run"), "--assets", str(assets)]
+        argv += [x for s in sets for x in ("--set", s)]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
+            runner = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+            last = folder / "run/outputs/checkpoints/checkpoints/last.pt"
+            deadline = time.monotonic() + 180
+            while not last.exists() and runner.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            runner.send_signal(signal.SIGTERM)
+            (folder / "stopped").write_text(str(runner.wait(timeout=60)))
+            assert run(ROOT / "jobs/train.yml", folder / "run", assets, sets) == 0
+
+    folder = built_once(tmp_path_factory, "retried-train", retry)
+    return Retried(folder / "run", f"sqlite:///{folder / 'mlflow.db'}",
+                   int((folder / "stopped").read_text()))
+
+
+@pytest.mark.slow
+def test_train_spec_runs_locally(retried_train):
+    folder = retried_train.folder
+    assert (folder / "outputs/model/model.pt").is_file()
+    assert (folder / "outputs/checkpoints/checkpoints/last.pt").is_file()
+    assert (folder / "wd/image_classifier/train.py").is_file()  # ran in its own snapshot
+    client, runs = runs_of("fowl-classifier", retried_train.store)
     (mlflow_run,) = runs
     assert mlflow_run.info.run_name == "fowl-train" and mlflow_run.info.status == "FINISHED"
     assert mlflow_run.data.tags["mlops.spec"].endswith("jobs/train.yml")
     assert "best_val_acc" in mlflow_run.data.metrics
+
+
+@pytest.mark.slow
+def test_a_stopped_job_rerun_into_its_folder_continues_its_mlflow_run(retried_train):
+    """As Azure retries a preempted job under its own run: one run, every epoch once."""
+    assert retried_train.stopped == 128 + signal.SIGTERM
+    client, runs = runs_of("fowl-classifier", retried_train.store)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert {"epochs", "learning_rate", "arch"} <= set(runs[0].data.params)
+    for metric in ("train_loss", "val_acc", "best_val_acc", "lr"):
+        steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, metric)]
+        assert sorted(steps) == [1, 2, 3], metric
+    assert "==== attempt at" in (retried_train.folder / "log.txt").read_text()
 
 
 @pytest.mark.slow
@@ -109,18 +166,12 @@ PIPELINE = ["inputs.epochs=1", "inputs.image_size=32", "jobs.train.inputs.weight
 @pytest.fixture(scope="session")
 def passing_pipeline(tmp_path_factory, tiny_data, empty_mlflow_store) -> Path:
     """jobs/pipeline.yml run once for the whole session, in a folder every xdist worker shares
-    (the first to come runs it, under a lock). The other pipeline tests run beside it, so the
-    steps they share with it are reused, as Azure reuses them (mlops/runtime/reuse.py)."""
-    runs = tmp_path_factory.getbasetemp().parent / "pipelines"
-    runs.mkdir(exist_ok=True)
-    with open(runs / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    (the first to come runs it). The other pipeline tests run beside it, so the steps they share
+    with it are reused, as Azure reuses them (mlops/runtime/reuse.py)."""
+    with shared_folder(tmp_path_factory, "pipelines") as runs:
         if step_statuses(runs / "passing").get("register") != "Completed":
-            data = runs / "data"
-            if not data.exists():
-                shutil.copytree(tiny_data, data)  # this worker's copy is deleted with it
             assets = runs / "local-paths.yml"
-            assets.write_text(yaml.safe_dump({"azureml:fowl-data": str(data)}))
+            assets.write_text(yaml.safe_dump({"azureml:fowl-data": str(tiny_data)}))
             shutil.copyfile(empty_mlflow_store, runs / "mlflow.db")
             with pytest.MonkeyPatch.context() as patch:
                 patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{runs / 'mlflow.db'}")
@@ -208,37 +259,6 @@ def test_bad_specs_give_clear_errors(spec, sets, message, tmp_path, assets, mlfl
     assert run(ROOT / spec, tmp_path / "run", assets, sets) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.slow
-def test_a_stopped_job_rerun_into_its_folder_continues_its_mlflow_run(tmp_path, assets,
-                                                                      mlflow_store):
-    """As Azure retries a preempted job under its own run: one run, every epoch once."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    sets = [*TINY, "inputs.epochs=3"]
-    argv = [sys.executable, "-m", "mlops.run", str(ROOT / "jobs/train.yml"), "--run-dir",
-            str(tmp_path / "run"), "--assets", str(assets)]
-    argv += [x for s in sets for x in ("--set", s)]
-    runner = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    last = tmp_path / "run/outputs/checkpoints/checkpoints/last.pt"
-    deadline = time.monotonic() + 180
-    while not last.exists() and runner.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    runner.send_signal(signal.SIGTERM)
-    assert runner.wait(timeout=60) == 128 + signal.SIGTERM
-    assert run(ROOT / "jobs/train.yml", tmp_path / "run", assets, sets) == 0
-    client, runs = runs_of("fowl-classifier")
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    assert {"epochs", "learning_rate", "arch"} <= set(runs[0].data.params)
-    for metric in ("train_loss", "val_acc", "best_val_acc", "lr"):
-        steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, metric)]
-        assert sorted(steps) == [1, 2, 3], metric
-    assert "==== attempt at" in (tmp_path / "run/log.txt").read_text()
 
 
 @pytest.mark.slow  # last in the file: the shared passing run is most likely done by then
