@@ -28,8 +28,9 @@ DEPLOYMENT ?= endpoints/blue.yml
 REQUEST ?= endpoints/sample-request.json
 MODEL_DIR ?=
 PYTEST_ARGS ?=
-# pytest worker processes (pytest-xdist): the suite is CPU-bound, one per core.
-TEST_WORKERS ?= $(NPROC)
+# pytest worker processes (pytest-xdist): one per core, and one more to use the cores while
+# tests wait for their servers and subprocesses.
+TEST_WORKERS ?= $(shell echo $$(($(NPROC) + 1)))
 # make help: the order its groups are listed in (##@ lines in this file name them).
 HELP_GROUPS = Local,Azure jobs,Azure endpoints,Development
 WORKFLOWS ?= $(wildcard .github/workflows/*.yml)

@@ -18,10 +18,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from make_synthetic_data import generate  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # One worker per core already keeps every core busy: each worker, and every process a test
-    # starts (jobs take this shell's variables, as on a laptop), uses one OpenMP thread. Torch's
-    # default of one thread per core would put twice as many spinning threads as cores, and
-    # OpenMP's spin-waiting on oversubscribed cores costs half as much CPU again.
+    # The workers already keep every core busy (make test starts one per core, and one more):
+    # each worker, and every process a test starts (jobs take this shell's variables, as on a
+    # laptop), uses one OpenMP thread. Torch's default of one thread per core would put several
+    # spinning threads on every core, and OpenMP's spin-waiting on oversubscribed cores costs
+    # half as much CPU again.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 HYMENOPTERA = ROOT.parent / "shared" / "data" / "hymenoptera_data"

@@ -6,27 +6,30 @@ runtime (tests/test_local_runs.py), which starts the processes as Azure ML and t
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import time
+from pathlib import Path
+
+import pytest
+from conftest import built_once
 
 FAILURES = {"full disk": (OSError, (28, "No space left on device")),
             "onnx exporter": (RuntimeError, ("ONNX export failed: unsupported operator",)),
             "mlflow": ("mlflow", ("RESOURCE_DOES_NOT_EXIST: the registry is gone",))}
 
 
-def _finalize_worker(rank: int, ports: list[int], results) -> None:
-    """One of two gloo processes; for each kind of failure in turn, rank 0's finalize fails as
-    that failure would make it (one process group per kind, one pair of processes for all:
-    starting a process that imports the trainer costs seconds)."""
+def _finalize_failures(rank: int, ports: list[int], results) -> None:
+    """For each kind of failure in turn, rank 0's finalize fails as that failure would make it
+    (one process group per kind)."""
     from mlflow.exceptions import MlflowException
 
     import image_classifier.train as trainer
     from image_classifier import distributed
 
-    for failure, port in zip(FAILURES, ports, strict=True):
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                          WORLD_SIZE="2", LOCAL_RANK=str(rank))
-        ctx = distributed.setup()
+    for failure, port in zip(FAILURES, ports, strict=False):
+        ctx = _join(rank, port)
         started = time.monotonic()
         kind, args = FAILURES[failure]
         kind = MlflowException if kind == "mlflow" else kind
@@ -42,7 +45,57 @@ def _finalize_worker(rank: int, ports: list[int], results) -> None:
             outcome = f"{type(err).__name__}: {err}"
         finally:
             distributed.cleanup()
-        results.put(((failure, rank), (outcome, time.monotonic() - started)))
+        results.put((f"{failure}|{rank}", (outcome, time.monotonic() - started)))
+
+
+def _bad_sample(rank: int, port: int, results, data: str) -> None:
+    """Both ranks train one epoch over data in which one file breaks after the check."""
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from image_classifier import distributed
+    from image_classifier.data import build_datasets
+    from image_classifier.engine import train_one_epoch
+    from image_classifier.loading import collate
+    from image_classifier.model import build_model
+
+    ctx = _join(rank, port)
+    started = time.monotonic()
+    bundle = build_datasets(data, 32)
+    torch.distributed.barrier()  # both ranks have checked every file (a slow rank 1 would
+    if rank == 0:                # otherwise find the broken file in its check)
+        open(bundle.train.samples[5][0], "wb").close()
+    torch.distributed.barrier()
+    sampler = DistributedSampler(bundle.train, 2, rank, shuffle=False, drop_last=True)
+    loader = DataLoader(bundle.train, batch_size=4, sampler=sampler, collate_fn=collate)
+    model = torch.nn.parallel.DistributedDataParallel(build_model("resnet18", 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    try:
+        train_one_epoch(model, loader, optimizer, torch.nn.CrossEntropyLoss(), ctx)
+        outcome = "returned"
+    except Exception as err:  # noqa: BLE001
+        outcome = f"{type(err).__name__}: {err}"
+    finally:
+        distributed.cleanup()
+    results.put((f"bad sample|{rank}", (outcome, time.monotonic() - started)))
+
+
+def _join(rank: int, port: int):
+    import torch
+
+    from image_classifier import distributed
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE="2", LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    return distributed.setup()
+
+
+def _scenarios(rank: int, ports: list[int], results, data: str) -> None:
+    """One of two gloo processes: every scenario, one after the other (starting a process that
+    imports the trainer costs seconds of CPU)."""
+    _finalize_failures(rank, ports, results)
+    _bad_sample(rank, ports[-1], results, data)
 
 
 def _free_ports(count: int) -> list[int]:
@@ -57,19 +110,19 @@ def _free_ports(count: int) -> list[int]:
         return [sock.getsockname()[1] for sock in sockets]
 
 
-def _two_ranks(target, *args, ports: int = 1, timeout: float = 60) -> dict:
-    """Run target(rank, ports, results, *args) in two spawned processes; every item they put
-    in results is a (key, value) pair, and the items expected number `ports` per rank."""
+def _two_ranks(target, items: int, *args, timeout: float = 60) -> dict:
+    """Run target(rank, ports, results, *args) in two spawned processes with a free port for
+    each of the `items` (key, value) pairs each puts in results."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    free = _free_ports(ports)
-    workers = [context.Process(target=target, args=(r, free, results, *args)) for r in (0, 1)]
+    ports = _free_ports(items)
+    workers = [context.Process(target=target, args=(r, ports, results, *args)) for r in (0, 1)]
     for worker in workers:
         worker.start()
     try:
-        return dict(results.get(timeout=timeout) for _ in range(ports * len(workers)))
+        return dict(results.get(timeout=timeout) for _ in range(items * len(workers)))
     finally:
         for worker in workers:
             worker.join(timeout=30)
@@ -77,56 +130,31 @@ def _two_ranks(target, *args, ports: int = 1, timeout: float = 60) -> dict:
                 worker.kill()
 
 
-def test_a_rank0_failure_of_any_kind_reaches_every_rank_within_seconds():
-    outcome = _two_ranks(_finalize_worker, ports=len(FAILURES), timeout=60 * len(FAILURES))
+@pytest.fixture(scope="session")
+def outcomes(tiny_data, tmp_path_factory) -> dict:
+    """What each rank of one pair of processes saw in every scenario: {"scenario|rank":
+    [what it raised, seconds from joining the group]}."""
+
+    def play(folder: Path) -> None:
+        data = shutil.copytree(tiny_data, folder / "data")  # one file of it gets broken
+        found = _two_ranks(_scenarios, len(FAILURES) + 1, str(data), timeout=180)
+        (folder / "outcomes.json").write_text(json.dumps(found))
+
+    folder = built_once(tmp_path_factory, "rank-outcomes", play)
+    return json.loads((folder / "outcomes.json").read_text())
+
+
+def test_a_rank0_failure_of_any_kind_reaches_every_rank_within_seconds(outcomes):
     for failure, (_, args) in FAILURES.items():
-        (rank0, seconds0), (rank1, seconds1) = outcome[failure, 0], outcome[failure, 1]
+        (rank0, seconds0), (rank1, seconds1) = outcomes[f"{failure}|0"], outcomes[f"{failure}|1"]
         assert max(seconds0, seconds1) < 20, (failure, seconds0, seconds1)
         assert args[-1] in rank0, (failure, rank0)
         assert rank1.startswith("ModelError: rank 0 failed to write the model"), (failure, rank1)
         assert args[-1] in rank1, (failure, rank1)
 
 
-def _bad_sample_worker(rank: int, ports: list[int], results, data: str) -> None:
-    """Both ranks train one epoch over data in which one file breaks after the check."""
-    import torch
-    from torch.utils.data import DataLoader, DistributedSampler
-
-    from image_classifier import distributed
-    from image_classifier.data import build_datasets
-    from image_classifier.engine import train_one_epoch
-    from image_classifier.loading import collate
-    from image_classifier.model import build_model
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ports[0]), RANK=str(rank),
-                      WORLD_SIZE="2", LOCAL_RANK=str(rank))
-    torch.set_num_threads(1)
-    ctx = distributed.setup()
-    bundle = build_datasets(data, 32)
-    torch.distributed.barrier()  # both ranks have checked every file (a slow rank 1 would
-    if rank == 0:                # otherwise find the broken file in its check)
-        open(bundle.train.samples[5][0], "wb").close()
-    torch.distributed.barrier()
-    sampler = DistributedSampler(bundle.train, 2, rank, shuffle=False, drop_last=True)
-    loader = DataLoader(bundle.train, batch_size=4, sampler=sampler, collate_fn=collate)
-    model = torch.nn.parallel.DistributedDataParallel(build_model("resnet18", 2))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    try:
-        train_one_epoch(model, loader, optimizer, torch.nn.CrossEntropyLoss(), ctx)
-        results.put((rank, "returned"))
-    except Exception as err:  # noqa: BLE001
-        results.put((rank, f"{type(err).__name__}: {err}"))
-    finally:
-        distributed.cleanup()
-
-
-def test_a_bad_file_on_one_rank_stops_every_rank_with_its_name(tiny_data, tmp_path):
-    import shutil
-
-    data = shutil.copytree(tiny_data, tmp_path / "d")
-    started = time.monotonic()
-    outcome = _two_ranks(_bad_sample_worker, str(data), timeout=120)
-    assert time.monotonic() - started < 100
+def test_a_bad_file_on_one_rank_stops_every_rank_with_its_name(outcomes):
     for rank in (0, 1):
-        assert outcome[rank].startswith("BadSampleError: "), outcome
-        assert "is not a readable image" in outcome[rank]
+        outcome, seconds = outcomes[f"bad sample|{rank}"]
+        assert outcome.startswith("BadSampleError: "), outcomes
+        assert "is not a readable image" in outcome and seconds < 60
