@@ -78,10 +78,15 @@ def empty_mlflow_store(tmp_path_factory) -> Path:
     return path
 
 
+def copied_store(empty: Path, folder: Path) -> str:
+    """The URI of a copy of the empty store in `folder` (a fresh file would be migrated)."""
+    shutil.copyfile(empty, folder / "mlflow.db")
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
 @pytest.fixture
 def mlflow_store(tmp_path, monkeypatch, empty_mlflow_store) -> str:
-    shutil.copyfile(empty_mlflow_store, tmp_path / "mlflow.db")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = copied_store(empty_mlflow_store, tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "tests")
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
@@ -90,14 +95,14 @@ def mlflow_store(tmp_path, monkeypatch, empty_mlflow_store) -> str:
 
 
 @pytest.fixture(scope="session")
-def model_dir(tiny_data, tmp_path_factory) -> Path:
+def model_dir(tiny_data, tmp_path_factory, empty_mlflow_store) -> Path:
     """A model trained on tiny data, exported to ONNX by the trainer's own flag."""
 
     def train(root: Path) -> None:
         from image_classifier.train import main as train_main
 
         with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+            patch.setenv("MLFLOW_TRACKING_URI", copied_store(empty_mlflow_store, root))
             args = train_args(tiny_data, root / "out", epochs=1, export_onnx="True")
             assert train_main(args) == 0
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import built_once
+from conftest import built_once, copied_store
 
 from image_classifier.images import open_image
 from image_classifier.predict import Service, predict
@@ -49,7 +49,7 @@ class Scored:
 
 
 @pytest.fixture(scope="session")
-def scored(tiny_data, model_dir, tmp_path_factory) -> Scored:
+def scored(tiny_data, model_dir, tmp_path_factory, empty_mlflow_store) -> Scored:
     """The repo's batch deployment run once over the val images and a broken file, for the
     tests that read its outputs."""
 
@@ -57,7 +57,7 @@ def scored(tiny_data, model_dir, tmp_path_factory) -> Scored:
         images = shutil.copytree(tiny_data / "val", folder / "images")
         (images / "turkeys" / "broken.jpg").write_bytes(b"not a jpeg")
         with pytest.MonkeyPatch.context() as patch, io.StringIO() as out:
-            patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
+            patch.setenv("MLFLOW_TRACKING_URI", copied_store(empty_mlflow_store, folder))
             with contextlib.redirect_stdout(out):
                 code = run(SPEC, images, model_dir, folder / "run")
             (folder / "stdout.txt").write_text(out.getvalue())

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import built_once, shared_folder
+from conftest import built_once, copied_store, shared_folder
 from mlflow.tracking import MlflowClient
 
 from mlops import run as local
@@ -67,13 +66,12 @@ def retried_train(tmp_path_factory, tiny_data, empty_mlflow_store) -> Retried:
     def retry(folder: Path) -> None:
         assets = folder / "local-paths.yml"
         assets.write_text(yaml.safe_dump({"azureml:fowl-data": str(tiny_data)}))
-        shutil.copyfile(empty_mlflow_store, folder / "mlflow.db")
         sets = [*TINY, "inputs.epochs=3"]
         argv = [sys.executable, "-m", "mlops.run", str(ROOT / "jobs/train.yml"), "--run-dir",
                 str(folder / "run"), "--assets", str(assets)]
         argv += [x for s in sets for x in ("--set", s)]
         with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
+            patch.setenv("MLFLOW_TRACKING_URI", copied_store(empty_mlflow_store, folder))
             runner = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL)
             last = folder / "run/outputs/checkpoints/checkpoints/last.pt"
@@ -172,9 +170,8 @@ def passing_pipeline(tmp_path_factory, tiny_data, empty_mlflow_store) -> Path:
         if step_statuses(runs / "passing").get("register") != "Completed":
             assets = runs / "local-paths.yml"
             assets.write_text(yaml.safe_dump({"azureml:fowl-data": str(tiny_data)}))
-            shutil.copyfile(empty_mlflow_store, runs / "mlflow.db")
             with pytest.MonkeyPatch.context() as patch:
-                patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{runs / 'mlflow.db'}")
+                patch.setenv("MLFLOW_TRACKING_URI", copied_store(empty_mlflow_store, runs))
                 assert run(ROOT / "jobs/pipeline.yml", runs / "passing", assets,
                            [*PIPELINE, "inputs.min_val_acc=0"]) == 0
     return runs / "passing"
