@@ -249,7 +249,19 @@ def test_a_rerun_appends_to_the_log(tmp_path):
     assert log.count("==== attempt at") == 1
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_the_runner_catches_every_signal_that_stops_a_terminal_job():
+    """SIGINT (Ctrl-C), SIGTERM (kill) and SIGHUP (the terminal closed) take the same handler,
+    so the end-to-end test below sends two of them."""
+    previous = launch.install_signal_handlers()
+    try:
+        handlers = {signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM,
+                                                      signal.SIGHUP)}
+        assert len(handlers) == 1 and callable(handlers.pop())
+    finally:
+        launch.restore_signal_handlers(previous)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signals_stop_the_whole_job_and_mark_it_killed(tmp_path, sig):
     runner = subprocess.Popen(
         [sys.executable, "-m", "mlops.run", str(HELLO / "hello-command.yml"), "--run-dir",
