@@ -38,9 +38,10 @@ def shared_folder(tmp_path_factory, name: str) -> Iterator[Path]:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # pytest-N/popen-gwK: pytest-N is this session's, and only its
     folder = base / "shared" / name
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        folder.mkdir(exist_ok=True)  # under the lock: built_once empties it under the lock too
         yield folder
 
 
