@@ -103,12 +103,15 @@ def test_an_unmapped_wasbs_input_names_the_uri_and_the_file_and_leaves_nothing(t
     assert not (tmp_path / "run").exists()  # nothing started: no run folder
 
 
-def test_pipeline_sweep_node_passes_its_best_trial_downstream(tmp_path):
+def test_pipeline_sweep_node_passes_its_best_trial_downstream(tmp_path, monkeypatch):
+    # on 4 cores, the 2 trials that run at once get 2 threads each
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(launch, "usable_cores", lambda: 4)
     assert run(TP / "sweep-node-pipeline.yml", tmp_path / "run") == 0
     summary = json.loads((tmp_path / "run/steps/tune/sweep_summary.json").read_text())
     assert len(summary["trials"]) == 2
     assert summary["best_trial"]["params"] == {"lr": 0.5, "kernel": "rbf"}
-    assert "lr=0.5 kernel=rbf" in (tmp_path / "run/steps/report/log.txt").read_text()
+    assert "lr=0.5 kernel=rbf threads=2" in (tmp_path / "run/steps/report/log.txt").read_text()
     trials = [r for r in runs(Path.cwd().name) if "mlops.trial" in r.data.tags]
     assert len(trials) == 2 and all("score" in r.data.metrics for r in trials)
     folders = {t["folder"] for t in summary["trials"]}

@@ -212,7 +212,7 @@ def sweep(data: dict, rt: runtime.Runtime, folder: Path, parent_run: str,
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     settings = Settings.from_spec(data, rt.max_procs)
     engine = Sweep(settings, rt, make_task)
-    threads, rt.threads = rt.threads, max(1, rt.max_procs // settings.concurrency)
+    sharing, rt.sharing = rt.sharing, settings.concurrency
     try:
         engine.run()
     except KeyboardInterrupt:
@@ -222,7 +222,7 @@ def sweep(data: dict, rt: runtime.Runtime, folder: Path, parent_run: str,
             engine.finish(trial, "Canceled")
         raise
     finally:
-        rt.threads = threads
+        rt.sharing = sharing
     summary = engine.summary()
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "sweep_summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -44,7 +44,7 @@ class Runtime:
     max_procs: int
     tracking: Tracking = field(default_factory=Tracking)
     environments: envs.Environments | None = None
-    threads: int | None = None
+    sharing: int = 1  # tasks run side by side (a sweep's concurrent trials): they share the cores
     started: bool = False  # a process was launched: the run folder now holds a real run
     force_rerun: bool = False  # pipeline steps run again even where an earlier one matches
     reuse: Index = None  # completed steps of every run beside this one (mlops/runtime/reuse.py)
@@ -88,8 +88,6 @@ def process_env(task: Task, rt: Runtime, run_id: str, wd: Path, inputs: dict,
     env = {k: v for k, v in os.environ.items() if not DROPPED_ENV.match(k)}
     env.update(rt.environments.activate(task.environment, task.env_base, task.folder, task.where,
                                         task.image_packages))
-    if rt.threads:
-        env["OMP_NUM_THREADS"] = str(rt.threads)  # trials share this machine's cores
     env.update({"MLFLOW_TRACKING_URI": rt.tracking.job_uri(), "MLFLOW_RUN_ID": run_id,
                 "MLFLOW_EXPERIMENT_NAME": task.experiment,
                 "MLFLOW_EXPERIMENT_ID": rt.tracking.experiment_id(task.experiment),
@@ -148,8 +146,7 @@ def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Runnin
         raise
     if notice:
         print(notice, file=sys.stderr)
-    if task.distribution:
-        launch.share_cores(base, len(overlays))
+    launch.share_cores(base, rt.sharing * (len(overlays) if task.distribution else 1))
     command, overlays = launch.under_mpirun(command, overlays, task.distribution, base)
     (task.folder / "command.sh").write_text(command + "\n")
     rt.started = True

@@ -47,10 +47,11 @@ def usable_cores() -> int:
 
 
 def share_cores(env: dict[str, str], processes: int) -> None:
-    """Every simulated node is this machine, so the processes of a distributed job share its
-    cores: each gets OMP_NUM_THREADS = cores / processes unless the spec or the shell set it
-    (torchrun too sets it when it starts several). On Azure each node has cores of its own; here
-    torch's default of a thread per core would put several spinning threads on every core."""
+    """The processes that run at once here (a distributed job's, every simulated node being
+    this machine; a sweep's concurrent trials) share its cores: each gets OMP_NUM_THREADS =
+    cores / processes unless the spec or the shell set it (torchrun too sets it when it starts
+    several). On Azure each node has cores of its own; here torch's default of a thread per core
+    would put several spinning threads on every core."""
     if processes > 1 and "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // processes))
 
@@ -226,6 +227,7 @@ class Launch:
     def poll(self) -> int | None:
         """None while any process runs; the job's exit code once all ended (or one failed)."""
         codes = [_shell_code(p.poll()) for p in self.procs]
+        seen_ms = int(time.time() * 1000)  # before the orphans' grace below delays us
         for popen, code in zip(self.procs, codes, strict=True):
             if code is not None and popen.pid not in self.reaped:
                 stop_group(popen.pid, 2)  # orphans of a finished process
@@ -234,11 +236,11 @@ class Launch:
                 self.first_failure = code
         if self.first_failure is not None and any(c is None for c in codes):
             self.stop()  # one process failed: the distributed job fails as a whole
-            self.ended_ms = int(time.time() * 1000)
+            self.ended_ms = seen_ms
             return self.first_failure
         if any(c is None for c in codes):
             return None
-        self.ended_ms = self.ended_ms or int(time.time() * 1000)
+        self.ended_ms = self.ended_ms or seen_ms
         return self.first_failure or 0
 
     def wait(self) -> int:

@@ -18,7 +18,10 @@ from pathlib import Path
 from mlops.specs import ROOT
 
 DEFAULT_URI = f"sqlite:///{ROOT / 'mlflow.db'}"
-EXIT_WINDOW_MS = 2000  # runs closed this close to the job's end were closed by its exit
+# Runs closed this close to the job's end were closed by its exit hook. A process still tears
+# down for seconds after MLflow's hook on a loaded machine (torch's finalizers, other atexit
+# hooks), so 2 s misjudged a crash's nested run as finished on purpose.
+EXIT_WINDOW_MS = 10_000
 log = logging.getLogger(__name__)
 
 
