@@ -72,10 +72,12 @@ def empty_mlflow_store(tmp_path_factory) -> Path:
     each local run forks its tracking server instead of starting a Python process that imports
     it (mlops/runtime/mlflow_server.py; the subprocess tests still start it the usual way)."""
     import mlflow.server.handlers  # noqa: F401
-    from mlflow.tracking import MlflowClient
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     path = tmp_path_factory.mktemp("store") / "mlflow.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
+    # the Default experiment's artifacts beside the store (MLflow's default is ./mlruns: the
+    # repository)
+    SqlAlchemyStore(f"sqlite:///{path}", str(path.parent / "mlruns"))
     return path
 
 
@@ -87,9 +89,12 @@ def copied_store(empty: Path, folder: Path) -> str:
 
 @pytest.fixture
 def mlflow_store(tmp_path, monkeypatch, empty_mlflow_store) -> str:
+    from mlops.runtime.mlflow_runs import Tracking
+
     uri = copied_store(empty_mlflow_store, tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "tests")
+    Tracking(uri=uri).experiment_id("tests")  # its artifacts in tmp_path, as a local run's
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return uri

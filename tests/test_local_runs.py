@@ -236,6 +236,9 @@ def test_command_job_gets_environment_variables_and_outputs(tmp_path, mlflow_sto
     client, (mlflow_run,) = runs_of("hello-command")
     assert [m.value for m in client.get_metric_history(mlflow_run.info.run_id, "accuracy")] == \
         [0.25, 0.375]
+    # artifacts beside the store, not in ./mlruns of whatever folder the runner started in
+    assert mlflow_run.info.artifact_uri.startswith(str(tmp_path / "mlruns"))
+    assert list((tmp_path / "mlruns").rglob("user_logs/log.txt"))
 
 
 def test_unmapped_asset_names_the_asset_and_the_file(tmp_path, assets, mlflow_store, capsys):

@@ -35,6 +35,16 @@ def tracking_uri() -> str:
     return uri
 
 
+def artifact_root(uri: str) -> Path:
+    """Where the artifacts of the experiments a local run creates go: beside a sqlite store's
+    file (<folder>/mlruns/<experiment id>), whichever folder the runner starts in (MLflow's
+    default, ./mlruns, would scatter one store's artifacts over every working directory)."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix):
+        return Path(uri[len(prefix):]).parent / "mlruns"
+    return Path("mlruns").resolve()
+
+
 class Tracking:
     """The runner's own client (on the store directly) and the URI jobs are given (the local
     tracking server's, when it runs: mlops/runtime/mlflow_server.py)."""
@@ -53,7 +63,14 @@ class Tracking:
 
     def experiment_id(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
-        return found.experiment_id if found else self.client.create_experiment(name)
+        if found:
+            return found.experiment_id
+        if not self.uri.startswith("sqlite:"):
+            return self.client.create_experiment(name)
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        # the store the tracking server builds, with its default artifact root: mlruns/<id>
+        return SqlAlchemyStore(self.uri, str(artifact_root(self.uri))).create_experiment(name)
 
     def start(self, experiment: str, name: str, tags: dict, parent: str | None = None,
               reuse: str | None = None) -> str:
