@@ -65,6 +65,17 @@ def tiny_data(tmp_path_factory) -> Path:
         folder / "synthetic", train_per_class=24, val_per_class=8, size=48)) / "synthetic"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_repository_store(tmp_path_factory) -> Iterator[None]:
+    """A test that tracks without a store of its own (mlflow_store) tracks into one of the
+    session's, never into the repository's mlflow.db and mlruns/ (make exports
+    MLFLOW_TRACKING_URI). The file is created by the first test that uses it."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('default-store') / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", uri)
+        yield
+
+
 @pytest.fixture(scope="session")
 def empty_mlflow_store(tmp_path_factory) -> Path:
     """A store with MLflow's tables made once: creating them costs about a second of CPU in every
@@ -106,9 +117,13 @@ def model_dir(tiny_data, tmp_path_factory, empty_mlflow_store) -> Path:
 
     def train(root: Path) -> None:
         from image_classifier.train import main as train_main
+        from mlops.runtime.mlflow_runs import Tracking
 
         with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("MLFLOW_TRACKING_URI", copied_store(empty_mlflow_store, root))
+            uri = copied_store(empty_mlflow_store, root)
+            patch.setenv("MLFLOW_TRACKING_URI", uri)
+            patch.setenv("MLFLOW_EXPERIMENT_NAME", "tests")
+            Tracking(uri=uri).experiment_id("tests")  # its artifacts beside the store
             args = train_args(tiny_data, root / "out", epochs=1, export_onnx="True")
             assert train_main(args) == 0
 

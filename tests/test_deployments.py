@@ -236,7 +236,7 @@ def test_an_mlflow_tensor_model_takes_arrays(deployments, served):
 
 
 def test_an_mlflow_batch_deployment_without_code_writes_azures_predictions_file(
-        deployments, tmp_path, capsys):
+        deployments, tmp_path, capsys, mlflow_store):
     data = tmp_path / "input"
     shutil.copytree(deployments / "mlflow" / "batch-input", data)
     (data / "notes.txt").write_text("not a table")  # Azure: "File type 'txt' is not supported"

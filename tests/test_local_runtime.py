@@ -23,6 +23,7 @@ from mlops import run as local
 from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.errors import LocalRunError
 from mlops.runtime import launch
+from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.uris import lookup
 from mlops.runtime.values import render_command
 from mlops.specs import ROOT
@@ -332,7 +333,7 @@ def test_a_launcher_killed_without_warning_takes_its_job_with_it(tmp_path):
 def _left_running(folder: Path, pid: int) -> tuple[str, str]:
     """A run folder as a runner leaves it when it and its watchdog died together."""
     client = MlflowClient()
-    experiment = client.create_experiment("hello-command")
+    experiment = Tracking().experiment_id("hello-command")
     parent = client.create_run(experiment, run_name="hello-command").info.run_id
     inner = client.create_run(experiment, run_name="inner",
                               tags={"mlflow.parentRunId": parent}).info.run_id

@@ -53,6 +53,8 @@ class Tracking:
         from mlflow.tracking import MlflowClient
 
         self.uri = uri or tracking_uri()
+        if self.uri.startswith("sqlite:///") and not Path(self.uri[len("sqlite:///"):]).exists():
+            self._store()  # a new store: its Default experiment's artifacts go beside it too
         self.client = MlflowClient(self.uri)
         self.server = server
         if server is not None:
@@ -67,10 +69,14 @@ class Tracking:
             return found.experiment_id
         if not self.uri.startswith("sqlite:"):
             return self.client.create_experiment(name)
+        return self._store().create_experiment(name)
+
+    def _store(self):
+        """The store as the tracking server opens it, with its default artifact root: new
+        experiments get <artifact root>/<id>."""
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-        # the store the tracking server builds, with its default artifact root: mlruns/<id>
-        return SqlAlchemyStore(self.uri, str(artifact_root(self.uri))).create_experiment(name)
+        return SqlAlchemyStore(self.uri, str(artifact_root(self.uri)))
 
     def start(self, experiment: str, name: str, tags: dict, parent: str | None = None,
               reuse: str | None = None) -> str:
