@@ -3,10 +3,12 @@ jobs log to the store directly (mlops/runtime/mlflow_server.py)."""
 
 import os
 import signal
+import sys
 import time
 import urllib.request
+from pathlib import Path
 
-from mlops.runtime.mlflow_server import Server
+from mlops.runtime.mlflow_server import SERVER_MODULE, Forked, Server
 
 
 def test_the_uri_is_there_at_once_and_a_first_request_waits_for_the_server(tmp_path, capsys):
@@ -62,3 +64,24 @@ def test_a_run_that_never_asks_for_the_uri_starts_no_server(tmp_path):
     server.store_ready()
     server.close()
     assert server.process is None and server.listener.fileno() == -1
+
+
+def test_a_server_whose_runner_died_removes_its_log(tmp_path):
+    """A killed runner never removes the server's log; the server does, once its stdin ends."""
+    import mlflow.server.handlers  # noqa: F401 - loaded: the second server is forked
+
+    for forked in (False, True):
+        server = Server(f"sqlite:///{tmp_path / f'{forked}.db'}", tmp_path / "artifacts")
+        if not forked:
+            server_module = sys.modules.pop(SERVER_MODULE, None)  # as a runner without it
+        try:
+            server.uri()
+        finally:
+            if not forked and server_module is not None:
+                sys.modules[SERVER_MODULE] = server_module
+        assert isinstance(server.process, Forked) == forked
+        assert Path(server.log.name).is_file()
+        server.process.stdin.close()  # what a runner's death does to the server
+        server.process.wait(timeout=60)
+        assert not Path(server.log.name).exists()
+        server.close()

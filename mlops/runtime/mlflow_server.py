@@ -8,7 +8,7 @@ artifacts go straight to its local artifact folder. It serves on 127.0.0.1 only,
 process started when the first job needs its URI (its imports overlap the job's own), and exits
 when the runner does (its stdin closes).
 
-    python -m mlops.runtime.mlflow_server <backend store uri> <artifact root> <listening fd>
+    python -m mlops.runtime.mlflow_server <backend store uri> <artifact root> <listening fd> <log>
         (prints READY <port> once it accepts)
 """
 
@@ -31,7 +31,7 @@ SERVER_MODULE = "mlflow.server.handlers"
 KEPT: list = []  # a forked server's inherited streams, never finalized
 
 
-def serve(store: str, artifacts: str, fd: int) -> None:
+def serve(store: str, artifacts: str, fd: int, log: str = "") -> None:
     """MLflow's own tracking app on the runner's store, configured through its public
     initialize_backend_stores (what `mlflow server` calls), served in this process.
     `mlflow server` itself (a CLI process that starts uvicorn in another, with a job-execution
@@ -57,10 +57,15 @@ def serve(store: str, artifacts: str, fd: int) -> None:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     server = make_server("127.0.0.1", 0, app, threaded=True, fd=fd)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    print(f"READY {server.socket.getsockname()[1]}", flush=True)
-    for line in sys.stdin:  # ends at EOF: the runner has ended
-        if line.strip() == "open":
-            threading.Thread(target=open_stores, daemon=True).start()
+    try:
+        print(f"READY {server.socket.getsockname()[1]}", flush=True)
+        for line in sys.stdin:  # ends at EOF: the runner has ended
+            if line.strip() == "open":
+                threading.Thread(target=open_stores, daemon=True).start()
+    except BrokenPipeError:
+        pass  # the runner died before it read READY
+    if log:  # nobody is left to read this server's log (a killed runner never removes it)
+        Path(log).unlink(missing_ok=True)
     os._exit(0)
 
 
@@ -82,7 +87,7 @@ class Forked:
     and the listening socket, and never returns into the runner's code. The handle offers what
     Server uses of a Popen."""
 
-    def __init__(self, store: str, artifacts: str, fd: int, log_fd: int):
+    def __init__(self, store: str, artifacts: str, fd: int, log_fd: int, log: str):
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         self.pid, self.returncode = os.fork(), None
@@ -102,7 +107,7 @@ class Forked:
                     signal.signal(signum, signal.SIG_DFL)
                 sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the child's whole life
                 sys.stdout, sys.stderr = (open(n, "w", closefd=False) for n in (1, 2))  # noqa: SIM115
-                serve(store, artifacts, fd)
+                serve(store, artifacts, fd, log)
             finally:
                 os._exit(1)
         os.close(stdin_r)
@@ -156,12 +161,12 @@ class Server:
     def _start(self) -> None:
         fd = self.listener.fileno()
         if SERVER_MODULE in sys.modules:  # loaded already: a fork skips seconds of imports
-            self.process = Forked(self.store, self.artifacts, fd, self.log.fileno())
+            self.process = Forked(self.store, self.artifacts, fd, self.log.fileno(), self.log.name)
         else:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "mlops.runtime.mlflow_server", self.store, self.artifacts,
-                 str(fd)], pass_fds=(fd,), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=self.log, text=True,
+                 str(fd), self.log.name], pass_fds=(fd,), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self.log, text=True,
                 start_new_session=True)  # Ctrl-C reaches the runner, which ends the server last
         self.listener.close()  # the server's copy alone: if it dies, connections are refused
         if self._store_open:
@@ -212,4 +217,4 @@ class Server:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    serve(*sys.argv[1:3], int(sys.argv[3]), *sys.argv[4:5])
