@@ -30,7 +30,7 @@ from mlops.environments.envspec import ENV_MAP
 from mlops.envs import Environments
 from mlops.errors import LocalRunError
 from mlops.runtime import launch, readonly_inputs
-from mlops.runtime.mlflow_runs import Tracking, artifact_root, tracking_uri
+from mlops.runtime.mlflow_runs import Tracking, tracking_uri
 from mlops.runtime.mlflow_server import Server
 from mlops.runtime.uris import ASSET_MAP
 from mlops.specs import ROOT, SpecError
@@ -199,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assets", type=Path, default=ASSET_MAP)
     args = parser.parse_args(argv)
     handlers = launch.install_signal_handlers()
-    uri = tracking_uri()
-    server = Server(uri, artifact_root(uri))
+    server = Server(tracking_uri())
     try:
         deployment = load(args.deployment, "batch-deployment", args.model, args.assets)
         folder = (args.run_dir or ROOT / "runs" /

@@ -27,7 +27,7 @@ from mlops.environments.envspec import ENV_MAP
 from mlops.envs import Environments
 from mlops.errors import LocalRunError
 from mlops.runtime import launch
-from mlops.runtime.mlflow_runs import Tracking, artifact_root, tracking_uri
+from mlops.runtime.mlflow_runs import Tracking, tracking_uri
 from mlops.runtime.mlflow_server import Server
 from mlops.runtime.tasks import command_task, experiment_name
 from mlops.runtime.uris import ASSET_MAP, AssetMap
@@ -166,8 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     rt = None
     created = False
-    uri = tracking_uri()
-    server = Server(uri, artifact_root(uri))  # starts when a job first asks
+    server = Server(tracking_uri())  # starts when a job first asks
     try:
         job = prepare(args.spec, [s for group in args.set for s in group], args.remove,
                       args.assets)

@@ -98,14 +98,21 @@ def copied_store(empty: Path, folder: Path) -> str:
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 
-@pytest.fixture
-def mlflow_store(tmp_path, monkeypatch, empty_mlflow_store) -> str:
+def track_into(patch: pytest.MonkeyPatch, empty: Path, folder: Path) -> str:
+    """Point MLflow at a copy of the empty store in `folder`, experiment `tests`, made as a
+    local run makes it: its artifacts beside the store, not in the repository's ./mlruns."""
     from mlops.runtime.mlflow_runs import Tracking
 
-    uri = copied_store(empty_mlflow_store, tmp_path)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "tests")
-    Tracking(uri=uri).experiment_id("tests")  # its artifacts in tmp_path, as a local run's
+    uri = copied_store(empty, folder)
+    patch.setenv("MLFLOW_TRACKING_URI", uri)
+    patch.setenv("MLFLOW_EXPERIMENT_NAME", "tests")
+    Tracking(uri=uri).experiment_id("tests")
+    return uri
+
+
+@pytest.fixture
+def mlflow_store(tmp_path, monkeypatch, empty_mlflow_store) -> str:
+    uri = track_into(monkeypatch, empty_mlflow_store, tmp_path)
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return uri
@@ -117,13 +124,9 @@ def model_dir(tiny_data, tmp_path_factory, empty_mlflow_store) -> Path:
 
     def train(root: Path) -> None:
         from image_classifier.train import main as train_main
-        from mlops.runtime.mlflow_runs import Tracking
 
         with pytest.MonkeyPatch.context() as patch:
-            uri = copied_store(empty_mlflow_store, root)
-            patch.setenv("MLFLOW_TRACKING_URI", uri)
-            patch.setenv("MLFLOW_EXPERIMENT_NAME", "tests")
-            Tracking(uri=uri).experiment_id("tests")  # its artifacts beside the store
+            track_into(patch, empty_mlflow_store, root)
             args = train_args(tiny_data, root / "out", epochs=1, export_onnx="True")
             assert train_main(args) == 0
 

@@ -25,24 +25,28 @@ EXIT_WINDOW_MS = 10_000
 log = logging.getLogger(__name__)
 
 
+SQLITE = "sqlite:///"
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a sqlite store's URI (None: another kind of store)."""
+    return Path(uri[len(SQLITE):]) if uri.startswith(SQLITE) else None
+
+
 def tracking_uri() -> str:
     """The store every process of a run shares; a relative sqlite path is made absolute, because
     jobs run in their own working directory."""
     uri = os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
-        uri = prefix + str(Path(uri[len(prefix):]).resolve())
-    return uri
+    path = sqlite_file(uri)
+    return f"{SQLITE}{path.resolve()}" if path and not path.is_absolute() else uri
 
 
 def artifact_root(uri: str) -> Path:
     """Where the artifacts of the experiments a local run creates go: beside a sqlite store's
     file (<folder>/mlruns/<experiment id>), whichever folder the runner starts in (MLflow's
     default, ./mlruns, would scatter one store's artifacts over every working directory)."""
-    prefix = "sqlite:///"
-    if uri.startswith(prefix):
-        return Path(uri[len(prefix):]).parent / "mlruns"
-    return Path("mlruns").resolve()
+    path = sqlite_file(uri)
+    return path.parent / "mlruns" if path else Path("mlruns").resolve()
 
 
 class Tracking:
@@ -53,7 +57,7 @@ class Tracking:
         from mlflow.tracking import MlflowClient
 
         self.uri = uri or tracking_uri()
-        if self.uri.startswith("sqlite:///") and not Path(self.uri[len("sqlite:///"):]).exists():
+        if (path := sqlite_file(self.uri)) and not path.exists():
             self._store()  # a new store: its Default experiment's artifacts go beside it too
         self.client = MlflowClient(self.uri)
         self.server = server
@@ -67,7 +71,7 @@ class Tracking:
         found = self.client.get_experiment_by_name(name)
         if found:
             return found.experiment_id
-        if not self.uri.startswith("sqlite:"):
+        if not sqlite_file(self.uri):
             return self.client.create_experiment(name)
         return self._store().create_experiment(name)
 

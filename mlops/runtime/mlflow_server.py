@@ -27,6 +27,8 @@ import threading
 import time
 from pathlib import Path
 
+from mlops.runtime.mlflow_runs import artifact_root
+
 SERVER_MODULE = "mlflow.server.handlers"
 KEPT: list = []  # a forked server's inherited streams, never finalized
 
@@ -143,8 +145,10 @@ class Server:
     """The runner's handle: the URI is known at once; the server starts when a job first asks
     for it (a run refused, or a pipeline whose steps are all reused, starts none)."""
 
-    def __init__(self, store: str, artifacts: Path):
-        self.store, self.artifacts = store, str(artifacts)
+    def __init__(self, store: str, artifacts: Path | None = None):
+        """artifacts: the default root of the experiments the server creates (None: beside the
+        store, as the runner's own, mlflow_runs.artifact_root)."""
+        self.store, self.artifacts = store, str(artifacts or artifact_root(store))
         self.log = tempfile.NamedTemporaryFile(prefix="mlflow-server-", suffix=".log",  # noqa: SIM115 - kept open for the server's lifetime
                                                delete=False)
         # The runner binds the port and hands the listening socket over, so the URI is known at
@@ -217,4 +221,4 @@ class Server:
 
 
 if __name__ == "__main__":
-    serve(*sys.argv[1:3], int(sys.argv[3]), *sys.argv[4:5])
+    serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])
