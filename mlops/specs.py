@@ -101,6 +101,17 @@ def read_yaml(text: str):
     return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
 
 
+def _parse(text: str) -> tuple:
+    """The document's node tree (for the lines of its keys) and its data, from one parse: what
+    yaml.compose and yaml.safe_load each do, with the node built once."""
+    loader = _LOADER(text)
+    try:
+        node = loader.get_single_node()
+        return node, (loader.construct_document(node) if node is not None else None)
+    finally:
+        loader.dispose()
+
+
 def _line_map(node, prefix: tuple, out: dict) -> None:
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
@@ -131,9 +142,7 @@ class SpecError(ValueError):
 def load_spec(path: str | Path, role: str = "") -> Spec:
     path = Path(path)
     try:
-        text = path.read_text()
-        node = yaml.compose(text, Loader=_LOADER)
-        data = read_yaml(text)
+        node, data = _parse(path.read_text())
     except OSError as err:
         raise SpecError(Finding(path, "", f"cannot read the file ({err.strerror})",
                                 "check the path")) from err

@@ -132,3 +132,23 @@ def test_the_lock_file_agrees_with_every_pin_in_pyproject():
         assert name in locked, f"{name} is not in constraints.txt: run make lock"
         version = next(iter(locked[name])).version
         assert requirement.specifier.contains(version), f"{name}: run make lock"
+
+
+def test_the_specs_others_refer_to_are_parsed_once_and_again_when_changed(tmp_path, monkeypatch):
+    """Every command of a pipeline or sweep asks for the repository's compute sizes: assets/ is
+    parsed once per process, and a file edited since is read again."""
+    import mlops.validate as validate_module
+
+    (tmp_path / "assets").mkdir()
+    compute = tmp_path / "assets" / "compute.yml"
+    compute.write_text("name: cpu-cluster\ntype: amlcompute\nsize: Standard_DS3_v2\n")
+    parsed = []
+    monkeypatch.setattr(validate_module, "ROOT", tmp_path)
+    monkeypatch.setattr(validate_module, "load_spec",
+                        lambda path: parsed.append(path) or load_spec(path))
+    for _ in range(3):
+        assert validate_module._compute_sizes() == {"cpu-cluster": "Standard_DS3_v2"}
+    assert parsed == [compute]
+    compute.write_text("name: cpu-cluster\ntype: amlcompute\nsize: Standard_NC6s_v3\n")
+    assert validate_module._compute_sizes() == {"cpu-cluster": "Standard_NC6s_v3"}
+    assert parsed == [compute, compute]
