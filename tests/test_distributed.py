@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import built_once
+from conftest import SMALL_ARCH, built_once
 
 FAILURES = {"full disk": (OSError, (28, "No space left on device")),
             "onnx exporter": (RuntimeError, ("ONNX export failed: unsupported operator",)),
@@ -68,7 +68,7 @@ def _bad_sample(rank: int, port: int, results, data: str) -> None:
     torch.distributed.barrier()
     sampler = DistributedSampler(bundle.train, 2, rank, shuffle=False, drop_last=True)
     loader = DataLoader(bundle.train, batch_size=4, sampler=sampler, collate_fn=collate)
-    model = torch.nn.parallel.DistributedDataParallel(build_model("resnet18", 2))
+    model = torch.nn.parallel.DistributedDataParallel(build_model(SMALL_ARCH, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     try:
         train_one_epoch(model, loader, optimizer, torch.nn.CrossEntropyLoss(), ctx)

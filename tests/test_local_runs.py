@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import built_once, copied_store, shared_folder
+from conftest import SMALL_ARCH, built_once, copied_store, shared_folder
 from mlflow.tracking import MlflowClient
 
 from mlops import run as local
@@ -25,7 +25,7 @@ from mlops.specs import ROOT
 
 HELLO = ROOT / "tests" / "fixtures" / "hello"
 TINY = ["inputs.epochs=1", "inputs.image_size=32", "inputs.weights=none", "inputs.batch_size=8",
-        "inputs.data.type=uri_folder"]
+        "inputs.data.type=uri_folder", f"inputs.arch={SMALL_ARCH}"]
 pytestmark = pytest.mark.usefixtures("sources_unchanged")
 
 
@@ -158,7 +158,7 @@ def test_sweep_spec_runs_locally(tmp_path, assets, mlflow_store):
 
 
 PIPELINE = ["inputs.epochs=1", "inputs.image_size=32", "jobs.train.inputs.weights=none",
-            "jobs.train.inputs.batch_size=8"]
+            "jobs.train.inputs.batch_size=8", f"jobs.train.inputs.arch={SMALL_ARCH}"]
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import train_args
+from conftest import SMALL_ARCH, train_args
 from mlflow.tracking import MlflowClient
 
 from image_classifier import checkpoint
@@ -40,7 +40,7 @@ def test_end_to_end_tracks_checkpoints_and_writes_the_model(tiny_data, tmp_path,
     client, run = _only_run(mlflow_store)
     for metric in METRICS:
         assert _steps(client, run, metric) == [1, 2, 3], metric
-    assert run.data.params["learning_rate"] == "0.01" and run.data.params["arch"] == "resnet18"
+    assert run.data.params["learning_rate"] == "0.01" and run.data.params["arch"] == SMALL_ARCH
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.json", "training_curves.png", "confusion_matrix.png"} <= artifacts
     best = run.data.metrics["best_val_acc"]
@@ -56,7 +56,7 @@ def test_end_to_end_tracks_checkpoints_and_writes_the_model(tiny_data, tmp_path,
     assert "optimizer" not in served and served["best_val_acc"] == best
     meta = json.loads((out / "model" / "model.json").read_text())
     assert meta["classes"] == ["chickens", "turkeys"] and meta["image_size"] == 32
-    assert meta["arch"] == "resnet18" and len(meta["mean"]) == 3
+    assert meta["arch"] == SMALL_ARCH and len(meta["mean"]) == 3
 
 
 def test_rerun_with_same_output_dir_resumes_the_same_run(tiny_data, tmp_path, mlflow_store):
@@ -72,7 +72,7 @@ def test_rerun_with_same_output_dir_resumes_the_same_run(tiny_data, tmp_path, ml
 def test_resume_refuses_a_checkpoint_of_another_model(tiny_data, tmp_path, mlflow_store, capsys):
     out = tmp_path / "out"
     assert main(train_args(tiny_data, out, epochs=1)) == 0
-    assert main(train_args(tiny_data, out, epochs=2, arch="mobilenet_v3_small")) == 2
+    assert main(train_args(tiny_data, out, epochs=2, arch="resnet18")) == 2
     assert "checkpoint differs from this run in arch" in capsys.readouterr().out
 
 
