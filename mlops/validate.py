@@ -123,26 +123,22 @@ def sdk_layer(spec: Spec) -> list[Finding]:
     return []
 
 
-_LOADED: dict[Path, tuple[tuple[int, int], Spec | None]] = {}  # path -> (mtime, size), spec
+@cache
+def _parsed(path: Path, stamp: tuple[int, int]) -> Spec | None:
+    """One version (mtime, size) of a spec file, parsed once; None if it is broken."""
+    try:
+        return load_spec(path)
+    except SpecError:
+        return None
 
 
 def _loadable(folder: str) -> list[Spec]:
     """Specs other specs refer to; a broken one is reported when it is validated itself. Each
     file is parsed again only when it changes: every command of a pipeline or sweep asks, and
     assets/ holds the 150 kB curated-environment catalogue (half a second of CPU a parse)."""
-    specs = []
-    for path in sorted((ROOT / folder).glob("*.yml")):
-        stat = path.stat()
-        known = _LOADED.get(path)
-        if known is None or known[0] != (stat.st_mtime_ns, stat.st_size):
-            try:
-                known = (stat.st_mtime_ns, stat.st_size), load_spec(path)
-            except SpecError:
-                known = (stat.st_mtime_ns, stat.st_size), None
-            _LOADED[path] = known
-        if known[1] is not None:
-            specs.append(known[1])
-    return specs
+    stamped = [(path, path.stat()) for path in sorted((ROOT / folder).glob("*.yml"))]
+    specs = [_parsed(path, (stat.st_mtime_ns, stat.st_size)) for path, stat in stamped]
+    return [spec for spec in specs if spec is not None]
 
 
 def _compute_sizes() -> dict[str, str]:
