@@ -152,12 +152,9 @@ def _install(folder: Path, requirements: list[str], below: Path, label: str) -> 
     shutil.rmtree(folder, ignore_errors=True)
     make_venv(folder, [below])
     relaxed = pins.relax(requirements, str(folder / "bin" / "python"))
-    # --no-compile: Python compiles (and caches) only the modules a job imports, on first use;
-    # compiling every module of every package at install costs more than that (twice as much
-    # for pandas), and changes nothing a job sees.
     code, output = _pip_with_progress(
         [str(folder / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-         "--no-input", "--progress-bar", "off", "--no-compile", *relaxed.requirements], label)
+         "--no-input", "--progress-bar", "off", *relaxed.requirements], label)
     if code != 0:
         shutil.rmtree(folder, ignore_errors=True)
         raise LocalRunError(install_failure(label, output))
