@@ -7,7 +7,7 @@ mlops/            run (any job spec), validate (schema, azure-ai-ml and lint lay
                   local online endpoint), batch (batch deployments), envs (the layers an
                   environment needs, and their cache), workflow_lint; shared: specs (loading,
                   kinds, line numbers), errors, project ([tool.mlops]: what the tooling knows
-                  about this project)
+                  about this project); exit_with, below (how the entry modules end)
   runtime/        the one local runtime (its __init__: resolve -> snapshot -> environment ->
                   launch -> collect); tasks (Task, and spec -> Task), values (inputs, outputs,
                   substitution), binding (where inputs and outputs live), snapshot, launch
@@ -27,3 +27,24 @@ Imports point down or sideways, never up: subpackages import `mlops.specs`/`erro
 and the runtime imports `mlops.envs`; nothing below imports an orchestrator or an entry module
 (except parallel, which shares the batch entry's mini-batch queue).
 """
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+
+def exit_with(main: Callable[[], int | None]) -> NoReturn:
+    """`sys.exit(main())` for the entry modules that load MLflow, azure-ai-ml or torch, without
+    the garbage collection of shutdown: Python's exit scans every live object for cycles, and
+    theirs cost a second or two of CPU per process (a local run of a hello job, runner and job
+    together: 9.5 s of CPU, 8.1 s with this). Frozen objects are never scanned; files, runs and
+    child processes are closed by main and atexit as before. The shipped code does the same
+    (image_classifier.exit_with); the tooling never imports it."""
+    try:
+        code = main()
+    finally:
+        gc.freeze()  # on failure too: the traceback is printed the same
+    sys.exit(code)

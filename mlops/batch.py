@@ -23,7 +23,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from mlops import runtime
+from mlops import exit_with, runtime
 from mlops.endpoints.deployment import Deployment, load
 from mlops.endpoints.models import ModelLayout, lay_out
 from mlops.environments.envspec import ENV_MAP
@@ -220,4 +220,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

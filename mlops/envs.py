@@ -28,6 +28,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from mlops import exit_with
 from mlops.environments import pins
 from mlops.environments.envspec import ENV_MAP, EnvMap, EnvPlan, plan_for
 from mlops.environments.layers import (
@@ -213,4 +214,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

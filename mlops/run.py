@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from mlops import runtime
+from mlops import exit_with, runtime
 from mlops.checks.overrides import apply_removals, apply_sets, parse_sets
 from mlops.environments.envspec import ENV_MAP
 from mlops.envs import Environments
@@ -190,4 +190,4 @@ def _main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

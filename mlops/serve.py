@@ -32,6 +32,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlops import exit_with
 from mlops.endpoints.deployment import Deployment, load
 from mlops.endpoints.models import lay_out, newest_trained
 from mlops.environments.envspec import ENV_MAP
@@ -234,4 +235,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -27,6 +27,7 @@ from types import SimpleNamespace
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from mlops import exit_with
 from mlops.checks import lint, lint_assets, sdk_findings
 from mlops.specs import ROOT, SCHEMA_DIR, Finding, Spec, SpecError, discover, load_spec
 
@@ -245,4 +246,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

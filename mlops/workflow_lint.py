@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from mlops import exit_with
 from mlops.specs import ROOT, read_yaml
 
 USES = re.compile(r"^\s*-?\s*uses:\s*([^\s#]+)(\s*#\s*(\S+))?", re.MULTILINE)
@@ -78,4 +79,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

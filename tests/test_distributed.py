@@ -94,8 +94,11 @@ def _join(rank: int, port: int):
 def _scenarios(rank: int, ports: list[int], results, data: str) -> None:
     """One of two gloo processes: every scenario, one after the other (starting a process that
     imports the trainer costs seconds of CPU)."""
+    import gc
+
     _finalize_failures(rank, ports, results)
     _bad_sample(rank, ports[-1], results, data)
+    gc.freeze()  # a spawned process exits through Python's shutdown: nothing left to scan
 
 
 def _free_ports(count: int) -> list[int]:

@@ -22,6 +22,8 @@ import time
 import traceback
 from pathlib import Path
 
+from mlops import exit_with
+
 
 def load_script(path: Path):
     sys.path.insert(0, os.getcwd())  # the code folder is the root, as on Azure
@@ -120,4 +122,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

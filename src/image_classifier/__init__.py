@@ -1,3 +1,26 @@
 """PyTorch image classification for Azure ML: training, scoring and export share these modules."""
 
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
 __version__ = "0.1.0"
+
+
+def exit_with(main: Callable[[], int | None]) -> NoReturn:
+    """`sys.exit(main())` for the entry points, without the garbage collection of shutdown.
+
+    Python's exit scans every object still alive for cycles, several times; torch, torchvision
+    and MLflow leave about a million from their imports, so each job process spends about a
+    second of CPU on it after its work is done (a one-epoch tiny training run on this project's
+    2-core test machine: 7.4 s of CPU, 6.0 s with this). Frozen objects are never scanned.
+    Nothing depends on that scan: main closes its files, MLflow runs and process groups, and
+    atexit handlers run as before."""
+    try:
+        code = main()
+    finally:
+        gc.freeze()  # on failure too: the traceback is printed the same
+    sys.exit(code)

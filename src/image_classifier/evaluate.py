@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from . import exit_with
 from .data import DataError, build_datasets
 from .distributed import DistContext
 from .engine import evaluate
@@ -86,4 +87,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import exit_with
 from .data import DataError, build_datasets
 from .inference import find_model_file, load_model
 from .model import ModelError
@@ -175,4 +176,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

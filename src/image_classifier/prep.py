@@ -17,6 +17,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from . import exit_with
 from .config import str2bool
 from .data import DataError, build_datasets, resize_size
 from .images import ImageError
@@ -84,4 +85,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -14,6 +14,7 @@ import logging
 import sys
 from pathlib import Path
 
+from . import exit_with
 from .inference import find_model_file, load_model
 from .tracking import MlflowTracker
 
@@ -58,4 +59,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

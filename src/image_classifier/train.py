@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from . import checkpoint, distributed
+from . import checkpoint, distributed, exit_with
 from .checkpoint import ResumeError, TrainState, make_checkpoint, restore
 from .config import TrainConfig, parse_config
 from .data import (
@@ -283,4 +283,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)
