@@ -6,11 +6,9 @@ import ast
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
 
 # What every entry module's `if __name__ == "__main__":` block calls, but these: the watchdog
 # imports the standard library alone (it must start in milliseconds, from a path), and the MLflow
