@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import time
 
@@ -34,6 +35,22 @@ def test_the_default_model_is_the_newest_folder_that_holds_one(tmp_path):
     assert newest_trained("test", tmp_path).path == older
     with pytest.raises(LocalRunError, match="no trained model"):
         newest_trained("test", tmp_path / "nothing-here")
+
+
+def test_a_deployments_copy_of_a_model_is_not_taken_for_a_trained_one(tmp_path):
+    """A local deployment lays out any model it serves under runs/ (an MLflow or third-party
+    one too): the newest trained model is still the one training wrote."""
+    trained = tmp_path / "train-1" / "outputs" / "model"
+    trained.mkdir(parents=True)
+    (trained / "model.pt").write_bytes(b"x")
+    time.sleep(0.01)
+    copy = tmp_path / "batch-other-1" / "azureml-models" / "mnist" / "1" / "model"
+    copy.mkdir(parents=True)
+    (copy / "model.pt").write_bytes(b"not ours")
+    assert newest_trained("test", tmp_path).path == trained
+    shutil.rmtree(tmp_path / "train-1")
+    with pytest.raises(LocalRunError, match="run `make train-local` first"):
+        newest_trained("test", tmp_path)
 
 
 def test_a_stopped_servers_time_wait_sockets_do_not_hold_the_port():

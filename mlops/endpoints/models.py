@@ -37,6 +37,9 @@ from mlops.specs import ROOT
 
 NAMED = re.compile(r"^azureml:(?!//)([^@:/]+)(?:[:@](.+))?$")
 LONG = re.compile(r"^azureml://.*?/models/([^/]+)(?:/(?:versions|labels)/([^/]+))?/?$")
+# The folder a local deployment lays its model out in, as Azure mounts it (lay_out): a copy,
+# never taken for a trained model.
+LAYOUT = "azureml-models"
 
 
 @dataclass
@@ -84,7 +87,9 @@ def newest_trained(why: str, runs: Path | None = None) -> ModelSource:
     """The newest folder under runs/ that holds a trained model (a failed run leaves none)."""
     config = project()
     runs = runs or config.runs_dir
-    found = sorted(runs.glob(f"**/{config.model_file}"), key=lambda p: p.stat().st_mtime)
+    found = sorted((path for path in runs.glob(f"**/{config.model_file}")
+                    if LAYOUT not in path.relative_to(runs).parts),  # a deployment's copy
+                   key=lambda p: p.stat().st_mtime)
     if not found:
         raise LocalRunError(f"{why}, and there is no trained model under {runs}: "
                             "run `make train-local` first, or pass MODEL_DIR=<model folder>")
@@ -144,7 +149,7 @@ def model_source(model, base: Path, where: str, override: str | None = None,
 
 def lay_out(source: ModelSource, app: Path) -> ModelLayout:
     """`app`/azureml-models/<name>/<version>/ holding the model as Azure mounts it."""
-    root = app / "azureml-models" / source.name / source.version
+    root = app / LAYOUT / source.name / source.version
     if root.exists():
         shutil.rmtree(root)  # links and copies: the user's files stay
     root.mkdir(parents=True)
