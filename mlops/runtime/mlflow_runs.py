@@ -9,6 +9,8 @@ job's log as the run's artifacts, the folders Azure uploads.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import sys
@@ -49,6 +51,21 @@ def artifact_root(uri: str) -> Path:
     return path.parent / "mlruns" if path else Path("mlruns").resolve()
 
 
+@contextlib.contextmanager
+def creating(path: Path):
+    """Held while a process creates the store `path` or finds it made: an exclusive lock on its
+    folder. Two runs started together on a new store would otherwise both create MLflow's
+    tables and run its migrations, and all but one fail ("table experiments already exists",
+    "expected to match one row"), leaving a half-migrated file that fails every later run."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)  # releases the lock
+
+
 class Tracking:
     """The runner's own client (on the store directly) and the URI jobs are given (the local
     tracking server's, when it runs: mlops/runtime/mlflow_server.py)."""
@@ -57,8 +74,10 @@ class Tracking:
         from mlflow.tracking import MlflowClient
 
         self.uri = uri or tracking_uri()
-        if (path := sqlite_file(self.uri)) and not path.exists():
-            self._store()  # a new store: its Default experiment's artifacts go beside it too
+        if path := sqlite_file(self.uri):
+            with creating(path):
+                if not path.exists():
+                    self._store()  # a new store: its Default experiment's artifacts beside it
         self.client = MlflowClient(self.uri)
         self.server = server
         if server is not None:
@@ -71,9 +90,15 @@ class Tracking:
         found = self.client.get_experiment_by_name(name)
         if found:
             return found.experiment_id
-        if not sqlite_file(self.uri):
-            return self.client.create_experiment(name)
-        return self._store().create_experiment(name)
+        try:
+            if not sqlite_file(self.uri):
+                return self.client.create_experiment(name)
+            return self._store().create_experiment(name)
+        except Exception:
+            # another run, started at the same moment, created it first
+            if found := self.client.get_experiment_by_name(name):
+                return found.experiment_id
+            raise
 
     def _store(self):
         """The store as the tracking server opens it, with its default artifact root: new
