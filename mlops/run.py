@@ -110,7 +110,8 @@ def run_command_job(job: Job, rt: runtime.Runtime) -> int:
                         tags={"mlops.spec": str(path), "mlops.local": "true"})
     print(f"{job.name}: running in {rt.root / 'wd'}")
     result = runtime.run(task, rt)
-    status = "Completed" if result.code == 0 else f"Failed (exit {result.code}; log {result.log})"
+    status = result.status if result.code == 0 else \
+        f"{result.status} (exit {result.code}; log {result.log})"
     print(f"{job.name}: {status}\n  outputs: {rt.root / 'outputs'}\n  MLflow run: {result.run_id}")
     return result.code
 

@@ -178,6 +178,27 @@ def test_a_crash_ends_every_mlflow_run_the_job_opened(tmp_path):
     assert statuses == {"crash": "FAILED", "inner": "FAILED"}
 
 
+def test_a_step_past_its_limits_timeout_is_canceled_and_nothing_after_it_runs(tmp_path, capsys):
+    started = time.monotonic()
+    assert run(TP / "timeout-pipeline.yml", tmp_path / "run") == 128 + signal.SIGTERM
+    assert time.monotonic() - started < 60  # the step sleeps 600 s; its limit is 2 s
+    step = json.loads((tmp_path / "run/steps/stuck/status.json").read_text())
+    assert step["status"] == "Canceled" and not (tmp_path / "run/steps/after").exists()
+    assert "jobs.stuck: limits.timeout of 2 s reached: canceling stuck" in capsys.readouterr().err
+    assert {r.info.run_name: r.info.status for r in runs("thirdparty-timeout")}["stuck"] == \
+        "KILLED"
+
+
+def test_a_command_jobs_limits_timeout_cancels_it_and_a_job_that_ends_in_time_completes(
+        tmp_path, capsys):
+    sets = ("command=sleep 600", "limits.timeout=1")
+    assert run(HELLO / "hello-command.yml", tmp_path / "late", *sets) == 128 + signal.SIGTERM
+    assert json.loads((tmp_path / "late/status.json").read_text())["status"] == "Canceled"
+    assert "hello-command: Canceled (exit 143" in capsys.readouterr().out
+    assert run(HELLO / "hello-command.yml", tmp_path / "in-time", "command=true",
+               "limits.timeout=60") == 0
+
+
 def test_a_sweep_whose_metric_is_never_logged_names_what_was(tmp_path, capsys):
     assert run(TP / "sweep-wrong-metric.yml", tmp_path / "run") == 1
     summary = json.loads((tmp_path / "run/sweep_summary.json").read_text())

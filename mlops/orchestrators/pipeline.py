@@ -43,6 +43,8 @@ from mlops.specs import flag
 def run_command_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
     folder = scope.folder / "steps" / node.name
     definition = definition_for(node)
+    if "limits" in node.raw:  # a node's own (a component has none)
+        definition["limits"] = node.raw["limits"]
     task = command_task(definition, node.base, folder, scope.assets, node.where,
                         node.name, scope.experiment, scope.run_id, node_inputs(node, scope),
                         node_outputs(node, scope), {"mlops.spec": node.where,
@@ -65,8 +67,8 @@ def run_command_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
                               for k, v in result.outputs.items()}
     if result.code != 0:
         tail = "\n".join(f"  | {line}" for line in result_tail(result.log))
-        print(f"\nstep {node.name} failed (exit {result.code}); {node.where}\nlog tail "
-              f"({result.log}):\n{tail}", file=sys.stderr)
+        print(f"\nstep {node.name} {result.status.lower()} (exit {result.code}); "
+              f"{node.where}\nlog tail ({result.log}):\n{tail}", file=sys.stderr)
     return result.code
 
 

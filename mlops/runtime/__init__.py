@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mlops import envs
@@ -185,8 +185,14 @@ def finish(running: Running, rt: Runtime, status: str | None = None) -> Result:
 def run(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Result:
     """Start a task and wait for it; Ctrl-C (or SIGTERM/SIGHUP) stops it and records KILLED."""
     running = start(task, rt, echo, label)
+    until = running.started + task.timeout if task.timeout else None
     try:
-        running.launch.wait()
+        if running.launch.wait(until) is None:
+            print(f"\n{task.where}: limits.timeout of {task.timeout:g} s reached: canceling "
+                  f"{task.name}, as Azure cancels a job that runs longer", file=sys.stderr)
+            running.launch.stop()
+            canceled = finish(running, rt, "Canceled")
+            return canceled if canceled.code else replace(canceled, code=1)  # never a success
     except KeyboardInterrupt:
         print(f"\ninterrupted: stopping {task.name} ...", file=sys.stderr)
         running.launch.stop()

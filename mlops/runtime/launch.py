@@ -243,9 +243,12 @@ class Launch:
         self.ended_ms = self.ended_ms or seen_ms
         return self.first_failure or 0
 
-    def wait(self) -> int:
+    def wait(self, until: float | None = None) -> int | None:
+        """The exit code once the job ended; None if time.monotonic() passed `until` first."""
         while (code := self.poll()) is None:
             check_interrupt()
+            if until is not None and time.monotonic() >= until:
+                return None
             time.sleep(0.1)
         return code
 

@@ -33,6 +33,7 @@ class Task:
     resources: dict | None = None
     extra: dict = field(default_factory=dict)  # more ${{scope.x}} values: search_space
     replicas: int = 1  # identical processes with no distribution (a batch deployment's)
+    timeout: float = 0.0  # limits.timeout: seconds Azure lets it run before it cancels it (0: none)
     experiment: str = "Default"
     tags: dict = field(default_factory=dict)
     parent_run: str | None = None
@@ -47,6 +48,22 @@ def code_path(code, base: Path, where: str) -> Path | None:
         raise LocalRunError(f"{where}: code {code} is not a local folder; Azure fetches it, this "
                             "machine cannot. Point code: at a local copy")
     return (base / code.removeprefix("file:")).resolve()
+
+
+def time_limit(data: dict, where: str) -> float:
+    """A command job's (or node's) limits.timeout in seconds; 0 when it sets none."""
+    value = (data.get("limits") or {}).get("timeout")
+    if value in (None, ""):
+        return 0.0
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise LocalRunError(f"{where}.limits.timeout: {value!r} is not a number of seconds "
+                            "(Azure takes an integer, e.g. timeout: 3600)") from None
+    if seconds <= 0:
+        raise LocalRunError(f"{where}.limits.timeout: {value!r}; give a positive number of "
+                            "seconds, or leave it out for no limit")
+    return seconds
 
 
 def experiment_name(data: dict) -> str:
@@ -88,4 +105,5 @@ def command_task(data: dict, base: Path, folder: Path, assets: AssetMap, where: 
         environment=data.get("environment"), env_base=base,
         env_vars=dict(data.get("environment_variables") or {}),
         distribution=data.get("distribution"), resources=data.get("resources"),
-        experiment=experiment, tags=dict(tags or {}), parent_run=parent)
+        timeout=time_limit(data, where), experiment=experiment, tags=dict(tags or {}),
+        parent_run=parent)
