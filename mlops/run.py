@@ -103,12 +103,28 @@ def run_folder(job: Job, requested: Path | None) -> Path:
     return folder
 
 
+def services_note(data: dict, wd: Path) -> str:
+    """What a job's `services:` (VS Code, JupyterLab, TensorBoard, SSH into its node) become
+    here, where the job's node is this machine: "" when it asks for none."""
+    services = data.get("services") or {}
+    if not isinstance(services, dict) or not services:
+        return ""
+    named = ", ".join(f"{name} ({(spec or {}).get('type', '?')})" if isinstance(spec, dict)
+                      else str(name) for name, spec in services.items())
+    logs = [(spec or {}).get("log_dir") for spec in services.values() if isinstance(spec, dict)]
+    board = next((f"; TensorBoard: tensorboard --logdir {wd / d}" for d in logs if d), "")
+    return (f"note: services {named} are Azure's sessions into the job's node and are not "
+            f"started here; the job runs on this machine: open {wd} in your own tools{board}")
+
+
 def run_command_job(job: Job, rt: runtime.Runtime) -> int:
     path = job.spec.path
     task = command_task(job.data, path.parent, rt.root, job.assets, f"{path}: command",
                         job.name, experiment_name(job.data),
                         tags={"mlops.spec": str(path), "mlops.local": "true"})
     print(f"{job.name}: running in {rt.root / 'wd'}")
+    if note := services_note(job.data, rt.root / "wd"):
+        print(note, file=sys.stderr)
     result = runtime.run(task, rt)
     status = result.status if result.code == 0 else \
         f"{result.status} (exit {result.code}; log {result.log})"

@@ -1,8 +1,10 @@
-"""Spec -> Task, the pure builders under every local run (mlops/runtime/tasks.py)."""
+"""What a spec asks for becomes locally: the pure builders under every local run
+(mlops/runtime/tasks.py), and notes on what this machine does not start."""
 
 import pytest
 
 from mlops.errors import LocalRunError
+from mlops.run import services_note
 from mlops.runtime.tasks import command_task, time_limit
 
 
@@ -19,3 +21,13 @@ def test_limits_timeout_is_seconds_and_no_limit_when_unset(tmp_path):
     data = {"command": "true", "limits": {"timeout": 5}}
     task = command_task(data, tmp_path, tmp_path / "run", None, "job", "job", "Default")
     assert task.timeout == 5.0
+
+
+def test_interactive_services_are_named_in_a_note_with_where_to_look_instead(tmp_path):
+    services = {"services": {"code": {"type": "vs_code"},
+                             "board": {"type": "tensor_board", "log_dir": "outputs/tb"}}}
+    note = services_note(services, tmp_path / "wd")
+    assert note.startswith("note: services code (vs_code), board (tensor_board) are Azure's")
+    assert f"open {tmp_path / 'wd'}" in note
+    assert note.endswith(f"tensorboard --logdir {tmp_path / 'wd/outputs/tb'}")
+    assert services_note({"command": "true"}, tmp_path) == ""
