@@ -31,3 +31,32 @@ def test_interactive_services_are_named_in_a_note_with_where_to_look_instead(tmp
     assert f"open {tmp_path / 'wd'}" in note
     assert note.endswith(f"tensorboard --logdir {tmp_path / 'wd/outputs/tb'}")
     assert services_note({"command": "true"}, tmp_path) == ""
+
+
+@pytest.mark.parametrize(("key", "spec", "bare", "what"), [
+    ("jobs.a.inputs.raw", {"jobs": {"a": {"inputs": {"raw": {"type": "uri_folder",
+                                                           "path": "azureml:raw@latest"}}}}},
+     False, "local path"),
+    ("jobs.a.inputs.raw", {"jobs": {"a": {"inputs": {"raw": "azureml:raw@latest"}}}},
+     True, "local path"),
+    ("jobs.a.component", {"jobs": {"a": {"component": "azureml:train@latest"}}},
+     True, "local component .yml"),
+])
+def test_the_override_an_unmapped_reference_suggests_is_one_set_takes(tmp_path, key, spec, bare,
+                                                                      what):
+    import re
+
+    from mlops.checks.overrides import apply_sets, parse_sets
+    from mlops.runtime.uris import AssetMap
+
+    (tmp_path / "map.yml").write_text("{}\n")
+    reference = "azureml:train@latest" if key.endswith("component") else "azureml:raw@latest"
+    with pytest.raises(LocalRunError) as refused:
+        AssetMap(tmp_path / "map.yml").local_path(reference, f"spec.yml: {key}", tmp_path,
+                                                  bare=bare, what=what)
+    suggested = re.search(r"--set (\S+)=<(.+)>$", str(refused.value))
+    assert suggested.group(2) == what
+    data = apply_sets(spec, parse_sets([f"{suggested.group(1)}=here"], tmp_path), tmp_path)
+    node = data["jobs"]["a"]
+    value = node["component"] if "component" in node else node["inputs"]["raw"]
+    assert value == "here" or value["path"] == "here"

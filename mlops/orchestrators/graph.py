@@ -130,7 +130,7 @@ def bind(binding, decl: dict, scope: Scope, key: str) -> Value:
         return Value(REF.sub(lambda m: str(bind("${{" + m.group(1) + "}}", {}, scope,
                                                 key).text or ""), binding))
     if kind in DATA_TYPES:
-        return Value(path=scope.assets.local_path(binding, key, scope.base), type=kind)
+        return Value(path=scope.assets.local_path(binding, key, scope.base, bare=True), type=kind)
     return Value(binding)
 
 

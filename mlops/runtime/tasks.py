@@ -77,7 +77,8 @@ def load_component(ref, base: Path, assets: AssetMap, where: str) -> tuple[dict,
         return ref, base
     ref = str(ref)
     if is_remote(ref):
-        path = assets.local_path(ref, where, base, must_exist=False)
+        path = assets.local_path(ref, where, base, must_exist=False, bare=True,
+                                 what="local component .yml")
         if not path.is_file():
             raise LocalRunError(f"{where}: {ref} is a registered component; map it to a local "
                                 f"component file in {assets.file} to run it here")

@@ -80,8 +80,11 @@ class AssetMap:
         self.file = Path(path)
         self.mapping = load_map(self.file)
 
-    def local_path(self, reference, key: str, base: Path, must_exist: bool = True) -> Path:
-        """A local path for `reference`: remote ones through the map, others relative to base."""
+    def local_path(self, reference, key: str, base: Path, must_exist: bool = True,
+                   bare: bool = False, what: str = "local path") -> Path:
+        """A local path for `reference`: remote ones through the map, others relative to base.
+        bare: the reference is the key's whole value (`raw: azureml:x@latest`, `component:
+        azureml:x@latest`), not the `path:` of a mapping; `what` the map should point at."""
         reference = str(reference)
         if is_remote(reference):
             local = lookup(reference, self.mapping)
@@ -89,9 +92,10 @@ class AssetMap:
                 named = reference.startswith("azureml:") and not reference.startswith("azureml://")
                 suggestion = asset_key(reference) if named else reference
                 dotted = key.rsplit(": ", 1)[-1]  # key is "<spec file>: jobs.a.inputs.b"
+                dotted += "" if bare else ".path"
                 raise LocalRunError(
-                    f"{key}: {reference} has no local stand-in. Add a line '{suggestion}: <local "
-                    f"path>' to {self.file}, or override it: --set {dotted}.path=<local path>")
+                    f"{key}: {reference} has no local stand-in. Add a line '{suggestion}: <{what}>"
+                    f"' to {self.file}, or override it: --set {dotted}=<{what}>")
             path = (ROOT / local).resolve()
         else:
             path = (base / reference.removeprefix("file:")).resolve()
