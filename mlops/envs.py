@@ -86,13 +86,15 @@ class Environments:
         self.env_map = EnvMap(env_map_path or ENV_MAP)
         self.said: set[str] = set()
         self.labels: dict[str, str] = {}  # where -> the environment it named, for logs
+        self.caveats: dict[str, str] = {}  # where -> why a failure may be this machine's alone
 
     def _say(self, line: str) -> None:
         if line not in self.said:
             self.said.add(line)
             print(line, file=sys.stderr)
 
-    def _explain(self, plan: EnvPlan) -> None:
+    def _explain(self, plan: EnvPlan) -> bool:
+        """Say what differs from Azure's build of the environment; True: its Python does."""
         if plan.notice:
             self._say(f"note: {plan.notice}")
         if plan.skipped:
@@ -103,6 +105,11 @@ class Environments:
         if wanted != here:  # a patch release apart is the same Python for packages
             self._say(f"warning: {plan.label} asks for Python {plan.python}; this machine runs "
                       f"{platform.python_version()} (packages are installed for it)")
+        return wanted != here
+
+    def caveat(self, where: str) -> str:
+        """For a task that failed: why the failure may be this machine's alone ("": nothing)."""
+        return self.caveats.get(where, "")
 
     def layers(self, environment, base: Path, where: str, adds: tuple = ()) -> list[Path]:
         """The layers below the top one, highest first (empty: .venv alone). `adds`: packages
@@ -110,7 +117,7 @@ class Environments:
         plan = plan_for(environment, base, self.env_map, where)
         named = {name_of(line) for line in plan.requirements}
         plan.requirements += [line for line in adds if name_of(line) not in named]
-        self._explain(plan)
+        other_python = self._explain(plan)
         self.labels[where] = plan.label
         with_mpi(plan.requirements)
         remote = [line for line in plan.requirements if unfetchable(line)]
@@ -128,10 +135,18 @@ class Environments:
                       "using the environment's own requirement lines")
             layer = self._layer([line for line in plan.requirements if line not in remote],
                                 plan.label, last=True)
+        moved = layer_record(layer).get("moved") or [] if layer else []
+        for line in moved:
+            self._say(f"warning: {plan.label}: {line}")
+        if other_python:
+            changed = f" (moved here: {'; '.join(moved)})" if moved else ""
+            self.caveats[where] = (
+                f"note: {plan.label} is built for Python {plan.python} on Azure and ran on "
+                f"{platform.python_version()} here{changed}: an error raised inside an installed "
+                "package (an import, a pickle from older releases, a C extension) may come from "
+                "that difference alone and not happen on Azure")
         if layer is None:
             return []
-        for line in layer_record(layer).get("moved") or []:
-            self._say(f"warning: {plan.label}: {line}")
         with open(layer / "used_by.txt", "a") as record:
             record.write(f"{where}\n")
         return [layer]

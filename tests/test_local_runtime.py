@@ -199,6 +199,17 @@ def test_a_command_jobs_limits_timeout_cancels_it_and_a_job_that_ends_in_time_co
                "limits.timeout=60") == 0
 
 
+def test_a_failure_inside_a_package_built_for_another_python_says_so_once(tmp_path, capsys):
+    # the hello environment asks for Python 3.9; a package raising AttributeError is what a
+    # release made for another Python does, the job's own ZeroDivisionError is not
+    inside = "command=python -c \"import yaml; yaml.safe_load(3)\""
+    assert run(HELLO / "hello-command.yml", tmp_path / "package", inside) == 1
+    note = "is built for Python 3.9 on Azure and ran on"
+    assert capsys.readouterr().err.count(note) == 1
+    assert run(HELLO / "hello-command.yml", tmp_path / "own", "command=python -c 1/0") == 1
+    assert note not in capsys.readouterr().err
+
+
 def test_a_sweep_whose_metric_is_never_logged_names_what_was(tmp_path, capsys):
     assert run(TP / "sweep-wrong-metric.yml", tmp_path / "run") == 1
     summary = json.loads((tmp_path / "run/sweep_summary.json").read_text())

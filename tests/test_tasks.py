@@ -60,3 +60,40 @@ def test_the_override_an_unmapped_reference_suggests_is_one_set_takes(tmp_path, 
     node = data["jobs"]["a"]
     value = node["component"] if "component" in node else node["inputs"]["raw"]
     assert value == "here" or value["path"] == "here"
+
+
+PACKAGE_FRAME = '  File "/env/lib/python3.11/site-packages/cloudpickle/main.py", line 172, in f'
+
+
+@pytest.mark.parametrize(("tail", "expected"), [
+    (["Traceback (most recent call last):", '  File "/run/wd/score.py", line 3, in <module>',
+      PACKAGE_FRAME, "TypeError: code() argument 13 must be str, not int"], True),
+    ([f"[process 1] {PACKAGE_FRAME}", "[process 1] ModuleNotFoundError: No module named 'x.y'"],
+     True),
+    ([PACKAGE_FRAME, "_pickle.UnpicklingError: invalid load key"], True),
+    # the job's own code raised last, or an error no other Python explains
+    ([PACKAGE_FRAME, '  File "/run/wd/train.py", line 9, in main', "TypeError: bad"], False),
+    ([PACKAGE_FRAME, "FileNotFoundError: [Errno 2] No such file or directory: 'x.csv'"], False),
+    (["TypeError: printed by the job, no traceback"], False),
+])
+def test_a_version_error_is_one_raised_inside_an_installed_package(tail, expected):
+    from mlops.runtime import version_error
+
+    assert version_error(tail) is expected
+
+
+def test_an_environment_for_another_python_leaves_a_caveat_for_its_failures(tmp_path):
+    import importlib.metadata
+
+    from mlops.envs import Environments
+
+    # what .venv has, pinned (a loose line would be resolved for Python 3.9): no layer to build
+    pin = "\n".join(f"  - {name}=={importlib.metadata.version(name)}"
+                    for name in ("pyyaml", "setuptools"))
+    (tmp_path / "conda.yml").write_text(f"dependencies:\n- python=3.9\n- pip\n- pip:\n{pin}\n")
+    envs = Environments()
+    assert envs.layers({"conda_file": "conda.yml"}, tmp_path, "job") == []
+    assert "is built for Python 3.9 on Azure and ran on 3." in envs.caveat("job")
+    (tmp_path / "conda.yml").write_text(f"dependencies:\n- pip\n- pip:\n{pin}\n")
+    envs.layers({"conda_file": "conda.yml"}, tmp_path, "same-python")
+    assert envs.caveat("same-python") == ""

@@ -30,6 +30,9 @@ from mlops.runtime.reuse import Index
 from mlops.runtime.tasks import Task
 from mlops.runtime.values import render_command
 
+FRAME = re.compile(r'^(?:\[process \d+\] )?\s*File "([^"]+)", line \d+')  # a traceback frame
+RAISED = re.compile(r"^(?:\[process \d+\] )?(?:[\w.]+\.)?(ImportError|ModuleNotFoundError|"
+                    r"AttributeError|TypeError|SyntaxError|UnpicklingError)\b")
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=,-]+$")
 DROPPED_ENV = re.compile(r"^(MLFLOW_|AZUREML_|AZURE_ML_|OMPI_COMM_WORLD_|TF_CONFIG$|RANK$|"
                          r"LOCAL_RANK$|WORLD_SIZE$|NODE_RANK$|MASTER_ADDR$|MASTER_PORT$|"
@@ -159,6 +162,15 @@ def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Runnin
     return Running(task, job, run_id, outputs, since, time.monotonic(), guard)
 
 
+def version_error(tail) -> bool:
+    """The last lines of a log end in a Python traceback of the kinds a package made for another
+    Python raises (an import, an attribute or a signature gone, a pickle of older classes), from
+    an installed package (site-packages), not from the job's own code."""
+    frames = [found.group(1) for line in tail if (found := FRAME.search(line))]
+    raised = [found.group(1) for line in tail if (found := RAISED.search(line))]
+    return bool(frames and raised) and "/site-packages/" in frames[-1]
+
+
 def finish(running: Running, rt: Runtime, status: str | None = None) -> Result:
     """Collect: stop what is left, upload artifacts, record the outcome in MLflow and on disk."""
     job = running.launch
@@ -169,6 +181,9 @@ def finish(running: Running, rt: Runtime, status: str | None = None) -> Result:
     job.close()
     fill_artifacts(running.task.command, running.task.folder / "wd", running.outputs)
     status = status or ("Completed" if code == 0 else "Failed")
+    caveat = rt.environments.caveat(running.task.where)
+    if status == "Failed" and caveat and version_error(job.tail):
+        print(caveat, file=sys.stderr)
     mlflow_status = {"Completed": "FINISHED", "Failed": "FAILED"}.get(status, "KILLED")
     rt.tracking.log_artifacts(running.run_id, running.task.folder / "wd", job.log)
     rt.tracking.finish(running.run_id, mlflow_status, running.since_ms, job.ended_ms)
