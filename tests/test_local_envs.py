@@ -266,6 +266,23 @@ def test_a_curated_base_with_unpinned_mlflow_saves_a_torch_model_as_on_azure(tmp
     assert freeze() == before
 
 
+@pytest.mark.heavy
+def test_a_release_built_for_numpy_1_gets_numpy_1_as_azures_conda_build_gives_it(tmp_path):
+    """scikit-learn 1.2.2 asks pip only for numpy>=1.17.3, and fails to import under NumPy 2
+    ("numpy.dtype size changed"); conda-forge pairs it with numpy<2, so the layer does too."""
+    from mlops.envs import Environments
+
+    (tmp_path / "conda.yml").write_text(
+        "dependencies:\n- python=3.11\n- pip\n- pip:\n  - scikit-learn==1.2.2\n")
+    (layer,) = Environments().layers({"conda_file": "conda.yml"}, tmp_path, "job")
+    imported = subprocess.run([str(layer / "bin/python"), "-c",
+                               "import sklearn, numpy; print(numpy.__version__)"],
+                              capture_output=True, text=True, check=True)
+    assert imported.stdout.startswith("1.")
+    assert "numpy -> numpy<2: sklearn" in " ".join(
+        yaml.safe_load((layer / "layer.json").read_text())["moved"])
+
+
 def test_what_an_environment_installs_follows_installed_requirements_and_no_further():
     """The packages a layer may pull from .venv to keep them consistent (envs.broken_below) are
     only those the environment's own requirements install: never torch for an MLflow one."""

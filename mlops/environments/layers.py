@@ -26,7 +26,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from mlops.environments import pins
+from mlops.environments import abi, pins
 from mlops.environments.requirements import canonical, hidden_families
 from mlops.errors import LocalRunError
 from mlops.specs import ROOT
@@ -113,8 +113,8 @@ def build_layer(requirements: list[str], label: str, everything: tuple = ()) -> 
         shown = ", ".join(requirements[:6]) + (" ..." if len(requirements) > 6 else "")
         print(f"{label}: installing {len(requirements)} requirement(s) into a "
               f"cached layer ({shown})", flush=True)
-        relaxed, below = _install_resolved(folder, requirements, label,
-                                           [*requirements, *everything])
+        relaxed, below = _install_paired(folder, requirements, label,
+                                         [*requirements, *everything])
         seconds = time.perf_counter() - started
         done.write_text(json.dumps({"label": label, "requirements": requirements,
                                     "installed": relaxed.requirements, "moved": relaxed.moved,
@@ -122,6 +122,26 @@ def build_layer(requirements: list[str], label: str, everything: tuple = ()) -> 
                                     "seconds": round(seconds, 1)}, indent=2) + "\n")
         print(f"{label}: cached layer ready in {seconds:.1f}s ({folder})", flush=True)
     return folder
+
+
+def _install_paired(folder: Path, requirements: list[str], label: str, everything: list[str]):
+    """_install_resolved, then again with numpy<2 if what it installed was compiled for NumPy 1
+    and fails under NumPy 2 (mlops/environments/abi.py): conda-forge never pairs them."""
+    relaxed, below = _install_resolved(folder, requirements, label, everything)
+    stale = abi.built_for_numpy_1(folder / "bin" / "python", folder / "lib" / PY / "site-packages")
+    if not stale:
+        return relaxed, below
+    print(f"{label}: {', '.join(stale)} fail(s) to import under NumPy 2 (built for NumPy 1); "
+          f"installing {abi.NUMPY_1} with them, as Azure's conda build pairs them", flush=True)
+    try:
+        relaxed, below = _install_resolved(folder, abi.with_numpy_1(requirements), label,
+                                           abi.with_numpy_1(everything))
+    except LocalRunError as err:
+        print(f"warning: {label}: {abi.NUMPY_1} does not install with the rest ({err}); keeping "
+              "NumPy 2", flush=True)
+        return _install_resolved(folder, requirements, label, everything)
+    relaxed.moved.append(f"numpy -> {abi.NUMPY_1}: {', '.join(stale)} fail(s) under NumPy 2")
+    return relaxed, below
 
 
 def _install_resolved(folder: Path, requirements: list[str], label: str, everything: list[str]):
