@@ -74,6 +74,8 @@ PACKAGE_FRAME = '  File "/env/lib/python3.11/site-packages/cloudpickle/main.py",
     # the job's own code raised last, or an error no other Python explains
     ([PACKAGE_FRAME, '  File "/run/wd/train.py", line 9, in main', "TypeError: bad"], False),
     ([PACKAGE_FRAME, "FileNotFoundError: [Errno 2] No such file or directory: 'x.csv'"], False),
+    ([PACKAGE_FRAME, "ImportError: x", "During handling of the above exception, another "
+      "exception occurred:", PACKAGE_FRAME, "KeyError: 'y'"], False),  # the last one counts
     (["TypeError: printed by the job, no traceback"], False),
 ])
 def test_a_version_error_is_one_raised_inside_an_installed_package(tail, expected):

@@ -31,8 +31,9 @@ from mlops.runtime.tasks import Task
 from mlops.runtime.values import render_command
 
 FRAME = re.compile(r'^(?:\[process \d+\] )?\s*File "([^"]+)", line \d+')  # a traceback frame
-RAISED = re.compile(r"^(?:\[process \d+\] )?(?:[\w.]+\.)?(ImportError|ModuleNotFoundError|"
-                    r"AttributeError|TypeError|SyntaxError|UnpicklingError)\b")
+RAISED = re.compile(r"^(?:\[process \d+\] )?(?:[\w.]+\.)?(\w+(?:Error|Exception)):")
+VERSION_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError",
+                  "SyntaxError", "UnpicklingError"}
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=,-]+$")
 DROPPED_ENV = re.compile(r"^(MLFLOW_|AZUREML_|AZURE_ML_|OMPI_COMM_WORLD_|TF_CONFIG$|RANK$|"
                          r"LOCAL_RANK$|WORLD_SIZE$|NODE_RANK$|MASTER_ADDR$|MASTER_PORT$|"
@@ -168,7 +169,8 @@ def version_error(tail) -> bool:
     an installed package (site-packages), not from the job's own code."""
     frames = [found.group(1) for line in tail if (found := FRAME.search(line))]
     raised = [found.group(1) for line in tail if (found := RAISED.search(line))]
-    return bool(frames and raised) and "/site-packages/" in frames[-1]
+    return bool(frames and raised) and raised[-1] in VERSION_ERRORS and \
+        "/site-packages/" in frames[-1]
 
 
 def finish(running: Running, rt: Runtime, status: str | None = None) -> Result:
