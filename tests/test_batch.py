@@ -128,3 +128,16 @@ def test_a_failing_mini_batch_is_retried_and_a_slow_one_times_out(tiny_data, mod
 def test_a_spec_that_is_not_a_batch_deployment_is_refused(images, model_dir, tmp_path, capsys):
     assert run(ROOT / "endpoints/blue.yml", images, model_dir, tmp_path / "run") == 2
     assert "is not a batch deployment" in capsys.readouterr().err
+
+
+def test_a_pipeline_component_deployment_is_refused_with_what_runs_it_here(tmp_path, capsys):
+    (tmp_path / "deployment.yml").write_text(
+        "$schema: https://azuremlschemas.azureedge.net/latest/"
+        "pipelineComponentBatchDeployment.schema.json\n"
+        "name: hello-dpl\nendpoint_name: hello\ntype: pipeline\n"
+        "component: azureml:hello_batch@latest\nsettings:\n  default_compute: batch-cluster\n")
+    assert batch.main([str(tmp_path / "deployment.yml"), "--input", str(tmp_path),
+                       "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "a deployment of type pipeline does not run locally" in err
+    assert "make local JOB=" in err and not (tmp_path / "run").exists()

@@ -60,9 +60,13 @@ def load(path: str | Path, role: str, model: str | None = None,
                             f"a{'n' if role[0] == 'o' else ''} {role.replace('-', ' ')}")
     runnable = {kind: name for kind, name in table.items() if kind != "pipeline"}
     if spec.kind not in runnable.values():
-        raise LocalRunError(f"{path}: type: {spec.data.get('type') or default} is not a "
-                            f"deployment this runs locally (an {role} of type "
-                            f"{', '.join(runnable)})")
+        kind = spec.data.get("type") or default
+        hint = (": run its pipeline as a local job instead, `make local JOB=<a pipeline job "
+                "spec>` (its job_definition file, or a pipeline job with the component as a "
+                "node)") if kind == "pipeline" else ""
+        raise LocalRunError(f"{path}: a deployment of type {kind} does not run locally (a "
+                            f"local {role.replace('-', ' ')} is of type "
+                            f"{' or '.join(runnable)}){hint}")
     errors = [str(f) for f in check(spec, for_run=True) if f.is_error]
     if errors:
         raise LocalRunError("\n".join(errors) + "\nAzure would refuse this deployment")
