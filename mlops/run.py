@@ -109,9 +109,9 @@ def services_note(data: dict, wd: Path) -> str:
     services = data.get("services") or {}
     if not isinstance(services, dict) or not services:
         return ""
-    named = ", ".join(f"{name} ({(spec or {}).get('type', '?')})" if isinstance(spec, dict)
+    named = ", ".join(f"{name} ({spec.get('type', '?')})" if isinstance(spec, dict)
                       else str(name) for name, spec in services.items())
-    logs = [(spec or {}).get("log_dir") for spec in services.values() if isinstance(spec, dict)]
+    logs = [spec.get("log_dir") for spec in services.values() if isinstance(spec, dict)]
     board = next((f"; TensorBoard: tensorboard --logdir {wd / d}" for d in logs if d), "")
     return (f"note: services {named} are Azure's sessions into the job's node and are not "
             f"started here; the job runs on this machine: open {wd} in your own tools{board}")

@@ -1,11 +1,15 @@
 """What a spec asks for becomes locally: the pure builders under every local run
 (mlops/runtime/tasks.py), and notes on what this machine does not start."""
 
+import re
+
 import pytest
 
+from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.errors import LocalRunError
 from mlops.run import services_note
 from mlops.runtime.tasks import command_task, time_limit
+from mlops.runtime.uris import AssetMap
 
 
 @pytest.mark.parametrize("value", ["soon", "PT1H", "0", "-5"])
@@ -44,11 +48,6 @@ def test_interactive_services_are_named_in_a_note_with_where_to_look_instead(tmp
 ])
 def test_the_override_an_unmapped_reference_suggests_is_one_set_takes(tmp_path, key, spec, bare,
                                                                       what):
-    import re
-
-    from mlops.checks.overrides import apply_sets, parse_sets
-    from mlops.runtime.uris import AssetMap
-
     (tmp_path / "map.yml").write_text("{}\n")
     reference = "azureml:train@latest" if key.endswith("component") else "azureml:raw@latest"
     with pytest.raises(LocalRunError) as refused:
