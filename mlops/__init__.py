@@ -1,31 +1,34 @@
 """Local tooling for the Azure ML specs: validation and local runs. Never shipped to Azure.
 
-Entry modules (`python -m mlops.<name>`, what make and the tests call) stay at the top; each
-subsystem lives in its own subpackage:
+Front doors (`python -m mlops.<name>`, what make and the tests call) are thin: they parse the
+command line, call one engine, and turn its outcome into an exit code (errors.py's rule). Each
+engine lives in the room it belongs to:
 
-mlops/            run (any job spec), validate (schema, azure-ai-ml and lint layers), serve (the
-                  local online endpoint), batch (batch deployments), envs (the layers an
-                  environment needs, and their cache), workflow_lint; shared: specs (loading,
-                  kinds, line numbers), errors, project ([tool.mlops]: what the tooling knows
-                  about this project); exit_with, below (how the entry modules end)
+mlops/            run, validate, serve, batch, envs, workflow_lint: the front doors; shared by
+                  every room: specs (loading, kinds, line numbers), errors, project
+                  ([tool.mlops]), and exit_with / exit_code below
   runtime/        the one local runtime (its __init__: resolve -> snapshot -> environment ->
-                  launch -> collect); tasks (Task, and spec -> Task), values (inputs, outputs,
-                  substitution), binding (where inputs and outputs live), snapshot, launch
-                  (processes, distribution, signals), devices (GPUs per simulated
-                  node), watchdog, readonly_inputs, mlflow_runs and
-                  mlflow_server (MLflow), uris (the asset map), reuse (pipeline step reuse)
-  orchestrators/  sweep (+ sampling, policies), pipeline (+ graph), parallel (+ mltable)
-  checks/         lint, lint_assets, skus, overrides (--set / --remove), sdk_findings
-                  (azure-ai-ml's verdicts at their file and line)
+                  launch -> collect) and everything a started process needs: tasks (Task, and
+                  spec -> Task), values, binding, snapshot, placement (distribution), launch
+                  (processes, signals), environ (a process's variables), service (a server
+                  the runtime starts and leaves running), devices, watchdog, readonly_inputs,
+                  mlflow_runs and mlflow_server, uris (the asset map), reuse (step reuse),
+                  job (a checked job spec and its run folder record), minibatch and
+                  minibatch_worker (the mini-batch driver of batch deployments and parallel nodes)
+  orchestrators/  jobs (a job spec -> its kind's runner), sweep (+ sampling, policies), pipeline
+                  (+ graph), parallel (+ mltable)
+  checks/         validation (schema, azure-ai-ml and lint layers), prepare (a job spec as
+                  az ml job create checks it), lint, lint_assets, skus, overrides (--set /
+                  --remove), sdk_findings (azure-ai-ml's verdicts at their file and line)
   environments/   envspec and envfiles (reading environment definitions), requirements and
-                  pins (what a layer installs), layers (building them)
+                  pins (what a layer installs), layers (building them), activation (the layers
+                  a task runs in), cache (listing and removing them)
   endpoints/      deployment (a deployment spec's kind, code, environment), models (its model and
-                  the AZUREML_MODEL_DIR layout), batch_worker (the driver in each batch process),
-                  nocode/ (Azure's scoring for MLflow models deployed without code)
+                  the AZUREML_MODEL_DIR layout), online (the local online endpoint),
+                  batch_deployment (a batch deployment over a folder), nocode/ (Azure's scoring
+                  for MLflow models deployed without code)
 
-Imports point down or sideways, never up: subpackages import `mlops.specs`/`errors`/`project`,
-and the runtime imports `mlops.envs`; nothing below imports an orchestrator or an entry module
-(except parallel, which shares the batch entry's mini-batch queue).
+Imports point down or sideways, never up into a front door (tests/unit/test_imports.py).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ import gc
 import sys
 from collections.abc import Callable
 from typing import NoReturn
+
+from mlops.errors import INPUT_ERROR, LocalRunError
 
 
 def exit_with(main: Callable[[], int | None]) -> NoReturn:
@@ -48,3 +53,16 @@ def exit_with(main: Callable[[], int | None]) -> NoReturn:
     finally:
         gc.freeze()  # on failure too: the traceback is printed the same
     sys.exit(code)
+
+
+def exit_code(call: Callable[[], int]) -> int:
+    """The front doors' one exit-code rule: the engine's own code (a job's, a batch run's, a
+    server's status); INPUT_ERROR with the message for a spec or input error; 128 + the signal
+    number when interrupted."""
+    try:
+        return call()
+    except LocalRunError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return INPUT_ERROR
+    except KeyboardInterrupt as err:
+        return 128 + getattr(err, "signum", 2)

@@ -1,220 +1,16 @@
-"""Local environments without Docker: layers of plain Python virtual environments.
+"""Cached local environments (layers on .venv): list them, or remove them.
 
     python -m mlops.envs list | clean        (make envs / make clean-envs)
 
-A job runs in the Python its spec's `environment:` names (mlops/environments/envspec.py reads
-it), built as layers over the project's .venv, which is the bottom layer and is never written:
-1. .venv: the project's own environment (its conda.yml is generated from pyproject.toml). A spec
-   whose requirements .venv already satisfies needs nothing more.
-2. a cached layer per distinct set of unsatisfied requirements (keyed by their content and by the
-   .venv below it), created once with pip, which sees .venv's packages as installed: torch and
-   friends are reused when the pins agree and shadowed by the layer when they do not.
-3. a throwaway top layer per run (`<task>/env`): whatever the job itself installs
-   (`pip install ...` in the command) lands there and is deleted with the run (KEEP_ENV=1 keeps
-   it). Creating it costs a few files and one symlink.
-A layer is a venv whose site-packages ends with a .pth that adds the layers below it.
+How a job's environment is built: mlops/environments/activation.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import json
-import os
-import platform
-import shutil
-import sys
-from pathlib import Path
-
-from packaging.requirements import InvalidRequirement, Requirement
 
 from mlops import exit_with
-from mlops.environments import pins
-from mlops.environments.envspec import ENV_MAP, EnvMap, EnvPlan, plan_for
-from mlops.environments.layers import (
-    BASE_SITE,
-    PY,
-    VENV_BIN,
-    build_layer,
-    cache_dir,
-    layer_key,
-    layer_record,
-    make_venv,
-)
-from mlops.environments.requirements import hidden_families, name_of, unfetchable, with_mpi
-from mlops.errors import LocalRunError
-from mlops.specs import flag
-
-TOP = "env"
-# copied into each top layer
-READONLY_HOOK = Path(__file__).parent / "runtime" / "readonly_inputs.py"
-
-
-def unsatisfied(requirements: list[str]) -> list[str]:
-    """The requirements .venv does not already meet (URLs and options are always kept)."""
-    missing = []
-    for line in requirements:
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:
-            missing.append(line)
-            continue
-        if requirement.marker and not requirement.marker.evaluate():
-            continue
-        try:
-            have = importlib.metadata.version(requirement.name)
-        except importlib.metadata.PackageNotFoundError:
-            missing.append(line)
-            continue
-        if requirement.url or not requirement.specifier.contains(have, prereleases=True):
-            missing.append(line)
-    return missing
-
-
-def with_families(missing: list[str], requirements: list[str]) -> list[str]:
-    """A family with one member missing from .venv comes whole from the layer: every member the
-    environment names joins `missing` (the layer's view hides .venv's copies of all of them)."""
-    hidden = hidden_families(missing)
-    return missing + [line for line in requirements
-                      if line not in missing and name_of(line) in hidden]
-
-
-class Environments:
-    """Activates the environment of each task; remembers what it told the user."""
-
-    def __init__(self, env_map_path: Path | None = None):
-        self.env_map = EnvMap(env_map_path or ENV_MAP)
-        self.said: set[str] = set()
-        self.labels: dict[str, str] = {}  # where -> the environment it named, for logs
-        self.caveats: dict[str, str] = {}  # where -> why a failure may be this machine's alone
-
-    def _say(self, line: str) -> None:
-        if line not in self.said:
-            self.said.add(line)
-            print(line, file=sys.stderr)
-
-    def _explain(self, plan: EnvPlan) -> bool:
-        """Say what differs from Azure's build of the environment; True: its Python does."""
-        if plan.notice:
-            self._say(f"note: {plan.notice}")
-        if plan.skipped:
-            self._say(f"note: {plan.label}: conda packages with no PyPI equivalent are not "
-                      f"installed here: {', '.join(plan.skipped)}")
-        here = f"{sys.version_info.major}.{sys.version_info.minor}"
-        wanted = ".".join(plan.python.rstrip(".*").split(".")[:2]) if plan.python else here
-        if wanted != here:  # a patch release apart is the same Python for packages
-            self._say(f"warning: {plan.label} asks for Python {plan.python}; this machine runs "
-                      f"{platform.python_version()} (packages are installed for it)")
-        return wanted != here
-
-    def caveat(self, where: str) -> str:
-        """For a task that failed: why the failure may be this machine's alone ("": nothing)."""
-        return self.caveats.get(where, "")
-
-    def layers(self, environment, base: Path, where: str, adds: tuple = ()) -> list[Path]:
-        """The layers below the top one, highest first (empty: .venv alone). `adds`: packages
-        the image itself brings when the environment lacks them (a serving image's server)."""
-        plan = plan_for(environment, base, self.env_map, where)
-        named = {name_of(line) for line in plan.requirements}
-        plan.requirements += [line for line in adds if name_of(line) not in named]
-        other_python = self._explain(plan)
-        self.labels[where] = plan.label
-        with_mpi(plan.requirements)
-        remote = [line for line in plan.requirements if unfetchable(line)]
-        for line in remote:  # Azure's build fetches them; this machine reaches PyPI only
-            self._say(f"warning: {plan.label}: skipped {line!r}: this machine cannot fetch it "
-                      "(only the package registries are reachable); the rest is installed")
-        wanted = pins.for_python([line for line in plan.requirements if line not in remote],
-                                 plan.python, cache_dir())
-        if wanted.moved:
-            self._say(f"note: {plan.label}: for Python {plan.python}, as Azure's image build "
-                      f"resolves them: {', '.join(wanted.moved)}")
-        layer = self._layer(wanted.requirements, plan.label, last=not wanted.moved)
-        if layer is False:  # resolved for the other Python, the set does not install here
-            self._say(f"note: {plan.label}: those releases do not install together here; "
-                      "using the environment's own requirement lines")
-            layer = self._layer([line for line in plan.requirements if line not in remote],
-                                plan.label, last=True)
-        moved = layer_record(layer).get("moved") or [] if layer else []
-        for line in moved:
-            self._say(f"warning: {plan.label}: {line}")
-        if other_python:
-            changed = f" (moved here: {'; '.join(moved)})" if moved else ""
-            self.caveats[where] = (
-                f"note: {plan.label} is built for Python {plan.python} on Azure and ran on "
-                f"{platform.python_version()} here{changed}: an error raised inside an installed "
-                "package (an import, a pickle from older releases, a C extension) may come from "
-                "that difference alone and not happen on Azure")
-        if layer is None:
-            return []
-        with open(layer / "used_by.txt", "a") as record:
-            record.write(f"{where}\n")
-        return [layer]
-
-    def _layer(self, requirements: list[str], label: str, last: bool = False):
-        """The layer for what .venv lacks (None: nothing); False when pip cannot install it and
-        this is not the `last` attempt."""
-        missing = with_families(unsatisfied(requirements), requirements)
-        if not missing:
-            return None
-        failed = cache_dir() / f"{layer_key(missing)}.failed"  # not tried again on every run
-        if not last and failed.is_file():
-            return False
-        try:
-            return build_layer(missing, label, tuple(requirements))
-        except LocalRunError as err:
-            if last:
-                raise
-            failed.write_text(f"{err}\n")
-            return False
-
-    def activate(self, environment, base: Path, folder: Path, where: str,
-                 adds: tuple = ()) -> dict[str, str]:
-        """Build (or reuse) the layers and a fresh top layer; the variables that select them."""
-        lower = self.layers(environment, base, where, adds)
-        self.labels[where] += f" ({', '.join(str(p) for p in lower) or '.venv'})"
-        top = folder / TOP
-        shutil.rmtree(top, ignore_errors=True)
-        below = [Path(layer_record(layer).get("below") or BASE_SITE) for layer in lower[-1:]]
-        site = make_venv(top, [layer / "lib" / PY / "site-packages" for layer in lower] +
-                         (below or [BASE_SITE]))
-        shutil.copyfile(READONLY_HOOK, site / "_mlops_readonly_inputs.py")
-        (site / "zz_readonly_inputs.pth").write_text(
-            "import _mlops_readonly_inputs; _mlops_readonly_inputs.install()\n")
-        bins = [top / "bin", *[layer / "bin" for layer in lower], VENV_BIN]
-        path = os.pathsep.join([*map(str, bins), os.environ.get("PATH", "")])
-        env = {"PATH": path, "VIRTUAL_ENV": str(top)}
-        mpi = [layer for layer in lower if (layer / "bin" / "mpirun").is_file()]
-        if mpi:  # a relocated Open MPI finds its own files, libmpi is found from every layer
-            libs = [str(layer / "lib") for layer in lower]
-            env["OPAL_PREFIX"] = str(mpi[0])
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(
-                [*libs, *filter(None, [os.environ.get("LD_LIBRARY_PATH")])])
-        return env
-
-    def release(self, folder: Path) -> None:
-        if not flag(os.environ.get("KEEP_ENV")):
-            shutil.rmtree(folder / TOP, ignore_errors=True)
-
-
-def _size(folder: Path) -> int:
-    return sum(p.lstat().st_size for p in folder.rglob("*") if not p.is_symlink())
-
-
-def list_layers() -> int:
-    cache = cache_dir()
-    layers = sorted(cache.glob("*/layer.json")) if cache.is_dir() else []
-    if not layers:
-        print(f"no cached environments in {cache}")
-        return 0
-    for record in layers:
-        info = json.loads(record.read_text())
-        used = record.parent / "used_by.txt"
-        specs = sorted(set(used.read_text().split("\n")) - {""}) if used.is_file() else []
-        print(f"{record.parent.name}  {_size(record.parent) / 2**20:8.1f} MB  {info['label']}\n"
-              f"    requirements: {' '.join(info['requirements'])}\n"
-              f"    used by: {', '.join(specs) or '-'}")
-    return 0
+from mlops.environments import cache
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,9 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["list", "clean"])
     args = parser.parse_args(argv)
     if args.action == "list":
-        return list_layers()
-    shutil.rmtree(cache_dir(), ignore_errors=True)
-    print(f"removed {cache_dir()}")
+        print("\n".join(cache.describe()))
+    else:
+        print(f"removed {cache.clean()}")
     return 0
 
 

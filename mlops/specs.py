@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from mlops.errors import LocalRunError
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = ROOT / "schemas"
 SPEC_FOLDERS = ("jobs", "components", "environments", "assets", "endpoints")
@@ -101,13 +103,20 @@ def read_yaml(text: str):
     return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
 
 
-def _parse(text: str) -> tuple:
-    """The document's node tree (for the lines of its keys) and its data, from one parse: what
-    yaml.compose and yaml.safe_load each do, with the node built once."""
+@dataclass(frozen=True)
+class Parsed:
+    """A YAML document's node tree (for the lines of its keys) and its data."""
+
+    node: yaml.Node | None
+    data: object
+
+
+def _parse(text: str) -> Parsed:
+    """What yaml.compose and yaml.safe_load each do, with the node built once."""
     loader = _LOADER(text)
     try:
         node = loader.get_single_node()
-        return node, (loader.construct_document(node) if node is not None else None)
+        return Parsed(node, loader.construct_document(node) if node is not None else None)
     finally:
         loader.dispose()
 
@@ -133,7 +142,9 @@ def flag(value, default: bool = False) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes", "y", "on")
 
 
-class SpecError(ValueError):
+class SpecError(LocalRunError, ValueError):
+    """A spec file that cannot be read or parsed, at its file and line."""
+
     def __init__(self, finding: Finding):
         super().__init__(str(finding))
         self.finding = finding
@@ -142,7 +153,8 @@ class SpecError(ValueError):
 def load_spec(path: str | Path, role: str = "") -> Spec:
     path = Path(path)
     try:
-        node, data = _parse(path.read_text())
+        parsed = _parse(path.read_text())
+        node, data = parsed.node, parsed.data
     except OSError as err:
         raise SpecError(Finding(path, "", f"cannot read the file ({err.strerror})",
                                 "check the path")) from err

@@ -34,25 +34,28 @@ def timed(fn) -> float:
 
 def environment(value: str):
     """A curated or registry name as it is, or an environment spec file as its definition."""
+    from mlops.environments.envspec import EnvironmentRef
+
     path = ROOT / value
     if value.endswith((".yml", ".yaml")) and path.is_file():
         import yaml
 
-        return yaml.safe_load(path.read_text()), path.parent
-    return value, ROOT
+        return EnvironmentRef(yaml.safe_load(path.read_text()), path.parent)
+    return EnvironmentRef(value, ROOT)
 
 
 def measure(value: str, repeat: int, tmp: Path) -> dict:
-    from mlops.envs import Environments
+    from mlops.environments.activation import Environments
+    from mlops.environments.envspec import EnvironmentRef
 
     os.environ["LOCAL_ENVS_DIR"] = str(tmp / f"cache-{abs(hash(value))}")
-    envs, (spec, base) = Environments(), environment(value)
+    envs, ref = Environments(), environment(value)
     folder = tmp / "task"
-    create = timed(lambda: envs.layers(spec, base, "bench"))
-    reuse = [timed(lambda: envs.activate(spec, base, folder, "bench")) for _ in range(repeat)]
-    project = [timed(lambda: envs.activate("azureml:image-classifier@latest", ROOT / "jobs",
-                                           folder, "bench")) for _ in range(repeat)]
-    layered = envs.activate(spec, base, folder, "bench")
+    own = EnvironmentRef("azureml:image-classifier@latest", ROOT / "jobs")
+    create = timed(lambda: envs.layers(ref, "bench"))
+    reuse = [timed(lambda: envs.activate(ref, folder, "bench")) for _ in range(repeat)]
+    project = [timed(lambda: envs.activate(own, folder, "bench")) for _ in range(repeat)]
+    layered = envs.activate(ref, folder, "bench")
     return {"create": create, "reuse": statistics.median(reuse),
             "project": statistics.median(project), "env": layered}
 

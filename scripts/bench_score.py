@@ -19,7 +19,6 @@ import json
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,7 +39,8 @@ from image_classifier.distributed import usable_cores  # noqa: E402
 from image_classifier.export import export_onnx, quantize_int8  # noqa: E402
 from image_classifier.model import build_model  # noqa: E402
 from image_classifier.predict import ONNX_FILE  # noqa: E402
-from mlops.serve import prepare, server_command, wait_healthy  # noqa: E402
+from mlops.endpoints.online import launch_server, prepare  # noqa: E402
+from mlops.runtime.service import stop_service  # noqa: E402
 
 
 def make_model_dir(folder: Path, val_batch: torch.Tensor, bundle) -> Path:
@@ -70,19 +70,13 @@ class Server:
         if script:
             extra.update({"AML_APP_ROOT": str(ROOT / "scripts" / "bench"),
                           "AZUREML_ENTRY_SCRIPT": script, "PYTHONPATH": str(ROOT / "src")})
-        workers = int(env.get("WORKER_COUNT", 1))
         self.state = Path(tempfile.mkdtemp(prefix="bench-score-"))
-        ready = prepare(spec, str(model_dir), self.state, extra=extra)
-        self.process = subprocess.Popen(server_command(self.port, workers, python=ready.python),
-                                        env=ready.env, cwd=ready.cwd,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
+        plan = prepare(spec, str(model_dir), self.state, self.port, extra=extra)
+        self.service = launch_server(plan, self.port)  # through the runtime, as serve-local
         self.url = f"http://127.0.0.1:{self.port}"
-        wait_healthy(self.url + "/", self.process)
 
     def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
+        stop_service(self.service.pid, grace=30)
         shutil.rmtree(self.state, ignore_errors=True)
 
 

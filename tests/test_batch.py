@@ -16,8 +16,8 @@ from conftest import built_once, copied_store
 from image_classifier.images import open_image
 from image_classifier.predict import Service, predict
 from mlops import batch
+from mlops.checks.validation import validate
 from mlops.specs import ROOT
-from mlops.validate import validate
 
 SPEC = ROOT / "endpoints" / "batch" / "deployment.yml"
 FIXTURES = ROOT / "tests" / "fixtures" / "batch"

@@ -18,7 +18,7 @@ import pytest
 from conftest import built_once
 
 from mlops import batch, serve
-from mlops.endpoints import deployment, models
+from mlops.endpoints import deployment, models, online
 from mlops.endpoints.models import ModelSource, lay_out, model_source, name_version
 from mlops.endpoints.nocode.mlflow_score import as_mlflow_request
 from mlops.errors import LocalRunError
@@ -61,9 +61,10 @@ def test_registered_models_map_through_the_mapping_file_by_reference_or_name(tmp
                       f"azureml://registries/shared/models/other: {tmp_path}\n")
     for reference in ("azureml:clf:3", "azureml:clf@latest",
                       "azureml://registries/shared/models/clf/versions/1"):
-        assert model_source(reference, tmp_path, "d.yml", assets=assets).path == tmp_path / "m.pkl"
+        assert model_source(reference, tmp_path, "d.yml",
+                            asset_file=assets).path == tmp_path / "m.pkl"
     other = model_source({"path": "azureml://registries/shared/models/other/versions/2"},
-                         tmp_path, "d.yml", assets=assets)
+                         tmp_path, "d.yml", asset_file=assets)
     assert (other.path, other.name, other.version) == (tmp_path, "other", "2")
 
 
@@ -71,7 +72,7 @@ def test_an_unmapped_model_is_an_error_that_names_the_line_to_add(tmp_path):
     assets = tmp_path / "local-paths.yml"
     assets.write_text("{}\n")
     with pytest.raises(LocalRunError, match=r"azureml:stranger: <local file or folder>' to"):
-        model_source("azureml:stranger@latest", tmp_path, "d.yml", assets=assets)
+        model_source("azureml:stranger@latest", tmp_path, "d.yml", asset_file=assets)
 
 
 def test_this_projects_own_model_unmapped_is_the_newest_trained_one_and_says_so(
@@ -83,7 +84,7 @@ def test_this_projects_own_model_unmapped_is_the_newest_trained_one_and_says_so(
                                                            tmp_path / "runs"))
     assets = tmp_path / "local-paths.yml"
     assets.write_text("{}\n")
-    source = model_source("azureml:mine@latest", tmp_path, "d.yml", assets=assets)
+    source = model_source("azureml:mine@latest", tmp_path, "d.yml", asset_file=assets)
     assert source.path == trained and "newest trained model" in source.describe()
     assert model_source(None, tmp_path, "d.yml").path == trained  # a spec with no model
     override = model_source("azureml:mine@latest", tmp_path, "d.yml", str(tmp_path))
@@ -169,7 +170,7 @@ def _free_port() -> int:
 @pytest.fixture
 def served(tmp_path, monkeypatch):
     """Start the local endpoint for a spec (serve.main, as make serve-local), stop it after."""
-    monkeypatch.setattr(serve, "STATE", tmp_path / "serve-local")
+    monkeypatch.setattr(online, "STATE", tmp_path / "serve-local")
     port = _free_port()
 
     def start(spec: Path) -> str:
@@ -177,7 +178,7 @@ def served(tmp_path, monkeypatch):
         return f"http://127.0.0.1:{port}/score"
 
     yield start
-    serve.stop()
+    online.stop()
 
 
 def post(url: str, body) -> tuple[int, object]:
@@ -192,7 +193,7 @@ def post(url: str, body) -> tuple[int, object]:
 
 
 def server_log() -> str:
-    return (serve.STATE / "server.log").read_text()
+    return (online.STATE / "log.txt").read_text()
 
 
 @pytest.mark.parametrize("spec", ["folder-deployment.yml", "file-deployment.yml",
@@ -204,7 +205,7 @@ def test_a_custom_scoring_script_reads_the_model_where_azure_mounts_it(deploymen
     assert status == 200 and answer == pytest.approx(expected(request["data"]))
     log = server_log()
     assert f"from {deployments / 'regressor' / 'model'}" in log and "environment: " in log
-    model_dir = serve.STATE / "app" / "azureml-models"
+    model_dir = online.STATE / "app" / "azureml-models"
     assert model_dir.is_dir() and (deployments / "regressor" / "model" / "regressor.pkl").is_file()
 
 
@@ -259,11 +260,12 @@ def test_a_deployment_pinning_another_scikit_learn_serves_in_that_environment(
         deployments, served, tmp_path):
     """The conda file pins scikit-learn 1.5.2 (.venv has another): the environment is built as a
     job's, the model pickled by that release loads in it, and the answer says which served."""
-    from mlops.envs import Environments
+    from mlops.environments.activation import Environments
+    from mlops.environments.envspec import EnvironmentRef
 
     pinned = deployments / "pinned"
-    env = Environments().activate({"conda_file": "conda.yml"}, pinned, tmp_path / "maker",
-                                  "test: make the pinned model")
+    env = Environments().activate(EnvironmentRef({"conda_file": "conda.yml"}, pinned),
+                                  tmp_path / "maker", "test: make the pinned model")
     subprocess.run([str(tmp_path / "maker" / "env" / "bin" / "python"), str(MAKE_MODELS),
                     str(deployments), "--only", "pinned"], check=True, env={**os.environ, **env})
     url = served(pinned / "deployment.yml")

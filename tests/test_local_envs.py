@@ -16,6 +16,7 @@ import yaml
 
 from mlops import run as local
 from mlops.environments.envspec import EnvMap, image_key, plan_for
+from mlops.project import project
 from mlops.specs import ROOT
 
 ENVS = ROOT / "tests" / "fixtures" / "envs"
@@ -106,9 +107,13 @@ def test_a_requirement_this_machine_cannot_fetch_is_skipped_and_the_rest_built(
         tmp_path, capsys, monkeypatch):
     """A display name with spaces and parentheses is a label: the run folder is a slug of it,
     the MLflow run keeps it; a git+/URL requirement or private index is one warning each."""
+    from dataclasses import replace
+
     from mlflow.tracking import MlflowClient
 
-    monkeypatch.setattr(local, "RUNS", tmp_path / "runs")
+    from mlops.runtime import job
+
+    monkeypatch.setattr(job, "project", lambda: replace(project(), runs_dir=tmp_path / "runs"))
     assert local.main([str(ROOT / "tests/fixtures/thirdparty/gpu-check.yml")]) == 0
     (folder,) = (tmp_path / "runs").iterdir()
     assert folder.name.startswith("GPU-check-NCCL-tests-")
@@ -215,7 +220,7 @@ def test_a_dockerfile_from_a_curated_image_adds_to_that_images_packages_and_pyth
 
 
 def test_a_family_member_missing_from_venv_brings_every_named_member_into_the_layer():
-    from mlops.envs import unsatisfied, with_families
+    from mlops.environments.activation import unsatisfied, with_families
 
     wanted = ["mlflow", "mlflow-skinny==2.21.3", "six"]
     assert with_families(unsatisfied(wanted), wanted) == ["mlflow-skinny==2.21.3", "mlflow"]
@@ -270,11 +275,12 @@ def test_a_curated_base_with_unpinned_mlflow_saves_a_torch_model_as_on_azure(tmp
 def test_a_release_built_for_numpy_1_gets_numpy_1_as_azures_conda_build_gives_it(tmp_path):
     """scikit-learn 1.2.2 asks pip only for numpy>=1.17.3, and fails to import under NumPy 2
     ("numpy.dtype size changed"); conda-forge pairs it with numpy<2, so the layer does too."""
-    from mlops.envs import Environments
+    from mlops.environments.activation import Environments
+    from mlops.environments.envspec import EnvironmentRef
 
     (tmp_path / "conda.yml").write_text(
         "dependencies:\n- python=3.11\n- pip\n- pip:\n  - scikit-learn==1.2.2\n")
-    (layer,) = Environments().layers({"conda_file": "conda.yml"}, tmp_path, "job")
+    (layer,) = Environments().layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "job")
     imported = subprocess.run([str(layer / "bin/python"), "-c",
                                "import sklearn, numpy; print(numpy.__version__)"],
                               capture_output=True, text=True, check=True)

@@ -21,13 +21,13 @@ from mlflow.tracking import MlflowClient
 
 from mlops import run as local
 from mlops.checks.overrides import apply_sets, parse_sets
+from mlops.checks.validation import validate
 from mlops.errors import LocalRunError
 from mlops.runtime import launch
 from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.uris import lookup
 from mlops.runtime.values import render_command
 from mlops.specs import ROOT
-from mlops.validate import validate
 
 TP = ROOT / "tests" / "fixtures" / "thirdparty"
 HELLO = ROOT / "tests" / "fixtures" / "hello"
@@ -257,8 +257,8 @@ def test_warnings_are_printed_and_never_block_a_run(tmp_path, capsys):
 def test_what_the_loader_accepts_the_schema_layer_never_refuses(tmp_path):
     """A pipeline sweep node with name: and display_name: loads and validates in azure-ai-ml;
     the generated schema is stricter. The loader decides, for every fixture spec."""
+    from mlops.checks.validation import KINDS, check, sdk_layer
     from mlops.specs import load_spec
-    from mlops.validate import KINDS, check, sdk_layer
 
     assert validate([TP / "named-sweep-node.yml"]) == []
     assert run(TP / "named-sweep-node.yml", tmp_path / "run") == 0

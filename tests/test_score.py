@@ -14,7 +14,6 @@ import json
 import shutil
 import socket
 import struct
-import subprocess
 import threading
 import time
 import urllib.request
@@ -29,7 +28,8 @@ from werkzeug.wrappers import Request
 
 from image_classifier import score
 from image_classifier.export import export_model_dir
-from mlops.serve import prepare, server_command, wait_healthy
+from mlops.endpoints.online import launch_server, prepare
+from mlops.runtime.service import stop_service
 from mlops.specs import ROOT
 
 SAMPLE = ROOT / "endpoints" / "sample-request.json"
@@ -250,19 +250,13 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
     port = _free_port()
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
-    log = log_path.open("w")
-    ready = prepare(ROOT / "endpoints" / "blue.yml", str(model_dir),
-                    tmp_path_factory.mktemp("state"), extra={"SCORE_BACKEND": "torch"})
-    process = subprocess.Popen(server_command(port, python=ready.python), env=ready.env,
-                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                               cwd=ready.cwd)
+    plan = prepare(ROOT / "endpoints" / "blue.yml", str(model_dir),
+                   tmp_path_factory.mktemp("state"), port, extra={"SCORE_BACKEND": "torch"})
+    service = launch_server(plan, port)  # through the runtime, as make serve-local starts it
     try:
-        wait_healthy(f"http://127.0.0.1:{port}/", process)
-        yield f"http://127.0.0.1:{port}", process, log_path
+        yield f"http://127.0.0.1:{port}", service, service.log
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        stop_service(service.pid, grace=30)
 
 
 def post(url: str, body: bytes | str, content_type="application/json",

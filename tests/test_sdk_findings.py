@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from mlops.checks.sdk_findings import flatten, from_diagnostics, from_loader, from_other
+from mlops.checks.validation import sdk_layer
 from mlops.specs import load_spec
-from mlops.validate import sdk_layer
 
 ROOT = Path(__file__).resolve().parents[1]
 INVALID = ROOT / "tests" / "invalid_specs"

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from mlops import serve
+from mlops.endpoints import online
 from mlops.endpoints.models import newest_trained
 from mlops.errors import LocalRunError
-from mlops.serve import ServeError
+from mlops.specs import ROOT
 
 
 def test_a_port_another_process_holds_is_an_error_not_a_healthy_server(capsys):
@@ -20,8 +20,8 @@ def test_a_port_another_process_holds_is_an_error_not_a_healthy_server(capsys):
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1]
-        with pytest.raises(ServeError, match=f"port {port} on 127.0.0.1 is already in use"):
-            serve.start(serve.ROOT / "endpoints" / "blue.yml", None, port)
+        with pytest.raises(LocalRunError, match=f"port {port} on 127.0.0.1 is already in use"):
+            online.start(ROOT / "endpoints" / "blue.yml", None, port)
 
 
 def test_the_default_model_is_the_newest_folder_that_holds_one(tmp_path):
@@ -70,4 +70,4 @@ def test_a_stopped_servers_time_wait_sockets_do_not_hold_the_port():
     listener.close()
     with socket.socket() as plain, pytest.raises(OSError):  # the state the old check tripped on
         plain.bind(("127.0.0.1", port))
-    assert not serve.port_taken(port)
+    assert not online.port_taken(port)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from mlops.checks.validation import KINDS, validate
 from mlops.specs import ROOT, discover, load_spec
-from mlops.validate import KINDS, validate
 
 INVALID = sorted((ROOT / "tests" / "invalid_specs").glob("*.yml"))
 
@@ -137,7 +137,7 @@ def test_the_lock_file_agrees_with_every_pin_in_pyproject():
 def test_the_specs_others_refer_to_are_parsed_once_and_again_when_changed(tmp_path, monkeypatch):
     """Every command of a pipeline or sweep asks for the repository's compute sizes: assets/ is
     parsed once per process, and a file edited since is read again."""
-    import mlops.validate as validate_module
+    import mlops.checks.validation as validate_module
 
     (tmp_path / "assets").mkdir()
     compute = tmp_path / "assets" / "compute.yml"

@@ -7,7 +7,7 @@ import pytest
 
 from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.errors import LocalRunError
-from mlops.run import services_note
+from mlops.orchestrators.jobs import services_note
 from mlops.runtime.tasks import command_task, time_limit
 from mlops.runtime.uris import AssetMap
 
@@ -86,15 +86,16 @@ def test_a_version_error_is_one_raised_inside_an_installed_package(tail, expecte
 def test_an_environment_for_another_python_leaves_a_caveat_for_its_failures(tmp_path):
     import importlib.metadata
 
-    from mlops.envs import Environments
+    from mlops.environments.activation import Environments
+    from mlops.environments.envspec import EnvironmentRef
 
     # what .venv has, pinned (a loose line would be resolved for Python 3.9): no layer to build
     pin = "\n".join(f"  - {name}=={importlib.metadata.version(name)}"
                     for name in ("pyyaml", "setuptools"))
     (tmp_path / "conda.yml").write_text(f"dependencies:\n- python=3.9\n- pip\n- pip:\n{pin}\n")
     envs = Environments()
-    assert envs.layers({"conda_file": "conda.yml"}, tmp_path, "job") == []
+    assert envs.layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "job") == []
     assert "is built for Python 3.9 on Azure and ran on 3." in envs.caveat("job")
     (tmp_path / "conda.yml").write_text(f"dependencies:\n- pip\n- pip:\n{pin}\n")
-    envs.layers({"conda_file": "conda.yml"}, tmp_path, "same-python")
+    envs.layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "same-python")
     assert envs.caveat("same-python") == ""

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mlops.checks.workflows import make_targets, target_exists
 from mlops.specs import ROOT
-from mlops.workflow_lint import make_targets, target_exists
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlops.checks.validation import check
 from mlops.endpoints.models import ModelSource, model_source
+from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
 from mlops.runtime.tasks import code_path
 from mlops.runtime.uris import ASSET_MAP
@@ -34,24 +36,23 @@ class Deployment:
     model: ModelSource
     code: Path  # the folder Azure uploads (code_configuration.code)
     scoring_script: str  # relative to `code`
-    environment: object  # as the spec (or the no-code rule) names it
-    env_base: Path  # what relative paths in `environment` are relative to
+    environment: EnvironmentRef  # as the spec (or the no-code rule) names it, with the image's
     nocode: bool = False
 
     @property
     def name(self) -> str:
         return str(self.spec.data.get("name") or self.spec.path.stem)
 
-    def image_packages(self) -> tuple[str, ...]:
-        online = self.spec.role == "online-deployment"
-        return (SERVER_PACKAGES if online else ()) + (MLFLOW_PACKAGES if self.nocode else ())
+
+def image_packages(role: str, nocode: bool) -> tuple[str, ...]:
+    """What the deployment's image adds when its environment lacks it."""
+    return (SERVER_PACKAGES if role == "online-deployment" else ()) + \
+        (MLFLOW_PACKAGES if nocode else ())
 
 
 def load(path: str | Path, role: str, model: str | None = None,
-         assets: Path = ASSET_MAP) -> Deployment:
+         asset_file: Path = ASSET_MAP) -> Deployment:
     """`role`: online-deployment or batch-deployment. Errors say what Azure would refuse."""
-    from mlops.validate import check
-
     spec = load_spec(path, role)
     table, default = DEPLOYMENT_TYPES[role]
     declared = Spec(spec.path, spec.data).kind  # what its $schema line says, if it has one
@@ -70,25 +71,28 @@ def load(path: str | Path, role: str, model: str | None = None,
     errors = [str(f) for f in check(spec, for_run=True) if f.is_error]
     if errors:
         raise LocalRunError("\n".join(errors) + "\nAzure would refuse this deployment")
-    source = model_source(spec.data.get("model"), spec.path.parent, str(spec.path), model, assets)
+    source = model_source(spec.data.get("model"), spec.path.parent, str(spec.path), model,
+                          asset_file)
     config = spec.data.get("code_configuration") or {}
     if config:
         code = code_path(config.get("code", "."), spec.path.parent,
                          f"{spec.path}: code_configuration.code")
         return Deployment(spec, source, code, str(config["scoring_script"]),
-                          spec.data.get("environment"), spec.path.parent)
+                          EnvironmentRef(spec.data.get("environment"), spec.path.parent,
+                                         image_packages(role, False)))
     if not source.mlflow:
         raise LocalRunError(f"{path}: no code_configuration, and {source.path} is not an MLflow "
                             "model (no MLmodel file): Azure deploys only MLflow models without "
                             "code. Add code_configuration (code, scoring_script) and an "
                             "environment")
-    environment, base = spec.data.get("environment"), spec.path.parent
-    if environment is None:
-        environment, base = mlflow_environment(source.path)
-    return Deployment(spec, source, NOCODE, NOCODE_SCRIPTS[role], environment, base, True)
+    adds = image_packages(role, True)
+    environment = EnvironmentRef(spec.data.get("environment"), spec.path.parent, adds)
+    if environment.value is None:
+        environment = mlflow_environment(source.path, adds)
+    return Deployment(spec, source, NOCODE, NOCODE_SCRIPTS[role], environment, True)
 
 
-def mlflow_environment(model: Path) -> tuple[object, Path]:
+def mlflow_environment(model: Path, adds: tuple[str, ...]) -> EnvironmentRef:
     """The model's own conda.yaml, as Azure builds a no-code deployment's environment."""
     conda = model / "conda.yaml"
-    return ({"conda_file": conda.name}, model) if conda.is_file() else (None, model)
+    return EnvironmentRef({"conda_file": conda.name} if conda.is_file() else None, model, adds)

@@ -29,6 +29,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from mlops.errors import LocalRunError
 from mlops.project import project
@@ -73,14 +74,19 @@ class ModelLayout:
         return [str(self.root), str(self.source.path)]
 
 
-def name_version(reference: str) -> tuple[str, str]:
+class NameVersion(NamedTuple):
+    name: str
+    version: str
+
+
+def name_version(reference: str) -> NameVersion:
     """`azureml:clf:3` -> (clf, 3); `azureml:clf@latest` -> (clf, latest); registry and
     workspace URIs likewise; anything else is named after its last path part."""
     for pattern in (NAMED, LONG):
         match = pattern.match(reference)
         if match:
-            return match.group(1), match.group(2) or "latest"
-    return Path(reference.rstrip("/")).name or "model", "1"
+            return NameVersion(match.group(1), match.group(2) or "latest")
+    return NameVersion(Path(reference.rstrip("/")).name or "model", "1")
 
 
 def newest_trained(why: str, runs: Path | None = None) -> ModelSource:
@@ -101,28 +107,28 @@ def _is_mlflow(path: Path, declared: str | None) -> bool:
     return declared == "mlflow_model" or (path.is_dir() and (path / "MLmodel").is_file())
 
 
-def _mapped(reference: str, where: str, assets: Path) -> ModelSource:
+def _mapped(reference: str, where: str, asset_file: Path) -> ModelSource:
     name, version = name_version(reference)
-    mapping = load_map(assets)
+    mapping = load_map(asset_file)
     model_key = re.sub(r"/(versions|labels)/[^/]+/?$", "", reference)  # every version of it
     local = lookup(reference, mapping) or mapping.get(model_key) or mapping.get(f"azureml:{name}")
     if local is None:
         if name in project().own_models:
-            return newest_trained(f"{where}: {reference} is not mapped in {assets.name}")
+            return newest_trained(f"{where}: {reference} is not mapped in {asset_file.name}")
         keys = " or ".join(dict.fromkeys([model_key if model_key != reference else
                                           candidates(reference)[-1], f"azureml:{name}"]))
         raise LocalRunError(f"{where}: model {reference} has no local stand-in. Add a line "
-                            f"'{keys}: <local file or folder>' to {assets}, or pass "
+                            f"'{keys}: <local file or folder>' to {asset_file}, or pass "
                             "MODEL_DIR=<local file or folder>")
     path = (ROOT / local).resolve()
     if not path.exists():
-        raise LocalRunError(f"{where}: {reference} maps to {path} ({assets}), which does not "
-                            "exist")
-    return ModelSource(path, name, version, f"{assets.name}: {reference}")
+        raise LocalRunError(f"{where}: {reference} maps to {path} ({asset_file}), which does "
+                            "not exist")
+    return ModelSource(path, name, version, f"{asset_file.name}: {reference}")
 
 
 def model_source(model, base: Path, where: str, override: str | None = None,
-                 assets: Path = ASSET_MAP) -> ModelSource:
+                 asset_file: Path = ASSET_MAP) -> ModelSource:
     """The model to serve for a deployment whose spec says `model` (see the module docstring)."""
     declared = model.get("type") if isinstance(model, dict) else None
     reference = model.get("path") if isinstance(model, dict) else model
@@ -135,7 +141,7 @@ def model_source(model, base: Path, where: str, override: str | None = None,
     elif not reference:
         source = newest_trained(f"{where}: the spec names no model")
     elif is_remote(str(reference)):
-        source = _mapped(str(reference), f"{where}: model", assets)
+        source = _mapped(str(reference), f"{where}: model", asset_file)
     else:
         path = (base / str(reference).removeprefix("file:")).resolve()
         if not path.exists():

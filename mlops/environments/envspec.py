@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -37,6 +39,32 @@ CURATED = ROOT / "assets" / "curated-envs.yml"  # generated: scripts/gen_curated
 # a curated environment's image is published as mcr.microsoft.com/azureml/curated/<name>:<tag>
 CURATED_IMAGES = "image:mcr.microsoft.com/azureml/curated/"
 REGISTRY_ENVS = "azureml://registries/azureml/environments/"
+
+
+@dataclass(frozen=True)
+class EnvironmentRef:
+    """A spec's `environment:` as written (a reference, an inline mapping, or nothing), the
+    folder its relative paths start from, and the packages the image brings when the
+    environment lacks them (a serving image's inference server, MLflow for no-code models)."""
+
+    value: str | dict | None = None
+    base: Path = Path(".")
+    adds: tuple[str, ...] = ()
+
+
+class Found(NamedTuple):
+    """An environment spec found by name: its data and its file."""
+
+    data: dict
+    file: Path
+
+
+class EnvName(NamedTuple):
+    """`azureml:train-env:3` read as name, separator and version."""
+
+    name: str
+    separator: str  # "@", ":" or ""
+    version: str | None  # after ":" only
 
 
 def _load_map(path: Path) -> dict:
@@ -103,7 +131,7 @@ def from_definition(definition: dict, base: Path, label: str, env_map: EnvMap) -
     return plan
 
 
-def repo_environment(name: str) -> tuple[dict, Path] | None:
+def repo_environment(name: str) -> Found | None:
     """A workspace environment this repo defines (environments/*.yml), by its name."""
     for path in sorted((ROOT / "environments").glob("*.yml")):
         try:
@@ -113,7 +141,7 @@ def repo_environment(name: str) -> tuple[dict, Path] | None:
         is_spec = isinstance(data, dict) and any(k in data for k in ("image", "build",
                                                                      "conda_file"))
         if is_spec and data.get("name") == name:  # (a conda file has a name: too)
-            return data, path.parent
+            return Found(data, path)
     return None
 
 
@@ -141,7 +169,7 @@ def _yaml_files(root: Path):
                 yield Path(folder) / name
 
 
-def job_repo_environment(name: str, version: str | None, base: Path) -> tuple[dict, Path] | None:
+def job_repo_environment(name: str, version: str | None, base: Path) -> Found | None:
     """An environment spec with `name:` in the job's own repository, as MLOps templates keep it
     beside the jobs and register it once (`az ml environment create --file`); a spec whose
     `version:` matches wins over one without."""
@@ -159,7 +187,7 @@ def job_repo_environment(name: str, version: str | None, base: Path) -> tuple[di
     if not found:
         return None
     _, path, data = max(found, key=lambda f: f[0])
-    return data, path
+    return Found(data, path)
 
 
 def _is_environment(data) -> bool:
@@ -182,24 +210,23 @@ def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPl
     name, _, version = _name_version(reference)
     local = repo_environment(name)
     if local is not None:
-        return from_definition(local[0], local[1], reference, env_map)
+        return from_definition(local.data, local.file.parent, reference, env_map)
     plan = from_map(f"azureml:{name}", reference, env_map)
     if plan.notice is None:
         return plan
     own = job_repo_environment(name, version, base)
     if own is None:
         return plan
-    data, path = own
-    plan = from_definition(data, path.parent, reference, env_map)
-    plan.notice = plan.notice or f"{reference}: built from its spec {path}"
+    plan = from_definition(own.data, own.file.parent, reference, env_map)
+    plan.notice = plan.notice or f"{reference}: built from its spec {own.file}"
     return plan
 
 
-def _name_version(reference: str) -> tuple[str, str, str | None]:
+def _name_version(reference: str) -> EnvName:
     """`azureml:train-env@latest` -> (train-env, @, None); `azureml:train-env:3` -> (.., :, 3)."""
     text = reference.removeprefix("azureml:")
     match = re.match(r"^([^@:]+)(?:([@:])(.*))?$", text)
     if not match:
-        return text, "", None
+        return EnvName(text, "", None)
     name, sep, rest = match.groups()
-    return name, sep or "", rest if sep == ":" else None
+    return EnvName(name, sep or "", rest if sep == ":" else None)

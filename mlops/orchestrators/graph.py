@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field, replace
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
+from typing import NamedTuple
 
 from mlops.errors import LocalRunError
 from mlops.runtime.tasks import load_component
@@ -41,6 +42,13 @@ class Node:
     inline: bool = False  # a command node with no component: it declares its own inputs
 
 
+class Produced(NamedTuple):
+    """An output a node produced: its type and where it is."""
+
+    type: str
+    path: Path
+
+
 @dataclass
 class Scope:
     """What `${{parent.*}}` means inside one pipeline (the job itself, or a pipeline component)."""
@@ -52,10 +60,10 @@ class Scope:
     experiment: str
     assets: AssetMap
     base: Path
-    steps: dict
+    steps: dict[str, dict[str, Produced]]  # node -> its outputs, once it ran
     continue_on_failure: bool = False
     force_rerun: bool = False  # settings.force_rerun: no step is reused
-    reused: list = field(default_factory=list)  # names of the steps reused, for the summary
+    reused: list[str] = field(default_factory=list)  # names of the steps reused, for the summary
 
 
 def load_node(name: str, raw, base: Path, assets: AssetMap, where: str) -> Node:

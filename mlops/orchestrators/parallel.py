@@ -4,7 +4,7 @@ The node's `input_data` (a uri_folder: its files; a uri_file: that file; an mlta
 is cut into mini-batches (`mini_batch_size`: a count of files, or a size such as "10kb" of
 table rows), and instance_count x max_concurrency_per_instance processes of the task's
 environment each import `task.entry_script` from the snapshot of `task.code`, call init() once and
-run() on each mini-batch they claim (mlops/endpoints/batch_worker.py: a list of file paths, or a
+run() on each mini-batch they claim (mlops/runtime/minibatch.py: a list of file paths, or a
 pandas DataFrame). `program_arguments` (with `${{inputs.x}}`/`${{outputs.x}}` substituted) are the
 script's command line, which Azure's scripts read with argparse's parse_known_args in init().
 retry_settings (max_retries, timeout), error_threshold (failed files or rows, -1: never) and
@@ -16,22 +16,23 @@ gets parallel_run_step.txt). The node is one task of the local runtime, like eve
 from __future__ import annotations
 
 import re
-import shlex
-import sys
 import time
 from pathlib import Path
 
 from mlops import runtime
-from mlops.batch import outcomes, queue, watch
+from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
 from mlops.orchestrators.mltable import read_table
-from mlops.runtime.tasks import code_path
+from mlops.runtime import minibatch
+from mlops.runtime.placement import Placement
+from mlops.runtime.tasks import code_path, variables
 from mlops.runtime.values import OutputSpec, Value
 
 INPUT_REF = re.compile(r"^\$\{\{\s*inputs\.([\w.-]+)\s*\}\}$")
 OUTPUT_REF = re.compile(r"^\$\{\{\s*outputs\.([\w.-]+)\s*\}\}$")
 UNITS = {"": 1, "b": 1, "kb": 1024, "mb": 1024 ** 2, "gb": 1024 ** 3}
 ROWS_FILE = "parallel_run_step.txt"
+RETRY = minibatch.Retry(max_retries=3, timeout=60)  # a parallel job's retry_settings defaults
 # what a node may set over its parallel component's values
 NODE_SETTINGS = ("input_data", "mini_batch_size", "max_concurrency_per_instance",
                  "error_threshold", "mini_batch_error_threshold", "retry_settings",
@@ -96,34 +97,32 @@ def rows_target(task_def: dict, outputs: dict[str, OutputSpec], where: str) -> s
 def node_task(definition: dict, base: Path, folder: Path, where: str, name: str,
               inputs: dict[str, Value], outputs: dict[str, OutputSpec], max_procs: int,
               **run) -> runtime.Task:
-    """The node as one task: the batch worker around its entry script, in its environment."""
+    """The node as one task: the mini-batch worker around its entry script, in its
+    environment."""
     task_def = definition.get("task") or {}
     if str(task_def.get("type") or "run_function") != "run_function" or \
             not task_def.get("entry_script"):
         raise LocalRunError(f"{where}.task: a parallel task is type run_function with an "
                             "entry_script")
-    retry = definition.get("retry_settings") or {}
-    processes = int((definition.get("resources") or {}).get("instance_count") or 1) * \
+    requested = int((definition.get("resources") or {}).get("instance_count") or 1) * \
         int(definition.get("max_concurrency_per_instance") or 1)
-    if processes > max_procs:
-        print(f"note: {where}: {processes} processes requested, running {max_procs} on this "
-              "machine (--max-procs)", file=sys.stderr)
-    command = (f"python -m mlops.endpoints.batch_worker {folder / 'work'} "
-               f"{shlex.quote(str(task_def['entry_script']))} "
-               f"--retries {int(retry.get('max_retries', 3))} "
-               f"--timeout {int(retry.get('timeout', 60))} -- "
-               f"{task_def.get('program_arguments') or ''}").strip()
-    env_vars = {**(definition.get("environment_variables") or {}),
+    command = minibatch.worker_command(
+        folder / "work", str(task_def["entry_script"]),
+        minibatch.Retry.from_spec(definition.get("retry_settings"), RETRY),
+        str(task_def.get("program_arguments") or "").strip())
+    env_vars = {**variables(definition.get("environment_variables")),
                 "AZUREML_PARALLEL_LOGGING_LEVEL": str(definition.get("logging_level") or "INFO")}
     return runtime.Task(name=name, command=command, where=where, folder=folder,
                         code=code_path(task_def.get("code"), base, f"{where}.task.code"),
-                        inputs=inputs, outputs=outputs, environment=task_def.get("environment"),
-                        env_base=base, env_vars=env_vars, replicas=min(processes, max_procs),
-                        **run)
+                        inputs=inputs, outputs=outputs,
+                        environment=EnvironmentRef(task_def.get("environment"), base),
+                        env_vars=env_vars,
+                        placement=Placement(copies=minibatch.processes(requested, max_procs,
+                                                                       where)), **run)
 
 
-def run_node(definition: dict, task: runtime.Task, rt: runtime.Runtime) -> tuple:
-    """Plan the mini-batches, run the processes, write the rows: (result, items)."""
+def run_node(definition: dict, task: runtime.Task, rt: runtime.Runtime) -> minibatch.Driven:
+    """Plan the mini-batches, run the processes, write the rows."""
     where = task.where
     name = input_name(definition, task.inputs, where)
     value = task.inputs[name]
@@ -133,49 +132,17 @@ def run_node(definition: dict, task: runtime.Task, rt: runtime.Runtime) -> tuple
     batches = table_batches(value, size, work, where) if tabular else \
         file_batches(name, value, size, task.folder)
     items = sum(b["rows"] for b in batches) if tabular else sum(len(b) for b in batches)
-    total = _requeue(batches, work)
-    print(f"step {task.name}: {items} {'rows' if tabular else 'files'} in {total} "
-          f"mini-batch(es), {task.replicas} process(es)", flush=True)
-    running = runtime.start(task, rt, label=task.name)
-    try:
-        status = watch(running, total, items, int(definition.get("error_threshold", -1)),
-                       int(definition.get("mini_batch_error_threshold", -1)))
-    except KeyboardInterrupt:
-        running.launch.stop()
-        runtime.finish(running, rt, "Canceled")
-        raise
-    if running.launch.poll() is None:
-        running.launch.stop() if status == "Failed" else running.launch.wait()
-    result = runtime.finish(running, rt, status)
+    print(f"step {task.name}: {items} {'rows' if tabular else 'files'} in {len(batches)} "
+          f"mini-batch(es), {task.placement.copies} process(es)", flush=True)
+    driven = minibatch.drive(task, rt, batches, items, minibatch.Limits.from_spec(definition),
+                             label=task.name)
     target = rows_target(definition.get("task") or {}, task.outputs, where)
     if target is not None:
-        write_rows(work, total, Path(result.outputs[target]), task.outputs[target])
-    return result, items
+        place, spec = Path(driven.result.outputs[target]), task.outputs[target]
+        minibatch.write_rows(work, place if spec.type == "uri_file" else place / ROWS_FILE)
+    return driven
 
 
-def _requeue(batches: list, work: Path) -> int:
-    """A fresh queue: what an earlier attempt in this folder left is dropped."""
-    for name in ("todo", "claimed", "results"):
-        for stale in (work / name).glob("*") if (work / name).is_dir() else []:
-            stale.unlink()
-    return queue(batches, work)
-
-
-def write_rows(work: Path, total: int, place: Path, spec: OutputSpec) -> Path:
-    """append_row_to: every mini-batch's rows, in mini-batch order."""
-    target = place if spec.type == "uri_file" else place / ROWS_FILE
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("w") as out:
-        for index in range(total):
-            part = work / "results" / f"{index:06d}.txt"
-            if part.is_file():
-                out.write(part.read_text())
-    return target
-
-
-def summary(work: Path, items: int) -> str:
-    done = outcomes(work)
-    failed = sum(o["items"] - o["returned"] for o in done) + items - \
-        sum(o["items"] for o in done)
-    return f"{items - failed} of {items} scored, {failed} failed, " \
-        f"{sum(1 for o in done if o.get('error'))} mini-batch(es) failed; {time.strftime('%X')}"
+def summary(tally: minibatch.Tally) -> str:
+    return f"{tally.scored} of {tally.items} scored, {tally.failed} failed, " \
+        f"{tally.failed_batches} mini-batch(es) failed; {time.strftime('%X')}"

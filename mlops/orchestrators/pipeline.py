@@ -13,7 +13,6 @@ failed node.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from mlops.orchestrators import parallel
 from mlops.orchestrators.graph import (
     STEP_OUTPUT,
     Node,
+    Produced,
     Scope,
     build_nodes,
     definition_for,
@@ -31,6 +31,7 @@ from mlops.orchestrators.graph import (
 )
 from mlops.runtime import launch
 from mlops.runtime.binding import publish, slot
+from mlops.runtime.job import Job, read_record, update_record
 from mlops.runtime.reuse import deterministic, link_step
 from mlops.runtime.tasks import command_task, experiment_name
 from mlops.runtime.values import (
@@ -51,19 +52,19 @@ def run_command_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
                                                     "mlops.step": node.name})
     key = None
     if deterministic(definition) and not (scope.force_rerun or rt.force_rerun):
-        key = rt.reuse.key(task, rt.environments.env_map)
-        earlier = rt.reuse.find(key)
+        key = rt.steps.key(task, rt.environments.env_map)
+        earlier = rt.steps.find(key)
         if earlier is not None:
             paths = link_step(task, earlier, rt)
-            scope.steps[node.name] = {k: (task.outputs[k].type, Path(v))
+            scope.steps[node.name] = {k: Produced(task.outputs[k].type, Path(v))
                                       for k, v in paths.items()}
             scope.reused.append(node.name)
             return 0
     print(f"step {node.name}: started", flush=True)
     result = runtime.run(task, rt, label=node.name)
     if key is not None and result.status == "Completed":
-        rt.reuse.record(key, folder, result.run_id)
-    scope.steps[node.name] = {k: (task.outputs[k].type, Path(v))
+        rt.steps.record(key, folder, result.run_id)
+    scope.steps[node.name] = {k: Produced(task.outputs[k].type, Path(v))
                               for k, v in result.outputs.items()}
     if result.code != 0:
         tail = "\n".join(f"  | {line}" for line in result_tail(result.log))
@@ -94,7 +95,7 @@ def run_sweep_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
         raise
     best = summary["best_trial"]
     paths = publish(Path(best["folder"]), outputs, folder) if best else {}
-    scope.steps[node.name] = {k: (outputs[k].type, Path(v)) for k, v in paths.items()}
+    scope.steps[node.name] = {k: Produced(outputs[k].type, Path(v)) for k, v in paths.items()}
     rt.tracking.finish(run_id, "FINISHED" if best else "FAILED")
     return 0 if best else 1
 
@@ -111,7 +112,7 @@ def run_pipeline_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
                   scope.reused)
     nodes = build_nodes(node.definition["jobs"], node.base, scope.assets, node.where)
     code = run_graph(nodes, child, rt)
-    scope.steps[node.name] = {k: (v.type, v.target) for k, v in outputs.items()}
+    scope.steps[node.name] = {k: Produced(v.type, v.target) for k, v in outputs.items()}
     return code
 
 
@@ -123,11 +124,11 @@ def run_parallel_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
                               node_inputs(node, scope), node_outputs(node, scope), rt.max_procs,
                               experiment=scope.experiment, parent_run=scope.run_id,
                               tags={"mlops.spec": node.where, "mlops.step": node.name})
-    result, items = parallel.run_node(definition, task, rt)
-    scope.steps[node.name] = {k: (task.outputs[k].type, Path(v))
+    driven = parallel.run_node(definition, task, rt)
+    result = driven.result
+    scope.steps[node.name] = {k: Produced(task.outputs[k].type, Path(v))
                               for k, v in result.outputs.items()}
-    print(f"step {node.name}: {result.status}: {parallel.summary(folder / 'work', items)}",
-          flush=True)
+    print(f"step {node.name}: {result.status}: {parallel.summary(driven.tally)}", flush=True)
     if result.status != "Completed":
         tail = "\n".join(f"  | {line}" for line in result_tail(result.log))
         print(f"\nstep {node.name} failed; {node.where}\nlog tail ({result.log}):\n{tail}",
@@ -165,18 +166,17 @@ def run_graph(nodes: list[Node], scope: Scope, rt: runtime.Runtime) -> int:
     return first_code
 
 
-def run_pipeline_job(job, rt: runtime.Runtime) -> int:
+def run_pipeline_job(job: Job, rt: runtime.Runtime) -> int:
     data, path = job.data, job.spec.path
     nodes = build_nodes(data.get("jobs"), path.parent, job.assets, str(path))
     experiment = experiment_name(data)
     outputs = {name: replace(spec, target=slot(name, spec, rt.root))
                for name, spec in job_outputs(data.get("outputs")).items()}
     inputs = job_inputs(data.get("inputs"), path.parent, job.assets)
-    record = rt.root / "run.json"
-    previous = json.loads(record.read_text()).get("mlflow_run_id") if record.is_file() else None
     run_id = rt.tracking.start(experiment, job.name, {"mlops.spec": str(path),
-                                                      "mlops.local": "true"}, reuse=previous)
-    record.write_text(json.dumps({**json.loads(record.read_text()), "mlflow_run_id": run_id}))
+                                                      "mlops.local": "true"},
+                               reopen=read_record(rt.root).get("mlflow_run_id"))
+    update_record(rt.root, mlflow_run_id=run_id)
     settings = data.get("settings") or {}
     scope = Scope(inputs, outputs, rt.root, run_id, experiment, job.assets, path.parent, {},
                   flag(settings.get("continue_on_step_failure")),

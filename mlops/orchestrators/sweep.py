@@ -24,8 +24,10 @@ from mlops.orchestrators.policies import Policy, should_stop
 from mlops.orchestrators.sampling import make_study, sample
 from mlops.runtime import launch
 from mlops.runtime.binding import publish
+from mlops.runtime.job import Job
 from mlops.runtime.tasks import command_task, experiment_name, load_component
-from mlops.runtime.values import Value, job_inputs, job_outputs, render_literal
+from mlops.runtime.uris import AssetMap
+from mlops.runtime.values import Value, fill_scope, job_inputs, job_outputs, render_literal
 
 POLL_S = 0.5
 
@@ -237,7 +239,7 @@ class TrialContext:
     """Where a sweep's trials go and how they are named and tracked."""
 
     folder: Path  # trials/trial_NNN under it
-    assets: object  # the AssetMap its references resolve through
+    assets: AssetMap  # what its references resolve through
     where: str  # "<spec>: trial", for messages and tags
     name: str  # trials are <name>_<number>
     experiment: str
@@ -252,14 +254,14 @@ def trial_factory(trial_def: dict, base: Path, inputs: dict[str, Value], outputs
     def make(number: int, params: dict) -> runtime.Task:
         rendered = {k: render_literal(v) for k, v in params.items()}
         merged = {**inputs, **{k: Value(v) for k, v in rendered.items()}}
-        task = command_task(trial_def, base, ctx.folder / "trials" / f"trial_{number:03d}",
+        command = fill_scope(str(trial_def.get("command") or ""), "search_space", rendered)
+        return command_task({**trial_def, "command": command}, base,
+                            ctx.folder / "trials" / f"trial_{number:03d}",
                             ctx.assets, ctx.where, f"{ctx.name}_{number}",
                             ctx.experiment, ctx.parent, merged,
                             {k: runtime_output(v) for k, v in outputs.items()},
                             {"mlops.spec": ctx.where, "mlops.trial": str(number),
                              **{f"param.{k}": v for k, v in rendered.items()}})
-        task.extra = {"search_space": rendered}
-        return task
 
     return make
 
@@ -271,7 +273,7 @@ def runtime_output(spec):
     return replace(spec, target=None)
 
 
-def run_sweep_job(job, rt: runtime.Runtime) -> int:
+def run_sweep_job(job: Job, rt: runtime.Runtime) -> int:
     data, path = job.data, job.spec.path
     experiment = experiment_name(data)
     parent = rt.tracking.start(experiment, job.name, {"mlops.spec": str(path),

@@ -21,12 +21,13 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from mlops import envs
+from mlops.environments.activation import Environments
 from mlops.errors import LocalRunError
-from mlops.runtime import devices, launch, readonly_inputs, snapshot, watchdog
-from mlops.runtime.binding import bind_inputs, bind_outputs, fill_artifacts, read_only
+from mlops.runtime import launch, placement, snapshot, watchdog
+from mlops.runtime.binding import bind_inputs, bind_outputs, fill_artifacts
+from mlops.runtime.environ import process_env, tracking_env
 from mlops.runtime.mlflow_runs import Tracking, now_ms
-from mlops.runtime.reuse import Index
+from mlops.runtime.reuse import StepIndex
 from mlops.runtime.tasks import Task
 from mlops.runtime.values import render_command
 
@@ -35,9 +36,6 @@ RAISED = re.compile(r"^(?:\[process \d+\] )?(?:[\w.]+\.)?(\w+(?:Error|Exception)
 VERSION_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError",
                   "SyntaxError", "UnpicklingError"}
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=,-]+$")
-DROPPED_ENV = re.compile(r"^(MLFLOW_|AZUREML_|AZURE_ML_|OMPI_COMM_WORLD_|TF_CONFIG$|RANK$|"
-                         r"LOCAL_RANK$|WORLD_SIZE$|NODE_RANK$|MASTER_ADDR$|MASTER_PORT$|"
-                         r"LOCAL_WORLD_SIZE$)")
 
 
 @dataclass
@@ -47,11 +45,11 @@ class Runtime:
     root: Path
     max_procs: int
     tracking: Tracking = field(default_factory=Tracking)
-    environments: envs.Environments | None = None
+    environments: Environments = field(default_factory=Environments)
     sharing: int = 1  # tasks run side by side (a sweep's concurrent trials): they share the cores
     started: bool = False  # a process was launched: the run folder now holds a real run
     force_rerun: bool = False  # pipeline steps run again even where an earlier one matches
-    reuse: Index = None  # completed steps of every run beside this one (mlops/runtime/reuse.py)
+    steps: StepIndex | None = None  # completed steps of every run beside this one (reuse.py)
 
     def __post_init__(self) -> None:
         if not SAFE_PATH.match(str(self.root)):
@@ -59,10 +57,8 @@ class Runtime:
                 f"the run folder {self.root} has characters a shell would split or expand "
                 "(Azure substitutes paths into commands unquoted). Pass --run-dir (RUN_DIR=) "
                 "with a path of letters, digits and . _ - / only, or move the repository")
-        if self.environments is None:
-            self.environments = envs.Environments()
-        if self.reuse is None:
-            self.reuse = Index(self.root.resolve().parent)
+        if self.steps is None:
+            self.steps = StepIndex(self.root.resolve().parent)
 
 
 @dataclass
@@ -73,7 +69,7 @@ class Running:
     outputs: dict[str, str]
     since_ms: int
     started: float
-    watchdog: object = None  # ends the task if this runner dies without a word (watchdog.py)
+    guard: watchdog.Guard | None = None  # ends the task if this runner dies without a word
 
 
 @dataclass
@@ -84,26 +80,6 @@ class Result:
     outputs: dict[str, str]
     seconds: float
     log: Path
-
-
-def process_env(task: Task, rt: Runtime, run_id: str, wd: Path, inputs: dict,
-                outputs: dict) -> dict[str, str]:
-    """The variables Azure sets for a job, over this shell's, under the spec's own."""
-    env = {k: v for k, v in os.environ.items() if not DROPPED_ENV.match(k)}
-    env.update(rt.environments.activate(task.environment, task.env_base, task.folder, task.where,
-                                        task.image_packages))
-    env.update({"MLFLOW_TRACKING_URI": rt.tracking.job_uri(), "MLFLOW_RUN_ID": run_id,
-                "MLFLOW_EXPERIMENT_NAME": task.experiment,
-                "MLFLOW_EXPERIMENT_ID": rt.tracking.experiment_id(task.experiment),
-                "AZUREML_RUN_ID": run_id, "AZUREML_ARM_PROJECT_NAME": task.experiment,
-                "AZUREML_CR_EXECUTION_WORKING_DIR_PATH": str(wd),
-                # MLflow prints a link to every run it ends on an http store; Azure's prints none
-                "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"})
-    env.update({f"AZURE_ML_INPUT_{k}": v for k, v in inputs.items() if v is not None})
-    env.update({f"AZURE_ML_OUTPUT_{k}": v for k, v in outputs.items()})
-    env[readonly_inputs.VARIABLE] = os.pathsep.join(read_only(task.inputs, task.folder))
-    env.update({str(k): "" if v is None else str(v) for k, v in task.env_vars.items()})
-    return env
 
 
 def previous_run(folder: Path, rt: Runtime) -> str | None:
@@ -123,41 +99,39 @@ def previous_run(folder: Path, rt: Runtime) -> str | None:
 
 def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Running:
     """Resolve, snapshot, build the environment, open the MLflow run, launch the processes."""
-    reuse = previous_run(task.folder, rt)  # before anything is written into the folder
+    earlier_run = previous_run(task.folder, rt)  # before anything is written into the folder
     task.folder.mkdir(parents=True, exist_ok=True)
     inputs = bind_inputs(task.inputs, task.folder)
     outputs = bind_outputs(task.outputs, task.folder)
-    command = render_command(task.command, {"inputs": inputs, "outputs": outputs, **task.extra},
-                             task.where)
-    wd = task.folder / "wd"
-    snapshot.take(task.code, wd)
+    command = render_command(task.command, {"inputs": inputs, "outputs": outputs}, task.where)
+    wd = task.folder / task.workdir.name
+    snapshot.take(task.code, wd / task.workdir.code_under if task.workdir.code_under else wd)
     try:
-        overlays, notice = launch.rank_envs(task.distribution, task.resources, rt.max_procs)
+        overlays = placement.with_gpus(task.placement,
+                                       placement.rank_envs(task.placement, rt.max_procs))
     except ValueError as err:
         raise LocalRunError(f"{task.where}: {err}") from None
-    if not task.distribution and task.replicas > 1:
-        overlays = [{} for _ in range(task.replicas)]
-    elif task.distribution:
-        overlays, gpu_notice = devices.assign(overlays, devices.visible_gpus())
-        notice = "\n".join(filter(None, (notice, gpu_notice)))
     run_id = rt.tracking.start(task.experiment, task.name, task.tags, task.parent_run,
-                               reuse=reuse)
+                               reopen=earlier_run)
     since = now_ms()
     try:
-        base = process_env(task, rt, run_id, wd, inputs, outputs)
+        base = process_env(task, rt.environments, inputs, outputs,
+                           tracking_env(task, rt.tracking, run_id, wd))
     except BaseException:
         rt.tracking.finish(run_id, "FAILED")
         raise
-    if notice:
-        print(notice, file=sys.stderr)
-    launch.share_cores(base, rt.sharing * (len(overlays) if task.distribution else 1))
-    command, overlays = launch.under_mpirun(command, overlays, task.distribution, base)
+    if overlays.notice:
+        print(overlays.notice, file=sys.stderr)
+    distributed = task.placement.distribution is not None
+    launch.share_cores(base, rt.sharing * (len(overlays.envs) if distributed else 1))
+    command, envs = placement.under_mpirun(command, overlays.envs, task.placement.distribution,
+                                           base)
     (task.folder / "command.sh").write_text(command + "\n")
     rt.started = True
     watchdog.write_status(task.folder, {"status": "Running", "mlflow_run_id": run_id,
                                         "pid": os.getpid(), "started_ms": since,
                                         "outputs": outputs})
-    job = launch.Launch(command, wd, [{**base, **o} for o in overlays], task.folder / "log.txt",
+    job = launch.Launch(command, wd, [{**base, **o} for o in envs], task.folder / "log.txt",
                         label, echo)
     guard = watchdog.start(task.folder, run_id, rt.tracking.uri, [p.pid for p in job.procs])
     return Running(task, job, run_id, outputs, since, time.monotonic(), guard)
@@ -194,8 +168,8 @@ def finish(running: Running, rt: Runtime, status: str | None = None) -> Result:
     record = {"status": status, "exit_code": code, "mlflow_run_id": running.run_id,
               "seconds": round(seconds, 3), "outputs": running.outputs}
     watchdog.write_status(running.task.folder, record)
-    if running.watchdog is not None:
-        watchdog.release(running.watchdog)
+    if running.guard is not None:
+        watchdog.release(running.guard)
     return Result(status, code, running.run_id, running.outputs, seconds, job.log)
 
 

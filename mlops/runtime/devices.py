@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")  # one entry per GPU while the driver is loaded
 NODE_KEYS = ("NODE_RANK", "OMPI_COMM_WORLD_NODE_RANK")
@@ -38,15 +39,20 @@ def _node_of(overlay: dict[str, str], index: int) -> str:
     return f"process-{index}"  # TF_CONFIG names no node: each process stands alone
 
 
-def assign(overlays: list[dict[str, str]], gpus: list[str]) -> tuple[list[dict[str, str]], str]:
+class Assigned(NamedTuple):
+    envs: list[dict[str, str]]  # each process's overlay with its CUDA_VISIBLE_DEVICES
+    notice: str  # "" unless the GPUs had to be hidden
+
+
+def assign(overlays: list[dict[str, str]], gpus: list[str]) -> Assigned:
     """The overlays with each simulated node's CUDA_VISIBLE_DEVICES, and a notice (or "")."""
     if len(overlays) < 2 or not gpus:
-        return overlays, ""
+        return Assigned(overlays, "")
     if len(gpus) < len(overlays):
         hidden = [{**o, "CUDA_VISIBLE_DEVICES": ""} for o in overlays]
-        return hidden, (f"note: {len(overlays)} processes but {len(gpus)} GPU(s) here: the GPUs "
-                        "are hidden so no two processes share one (they run on the CPU; "
-                        "torch.distributed needs gloo there)")
+        return Assigned(hidden, f"note: {len(overlays)} processes but {len(gpus)} GPU(s) here: "
+                        "the GPUs are hidden so no two processes share one (they run on the "
+                        "CPU; torch.distributed needs gloo there)")
     nodes: dict[str, list[int]] = {}
     for index, overlay in enumerate(overlays):
         nodes.setdefault(_node_of(overlay, index), []).append(index)
@@ -57,4 +63,4 @@ def assign(overlays: list[dict[str, str]], gpus: list[str]) -> tuple[list[dict[s
         for index in members:
             assigned[index]["CUDA_VISIBLE_DEVICES"] = devices
         start += len(members)
-    return assigned, ""
+    return Assigned(assigned, "")

@@ -1,9 +1,6 @@
 """Start, watch and stop the processes of one task, as Azure ML's launchers start them.
 
-Azure runs the command once per process: `distribution: pytorch` sets RANK, LOCAL_RANK,
-WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT in each; `mpi` sets Open MPI's OMPI_COMM_WORLD_*
-variables; `tensorflow` sets TF_CONFIG. Here every node is simulated on this machine
-(instance_count x processes per node, capped by --max-procs with a notice). Each process runs
+How many processes and what each is told comes from placement.py. Each process runs
 under bash in its own process group: when it ends, whatever it left behind (a launcher's workers,
 a background job) is stopped too, as Azure tears down the container. When one process fails, the
 others are stopped, as a distributed job fails as a whole.
@@ -12,10 +9,7 @@ others are stopped, as a distributed job fails as a whole.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -85,78 +79,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((LOCALHOST, 0))
         return sock.getsockname()[1]
-
-
-def _layout(distribution: dict, resources: dict, max_procs: int) -> tuple[int, int, str]:
-    """(nodes, processes per node, notice) for the simulated cluster."""
-    kind = str(distribution.get("type", "")).lower()
-    nodes = max(1, int((resources or {}).get("instance_count") or 1))
-    if kind == "tensorflow":
-        total = int(distribution.get("worker_count") or nodes) + \
-            int(distribution.get("parameter_server_count") or 0)
-        per = max(1, -(-total // nodes))
-    else:
-        per = max(1, int(distribution.get("process_count_per_instance") or 1))
-    wanted = nodes * per if kind != "tensorflow" else total
-    if wanted <= max_procs:
-        return nodes, per, ""
-    nodes = min(nodes, max_procs)
-    per = max(1, max_procs // nodes)
-    return nodes, per, (f"note: {wanted} processes requested, running {nodes * per} on this "
-                        f"machine (--max-procs {max_procs})")
-
-
-def rank_envs(distribution: dict | None, resources: dict | None, max_procs: int
-              ) -> tuple[list[dict[str, str]], str]:
-    """One environment overlay per process, and a notice when the cluster was scaled down."""
-    kind = str((distribution or {}).get("type", "")).lower()
-    if not kind:
-        return [{}], ""
-    nodes, per, notice = _layout(distribution, resources, max_procs)
-    world = nodes * per
-    if kind == "pytorch":
-        port = str(free_port())
-        return [{"RANK": str(r), "LOCAL_RANK": str(r % per), "WORLD_SIZE": str(world),
-                 "NODE_RANK": str(r // per), "MASTER_ADDR": LOCALHOST, "MASTER_PORT": port}
-                for r in range(world)], notice
-    if kind == "mpi":
-        port = str(free_port())
-        return [{"OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": str(world),
-                 "OMPI_COMM_WORLD_LOCAL_RANK": str(r % per),
-                 "OMPI_COMM_WORLD_LOCAL_SIZE": str(per), "OMPI_COMM_WORLD_NODE_RANK":
-                 str(r // per), "AZ_BATCHAI_MPI_MASTER_NODE": LOCALHOST,
-                 "AZ_BATCH_MASTER_NODE": f"{LOCALHOST}:{port}"} for r in range(world)], notice
-    if kind == "tensorflow":
-        return _tf_envs(distribution, world), notice
-    raise ValueError(f"distribution.type {kind}: Azure knows pytorch, mpi and tensorflow")
-
-
-def under_mpirun(command: str, overlays: list[dict], distribution: dict | None,
-                 env: dict[str, str]) -> tuple[str, list[dict]]:
-    """`distribution: mpi` in an environment that has an MPI (an mpirun on its PATH): one
-    mpirun starts every process, as on Azure, so MPI.COMM_WORLD spans them. Without one, each
-    process gets Open MPI's OMPI_COMM_WORLD_* variables alone (rank_envs)."""
-    if str((distribution or {}).get("type", "")).lower() != "mpi":
-        return command, overlays
-    mpirun = shutil.which("mpirun", path=env.get("PATH"))
-    if not mpirun:
-        return command, overlays
-    # every simulated node is this machine: mpirun sees one node holding every process
-    wrapped = f"{mpirun} -n {len(overlays)} --oversubscribe --bind-to none bash -c " \
-        f"{shlex.quote(command)}"
-    return wrapped, [{"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-                      "AZ_BATCHAI_MPI_MASTER_NODE": LOCALHOST}]
-
-
-def _tf_envs(distribution: dict, world: int) -> list[dict[str, str]]:
-    servers = min(int(distribution.get("parameter_server_count") or 0), max(0, world - 1))
-    roles = [("worker", i) for i in range(world - servers)] + [("ps", i) for i in range(servers)]
-    addresses = {"worker": [], "ps": []}
-    for role, _ in roles:
-        addresses[role].append(f"{LOCALHOST}:{free_port()}")
-    cluster = {k: v for k, v in addresses.items() if v}
-    return [{"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": role, "index": i},
-                                      "environment": "cloud"})} for role, i in roles]
 
 
 def stop_group(pgid: int, grace: float) -> None:

@@ -108,14 +108,15 @@ class Tracking:
         return SqlAlchemyStore(self.uri, str(artifact_root(self.uri)))
 
     def start(self, experiment: str, name: str, tags: dict, parent: str | None = None,
-              reuse: str | None = None) -> str:
-        """A new run, or `reuse` reopened: a job run again into its folder is the same job, as
-        Azure retries a preempted job under its own run (its training resumes into it)."""
-        if reuse:
+              reopen: str | None = None) -> str:
+        """A new run, or the run `reopen` names reopened: a job run again into its folder is the
+        same job, as Azure retries a preempted job under its own run (its training resumes
+        into it)."""
+        if reopen:
             try:
-                self.client.get_run(reuse)
-                self.client.update_run(reuse, status="RUNNING")
-                return reuse
+                self.client.get_run(reopen)
+                self.client.update_run(reopen, status="RUNNING")
+                return reopen
             except Exception:  # noqa: BLE001 - gone (another store, deleted): start afresh
                 pass
         tags = {**tags, **({"mlflow.parentRunId": parent} if parent else {})}

@@ -103,7 +103,7 @@ def code_digest(code: Path | None, cache: dict) -> str:
     return digest.hexdigest()
 
 
-class Index:
+class StepIndex:
     """Completed steps by key, for one folder of runs."""
 
     def __init__(self, runs: Path):
@@ -121,15 +121,15 @@ class Index:
 
     def key(self, task, env_map) -> str:
         """The step's identity: everything that decides what it computes."""
-        plan = plan_for(task.environment, task.env_base, env_map, task.where)
+        plan = plan_for(task.environment.value, task.environment.base, env_map, task.where)
         inputs = {name: (f"data:{data_digest(Path(value.path), self.hashes)}" if value.is_data
                          else f"text:{value.text}") for name, value in task.inputs.items()}
         outputs = {name: {k: v for k, v in asdict(spec).items() if k != "target"}
                    for name, spec in task.outputs.items()}
         identity = {"command": task.command, "code": code_digest(task.code, self.hashes),
                     "environment": [sorted(plan.requirements), plan.python],
-                    "inputs": inputs, "outputs": outputs, "distribution": task.distribution,
-                    "resources": task.resources, "env": task.env_vars, "extra": task.extra}
+                    "inputs": inputs, "outputs": outputs, "placement": asdict(task.placement),
+                    "env": task.env_vars}
         self._save_hashes()
         text = json.dumps(identity, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]

@@ -7,11 +7,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
+from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
+from mlops.runtime.placement import Placement
 from mlops.runtime.uris import AssetMap, is_remote
 from mlops.runtime.values import OutputSpec, Value, job_inputs, job_outputs
 from mlops.specs import SpecError, load_spec
+
+
+@dataclass(frozen=True)
+class Workdir:
+    """Where the task's copy of `code:` goes in its folder: a job's `wd/` (the code at its root),
+    or a server's `app/<code folder name>`, as Azure's inference image lays out AML_APP_ROOT."""
+
+    name: str = "wd"
+    code_under: str = ""
 
 
 @dataclass
@@ -25,18 +37,27 @@ class Task:
     code: Path | None = None
     inputs: dict[str, Value] = field(default_factory=dict)
     outputs: dict[str, OutputSpec] = field(default_factory=dict)
-    environment: object = None
-    env_base: Path = Path(".")
-    env_vars: dict = field(default_factory=dict)
-    image_packages: tuple = ()  # what the image adds when the environment lacks it
-    distribution: dict | None = None
-    resources: dict | None = None
-    extra: dict = field(default_factory=dict)  # more ${{scope.x}} values: search_space
-    replicas: int = 1  # identical processes with no distribution (a batch deployment's)
+    environment: EnvironmentRef = field(default_factory=EnvironmentRef)
+    env_vars: dict[str, str] = field(default_factory=dict)  # the spec's environment_variables
+    placement: Placement = field(default_factory=Placement)
+    read_only: list[Path] = field(default_factory=list)  # beyond the inputs: a mounted model
+    workdir: Workdir = field(default_factory=Workdir)
     timeout: float = 0.0  # limits.timeout: seconds Azure lets it run before it cancels it (0: none)
     experiment: str = "Default"
-    tags: dict = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
     parent_run: str | None = None
+
+
+class Component(NamedTuple):
+    """A component's definition and the folder its relative paths start from."""
+
+    data: dict
+    base: Path
+
+
+def variables(values) -> dict[str, str]:
+    """`environment_variables` as the process gets them: names and values as text."""
+    return {str(k): "" if v is None else str(v) for k, v in (values or {}).items()}
 
 
 def code_path(code, base: Path, where: str) -> Path | None:
@@ -71,10 +92,10 @@ def experiment_name(data: dict) -> str:
     return str(data.get("experiment_name") or Path.cwd().name)
 
 
-def load_component(ref, base: Path, assets: AssetMap, where: str) -> tuple[dict, Path]:
+def load_component(ref, base: Path, assets: AssetMap, where: str) -> Component:
     """A component given as a file, `file:` path, inline mapping, or mapped `azureml:` name."""
     if isinstance(ref, dict):
-        return ref, base
+        return Component(ref, base)
     ref = str(ref)
     if is_remote(ref):
         path = assets.local_path(ref, where, base, must_exist=False, bare=True,
@@ -88,7 +109,7 @@ def load_component(ref, base: Path, assets: AssetMap, where: str) -> tuple[dict,
         spec = load_spec(path, role="component")
     except SpecError as err:
         raise LocalRunError(f"{where}: component {ref}: {err}") from None
-    return spec.data, path.parent
+    return Component(spec.data, path.parent)
 
 
 def command_task(data: dict, base: Path, folder: Path, assets: AssetMap, where: str,
@@ -103,8 +124,7 @@ def command_task(data: dict, base: Path, folder: Path, assets: AssetMap, where: 
         code=code_path(data.get("code"), base, f"{where}.code"),
         inputs=job_inputs(data.get("inputs"), base, assets) if inputs is None else inputs,
         outputs=job_outputs(data.get("outputs")) if outputs is None else outputs,
-        environment=data.get("environment"), env_base=base,
-        env_vars=dict(data.get("environment_variables") or {}),
-        distribution=data.get("distribution"), resources=data.get("resources"),
-        timeout=time_limit(data, where), experiment=experiment, tags=dict(tags or {}),
-        parent_run=parent)
+        environment=EnvironmentRef(data.get("environment"), base),
+        env_vars=variables(data.get("environment_variables")),
+        placement=Placement.from_spec(data, where), timeout=time_limit(data, where),
+        experiment=experiment, tags=dict(tags or {}), parent_run=parent)

@@ -115,3 +115,16 @@ def render_command(command: str, values: dict[str, dict], where: str) -> str:
         return str(value)
 
     return REF.sub(substitute, OPTIONAL.sub(optional, command))
+
+
+def fill_scope(command: str, scope: str, values: dict[str, str]) -> str:
+    """Substitute the references of one scope (a trial's `${{search_space.x}}`), raw, leaving
+    every other reference for render_command."""
+
+    def substitute(match: re.Match) -> str:
+        name = match.group(1)
+        if name.startswith(f"{scope}.") and name[len(scope) + 1:] in values:
+            return values[name[len(scope) + 1:]]
+        return match.group(0)
+
+    return REF.sub(substitute, command)

@@ -54,14 +54,17 @@ def alive(pid: int | None) -> bool:
         return False
 
 
-def start(folder: Path, run_id: str, store: str, pgids: list[int]) -> subprocess.Popen:
+Guard = subprocess.Popen  # a started watchdog: release() lets it go
+
+
+def start(folder: Path, run_id: str, store: str, pgids: list[int]) -> Guard:
     return subprocess.Popen(
         [sys.executable, __file__, str(folder), run_id, store, *map(str, pgids)],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)  # a signal to the launcher's group must not reach it
 
 
-def release(watchdog: subprocess.Popen) -> None:
+def release(watchdog: Guard) -> None:
     """The launcher finished the task itself: the watchdog leaves quietly."""
     try:
         watchdog.stdin.write(DONE)

@@ -1,6 +1,7 @@
-"""The driver in each local batch process, as Azure's batch driver runs a scoring script.
+"""The worker in each process of the mini-batch driver (minibatch.py), as Azure's batch driver
+runs a scoring or entry script.
 
-    python -m mlops.endpoints.batch_worker <work folder> <scoring script>
+    python -m mlops.runtime.minibatch_worker <work folder> <scoring script>
         [--retries 3] [--timeout 300] [-- <the script's own arguments>]
 
 It imports the deployment's scoring script from the working directory (the snapshot of

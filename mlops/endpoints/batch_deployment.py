@@ -1,0 +1,146 @@
+"""A batch deployment spec run locally, as `az ml batch-endpoint invoke` runs it on Azure.
+
+The input's files are split into mini-batches of `mini_batch_size`; instance_count x
+max_concurrency_per_instance scoring processes (capped by the cores, with a notice) each import
+the deployment's scoring script from their snapshot of code_configuration.code, call init(), then
+run() on mini-batches they claim: the runtime's mini-batch driver (mlops/runtime/minibatch.py),
+the same one `type: parallel` pipeline nodes use, as one task of the runtime (snapshot,
+environment layers, MLflow run, process handling). A mini-batch that raises or times out is
+retried per retry_settings; the files run() does not return a row for count as failed, and the
+run stops once more than error_threshold have (-1: never). With output_action append_row the rows
+go to output_file_name in the run folder's outputs/, in mini-batch order. A .zip input is
+extracted first (on Azure, register the folder as a data asset).
+"""
+
+from __future__ import annotations
+
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlops import runtime
+from mlops.endpoints.deployment import Deployment, load
+from mlops.endpoints.models import ModelLayout, lay_out
+from mlops.environments.activation import Environments
+from mlops.environments.envspec import ENV_MAP
+from mlops.errors import LocalRunError
+from mlops.project import project
+from mlops.runtime import launch, minibatch
+from mlops.runtime.mlflow_runs import Tracking, tracking_uri
+from mlops.runtime.mlflow_server import Server
+from mlops.runtime.placement import Placement
+from mlops.runtime.tasks import variables
+from mlops.runtime.uris import ASSET_MAP
+
+RETRY = minibatch.Retry(max_retries=3, timeout=30)  # a batch deployment's retry_settings defaults
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """What `make batch-local` asks for."""
+
+    deployment: Path
+    input: Path  # a folder of files, or a .zip of one
+    model: str | None = None  # a model folder (default: as make serve-local picks it)
+    run_dir: Path | None = None
+    max_procs: int = 1
+    env_file: Path = ENV_MAP
+    asset_file: Path = ASSET_MAP
+
+
+def input_files(source: Path, folder: Path) -> list[str]:
+    """Every file of the input folder (or of the zip, extracted under the run folder)."""
+    if not source.exists():
+        raise LocalRunError(f"--input {source}: no such file or folder")
+    if source.is_file():
+        if not zipfile.is_zipfile(source):
+            raise LocalRunError(f"--input {source}: give a folder of images, or a .zip of one")
+        target = folder / "inputs" / "data"
+        with zipfile.ZipFile(source) as archive:
+            archive.extractall(target)
+        source = target
+    files = sorted(str(p) for p in source.rglob("*") if p.is_file())
+    if not files:
+        raise LocalRunError(f"--input {source}: holds no files")
+    return files
+
+
+def scoring_task(deployment: Deployment, folder: Path, layout: ModelLayout, settings: dict,
+                 max_procs: int) -> runtime.Task:
+    nodes = int((deployment.spec.data.get("resources") or {}).get("instance_count") or 1)
+    requested = nodes * int(settings.get("max_concurrency_per_instance") or 1)
+    command = minibatch.worker_command(folder / "work", deployment.scoring_script,
+                                       minibatch.Retry.from_spec(settings.get("retry_settings"),
+                                                                 RETRY))
+    env_vars = {**variables(settings.get("environment_variables")), **layout.env(),
+                "AZUREML_BI_OUTPUT_PATH": str(folder / "outputs"),
+                "LOGGING_LEVEL": str(settings.get("logging_level") or "info")}
+    return runtime.Task(name=deployment.name, command=command,
+                        where=f"{deployment.spec.path}: environment", folder=folder,
+                        code=deployment.code,
+                        environment=deployment.environment,
+                        env_vars=env_vars, read_only=[Path(p) for p in layout.read_only()],
+                        experiment="batch-local", tags={"mlops.spec": str(deployment.spec.path)},
+                        placement=Placement(copies=minibatch.processes(
+                            requested, max_procs, str(deployment.spec.path))))
+
+
+def run_batch(deployment: Deployment, source: Path, rt: runtime.Runtime) -> int:
+    settings = deployment.spec.data.get("settings") or {}
+    files = input_files(source.resolve(), rt.root)
+    size = max(1, int(settings.get("mini_batch_size") or 10))
+    batches = [files[i:i + size] for i in range(0, len(files), size)]
+    (rt.root / "outputs").mkdir(parents=True, exist_ok=True)
+    layout = lay_out(deployment.model, rt.root)
+    task = scoring_task(deployment, rt.root, layout, settings, rt.max_procs)
+    driver = "the MLflow batch driver (no code)" if deployment.nocode else \
+        deployment.scoring_script
+    print(f"{task.name}: {len(files)} files in {len(batches)} mini-batch(es), "
+          f"{task.placement.copies} process(es), {driver}\n  model: "
+          f"{deployment.model.describe()} -> AZUREML_MODEL_DIR={layout.root}")
+    driven = minibatch.drive(
+        task, rt, batches, len(files), minibatch.Limits(int(settings.get("error_threshold", -1))),
+        echo=False, announce=lambda _: print(
+            f"  environment: {rt.environments.labels.get(task.where, '.venv')}"))
+    return summarize(rt, driven, settings, task.name)
+
+
+def summarize(rt: runtime.Runtime, driven: minibatch.Driven, settings: dict, name: str) -> int:
+    tally, result = driven.tally, driven.result
+    output = None
+    if str(settings.get("output_action", "append_row")).lower() == "append_row":
+        rows = str(settings.get("output_file_name") or "predictions.csv")
+        output = minibatch.write_rows(rt.root / "work", rt.root / "outputs" / rows)
+    rate = tally.items / max(driven.seconds, 1e-6)
+    rt.tracking.client.log_metric(result.run_id, "images_per_s", rate)
+    rt.tracking.client.log_metric(result.run_id, "failed_files", tally.failed)
+    print(f"\n{name}: {result.status}: {tally.scored} of {tally.items} files scored, "
+          f"{tally.failed} failed, {driven.seconds:.1f} s ({rate:.1f} files/s)")
+    if output:
+        print(f"  rows: {output}")
+    errors = sorted((rt.root / "outputs").glob("errors_*.csv"))
+    if errors:
+        print(f"  unreadable files: {', '.join(map(str, errors))}")
+    print(f"  log: {result.log}")
+    return 0 if result.status == "Completed" else 1
+
+
+def run_local(request: BatchRequest) -> int:
+    """make batch-local: 0 when every mini-batch completed, 1 when the run failed; raises
+    LocalRunError for input errors."""
+    handlers = launch.install_signal_handlers()
+    server = Server(tracking_uri())
+    try:
+        deployment = load(request.deployment, "batch-deployment", request.model,
+                          request.asset_file)
+        folder = (request.run_dir or project().runs_dir /
+                  f"batch-{deployment.name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+        if folder.exists() and any(folder.iterdir()):
+            raise LocalRunError(f"{folder} is not empty: use a new --run-dir")
+        rt = runtime.Runtime(folder, max(1, request.max_procs), Tracking(server),
+                             Environments(request.env_file))
+        return run_batch(deployment, request.input, rt)
+    finally:
+        server.close()
+        launch.restore_signal_handlers(handlers)

@@ -1,0 +1,198 @@
+"""The local online endpoint: a deployment spec served on 127.0.0.1 without Docker.
+
+`start` runs azureml-inference-server-http's own app (what azmlinfsrv runs) under gunicorn, with
+the deployment's code_configuration, environment_variables and model, bound to 127.0.0.1
+(azmlinfsrv itself always binds 0.0.0.0), and waits until the server is healthy. The server is
+one task of the runtime (mlops/runtime/service.py): the same snapshot, environment layers,
+variables, read-only model and process-group cleanup as a job.
+
+On Azure a proxy sits in front of the server and holds slow clients. Locally gunicorn runs
+threaded workers (gthread, SERVER_THREADS per worker, default 4): a client that opens a
+connection and sends nothing (or half a request) ties up one thread, never the worker, so the
+others keep serving. The port is checked before the server starts: a port another process holds
+is an error, not a "healthy" answer from that process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlops.endpoints.deployment import Deployment, load
+from mlops.endpoints.models import lay_out, newest_trained
+from mlops.environments.activation import Environments
+from mlops.environments.envspec import ENV_MAP
+from mlops.errors import LocalRunError
+from mlops.project import project
+from mlops.runtime import Runtime
+from mlops.runtime.service import Service, running, start_service, stop_service
+from mlops.runtime.tasks import Task, Workdir, variables
+from mlops.runtime.uris import ASSET_MAP
+from mlops.runtime.watchdog import read_status
+
+STATE = project().runs_dir / "serve-local"
+APP = "azureml_inference_server_http.server.entry:app"
+
+
+class ServerFailed(Exception):
+    """The server started and then failed (the deployment's own failure, not an input error)."""
+
+
+@dataclass
+class ServerPlan:
+    """A server ready to start: its task and what it serves, for the log."""
+
+    task: Task
+    environments: Environments
+    about: list[str]
+
+
+def latest_model() -> Path:
+    return newest_trained("no model given").path
+
+
+def server_command(port: int, workers: int = 1, threads: int | None = None) -> str:
+    """gunicorn from the deployment's environment (the top layer's python is first on PATH)."""
+    threads = threads or int(os.environ.get("SERVER_THREADS", "4"))
+    return (f"python -m gunicorn --bind 127.0.0.1:{port} --workers {workers} "
+            f"--worker-class gthread --threads {threads} --keep-alive 5 "
+            f"--timeout {int(os.environ.get('WORKER_TIMEOUT', '300'))} --access-logfile - {APP}")
+
+
+def port_taken(port: int) -> bool:
+    """Whether another socket listens on the port. SO_REUSEADDR, as gunicorn binds: the
+    TIME_WAIT connections a stopped server leaves behind for a minute do not hold the port."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def wait_healthy(url: str, service: Service, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not running(service):
+            raise ServerFailed("the server exited before it was healthy")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.3)
+    raise ServerFailed(f"{url} not healthy after {timeout:.0f}s")
+
+
+def server_task(deployment: Deployment, state: Path, port: int,
+                extra: dict[str, str] | None = None) -> Task:
+    """The server as a task, laid out as Azure's inference image lays it out: the code under
+    AML_APP_ROOT in a folder of its own name (AZUREML_SOURCE_DIRECTORY, on sys.path), the entry
+    script by its path, the model under AZUREML_MODEL_DIR (read-only); the spec's
+    environment_variables under those."""
+    app = state / "app"
+    layout = lay_out(deployment.model, app)
+    name = deployment.code.name
+    spec_vars = variables(deployment.spec.data.get("environment_variables"))
+    chosen = {**spec_vars, **(extra or {})}
+    workers = int(chosen.get("WORKER_COUNT") or os.environ.get("WORKER_COUNT") or 1)
+    env_vars = {**spec_vars, "AML_APP_ROOT": str(app), "AZUREML_SOURCE_DIRECTORY": name,
+                "AZUREML_ENTRY_SCRIPT": str(app / name / deployment.scoring_script),
+                **layout.env(), **(extra or {})}
+    return Task(name=deployment.name, command=server_command(port, workers),
+                where=f"{deployment.spec.path}: environment", folder=state, code=deployment.code,
+                environment=deployment.environment,
+                env_vars=env_vars, read_only=[Path(p) for p in layout.read_only()],
+                workdir=Workdir("app", name))
+
+
+def prepare(path: Path, model: str | None, state: Path, port: int,
+            asset_file: Path = ASSET_MAP, env_file: Path = ENV_MAP,
+            extra: dict[str, str] | None = None) -> ServerPlan:
+    deployment = load(path, "online-deployment", model, asset_file)
+    state.mkdir(parents=True, exist_ok=True)
+    task = server_task(deployment, state, port, extra)
+    kind = deployment.spec.kind + (", no-code MLflow scoring" if deployment.nocode else "")
+    about = [f"deployment: {path} ({kind})",
+             f"model: {deployment.model.describe()} -> AZUREML_MODEL_DIR="
+             f"{task.env_vars['AZUREML_MODEL_DIR']}"]
+    return ServerPlan(task, Environments(env_file), about)
+
+
+def launch_server(plan: ServerPlan, port: int) -> Service:
+    """Start the planned server through the runtime and wait until it is healthy; a server that
+    fails is stopped, and ServerFailed says why."""
+    rt = Runtime(plan.task.folder, 1, environments=plan.environments)
+
+    def header() -> str:
+        label = plan.environments.labels.get(plan.task.where, ".venv")
+        plan.about.append(f"environment: {label}")
+        return "".join(f"mlops.serve: {line}\n" for line in plan.about)
+
+    service = start_service(plan.task, rt, header)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/", service)
+    except ServerFailed:
+        stop_service(service.pid, service.folder)
+        raise
+    return service
+
+
+def start(path: Path, model: str | None, port: int, asset_file: Path = ASSET_MAP,
+          env_file: Path = ENV_MAP) -> int:
+    """make serve-local: 0 once healthy; 1 when the server failed (its log's tail shown)."""
+    _stop_running()
+    if port_taken(port):
+        raise LocalRunError(f"port {port} on 127.0.0.1 is already in use by another process: "
+                            "stop it, or pick another port (PORT=5002)")
+    plan = prepare(path, model, STATE, port, asset_file, env_file)
+    print("\n".join(plan.about), flush=True)
+    try:
+        launch_server(plan, port)
+    except ServerFailed as err:
+        tail = (STATE / "log.txt").read_text(errors="replace").splitlines()[-25:]
+        print(f"error: {err}\n" + "\n".join(f"  | {line}" for line in tail), file=sys.stderr)
+        return 1
+    print(f"{plan.about[-1]}\nserving {path.name} on http://127.0.0.1:{port}/score "
+          f"(log {STATE / 'log.txt'}; stop: make stop-local)")
+    return 0
+
+
+def _stop_running() -> int | None:
+    """Stop the local server if one runs; its pid (None: none ran)."""
+    record = read_status(STATE)
+    if record.get("status") != "Running" or not record.get("pid"):
+        return None
+    stop_service(int(record["pid"]), STATE)
+    return int(record["pid"])
+
+
+def stop() -> int:
+    pid = _stop_running()
+    print(f"stopped the local server (pid {pid})" if pid else "no local server running")
+    return 0
+
+
+def invoke(request: Path, port: int) -> int:
+    body = request.read_bytes()
+    call = urllib.request.Request(f"http://127.0.0.1:{port}/score", data=body, method="POST",
+                                  headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(call, timeout=60) as response:
+            print(json.dumps(json.loads(response.read()), indent=2))
+            return 0
+    except urllib.error.HTTPError as err:
+        print(f"HTTP {err.code}: {err.read().decode(errors='replace')}", file=sys.stderr)
+    except urllib.error.URLError as err:
+        print(f"cannot reach 127.0.0.1:{port} ({err.reason}): make serve-local first",
+              file=sys.stderr)
+    return 1

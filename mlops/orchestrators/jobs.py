@@ -1,0 +1,103 @@
+"""Run a job spec locally: resolve it, pick its run folder, and hand it to its kind's runner
+(a command job is one task of the runtime; sweeps and pipelines are many)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlops import runtime
+from mlops.checks.prepare import prepare_job
+from mlops.environments.activation import Environments
+from mlops.runtime import launch
+from mlops.runtime.job import Job, run_folder, write_record
+from mlops.runtime.mlflow_runs import Tracking, tracking_uri
+from mlops.runtime.mlflow_server import Server
+from mlops.runtime.tasks import command_task, experiment_name
+from mlops.runtime.uris import AssetMap
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What `make local` asks for: a spec, its overrides, and where and how to run it."""
+
+    spec: str
+    sets: list[str]
+    removes: list[str]
+    asset_file: Path  # assets/local-paths.yml: azureml: assets and URLs -> local paths
+    env_file: Path  # assets/local-envs.yml: curated, registry and image environments
+    run_dir: Path | None = None
+    force_rerun: bool = False
+    max_procs: int = 1
+
+
+def services_note(data: dict, wd: Path) -> str:
+    """What a job's `services:` (VS Code, JupyterLab, TensorBoard, SSH into its node) become
+    here, where the job's node is this machine: "" when it asks for none."""
+    services = data.get("services") or {}
+    if not isinstance(services, dict) or not services:
+        return ""
+    named = ", ".join(f"{name} ({spec.get('type', '?')})" if isinstance(spec, dict)
+                      else str(name) for name, spec in services.items())
+    logs = [spec.get("log_dir") for spec in services.values() if isinstance(spec, dict)]
+    board = next((f"; TensorBoard: tensorboard --logdir {wd / d}" for d in logs if d), "")
+    return (f"note: services {named} are Azure's sessions into the job's node and are not "
+            f"started here; the job runs on this machine: open {wd} in your own tools{board}")
+
+
+def run_command_job(job: Job, rt: runtime.Runtime) -> int:
+    path = job.spec.path
+    task = command_task(job.data, path.parent, rt.root, job.assets, f"{path}: command",
+                        job.name, experiment_name(job.data),
+                        tags={"mlops.spec": str(path), "mlops.local": "true"})
+    print(f"{job.name}: running in {rt.root / 'wd'}")
+    if note := services_note(job.data, rt.root / "wd"):
+        print(note, file=sys.stderr)
+    result = runtime.run(task, rt)
+    status = result.status if result.code == 0 else \
+        f"{result.status} (exit {result.code}; log {result.log})"
+    print(f"{job.name}: {status}\n  outputs: {rt.root / 'outputs'}\n  MLflow run: {result.run_id}")
+    return result.code
+
+
+def run_job(job: Job, rt: runtime.Runtime) -> int:
+    """The job's exit code, from the runner of its kind."""
+    write_record(job, rt.root)
+    if job.spec.kind == "sweepJob":
+        from mlops.orchestrators.sweep import run_sweep_job  # optuna: 0.3 s, sweeps only
+
+        return run_sweep_job(job, rt)
+    if job.spec.kind == "pipelineJob":
+        from mlops.orchestrators.pipeline import run_pipeline_job
+
+        return run_pipeline_job(job, rt)
+    return run_command_job(job, rt)
+
+
+def run_local(request: JobRequest) -> int:
+    """Resolve, run, and leave nothing behind when nothing started (a refused spec, Ctrl-C
+    while an environment builds). Raises LocalRunError for input errors."""
+    handlers = launch.install_signal_handlers()
+    bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the lint imports entry
+    server = Server(tracking_uri())  # points: no .pyc into the sources; MLflow starts on demand
+    rt = None
+    created = False
+    try:
+        job = prepare_job(request.spec, request.sets, request.removes,
+                          AssetMap(request.asset_file))
+        launch.check_interrupt()
+        folder = run_folder(job, request.run_dir)
+        created = not folder.exists()
+        rt = runtime.Runtime(folder, max(1, request.max_procs), Tracking(server),
+                             Environments(request.env_file), force_rerun=request.force_rerun)
+        return run_job(job, rt)
+    except BaseException:
+        if created and rt is not None and not rt.started:
+            shutil.rmtree(rt.root, ignore_errors=True)  # nothing ran: leave nothing behind
+        raise
+    finally:
+        server.close()
+        sys.dont_write_bytecode = bytecode
+        launch.restore_signal_handlers(handlers)

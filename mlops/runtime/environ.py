@@ -1,0 +1,49 @@
+"""The variables every process the runtime starts gets: the one place they are built.
+
+This shell's variables, less what would leak another run's identity (MLflow's, Azure's, a
+launcher's ranks); the environment's layers activated; Azure's AZURE_ML_INPUT_/OUTPUT_ paths; the
+read-only places (the data inputs, a mounted model); then the spec's own environment_variables,
+which win, as on Azure. A job also gets its MLflow run's variables (tracking_env).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from mlops.environments.activation import Environments
+from mlops.runtime import readonly_inputs
+from mlops.runtime.binding import read_only
+from mlops.runtime.mlflow_runs import Tracking
+from mlops.runtime.tasks import Task
+
+DROPPED_ENV = re.compile(r"^(MLFLOW_|AZUREML_|AZURE_ML_|OMPI_COMM_WORLD_|TF_CONFIG$|RANK$|"
+                         r"LOCAL_RANK$|WORLD_SIZE$|NODE_RANK$|MASTER_ADDR$|MASTER_PORT$|"
+                         r"LOCAL_WORLD_SIZE$)")
+
+
+def process_env(task: Task, environments: Environments, inputs: dict[str, str | None],
+                outputs: dict[str, str], extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables Azure sets for the task's processes, over this shell's, under the spec's
+    own; `extra`: what the runtime adds for this kind (a job's MLflow run) before the spec's."""
+    env = {k: v for k, v in os.environ.items() if not DROPPED_ENV.match(k)}
+    env.update(environments.activate(task.environment, task.folder, task.where))
+    env.update(extra or {})
+    env.update({f"AZURE_ML_INPUT_{k}": v for k, v in inputs.items() if v is not None})
+    env.update({f"AZURE_ML_OUTPUT_{k}": v for k, v in outputs.items()})
+    places = read_only(task.inputs, task.folder) + [str(p) for p in task.read_only]
+    env[readonly_inputs.VARIABLE] = os.pathsep.join(places)
+    env.update(task.env_vars)
+    return env
+
+
+def tracking_env(task: Task, tracking: Tracking, run_id: str, wd: Path) -> dict[str, str]:
+    """A job's MLflow run, as Azure hands it to the job (azureml-mlflow reads the same names)."""
+    return {"MLFLOW_TRACKING_URI": tracking.job_uri(), "MLFLOW_RUN_ID": run_id,
+            "MLFLOW_EXPERIMENT_NAME": task.experiment,
+            "MLFLOW_EXPERIMENT_ID": tracking.experiment_id(task.experiment),
+            "AZUREML_RUN_ID": run_id, "AZUREML_ARM_PROJECT_NAME": task.experiment,
+            "AZUREML_CR_EXECUTION_WORKING_DIR_PATH": str(wd),
+            # MLflow prints a link to every run it ends on an http store; Azure's prints none
+            "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}

@@ -1,0 +1,93 @@
+"""A job spec that passed Azure's checks, and its record in the run folder.
+
+The run folder is `<runs_dir>/<slug>-<time>` ([tool.mlops] runs_dir), or the one asked for: a
+command job run again into its folder resumes there; a sweep is never resumed. `spec.yml` holds
+the spec as it ran (after --set), `run.json` its kind, file and MLflow run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from mlops.errors import LocalRunError
+from mlops.project import project
+from mlops.runtime.uris import AssetMap
+from mlops.specs import Spec
+
+RECORD = "run.json"
+
+
+@dataclass
+class Job:
+    """A spec that passed Azure's checks, with the overrides it was run with."""
+
+    spec: Spec
+    assets: AssetMap
+
+    @property
+    def data(self) -> dict:
+        return self.spec.data
+
+    @property
+    def name(self) -> str:
+        """The display name: the MLflow run's name, a label only (as on Azure)."""
+        return str(self.data.get("display_name") or self.spec.path.stem)
+
+    @property
+    def slug(self) -> str:
+        """The run folder's stem: a shell-safe slug of the display name (or the file's name);
+        Azure generates a job's name, the display name may hold spaces and parentheses."""
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.name).strip("-.")
+        return slug or re.sub(r"[^A-Za-z0-9_.-]+", "-", self.spec.path.stem) or "job"
+
+
+def read_record(folder: Path) -> dict:
+    """The run.json of an earlier run in `folder` ({} when there is none)."""
+    path = folder / RECORD
+    if not path.is_file():
+        return {}
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise LocalRunError(f"{path} is damaged ({err}): use a new --run-dir, or delete "
+                            "the file to start this folder afresh") from None
+    return record if isinstance(record, dict) else {}
+
+
+def run_folder(job: Job, requested: Path | None) -> Path:
+    """A new <runs_dir>/<name>-<time>, or the requested folder (a rerun resumes a command
+    job)."""
+    if requested is None:
+        runs, stamp = project().runs_dir, time.strftime("%Y%m%d-%H%M%S")
+        folder, n = runs / f"{job.slug}-{stamp}", 1
+        while folder.exists():
+            n += 1
+            folder = runs / f"{job.slug}-{stamp}-{n}"
+        return folder
+    folder = requested.resolve()
+    kind = read_record(folder).get("kind")
+    if kind == "sweepJob":
+        raise LocalRunError(f"{folder} holds a sweep already; a sweep cannot be resumed (its "
+                            "trials would mix parameters). Use a new --run-dir")
+    if kind is not None and kind != job.spec.kind:
+        raise LocalRunError(f"{folder} holds a {kind} run; a {job.spec.kind} cannot reuse it. "
+                            "Use a new --run-dir")
+    return folder
+
+
+def write_record(job: Job, folder: Path, **fields) -> None:
+    """spec.yml as it runs, and run.json's kind and spec (with what an earlier run recorded)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spec.yml").write_text(yaml.safe_dump(job.data, sort_keys=False))
+    record = {**read_record(folder), "kind": job.spec.kind, "spec": str(job.spec.path), **fields}
+    (folder / RECORD).write_text(json.dumps(record) + "\n")
+
+
+def update_record(folder: Path, **fields) -> None:
+    (folder / RECORD).write_text(json.dumps({**read_record(folder), **fields}) + "\n")

@@ -1,0 +1,175 @@
+"""The one mini-batch driver, for batch deployments and `type: parallel` pipeline nodes alike.
+
+The work is cut into mini-batches (lists of files, or tables) queued as files under
+`<task>/work/todo`; the task's processes (`Placement.copies` of them) each run
+minibatch_worker.py, which imports the scoring or entry script, calls init() once and run() on
+every mini-batch it claims (an atomic rename, so no two share one), with retries and a timeout
+per call. Here the driver watches the results, stops the processes once errors pass Azure's
+thresholds (error_threshold: failed files or rows; mini_batch_error_threshold: failed
+mini-batches; -1: never), and writes the rows run() returned in mini-batch order.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlops import runtime
+from mlops.runtime import launch
+
+QUEUES = ("todo", "claimed", "results")
+
+
+@dataclass(frozen=True)
+class Retry:
+    """retry_settings: tries after the first, and seconds each run() call may take."""
+
+    max_retries: int
+    timeout: int
+
+    @classmethod
+    def from_spec(cls, data, default: Retry) -> Retry:
+        data = data if isinstance(data, dict) else {}
+        return cls(int(data.get("max_retries", default.max_retries)),
+                   int(data.get("timeout", default.timeout)))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When Azure stops the run: more failed items, or mini-batches, than these (-1: never)."""
+
+    error_threshold: int = -1
+    mini_batch_error_threshold: int = -1
+
+    @classmethod
+    def from_spec(cls, data: dict) -> Limits:
+        return cls(int(data.get("error_threshold", -1)),
+                   int(data.get("mini_batch_error_threshold", -1)))
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What the processes did with the mini-batches."""
+
+    items: int  # files or rows queued
+    failed: int  # not scored: run() raised, returned no row for them, or never got them
+    failed_batches: int
+
+    @property
+    def scored(self) -> int:
+        return self.items - self.failed
+
+
+@dataclass(frozen=True)
+class Driven:
+    result: runtime.Result
+    tally: Tally
+    seconds: float
+
+
+def worker_command(work: Path, script: str, retry: Retry, arguments: str = "") -> str:
+    """The command each process runs: the worker around the script (`arguments`: the script's
+    own command line, a parallel job's program_arguments)."""
+    command = (f"python -m mlops.runtime.minibatch_worker {work} {shlex.quote(script)} "
+               f"--retries {retry.max_retries} --timeout {retry.timeout}")
+    return f"{command} -- {arguments}".strip() if arguments else command
+
+
+def processes(requested: int, max_procs: int, where: str) -> int:
+    """instance_count x max_concurrency_per_instance, capped by this machine with a notice."""
+    if requested > max_procs:
+        print(f"note: {where}: {requested} processes requested, running {max_procs} on this "
+              "machine (--max-procs)", file=sys.stderr)
+    return max(1, min(requested, max_procs))
+
+
+def queue(batches: list, work: Path) -> int:
+    """A fresh queue of the mini-batches, in order: what an earlier attempt left is dropped."""
+    for name in QUEUES:
+        (work / name).mkdir(parents=True, exist_ok=True)
+        for stale in (work / name).glob("*"):
+            stale.unlink()
+    for index, batch in enumerate(batches):
+        (work / "todo" / f"{index:06d}.json").write_text(json.dumps(batch))
+    return len(batches)
+
+
+def outcomes(work: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((work / "results").glob("*.json"))]
+
+
+def tally(work: Path, items: int) -> Tally:
+    done = outcomes(work)
+    failed = sum(o["items"] - o["returned"] for o in done) + items - \
+        sum(o["items"] for o in done)
+    return Tally(items, failed, sum(1 for o in done if o.get("error")))
+
+
+def watch(running: runtime.Running, total: int, items: int, limits: Limits) -> str:
+    """Progress until every mini-batch is done, the processes end, or errors pass a limit."""
+    started, shown, tty = time.monotonic(), (-1, 0.0), sys.stdout.isatty()
+    while True:
+        launch.check_interrupt()
+        done = outcomes(running.task.folder / "work")
+        scored = sum(o["items"] for o in done)
+        failed = sum(o["items"] - o["returned"] for o in done)
+        elapsed = time.monotonic() - started
+        if scored != shown[0] and (tty or elapsed - shown[1] >= 5 or len(done) == total):
+            line = f"{scored}/{items} files, {scored / max(elapsed, 1e-6):.1f}/s, {failed} failed"
+            print(f"\r{line}" if tty else line, end="" if tty else "\n", flush=True)
+            shown = (scored, elapsed)
+        if 0 <= limits.error_threshold < failed:
+            print(f"\nerror_threshold {limits.error_threshold} exceeded ({failed} failed "
+                  "files): stopping")
+            return "Failed"
+        failed_batches = sum(1 for o in done if o.get("error"))
+        if 0 <= limits.mini_batch_error_threshold < failed_batches:
+            print(f"\nmini_batch_error_threshold {limits.mini_batch_error_threshold} exceeded "
+                  f"({failed_batches} failed mini-batches): stopping")
+            return "Failed"
+        if len(done) == total:
+            return "Completed"
+        if running.launch.poll() is not None:
+            return "Failed"  # the processes ended with work left (init() failed, a crash)
+        time.sleep(0.2)
+
+
+def drive(task: runtime.Task, rt: runtime.Runtime, batches: list, items: int, limits: Limits,
+          label: str = "", echo: bool = True,
+          announce: Callable[[runtime.Running], None] | None = None) -> Driven:
+    """Queue the mini-batches, start the task's processes, watch them, collect the outcome;
+    `announce` is told once the processes started."""
+    work = task.folder / "work"
+    total = queue(batches, work)
+    running = runtime.start(task, rt, echo=echo, label=label)
+    if announce is not None:
+        announce(running)
+    started = time.monotonic()
+    try:
+        status = watch(running, total, items, limits)
+    except KeyboardInterrupt:
+        running.launch.stop()
+        runtime.finish(running, rt, "Canceled")
+        raise
+    seconds = time.monotonic() - started
+    if running.launch.poll() is None:
+        if status == "Failed":
+            running.launch.stop()
+        else:
+            running.launch.wait()
+    result = runtime.finish(running, rt, status)
+    return Driven(result, tally(work, items), seconds)
+
+
+def write_rows(work: Path, target: Path) -> Path:
+    """append_row: every mini-batch's rows, in mini-batch order, into `target`."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("w") as out:
+        for part in sorted((work / "results").glob("*.txt")):
+            out.write(part.read_text())
+    return target

@@ -1,0 +1,73 @@
+"""The house rules of mlops/: front doors are thin, and nothing below the top imports one.
+
+A front door is a module at the top of mlops/ that `python -m mlops.<name>` runs (make calls
+them); the rooms below (runtime/, orchestrators/, checks/, environments/, endpoints/) hold the
+engines. Imports inside functions count: a hidden edge is still an edge.
+"""
+
+from __future__ import annotations
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+PACKAGE = ROOT / "mlops"
+SHARED = {"mlops", "mlops.errors", "mlops.specs", "mlops.project"}  # every room may use these
+FRONT_DOORS = {f"mlops.{p.stem}" for p in PACKAGE.glob("*.py") if p.stem != "__init__"} - SHARED
+MAX_FRONT_DOOR_LINES = 70
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path, top_level_only: bool = False) -> set[str]:
+    """The mlops modules a file imports (`from mlops import x` names mlops.x when x is one)."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    known = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    return {name for name in found if name in known}
+
+
+ROOMS = sorted(p for p in PACKAGE.rglob("*.py") if p.parent != PACKAGE)
+
+
+def test_the_front_doors_are_the_top_modules_make_runs():
+    assert {"mlops.run", "mlops.validate", "mlops.serve", "mlops.batch",
+                           "mlops.envs", "mlops.workflow_lint"} == FRONT_DOORS
+
+
+@pytest.mark.parametrize("path", ROOMS, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_room_imports_a_front_door(path):
+    assert not imported(path) & FRONT_DOORS, f"{path} imports a front door"
+
+
+@pytest.mark.parametrize("door", sorted(FRONT_DOORS))
+def test_a_front_door_is_thin_and_imports_no_other(door):
+    path = ROOT / (door.replace(".", "/") + ".py")
+    code = [line for line in path.read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+    assert len(code) <= MAX_FRONT_DOOR_LINES, f"{door}: {len(code)} lines; move the engine down"
+    assert not imported(path) & (FRONT_DOORS - {door})
+
+
+def test_the_rooms_import_no_circle_at_load_time():
+    graph = {module_name(p): imported(p, top_level_only=True) - {module_name(p)}
+             for p in PACKAGE.rglob("*.py")}
+    # a package's __init__ is loaded with every module below it: an edge to the package is fine
+    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}
+    try:
+        tuple(TopologicalSorter(graph).static_order())
+    except CycleError as err:
+        pytest.fail(f"import circle: {' -> '.join(err.args[1])}")
