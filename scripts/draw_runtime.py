@@ -4,7 +4,7 @@
     python scripts/draw_runtime.py --check    # exit 1 if the committed picture is stale
 
 Plain SVG text, no plotting library, so the picture is reviewable in a diff and redrawn by
-`make docs`; tests/test_docs.py fails when the committed file differs from what this draws.
+`make docs`; tests/unit/test_docs.py fails when the committed file differs from what this draws.
 """
 
 from __future__ import annotations

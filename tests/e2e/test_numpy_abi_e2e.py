@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlops.environments import abi, layers
-from mlops.environments.pins import Relaxed
-from mlops.errors import LocalRunError
+from mlops.environments import abi
 
 ABI_MESSAGE = "numpy.dtype size changed, may indicate binary incompatibility. Expected 96, got 88"
 
@@ -43,10 +41,6 @@ def site(tmp_path, monkeypatch) -> Path:
     return site
 
 
-def test_the_compiled_packages_that_need_numpy_are_the_ones_checked(site):
-    assert abi.compiled_numpy_users(site) == ["fresh", "stale"]
-
-
 def test_a_module_failing_with_numpys_binary_interface_error_is_named(site):
     assert abi.built_for_numpy_1(Path(sys.executable), site) == ["stale"]
 
@@ -54,39 +48,3 @@ def test_a_module_failing_with_numpys_binary_interface_error_is_named(site):
 def test_other_import_failures_are_not_taken_for_numpy_1(site):
     (site / "stale/__init__.py").write_text("raise ImportError('libfoo.so.1: cannot open')")
     assert abi.built_for_numpy_1(Path(sys.executable), site) == []
-
-
-def test_numpy_lines_give_way_to_numpy_1():
-    assert abi.with_numpy_1(["scikit-learn==1.2.2", "numpy==2.2.6", "pandas"]) == \
-        ["scikit-learn==1.2.2", "pandas", "numpy<2"]
-
-
-def paired(monkeypatch, stale: list[str], numpy_1_installs: bool = True):
-    """layers._install_paired with pip and the import check stood in for: what it installed."""
-    calls = []
-
-    def install(folder, requirements, label, everything):
-        calls.append(requirements)
-        if abi.NUMPY_1 in requirements and not numpy_1_installs:
-            raise LocalRunError("pip: numpy<2 conflicts")
-        return Relaxed(list(requirements)), Path("below")
-
-    monkeypatch.setattr(layers, "_install_resolved", install)
-    monkeypatch.setattr(abi, "built_for_numpy_1", lambda python, site: stale)
-    relaxed, _ = layers._install_paired(Path("layer"), ["scikit-learn==1.2.2"], "env", [])
-    return calls, relaxed
-
-
-def test_a_layer_built_for_numpy_1_is_installed_again_with_numpy_1(monkeypatch, capsys):
-    calls, relaxed = paired(monkeypatch, ["sklearn"])
-    assert calls == [["scikit-learn==1.2.2"], ["scikit-learn==1.2.2", "numpy<2"]]
-    assert relaxed.moved == ["numpy -> numpy<2: sklearn fail(s) under NumPy 2"]
-    assert "installing numpy<2 with them" in capsys.readouterr().out
-
-
-def test_a_layer_that_imports_is_kept_and_numpy_1_that_cannot_install_keeps_numpy_2(
-        monkeypatch, capsys):
-    assert paired(monkeypatch, [])[0] == [["scikit-learn==1.2.2"]]
-    calls, relaxed = paired(monkeypatch, ["sklearn"], numpy_1_installs=False)
-    assert calls[-1] == ["scikit-learn==1.2.2"] and relaxed.moved == []
-    assert "does not install with the rest" in capsys.readouterr().out

@@ -9,7 +9,7 @@ from mlops.checks.sdk_findings import flatten, from_diagnostics, from_loader, fr
 from mlops.checks.validation import sdk_layer
 from mlops.specs import load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 INVALID = ROOT / "tests" / "invalid_specs"
 
 

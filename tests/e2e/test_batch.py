@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import built_once, copied_store
+from support import built_once, copied_store
 
 from image_classifier.images import open_image
 from image_classifier.predict import Service, predict

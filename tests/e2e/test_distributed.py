@@ -1,7 +1,7 @@
 """Two gloo processes: a failure on one rank reaches every rank within seconds.
 
 Disjoint shards, identical weights and rank-0 tracking are tested end to end through the local
-runtime (tests/test_local_runs.py), which starts the processes as Azure ML and torchrun do.
+runtime (tests/e2e/test_local_runs.py), which starts the processes as Azure ML and torchrun do.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SMALL_ARCH, built_once
+from support import SMALL_ARCH, built_once
 
 FAILURES = {"full disk": (OSError, (28, "No space left on device")),
             "onnx exporter": (RuntimeError, ("ONNX export failed: unsupported operator",)),

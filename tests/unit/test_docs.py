@@ -6,7 +6,7 @@ import draw_runtime  # scripts/ is on the path (conftest)
 
 import mlops.runtime
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_committed_runtime_picture_is_what_the_script_draws():

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SMALL_ARCH, train_args
 from mlflow.tracking import MlflowClient
+from support import SMALL_ARCH, train_args
 
 from image_classifier import checkpoint
 from image_classifier.train import main

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,23 +66,6 @@ def test_every_make_target_a_workflow_calls_exists():
     assert not missing
 
 
-def test_ci_runs_setup_lint_validate_test_with_least_privilege():
-    ci = yaml.safe_load((WORKFLOWS / "ci.yml").read_text())
-    runs = [s.get("run") for s in ci["jobs"]["test"]["steps"] if s.get("run")]
-    assert runs == ["make setup", "make lint", "make validate", "make test"]
-    assert ci["permissions"] == {"contents": "read"}
-    assert ci["concurrency"]["cancel-in-progress"] is True
-
-
-def test_untrusted_inputs_never_reach_run_scripts():
-    for path in WORKFLOWS.glob("*.yml"):
-        for job in yaml.safe_load(path.read_text())["jobs"].values():
-            for step in job["steps"]:
-                script = str(step.get("run", ""))
-                assert not re.search(r"\$\{\{\s*(inputs|github\.event)", script), \
-                    f"{path.name}: {step.get('name')}"
-
-
 @pytest.mark.parametrize(("model", "steps", "ok"), [
     ("azureml:fowl-classifier@latest", "10 50 100", True),
     ("azureml:fowl-classifier:3", "100", True),
@@ -125,18 +107,3 @@ def test_unreadable_endpoint_json_is_not_taken_as_idle():
                              "--candidate", "green"], cwd=ROOT, capture_output=True, text=True,
                             input="ERROR: (ResourceNotFound)")
     assert result.returncode == 2
-
-
-def test_deploy_workflow_deletes_after_the_idle_check_and_rolls_back_any_later_failure():
-    steps = yaml.safe_load((WORKFLOWS / "deploy.yml").read_text())["jobs"]["deploy"]["steps"]
-    names = [step["name"] for step in steps]
-    shift, idle = names.index("Shift traffic in steps"), names.index(
-        "Confirm the old deployment is idle")
-    delete, rollback = names.index("Delete the old deployment"), names.index(
-        "Roll back to the old deployment")
-    assert shift < idle < delete < rollback  # a failed delete is still rolled back
-    assert steps[rollback]["if"] == "failure() && steps.shift.outputs.shifted == 'true'"
-    assert "rollout.py steps" in steps[shift]["run"]
-    assert 'echo "shifted=true"' in steps[shift]["run"].split("make shift")[0]
-    assert "rollout.py idle" in steps[idle]["run"]
-    assert "success()" not in str(steps[delete].get("if"))  # it follows the idle check

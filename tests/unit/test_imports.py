@@ -12,7 +12,7 @@ from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from support import ROOT
 
 PACKAGE = ROOT / "mlops"
 SHARED = {"mlops", "mlops.errors", "mlops.specs", "mlops.project"}  # every room may use these

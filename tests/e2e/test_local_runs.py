@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SMALL_ARCH, built_once, copied_store, shared_folder
 from mlflow.tracking import MlflowClient
+from support import SMALL_ARCH, built_once, copied_store, shared_folder
 
 from mlops import run as local
 from mlops.specs import ROOT

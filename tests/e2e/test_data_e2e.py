@@ -38,21 +38,6 @@ def test_zip_is_extracted_once_into_the_cache(tiny_data, tmp_path, prefix):
     assert len(build_datasets(archive, 32, cache_root=cache).train) == 48
 
 
-def test_folder_without_splits_names_what_it_found(tmp_path):
-    (tmp_path / "images").mkdir()
-    (tmp_path / "labels").mkdir()
-    with pytest.raises(DataError, match="expected train/ and val/.*images, labels"):
-        resolve_data_root(tmp_path)
-
-
-def test_missing_path_and_non_zip_file(tmp_path):
-    with pytest.raises(DataError, match="no such file"):
-        resolve_data_root(tmp_path / "nope")
-    (tmp_path / "notes.txt").write_text("hi")
-    with pytest.raises(DataError, match="must be a .zip"):
-        resolve_data_root(tmp_path / "notes.txt")
-
-
 def test_class_mismatch_between_splits(tiny_data, tmp_path):
     data = shutil.copytree(tiny_data, tmp_path / "d")
     (data / "val" / "turkeys").rename(data / "val" / "ducks")
@@ -97,46 +82,8 @@ def test_corrupt_image_is_an_error_naming_it_unless_skipped(tiny_data, tmp_path)
     assert str(bad) not in [path for path, _ in bundle.train.samples]
 
 
-def test_large_jpeg_is_decoded_at_reduced_scale(tmp_path):
-    from PIL import Image
-
-    from image_classifier.data import ImageLoader
-
-    path = tmp_path / "big.jpg"
-    Image.new("RGB", (2400, 1800), (120, 80, 40)).save(path)
-    image = ImageLoader(min_side=256)(str(path))
-    assert image.mode == "RGB" and min(image.size) >= 256 and image.size[0] <= 600
-
-
-def test_real_imagefolder_with_odd_names_and_a_gif(caplog):
-    """Optional: the real hymenoptera data (398 files; a GIF ImageFolder skips, with a warning)."""
-    from conftest import HYMENOPTERA
-
-    if not HYMENOPTERA.is_dir():
-        pytest.skip("../shared/data/hymenoptera_data is not here")
-    bundle = build_datasets(HYMENOPTERA, 64)
-    assert bundle.classes == ["ants", "bees"]
-    assert (len(bundle.train), len(bundle.val), bundle.skipped) == (244, 153, 0)
-    assert "ignored 1 file(s)" in caplog.text and "imageNotFound.gif" in caplog.text
-    paths = [path for path, _ in bundle.train.samples]
-    assert str(HYMENOPTERA / "train" / "ants" / "ant photos.jpg") in paths
-    assert bundle.train[0][0].shape == (3, 64, 64)
-
-
 def test_files_imagefolder_cannot_read_are_reported(tiny_data, tmp_path, caplog):
     data = shutil.copytree(tiny_data, tmp_path / "d")
     (data / "train" / "chickens" / "notes.txt").write_text("not an image")
     assert len(build_datasets(data, 32).train) == 48
     assert "ignored 1 file(s)" in caplog.text and "notes.txt" in caplog.text
-
-
-def test_the_data_download_copies_every_byte_behind_a_progress_bar(tmp_path, capsys):
-    from download_data import download  # scripts/ is on the path (conftest)
-
-    source = tmp_path / "source.zip"
-    source.write_bytes(bytes(range(256)) * 1000)
-    out = tmp_path / "data" / "copy.zip"
-    download(source.as_uri(), out, timeout=5)
-    assert out.read_bytes() == source.read_bytes()
-    assert "copy.zip" in capsys.readouterr().err  # tqdm's bar, on stderr
-    assert not list(out.parent.glob("*.part"))

@@ -1,0 +1,100 @@
+"""What the tests share besides fixtures: the repository root, tiny-data and MLflow-store helpers,
+the trainer's test flags, and folders one costly run fills for every xdist worker."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HYMENOPTERA = ROOT.parent / "shared" / "data" / "hymenoptera_data"
+
+
+@contextlib.contextmanager
+def shared_folder(tmp_path_factory, name: str) -> Iterator[Path]:
+    """A folder that every xdist worker of this test session shares (without xdist, one of the
+    session's own), held under an exclusive lock while the caller fills it or finds what an
+    earlier caller left: one costly run then serves the tests of every worker, which only read
+    it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # pytest-N/popen-gwK: pytest-N is this session's, and only its
+    folder = base / "shared" / name
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        folder.mkdir(exist_ok=True)  # under the lock: built_once empties it under the lock too
+        yield folder
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """shared_folder, filled by `build(folder)` for the first caller that asks; a build that
+    failed is started afresh by the next."""
+    with shared_folder(tmp_path_factory, name) as folder:
+        done = folder / ".built"
+        if not done.exists():
+            shutil.rmtree(folder)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
+def copied_store(empty: Path, folder: Path) -> str:
+    """The URI of a copy of the empty store in `folder` (a fresh file would be migrated)."""
+    shutil.copyfile(empty, folder / "mlflow.db")
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def track_into(patch: pytest.MonkeyPatch, empty: Path, folder: Path) -> str:
+    """Point MLflow at a copy of the empty store in `folder`, experiment `tests`, made as a
+    local run makes it: its artifacts beside the store, not in the repository's ./mlruns."""
+    from mlops.runtime.mlflow_runs import Tracking
+
+    uri = copied_store(empty, folder)
+    patch.setenv("MLFLOW_TRACKING_URI", uri)
+    patch.setenv("MLFLOW_EXPERIMENT_NAME", "tests")
+    Tracking(uri=uri).experiment_id("tests")
+    return uri
+
+
+# The model the tests train unless they test the default one: a quarter of resnet18's CPU and a
+# seventh of its bytes per run (checkpoints, the model folder), where every behaviour under test
+# (resume, DDP, batch norm, tracking) is the same. resnet18, the default, is still trained and
+# served (model_dir), and every listed arch is built and stepped (test_models).
+SMALL_ARCH = "mobilenet_v3_small"
+
+
+def train_args(data, out, epochs=2, **extra) -> list[str]:
+    """The flags every end-to-end test uses: CPU, no download, tiny images, a small model."""
+    args = {"data": data, "output_dir": out, "epochs": epochs, "image_size": 32,
+            "batch_size": 8, "learning_rate": 0.01, "weights": "none", "num_workers": 0,
+            "seed": 7, "arch": SMALL_ARCH, **extra}
+    return [item for key, value in args.items() for item in (f"--{key}", str(value))]
+
+
+def source_digest(*folders: Path) -> dict[str, str]:
+    """sha256 of every file under the folders (Python's __pycache__ aside): a source tree that
+    a local run must leave byte-for-byte as it found it."""
+    import hashlib
+
+    found = {}
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+SOURCES = [ROOT / name for name in ("src", "jobs", "components", "environments", "assets")] + \
+    [ROOT / "tests" / "fixtures"]
+
+
+SOURCES = [ROOT / name for name in ("src", "jobs", "components", "environments", "assets")] + \
+    [ROOT / "tests" / "fixtures"]

@@ -1,0 +1,128 @@
+"""Any online or batch deployment spec serves locally as Azure serves it: the model its spec
+names, laid out under AZUREML_MODEL_DIR as Azure mounts it, in the deployment's environment, and
+MLflow models without code through Azure's no-code scoring."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mlops.endpoints import deployment, models
+from mlops.endpoints.models import ModelSource, lay_out, model_source, name_version
+from mlops.endpoints.nocode.mlflow_score import as_mlflow_request
+from mlops.errors import LocalRunError
+from mlops.project import Project
+from mlops.specs import ROOT, load_spec
+
+# ---- where the model comes from (no server) ----
+
+@pytest.mark.parametrize("reference, name, version", [
+    ("azureml:clf:3", "clf", "3"), ("azureml:clf@latest", "clf", "latest"),
+    ("azureml://registries/shared/models/clf/versions/7", "clf", "7"),
+    ("azureml://registries/shared/models/clf/labels/latest", "clf", "latest"),
+    ("azureml://subscriptions/s/resourceGroups/g/workspaces/w/models/clf/versions/2", "clf",
+     "2")])
+def test_model_references_name_the_model_and_version(reference, name, version):
+    assert name_version(reference) == (name, version)
+
+
+def test_a_local_model_path_is_relative_to_the_spec_and_must_exist(tmp_path):
+    (tmp_path / "model-1" / "model").mkdir(parents=True)
+    source = model_source({"path": "model-1/model/"}, tmp_path, "d.yml")
+    assert source.path == tmp_path / "model-1" / "model" and not source.mlflow
+    with pytest.raises(LocalRunError, match="model.path gone does not exist"):
+        model_source({"path": "gone"}, tmp_path, "d.yml")
+
+
+def test_registered_models_map_through_the_mapping_file_by_reference_or_name(tmp_path):
+    (tmp_path / "m.pkl").write_bytes(b"x")
+    assets = tmp_path / "local-paths.yml"
+    assets.write_text(f"azureml:clf: {tmp_path / 'm.pkl'}\n"
+                      f"azureml://registries/shared/models/other: {tmp_path}\n")
+    for reference in ("azureml:clf:3", "azureml:clf@latest",
+                      "azureml://registries/shared/models/clf/versions/1"):
+        assert model_source(reference, tmp_path, "d.yml",
+                            asset_file=assets).path == tmp_path / "m.pkl"
+    other = model_source({"path": "azureml://registries/shared/models/other/versions/2"},
+                         tmp_path, "d.yml", asset_file=assets)
+    assert (other.path, other.name, other.version) == (tmp_path, "other", "2")
+
+
+def test_an_unmapped_model_is_an_error_that_names_the_line_to_add(tmp_path):
+    assets = tmp_path / "local-paths.yml"
+    assets.write_text("{}\n")
+    with pytest.raises(LocalRunError, match=r"azureml:stranger: <local file or folder>' to"):
+        model_source("azureml:stranger@latest", tmp_path, "d.yml", asset_file=assets)
+
+
+def test_this_projects_own_model_unmapped_is_the_newest_trained_one_and_says_so(
+        tmp_path, monkeypatch):
+    trained = tmp_path / "runs" / "train-1" / "outputs" / "model"
+    trained.mkdir(parents=True)
+    (trained / "model.pt").write_bytes(b"x")
+    monkeypatch.setattr(models, "project", lambda: Project(("mine",), "model.pt",
+                                                           tmp_path / "runs"))
+    assets = tmp_path / "local-paths.yml"
+    assets.write_text("{}\n")
+    source = model_source("azureml:mine@latest", tmp_path, "d.yml", asset_file=assets)
+    assert source.path == trained and "newest trained model" in source.describe()
+    assert model_source(None, tmp_path, "d.yml").path == trained  # a spec with no model
+    override = model_source("azureml:mine@latest", tmp_path, "d.yml", str(tmp_path))
+    assert (override.path, override.origin) == (tmp_path, "MODEL_DIR")
+
+
+def test_azure_model_layout_folder_under_its_name_file_directly_in_and_user_files_kept(
+        tmp_path):
+    folder = tmp_path / "src" / "model"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "weights.bin").write_bytes(b"w")
+    (folder / "MLmodel").write_text("flavors: {}\n")
+    layout = lay_out(ModelSource(folder, "clf", "3", "test", True), tmp_path / "app")
+    assert layout.root == tmp_path / "app" / "azureml-models" / "clf" / "3"
+    assert layout.env() == {"AZUREML_MODEL_DIR": str(layout.root), "MLFLOW_MODEL_FOLDER": "model"}
+    copy = layout.root / "model" / "sub" / "weights.bin"
+    assert not copy.is_symlink() and copy.read_bytes() == b"w"  # MLflow refuses outside links
+    single = lay_out(ModelSource(folder / "sub" / "weights.bin", "w", "1", "t"), tmp_path / "a")
+    assert sorted(p.name for p in single.root.iterdir()) == ["weights.bin"]
+    again = lay_out(ModelSource(folder, "clf", "3", "test", True), tmp_path / "app")
+    assert again.root == layout.root and (folder / "sub" / "weights.bin").read_bytes() == b"w"
+    assert str(folder) in layout.read_only()
+
+
+# ---- the kind of a deployment and what it runs ----
+
+def test_deployments_are_typed_by_their_type_as_azure_ai_ml_does(tmp_path):
+    spec = tmp_path / "d.yml"
+    for data, role, kind in (({"type": "kubernetes"}, "online-deployment",
+                              "kubernetesOnlineDeployment"),
+                             ({}, "online-deployment", "managedOnlineDeployment"),
+                             ({"type": "managed"}, "online-deployment",
+                              "managedOnlineDeployment"),
+                             ({}, "batch-deployment", "modelBatchDeployment")):
+        spec.write_text(json.dumps({"name": "x", **data}))
+        assert load_spec(spec, role).kind == kind
+
+
+def test_an_online_spec_is_not_a_batch_deployment_and_code_is_needed_unless_mlflow(tmp_path):
+    with pytest.raises(LocalRunError, match="is not a batch deployment"):
+        deployment.load(ROOT / "endpoints" / "blue.yml", "batch-deployment")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "m.pkl").write_bytes(b"x")
+    spec = tmp_path / "d.yml"
+    spec.write_text("name: plain\nendpoint_name: e\nmodel:\n  path: model\n"
+                    "instance_type: Standard_DS3_v2\ninstance_count: 1\n")
+    with pytest.raises(LocalRunError, match="Azure deploys only MLflow models without code"):
+        deployment.load(spec, "online-deployment")
+
+
+@pytest.mark.parametrize("body, request_", [
+    ({"input_data": {"columns": ["a"], "index": [0], "data": [[1]]}},
+     {"dataframe_split": {"columns": ["a"], "index": [0], "data": [[1]]}}),
+    ({"input_data": [{"a": 1}], "params": {"k": 1}},
+     {"dataframe_records": [{"a": 1}], "params": {"k": 1}}),
+    ({"input_data": [[1, 2]]}, {"inputs": [[1, 2]]}),
+    ({"input_data": {"x": [1, 2]}}, {"inputs": {"x": [1, 2]}}),
+    ({"dataframe_split": {"data": [[1]]}}, {"dataframe_split": {"data": [[1]]}})])
+def test_azures_input_data_envelope_becomes_mlflows_own_request(body, request_):
+    assert as_mlflow_request(body) == request_

@@ -1,0 +1,82 @@
+"""A layer whose compiled packages were built for NumPy 1 gets numpy<2, as Azure's conda build
+pairs them (mlops/environments/abi.py, mlops/environments/layers.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mlops.environments import abi, layers
+from mlops.environments.pins import Relaxed
+from mlops.errors import LocalRunError
+
+ABI_MESSAGE = "numpy.dtype size changed, may indicate binary incompatibility. Expected 96, got 88"
+
+
+def installed(site: Path, name: str, requires: list[str], files: dict[str, str]) -> None:
+    """A distribution in `site`, as pip leaves one: its modules, METADATA and RECORD."""
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    lines = [f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0"]
+    lines += [f"Requires-Dist: {line}" for line in requires]
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+    for path, text in files.items():
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_text(text)
+    (info / "RECORD").write_text("".join(f"{path},,\n" for path in files))
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch) -> Path:
+    """Compiled numpy users that break (stale), import (fresh) or need no numpy (plain)."""
+    site = tmp_path / "site-packages"
+    installed(site, "stale", ["numpy>=1.17.3"],
+              {"stale/__init__.py": f"raise ValueError({ABI_MESSAGE!r})", "stale/_c.so": ""})
+    installed(site, "fresh", ["numpy>=1.19; python_version >= '3.8'"],
+              {"fresh/__init__.py": "", "fresh/_c.so": ""})
+    installed(site, "plain", ["six"], {"plain/__init__.py": "raise ValueError('x')",
+                                       "plain/_c.so": ""})
+    installed(site, "purepy", ["numpy"], {"purepy.py": "raise ValueError('x')"})
+    monkeypatch.setenv("PYTHONPATH", str(site))  # the checking python sees it, as a layer's does
+    return site
+
+
+def test_the_compiled_packages_that_need_numpy_are_the_ones_checked(site):
+    assert abi.compiled_numpy_users(site) == ["fresh", "stale"]
+
+
+def test_numpy_lines_give_way_to_numpy_1():
+    assert abi.with_numpy_1(["scikit-learn==1.2.2", "numpy==2.2.6", "pandas"]) == \
+        ["scikit-learn==1.2.2", "pandas", "numpy<2"]
+
+
+def paired(monkeypatch, stale: list[str], numpy_1_installs: bool = True):
+    """layers._install_paired with pip and the import check stood in for: what it installed."""
+    calls = []
+
+    def install(folder, requirements, label, everything):
+        calls.append(requirements)
+        if abi.NUMPY_1 in requirements and not numpy_1_installs:
+            raise LocalRunError("pip: numpy<2 conflicts")
+        return Relaxed(list(requirements)), Path("below")
+
+    monkeypatch.setattr(layers, "_install_resolved", install)
+    monkeypatch.setattr(abi, "built_for_numpy_1", lambda python, site: stale)
+    relaxed, _ = layers._install_paired(Path("layer"), ["scikit-learn==1.2.2"], "env", [])
+    return calls, relaxed
+
+
+def test_a_layer_built_for_numpy_1_is_installed_again_with_numpy_1(monkeypatch, capsys):
+    calls, relaxed = paired(monkeypatch, ["sklearn"])
+    assert calls == [["scikit-learn==1.2.2"], ["scikit-learn==1.2.2", "numpy<2"]]
+    assert relaxed.moved == ["numpy -> numpy<2: sklearn fail(s) under NumPy 2"]
+    assert "installing numpy<2 with them" in capsys.readouterr().out
+
+
+def test_a_layer_that_imports_is_kept_and_numpy_1_that_cannot_install_keeps_numpy_2(
+        monkeypatch, capsys):
+    assert paired(monkeypatch, [])[0] == [["scikit-learn==1.2.2"]]
+    calls, relaxed = paired(monkeypatch, ["sklearn"], numpy_1_installs=False)
+    assert calls[-1] == ["scikit-learn==1.2.2"] and relaxed.moved == []
+    assert "does not install with the rest" in capsys.readouterr().out
