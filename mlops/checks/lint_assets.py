@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from mlops.checks.lint import ENDPOINT_NAME, check_size
 from mlops.runtime.uris import is_remote
@@ -17,20 +18,27 @@ def _is_remote(path) -> bool:
     return not isinstance(path, str) or is_remote(path)
 
 
-def component_spec(spec: Spec, key: str, ref) -> tuple[Spec | None, list[Finding]]:
+class Resolved(NamedTuple):
+    """A node's component as far as this machine can read it, and what was wrong on the way."""
+
+    spec: Spec | None
+    findings: list[Finding]
+
+
+def component_spec(spec: Spec, key: str, ref) -> Resolved:
     if isinstance(ref, dict):
-        return Spec(spec.path, ref, spec.lines, "component"), []  # inline: this file's lines
+        return Resolved(Spec(spec.path, ref, spec.lines, "component"), [])  # this file's lines
     if not isinstance(ref, str) or _is_remote(ref):
-        return None, []  # registered components (azureml:name@version) resolve in Azure
+        return Resolved(None, [])  # registered components (azureml:name@version): Azure's
     path = spec.beside(ref.removeprefix("file:"))
     if not path.is_file():
-        return None, [spec.finding(key, f"component file '{ref}' does not exist",
-                                   "point component: at a component file, relative to this "
-                                   "pipeline")]
+        return Resolved(None, [spec.finding(key, f"component file '{ref}' does not exist",
+                                            "point component: at a component file, relative "
+                                            "to this pipeline")])
     try:
-        return load_spec(path, role="component"), []
+        return Resolved(load_spec(path, role="component"), [])
     except SpecError as err:
-        return None, [err.finding]
+        return Resolved(None, [err.finding])
 
 
 def _check_binding(spec: Spec, key: str, value, jobs: dict, outputs_of: dict) -> list[Finding]:
@@ -91,13 +99,13 @@ def _is_inline(node: dict) -> bool:
     return str(node.get("type") or "command").lower() == "command" and "component" not in node
 
 
-def _node_component(spec: Spec, name: str, node: dict):
+def _node_component(spec: Spec, name: str, node: dict) -> Resolved:
     kind = str(node.get("type") or "command").lower()
     if kind == "sweep":
         return component_spec(spec, f"jobs.{name}.trial", node.get("trial"))
     if node.get("component") is not None:
         return component_spec(spec, f"jobs.{name}.component", node.get("component"))
-    return None, []  # an inline command node declares its own inputs and outputs
+    return Resolved(None, [])  # an inline command node declares its own inputs and outputs
 
 
 def check_pipeline(spec: Spec) -> list[Finding]:

@@ -78,6 +78,16 @@ def with_families(missing: list[str], requirements: list[str]) -> list[str]:
                       if line not in missing and name_of(line) in hidden]
 
 
+def other_python_caveat(plan: EnvPlan, moved: list[str]) -> str:
+    """Why a failure of a task whose environment asks for another Python may be this machine's
+    alone."""
+    changed = f" (moved here: {'; '.join(moved)})" if moved else ""
+    return (f"note: {plan.label} is built for Python {plan.python} on Azure and ran on "
+            f"{platform.python_version()} here{changed}: an error raised inside an installed "
+            "package (an import, a pickle from older releases, a C extension) may come from "
+            "that difference alone and not happen on Azure")
+
+
 class Environments:
     """Activates the environment of each task; remembers what it told the user."""
 
@@ -140,12 +150,7 @@ class Environments:
         for line in moved:
             self._say(f"warning: {plan.label}: {line}")
         if other_python:
-            changed = f" (moved here: {'; '.join(moved)})" if moved else ""
-            self.caveats[where] = (
-                f"note: {plan.label} is built for Python {plan.python} on Azure and ran on "
-                f"{platform.python_version()} here{changed}: an error raised inside an installed "
-                "package (an import, a pickle from older releases, a C extension) may come from "
-                "that difference alone and not happen on Azure")
+            self.caveats[where] = other_python_caveat(plan, moved)
         if layer is None:
             return []
         with open(layer / "used_by.txt", "a") as record:

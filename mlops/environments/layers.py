@@ -23,6 +23,7 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -185,7 +186,12 @@ PROGRESS = re.compile(r"^(Collecting|Downloading|Building wheel|Installing colle
                       r"Successfully installed)")
 
 
-def _pip_with_progress(argv: list[str], label: str) -> tuple[int, str]:
+class PipRun(NamedTuple):
+    code: int
+    output: str  # everything pip printed, for the error message
+
+
+def _pip_with_progress(argv: list[str], label: str) -> PipRun:
     """Run pip, echoing the lines that show it is moving (what it fetches, builds, installs):
     a large layer takes minutes. All of its output is kept for the error message."""
     lines = []
@@ -195,7 +201,7 @@ def _pip_with_progress(argv: list[str], label: str) -> tuple[int, str]:
             lines.append(line)
             if PROGRESS.match(line.strip()):
                 print(f"  {label}: {line.strip()[:160]}", flush=True)
-    return pip.returncode, "".join(lines)
+    return PipRun(pip.returncode, "".join(lines))
 
 
 CONFLICT = re.compile(r"^(\S+) \S+ has requirement ([A-Za-z0-9._-]+)")

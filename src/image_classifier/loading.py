@@ -52,9 +52,6 @@ class ImageLoader:
         self._cache: dict[str, Image.Image] = {}
         self._cached_bytes = 0
 
-    def disable_cache(self) -> None:
-        self.cache_bytes, self._cache, self._cached_bytes = 0, {}, 0
-
     def remember(self, path: str, image: Image.Image) -> None:
         size = image.width * image.height * 3
         if path not in self._cache and self._cached_bytes + size <= self.cache_bytes:

@@ -143,6 +143,3 @@ def build_model(arch: str, num_classes: int, weights: str = "none",
         setattr(parent, attr, nn.Linear(old_head.in_features, num_classes))  # new head trains
     return model
 
-
-def head_parameters(model: nn.Module) -> list[nn.Parameter]:
-    return list(_find_head(model)[2].parameters())

@@ -19,8 +19,6 @@ import torch
 
 from .config import str2bool
 
-CHOICES = ("auto", "fp32", "bf16", "fp16")
-
 
 def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """AMX bf16 tiles: where bf16 autocast beats fp32 on a CPU."""

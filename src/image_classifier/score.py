@@ -1,7 +1,7 @@
 """Scoring script for Azure ML online endpoints: init()/run(), with raw HTTP access.
 
-Every client Azure's documentation shows (`make serve-local`; README "Serving" has a curl line
-and a Python client for each):
+Every client Azure's documentation shows (`make serve-local`;
+docs/serving-and-batch.md has a curl line and a Python client for each):
   POST application/json   {"images": ["<base64 image>", ...]}        (data: URLs too)
   POST application/json   {"data": [N x 3 x S x S floats]}          (already preprocessed, as
                           the Azure fowl notebook sends it; S is the model's image size)
