@@ -12,6 +12,11 @@ SET ?=
 RUN_DIR ?=
 # FORCE=1: pipeline steps run again even where an earlier identical step could be reused.
 FORCE ?=
+# Debug one process of a local run (docs/debugging.md): DEBUG=1 (the job, rank 0, worker 0, the
+# local endpoint), a step (train, outer/train), a trial (3), rank:N or worker:N; pdb or pdb:<what>
+# for pdb on the terminal. DEBUG_PORT: where it listens (empty: 5678 if free, else any free port).
+DEBUG ?=
+DEBUG_PORT ?=
 EPOCHS ?= 5
 IMAGE_SIZE ?= 64
 BATCH_SIZE ?= 16
@@ -91,8 +96,9 @@ DATA_TYPE = $(if $(filter %.zip,$(TRAIN_DATA)),uri_file,uri_folder)
 DATA_SET = --set inputs.data.path=$(TRAIN_DATA) --set inputs.data.type=$(DATA_TYPE)
 DATA_DEP = $(if $(DATA),,$(SYNTHETIC_DATA)/README.txt)
 LOCAL = $(PY) -m mlops.run
+DEBUG_ARGS = $(if $(DEBUG),--debug $(DEBUG)) $(if $(DEBUG_PORT),--debug-port $(DEBUG_PORT))
 LOCAL_ARGS = $(if $(RUN_DIR),--run-dir $(RUN_DIR)) --max-procs $(NPROC) $(foreach s,$(SET),--set $(s)) \
-	$(if $(filter 1 true yes,$(FORCE)),--force-rerun)
+	$(if $(filter 1 true yes,$(FORCE)),--force-rerun) $(DEBUG_ARGS)
 # The main job's inputs for a CPU run in about a minute (the spec's own values target a GPU).
 TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
 	--set inputs.image_size=$(IMAGE_SIZE) --set inputs.batch_size=$(BATCH_SIZE) \
@@ -130,7 +136,7 @@ data-synthetic: $(SYNTHETIC_DATA)/README.txt ## Generate the embedded synthetic 
 data-fowl: $(STAMP) ## Download the real fowl zip (needs internet) and check it
 	$(PY) scripts/download_data.py --out data/fowl_data.zip
 
-local: $(STAMP) $(DATA_DEP) ## Run a job spec locally: JOB=jobs/x.yml SET="inputs.epochs=1 ..."
+local: $(STAMP) $(DATA_DEP) ## Run a job spec locally: JOB=jobs/x.yml SET="inputs.epochs=1 ..." (DEBUG=)
 	$(LOCAL) $(JOB) $(LOCAL_ARGS)
 
 train-local: $(STAMP) $(DATA_DEP) ## The main job (jobs/train.yml) on CPU: DATA= or the synthetic default
@@ -165,7 +171,7 @@ export-onnx: $(STAMP) $(DATA_DEP) ## Write model.onnx and the gated model.int8.o
 
 serve-local: $(STAMP) ## Local endpoint from DEPLOYMENT's spec on 127.0.0.1:PORT (MODEL_DIR=)
 	$(PY) -m mlops.serve start --deployment $(DEPLOYMENT) --port $(PORT) \
-		$(if $(MODEL_DIR),--model $(MODEL_DIR))
+		$(if $(MODEL_DIR),--model $(MODEL_DIR)) $(DEBUG_ARGS)
 
 invoke-local: $(STAMP) ## POST REQUEST (a JSON file; default endpoints/sample-request.json) to the local endpoint
 	$(PY) -m mlops.serve invoke --port $(PORT) --request $(REQUEST)
@@ -176,7 +182,7 @@ stop-local: $(STAMP) ## Stop the local endpoint
 batch-local: $(STAMP) ## Run the batch deployment spec locally over INPUT=<folder|zip> (MODEL_DIR=)
 	$(if $(INPUT),,$(error set INPUT=<folder of images or .zip>))
 	$(PY) -m mlops.batch $(BATCH_DEPLOYMENT) --input $(INPUT) --max-procs $(NPROC) \
-		$(if $(MODEL_DIR),--model $(MODEL_DIR)) $(if $(RUN_DIR),--run-dir $(RUN_DIR))
+		$(if $(MODEL_DIR),--model $(MODEL_DIR)) $(if $(RUN_DIR),--run-dir $(RUN_DIR)) $(DEBUG_ARGS)
 
 clean: ## Remove local runs, generated data and caches (keeps .venv and cached environments)
 	rm -rf runs outputs data/synthetic_fowl .pytest_cache .ruff_cache

@@ -14,6 +14,7 @@ from pathlib import Path
 from mlops import exit_code, exit_with
 from mlops.endpoints.batch_deployment import BatchRequest, run_local
 from mlops.environments.envspec import ENV_MAP
+from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.launch import usable_cores
 from mlops.runtime.uris import ASSET_MAP
 
@@ -27,13 +28,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-procs", type=int, default=usable_cores())
     parser.add_argument("--envs", dest="env_file", type=Path, default=ENV_MAP)
     parser.add_argument("--assets", dest="asset_file", type=Path, default=ASSET_MAP)
+    parser.add_argument("--debug", help="debug one process: 1, a step (train, outer/train), a "
+                        "trial (3), rank:N or worker:N; pdb or pdb:<what> for pdb on the terminal")
+    parser.add_argument("--debug-port", type=int, default=0,
+                        help="the debugger's port on 127.0.0.1 (default: a free one)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     request = BatchRequest(args.deployment, args.input, args.model, args.run_dir,
-                           args.max_procs, args.env_file, args.asset_file)
+                           args.max_procs, args.env_file, args.asset_file,
+                           DebugRequest.parse(args.debug, args.debug_port))
     return exit_code(lambda: run_local(request))
 
 

@@ -27,6 +27,7 @@ from mlops.environments.envspec import ENV_MAP
 from mlops.errors import LocalRunError
 from mlops.project import project
 from mlops.runtime import launch, minibatch
+from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.mlflow_runs import Tracking, tracking_uri
 from mlops.runtime.mlflow_server import Server
 from mlops.runtime.placement import Placement
@@ -47,6 +48,7 @@ class BatchRequest:
     max_procs: int = 1
     env_file: Path = ENV_MAP
     asset_file: Path = ASSET_MAP
+    debug: DebugRequest | None = None  # DEBUG=1 or worker:N: a scoring process to debug
 
 
 def input_files(source: Path, folder: Path) -> list[str]:
@@ -138,8 +140,10 @@ def run_local(request: BatchRequest) -> int:
                   f"batch-{deployment.name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
         if folder.exists() and any(folder.iterdir()):
             raise LocalRunError(f"{folder} is not empty: use a new --run-dir")
+        if request.debug is not None:
+            request.debug.check([()])
         rt = runtime.Runtime(folder, max(1, request.max_procs), Tracking(server),
-                             Environments(request.env_file))
+                             Environments(request.env_file), debug=request.debug)
         return run_batch(deployment, request.input, rt)
     finally:
         server.close()

@@ -32,6 +32,7 @@ from mlops.environments.envspec import ENV_MAP
 from mlops.errors import LocalRunError
 from mlops.project import project
 from mlops.runtime import Runtime
+from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.service import Service, running, start_service, stop_service
 from mlops.runtime.tasks import Task, Workdir, variables
 from mlops.runtime.uris import ASSET_MAP
@@ -52,18 +53,24 @@ class ServerPlan:
     task: Task
     environments: Environments
     about: list[str]
+    debug: DebugRequest | None = None
 
 
 def latest_model() -> Path:
     return newest_trained("no model given").path
 
 
-def server_command(port: int, workers: int = 1, threads: int | None = None) -> str:
-    """gunicorn from the deployment's environment (the top layer's python is first on PATH)."""
+def server_command(port: int, workers: int = 1, threads: int | None = None,
+                   debug: bool = False) -> str:
+    """gunicorn from the deployment's environment (the top layer's python is first on PATH).
+    Debugged: one worker, which takes the debugger after the fork (the run's top layer holds
+    the hook), and no worker timeout (a worker paused at a breakpoint is not hung)."""
     threads = threads or int(os.environ.get("SERVER_THREADS", "4"))
-    return (f"python -m gunicorn --bind 127.0.0.1:{port} --workers {workers} "
-            f"--worker-class gthread --threads {threads} --keep-alive 5 "
-            f"--timeout {int(os.environ.get('WORKER_TIMEOUT', '300'))} --access-logfile - {APP}")
+    timeout = 0 if debug else int(os.environ.get("WORKER_TIMEOUT", "300"))
+    hook = " --config python:_mlops_debug" if debug else ""
+    return (f"python -m gunicorn --bind 127.0.0.1:{port} --workers {1 if debug else workers} "
+            f"--worker-class gthread --threads {threads} --keep-alive 5 --timeout {timeout}"
+            f"{hook} --access-logfile - {APP}")
 
 
 def port_taken(port: int) -> bool:
@@ -94,7 +101,7 @@ def wait_healthy(url: str, service: Service, timeout: float = 180) -> None:
 
 
 def server_task(deployment: Deployment, state: Path, port: int,
-                extra: dict[str, str] | None = None) -> Task:
+                extra: dict[str, str] | None = None, debug: bool = False) -> Task:
     """The server as a task, laid out as Azure's inference image lays it out: the code under
     AML_APP_ROOT in a folder of its own name (AZUREML_SOURCE_DIRECTORY, on sys.path), the entry
     script by its path, the model under AZUREML_MODEL_DIR (read-only); the spec's
@@ -108,7 +115,7 @@ def server_task(deployment: Deployment, state: Path, port: int,
     env_vars = {**spec_vars, "AML_APP_ROOT": str(app), "AZUREML_SOURCE_DIRECTORY": name,
                 "AZUREML_ENTRY_SCRIPT": str(app / name / deployment.scoring_script),
                 **layout.env(), **(extra or {})}
-    return Task(name=deployment.name, command=server_command(port, workers),
+    return Task(name=deployment.name, command=server_command(port, workers, debug=debug),
                 where=f"{deployment.spec.path}: environment", folder=state, code=deployment.code,
                 environment=deployment.environment,
                 env_vars=env_vars, read_only=[Path(p) for p in layout.read_only()],
@@ -117,21 +124,26 @@ def server_task(deployment: Deployment, state: Path, port: int,
 
 def prepare(path: Path, model: str | None, state: Path, port: int,
             asset_file: Path = ASSET_MAP, env_file: Path = ENV_MAP,
-            extra: dict[str, str] | None = None) -> ServerPlan:
+            extra: dict[str, str] | None = None, debug: DebugRequest | None = None) -> ServerPlan:
+    if debug is not None:
+        debug.check([()])
+        if debug.mode == "pdb":
+            raise LocalRunError("DEBUG=pdb: the local endpoint runs in the background, with no "
+                                "terminal for pdb; use DEBUG=1 and attach a debugger")
     deployment = load(path, "online-deployment", model, asset_file)
     state.mkdir(parents=True, exist_ok=True)
-    task = server_task(deployment, state, port, extra)
+    task = server_task(deployment, state, port, extra, debug is not None)
     kind = deployment.spec.kind + (", no-code MLflow scoring" if deployment.nocode else "")
     about = [f"deployment: {path} ({kind})",
              f"model: {deployment.model.describe()} -> AZUREML_MODEL_DIR="
              f"{task.env_vars['AZUREML_MODEL_DIR']}"]
-    return ServerPlan(task, Environments(env_file), about)
+    return ServerPlan(task, Environments(env_file), about, debug)
 
 
 def launch_server(plan: ServerPlan, port: int) -> Service:
     """Start the planned server through the runtime and wait until it is healthy; a server that
     fails is stopped, and ServerFailed says why."""
-    rt = Runtime(plan.task.folder, 1, environments=plan.environments)
+    rt = Runtime(plan.task.folder, 1, environments=plan.environments, debug=plan.debug)
 
     def header() -> str:
         label = plan.environments.labels.get(plan.task.where, ".venv")
@@ -148,13 +160,13 @@ def launch_server(plan: ServerPlan, port: int) -> Service:
 
 
 def start(path: Path, model: str | None, port: int, asset_file: Path = ASSET_MAP,
-          env_file: Path = ENV_MAP) -> int:
+          env_file: Path = ENV_MAP, debug: DebugRequest | None = None) -> int:
     """make serve-local: 0 once healthy; 1 when the server failed (its log's tail shown)."""
     _stop_running()
     if port_taken(port):
         raise LocalRunError(f"port {port} on 127.0.0.1 is already in use by another process: "
                             "stop it, or pick another port (PORT=5002)")
-    plan = prepare(path, model, STATE, port, asset_file, env_file)
+    plan = prepare(path, model, STATE, port, asset_file, env_file, debug=debug)
     print("\n".join(plan.about), flush=True)
     try:
         launch_server(plan, port)

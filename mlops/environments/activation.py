@@ -45,6 +45,11 @@ TOP = "env"
 READONLY_HOOK = Path(__file__).parents[1] / "runtime" / "readonly_inputs.py"
 
 
+def top_site(folder: Path) -> Path:
+    """The site-packages of a task's top layer (`<task>/env`)."""
+    return folder / TOP / "lib" / PY / "site-packages"
+
+
 class NotInstallable(Exception):
     """The releases resolved for the environment's own Python do not install together here."""
 

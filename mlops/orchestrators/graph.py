@@ -64,6 +64,7 @@ class Scope:
     continue_on_failure: bool = False
     force_rerun: bool = False  # settings.force_rerun: no step is reused
     reused: list[str] = field(default_factory=list)  # names of the steps reused, for the summary
+    path: tuple[str, ...] = ()  # the nodes above this scope: a nested pipeline's names
 
 
 def load_node(name: str, raw, base: Path, assets: AssetMap, where: str) -> Node:

@@ -12,6 +12,7 @@ from mlops import runtime
 from mlops.checks.prepare import prepare_job
 from mlops.environments.activation import Environments
 from mlops.runtime import launch
+from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.job import Job, run_folder, write_record
 from mlops.runtime.mlflow_runs import Tracking, tracking_uri
 from mlops.runtime.mlflow_server import Server
@@ -31,6 +32,7 @@ class JobRequest:
     run_dir: Path | None = None
     force_rerun: bool = False
     max_procs: int = 1
+    debug: DebugRequest | None = None  # DEBUG=: the one process to debug
 
 
 def services_note(data: dict, wd: Path) -> str:
@@ -49,6 +51,8 @@ def services_note(data: dict, wd: Path) -> str:
 
 def run_command_job(job: Job, rt: runtime.Runtime) -> int:
     path = job.spec.path
+    if rt.debug is not None:
+        rt.debug.check([()])
     task = command_task(job.data, path.parent, rt.root, job.assets, f"{path}: command",
                         job.name, experiment_name(job.data),
                         tags={"mlops.spec": str(path), "mlops.local": "true"})
@@ -91,7 +95,8 @@ def run_local(request: JobRequest) -> int:
         folder = run_folder(job, request.run_dir)
         created = not folder.exists()
         rt = runtime.Runtime(folder, max(1, request.max_procs), Tracking(server),
-                             Environments(request.env_file), force_rerun=request.force_rerun)
+                             Environments(request.env_file), force_rerun=request.force_rerun,
+                             debug=request.debug)
         return run_job(job, rt)
     except BaseException:
         if created and rt is not None and not rt.started:

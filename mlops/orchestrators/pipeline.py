@@ -34,6 +34,7 @@ from mlops.runtime.binding import publish, slot
 from mlops.runtime.job import Job, read_record, update_record
 from mlops.runtime.reuse import deterministic, link_step
 from mlops.runtime.tasks import command_task, experiment_name
+from mlops.runtime.uris import AssetMap
 from mlops.runtime.values import (
     job_inputs,
     job_outputs,
@@ -50,8 +51,10 @@ def run_command_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
                         node.name, scope.experiment, scope.run_id, node_inputs(node, scope),
                         node_outputs(node, scope), {"mlops.spec": node.where,
                                                     "mlops.step": node.name})
+    task.address = (*scope.path, node.name)
+    debugged = rt.debug is not None and rt.debug.matches(task.address)
     key = None
-    if deterministic(definition) and not (scope.force_rerun or rt.force_rerun):
+    if deterministic(definition) and not (scope.force_rerun or rt.force_rerun or debugged):
         key = rt.steps.key(task, rt.environments.env_map)
         earlier = rt.steps.find(key)
         if earlier is not None:
@@ -86,7 +89,7 @@ def run_sweep_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
                                                              "mlops.step": node.name},
                                scope.run_id)
     ctx = TrialContext(folder, scope.assets, f"{node.where}.trial", node.name,
-                       scope.experiment, run_id)
+                       scope.experiment, run_id, (*scope.path, node.name))
     make = trial_factory(definition_for(node), node.base, node_inputs(node, scope), outputs, ctx)
     try:
         summary = sweep(node.raw, rt, folder, run_id, make)
@@ -109,7 +112,7 @@ def run_pipeline_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
                                scope.run_id)
     child = Scope(node_inputs(node, scope), outputs, folder, run_id, scope.experiment,
                   scope.assets, node.base, {}, scope.continue_on_failure, scope.force_rerun,
-                  scope.reused)
+                  scope.reused, (*scope.path, node.name))
     nodes = build_nodes(node.definition["jobs"], node.base, scope.assets, node.where)
     code = run_graph(nodes, child, rt)
     scope.steps[node.name] = {k: Produced(v.type, v.target) for k, v in outputs.items()}
@@ -124,6 +127,7 @@ def run_parallel_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
                               node_inputs(node, scope), node_outputs(node, scope), rt.max_procs,
                               experiment=scope.experiment, parent_run=scope.run_id,
                               tags={"mlops.spec": node.where, "mlops.step": node.name})
+    task.address = (*scope.path, node.name)
     driven = parallel.run_node(definition, task, rt)
     result = driven.result
     scope.steps[node.name] = {k: Produced(task.outputs[k].type, Path(v))
@@ -166,9 +170,28 @@ def run_graph(nodes: list[Node], scope: Scope, rt: runtime.Runtime) -> int:
     return first_code
 
 
+def addresses(nodes: list[Node], assets: AssetMap, above: tuple[str, ...] = ()
+              ) -> list[tuple[str, ...]]:
+    """Every task the pipeline may start, by the path DEBUG= names it with."""
+    found: list[tuple[str, ...]] = []
+    for node in nodes:
+        here = (*above, node.name)
+        if node.kind == "pipeline":
+            found += addresses(build_nodes(node.definition["jobs"], node.base, assets,
+                                           node.where), assets, here)
+        elif node.kind == "sweep":
+            trials = int((node.raw.get("limits") or {}).get("max_total_trials") or 1)
+            found += [(*here, f"trial:{n}") for n in range(trials)]
+        else:
+            found.append(here)
+    return found
+
+
 def run_pipeline_job(job: Job, rt: runtime.Runtime) -> int:
     data, path = job.data, job.spec.path
     nodes = build_nodes(data.get("jobs"), path.parent, job.assets, str(path))
+    if rt.debug is not None:
+        rt.debug.check(addresses(nodes, job.assets))
     experiment = experiment_name(data)
     outputs = {name: replace(spec, target=slot(name, spec, rt.root))
                for name, spec in job_outputs(data.get("outputs")).items()}

@@ -244,6 +244,7 @@ class TrialContext:
     name: str  # trials are <name>_<number>
     experiment: str
     parent: str  # the sweep's MLflow run
+    address: tuple[str, ...] = ()  # a sweep node's place in its pipeline (DEBUG=<node>/trial:N)
 
 
 def trial_factory(trial_def: dict, base: Path, inputs: dict[str, Value], outputs: dict,
@@ -255,13 +256,15 @@ def trial_factory(trial_def: dict, base: Path, inputs: dict[str, Value], outputs
         rendered = {k: render_literal(v) for k, v in params.items()}
         merged = {**inputs, **{k: Value(v) for k, v in rendered.items()}}
         command = fill_scope(str(trial_def.get("command") or ""), "search_space", rendered)
-        return command_task({**trial_def, "command": command}, base,
+        task = command_task({**trial_def, "command": command}, base,
                             ctx.folder / "trials" / f"trial_{number:03d}",
                             ctx.assets, ctx.where, f"{ctx.name}_{number}",
                             ctx.experiment, ctx.parent, merged,
                             {k: runtime_output(v) for k, v in outputs.items()},
                             {"mlops.spec": ctx.where, "mlops.trial": str(number),
                              **{f"param.{k}": v for k, v in rendered.items()}})
+        task.address = (*ctx.address, f"trial:{number}")
+        return task
 
     return make
 
@@ -276,6 +279,9 @@ def runtime_output(spec):
 def run_sweep_job(job: Job, rt: runtime.Runtime) -> int:
     data, path = job.data, job.spec.path
     experiment = experiment_name(data)
+    if rt.debug is not None:
+        trials = Settings.from_spec(data, rt.max_procs).max_trials
+        rt.debug.check([(f"trial:{n}",) for n in range(trials)])
     parent = rt.tracking.start(experiment, job.name, {"mlops.spec": str(path),
                                                       "mlops.local": "true"})
     trial_def, base = load_component(data["trial"], path.parent, job.assets, f"{path}: trial")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from mlops.environments.activation import Environments
 from mlops.errors import LocalRunError
-from mlops.runtime import launch, placement, snapshot, watchdog
+from mlops.runtime import debugging, launch, placement, snapshot, watchdog
 from mlops.runtime.binding import bind_inputs, bind_outputs, fill_artifacts
 from mlops.runtime.environ import process_env, tracking_env
 from mlops.runtime.mlflow_runs import Tracking, now_ms
@@ -50,6 +50,8 @@ class Runtime:
     started: bool = False  # a process was launched: the run folder now holds a real run
     force_rerun: bool = False  # pipeline steps run again even where an earlier one matches
     steps: StepIndex | None = None  # completed steps of every run beside this one (reuse.py)
+    debug: debugging.DebugRequest | None = None  # DEBUG=: the one process to debug
+    debug_taken: bool = False  # that process started: no later task takes it
 
     def __post_init__(self) -> None:
         if not SAFE_PATH.match(str(self.root)):
@@ -70,6 +72,7 @@ class Running:
     since_ms: int
     started: float
     guard: watchdog.Guard | None = None  # ends the task if this runner dies without a word
+    debugged: bool = False  # one of its processes waits for, or runs under, a debugger
 
 
 @dataclass
@@ -97,44 +100,69 @@ def previous_run(folder: Path, rt: Runtime) -> str | None:
     return record.get("mlflow_run_id")
 
 
-def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Running:
-    """Resolve, snapshot, build the environment, open the MLflow run, launch the processes."""
-    earlier_run = previous_run(task.folder, rt)  # before anything is written into the folder
+@dataclass
+class Prepared:
+    """A task resolved and snapshotted, ready for its environment and processes."""
+
+    inputs: dict[str, str | None]
+    outputs: dict[str, str]
+    command: str
+    wd: Path
+    overlays: placement.Overlays
+    debug: debugging.DebugPlan | None
+
+
+def prepare(task: Task, rt: Runtime) -> Prepared:
+    """Resolve (bind inputs and outputs, render the command) and snapshot `code:`."""
     task.folder.mkdir(parents=True, exist_ok=True)
     inputs = bind_inputs(task.inputs, task.folder)
     outputs = bind_outputs(task.outputs, task.folder)
     command = render_command(task.command, {"inputs": inputs, "outputs": outputs}, task.where)
     wd = task.folder / task.workdir.name
-    snapshot.take(task.code, wd / task.workdir.code_under if task.workdir.code_under else wd)
+    code_at = wd / task.workdir.code_under if task.workdir.code_under else wd
+    snapshot.take(task.code, code_at)
     try:
         overlays = placement.with_gpus(task.placement,
                                        placement.rank_envs(task.placement, rt.max_procs))
     except ValueError as err:
         raise LocalRunError(f"{task.where}: {err}") from None
+    debug = None
+    if rt.debug is not None and not rt.debug_taken and rt.debug.matches(task.address):
+        debug = debugging.plan(rt.debug, len(overlays.envs), wd, code_at, task.code)
+        rt.debug_taken = True
+    return Prepared(inputs, outputs, command, wd, overlays, debug)
+
+
+def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Running:
+    """Resolve, snapshot, build the environment, open the MLflow run, launch the processes."""
+    earlier_run = previous_run(task.folder, rt)  # before anything is written into the folder
+    ready = prepare(task, rt)
     run_id = rt.tracking.start(task.experiment, task.name, task.tags, task.parent_run,
                                reopen=earlier_run)
     since = now_ms()
     try:
-        base = process_env(task, rt.environments, inputs, outputs,
-                           tracking_env(task, rt.tracking, run_id, wd))
+        base = process_env(task, rt.environments, ready.inputs, ready.outputs,
+                           tracking_env(task, rt.tracking, run_id, ready.wd), ready.debug)
     except BaseException:
         rt.tracking.finish(run_id, "FAILED")
         raise
-    if overlays.notice:
-        print(overlays.notice, file=sys.stderr)
+    for notice in (ready.overlays.notice, ready.debug and ready.debug.notice(task.name)):
+        if notice:
+            print(notice, file=sys.stderr, flush=True)
     distributed = task.placement.distribution is not None
-    launch.share_cores(base, rt.sharing * (len(overlays.envs) if distributed else 1))
-    command, envs = placement.under_mpirun(command, overlays.envs, task.placement.distribution,
-                                           base)
+    launch.share_cores(base, rt.sharing * (len(ready.overlays.envs) if distributed else 1))
+    command, envs = placement.under_mpirun(ready.command, ready.overlays.envs,
+                                           task.placement.distribution, base)
     (task.folder / "command.sh").write_text(command + "\n")
     rt.started = True
     watchdog.write_status(task.folder, {"status": "Running", "mlflow_run_id": run_id,
                                         "pid": os.getpid(), "started_ms": since,
-                                        "outputs": outputs})
-    job = launch.Launch(command, wd, [{**base, **o} for o in envs], task.folder / "log.txt",
-                        label, echo)
+                                        "outputs": ready.outputs})
+    job = launch.Launch(command, ready.wd, debugging.overlay(ready.debug, base, envs),
+                        task.folder / "log.txt", label, echo, debugging.terminal(ready.debug))
     guard = watchdog.start(task.folder, run_id, rt.tracking.uri, [p.pid for p in job.procs])
-    return Running(task, job, run_id, outputs, since, time.monotonic(), guard)
+    return Running(task, job, run_id, ready.outputs, since, time.monotonic(), guard,
+                   ready.debug is not None)
 
 
 def version_error(tail) -> bool:
@@ -176,7 +204,7 @@ def finish(running: Running, rt: Runtime, status: str | None = None) -> Result:
 def run(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Result:
     """Start a task and wait for it; Ctrl-C (or SIGTERM/SIGHUP) stops it and records KILLED."""
     running = start(task, rt, echo, label)
-    until = running.started + task.timeout if task.timeout else None
+    until = running.started + task.timeout if task.timeout and not running.debugged else None
     try:
         if running.launch.wait(until) is None:
             print(f"\n{task.where}: limits.timeout of {task.timeout:g} s reached: canceling "

@@ -12,23 +12,27 @@ import os
 import re
 from pathlib import Path
 
-from mlops.environments.activation import Environments
-from mlops.runtime import readonly_inputs
+from mlops.environments.activation import Environments, top_site
+from mlops.runtime import debugging, readonly_inputs
 from mlops.runtime.binding import read_only
 from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.tasks import Task
 
-DROPPED_ENV = re.compile(r"^(MLFLOW_|AZUREML_|AZURE_ML_|OMPI_COMM_WORLD_|TF_CONFIG$|RANK$|"
-                         r"LOCAL_RANK$|WORLD_SIZE$|NODE_RANK$|MASTER_ADDR$|MASTER_PORT$|"
+DROPPED_ENV = re.compile(r"^(MLFLOW_|AZUREML_|AZURE_ML_|OMPI_COMM_WORLD_|MLOPS_DEBUG|TF_CONFIG$|"
+                         r"RANK$|LOCAL_RANK$|WORLD_SIZE$|NODE_RANK$|MASTER_ADDR$|MASTER_PORT$|"
                          r"LOCAL_WORLD_SIZE$)")
 
 
 def process_env(task: Task, environments: Environments, inputs: dict[str, str | None],
-                outputs: dict[str, str], extra: dict[str, str] | None = None) -> dict[str, str]:
+                outputs: dict[str, str], extra: dict[str, str] | None = None,
+                debug: debugging.DebugPlan | None = None) -> dict[str, str]:
     """The variables Azure sets for the task's processes, over this shell's, under the spec's
-    own; `extra`: what the runtime adds for this kind (a job's MLflow run) before the spec's."""
+    own; `extra`: what the runtime adds for this kind (a job's MLflow run) before the spec's.
+    A task one of whose processes is debugged gets the debugger's hook in its top layer."""
     env = {k: v for k, v in os.environ.items() if not DROPPED_ENV.match(k)}
     env.update(environments.activate(task.environment, task.folder, task.where))
+    if debug is not None:
+        debugging.install_hook(top_site(task.folder))
     env.update(extra or {})
     env.update({f"AZURE_ML_INPUT_{k}": v for k, v in inputs.items() if v is not None})
     env.update({f"AZURE_ML_OUTPUT_{k}": v for k, v in outputs.items()})

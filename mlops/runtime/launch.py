@@ -97,6 +97,16 @@ def stop_group(pgid: int, grace: float) -> None:
             time.sleep(0.05)
 
 
+def _signal(pid: int, sig: int) -> None:
+    """A process's group when it leads one (every process but pdb's, which shares the
+    runner's terminal group), else the process alone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+
+
 def _shell_code(code: int | None) -> int | None:
     """Killed by signal N reads as 128 + N, as a shell reports it."""
     return 128 - code if code is not None and code < 0 else code
@@ -112,6 +122,7 @@ class Launch:
     log: Path
     label: str = ""
     echo: bool = True
+    terminal: int | None = None  # the process that keeps this terminal (pdb's); the others: log
     procs: list = field(default_factory=list)
     tail: deque = field(default_factory=lambda: deque(maxlen=40))
     first_failure: int | None = None
@@ -127,22 +138,27 @@ class Launch:
         self._lock = threading.Lock()
         self._readers = []
         for rank, env in enumerate(self.envs):
+            if rank == self.terminal:  # in the runner's own group: the terminal's foreground
+                self.procs.append(subprocess.Popen(["bash", "-c", self.command], cwd=self.cwd,
+                                                   env=env))
+                continue
             popen = subprocess.Popen(["bash", "-c", self.command], cwd=self.cwd, env=env,
                                      text=True, errors="replace", stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, start_new_session=True)
             self.procs.append(popen)
             prefix = f"[process {rank}] " if len(self.envs) > 1 else ""
-            reader = threading.Thread(target=self._pump, args=(popen, prefix), daemon=True)
+            echo = self.echo and self.terminal is None  # pdb's terminal: no one else prints
+            reader = threading.Thread(target=self._pump, args=(popen, prefix, echo), daemon=True)
             reader.start()
             self._readers.append(reader)
 
-    def _pump(self, popen: subprocess.Popen, prefix: str) -> None:
+    def _pump(self, popen: subprocess.Popen, prefix: str, echo: bool) -> None:
         shown = f"[{self.label}] {prefix}" if self.label else prefix
         for line in popen.stdout:
             with self._lock:
                 self._handle.write(prefix + line)
                 self.tail.append((prefix + line).rstrip("\n"))
-                if self.echo:
+                if echo:
                     sys.stdout.write(shown + line)
                     sys.stdout.flush()
 
@@ -177,7 +193,7 @@ class Launch:
     def stop(self, grace: float = STOP_GRACE_S) -> None:
         for popen in self.procs:
             if popen.poll() is None:
-                os.killpg(popen.pid, signal.SIGTERM)
+                _signal(popen.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         for popen in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):

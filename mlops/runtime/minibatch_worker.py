@@ -69,10 +69,20 @@ def as_lines(result) -> list[str]:
     return [str(item) for item in (result or [])]
 
 
+def take_debugger() -> None:
+    """DEBUG=worker:N chose this worker: it waits for a debugger (or starts pdb) before it
+    imports the scoring script (mlops/runtime/debug_hook.py, in the run's top layer)."""
+    if os.environ.get("MLOPS_DEBUG"):
+        import _mlops_debug
+
+        _mlops_debug.activate(wait=True)
+
+
 def score(module, batch: list[str], retries: int, timeout: int) -> dict:
     error = ""
+    debugging = bool(os.environ.get("MLOPS_DEBUGGING"))  # a breakpoint may pause run()
     for attempt in range(1, retries + 2):
-        signal.alarm(max(1, timeout))
+        signal.alarm(0 if debugging else max(1, timeout))
         try:
             lines = as_lines(module.run(batch))
             # more rows than items (several predictions per file) still means every item
@@ -107,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv[:split])
     signal.signal(signal.SIGALRM, _alarm)
     sys.argv = [str(args.script), *argv[split + 1:]]  # what the entry script's argparse reads
+    take_debugger()
     module = load_script(args.script)
     module.init()
     while (item := claim(args.work)) is not None:

@@ -18,11 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlops.runtime import Runtime, snapshot, watchdog
-from mlops.runtime.binding import bind_inputs, bind_outputs
+from mlops.runtime import Runtime, debugging, prepare, watchdog
 from mlops.runtime.environ import process_env
 from mlops.runtime.tasks import Task
-from mlops.runtime.values import render_command
 
 
 @dataclass(frozen=True)
@@ -35,24 +33,23 @@ class Service:
 def start_service(task: Task, rt: Runtime, header: Callable[[], str] | None = None) -> Service:
     """Resolve, snapshot, activate the environment, and start the command detached; `header`
     (asked once the environment is ready) starts the log."""
-    task.folder.mkdir(parents=True, exist_ok=True)
-    inputs = bind_inputs(task.inputs, task.folder)
-    outputs = bind_outputs(task.outputs, task.folder)
-    command = render_command(task.command, {"inputs": inputs, "outputs": outputs}, task.where)
-    wd = task.folder / task.workdir.name
-    snapshot.take(task.code, wd / task.workdir.code_under if task.workdir.code_under else wd)
-    env = process_env(task, rt.environments, inputs, outputs)
+    ready = prepare(task, rt)
+    env = debugging.overlay(ready.debug, process_env(task, rt.environments, ready.inputs,
+                                                     ready.outputs, debug=ready.debug), [{}])[0]
+    if ready.debug is not None:
+        print(ready.debug.notice(task.name).replace("waits for", "listens for"), flush=True)
+    command = ready.command
     (task.folder / "command.sh").write_text(command + "\n")
     log = task.folder / "log.txt"
     rt.started = True
     with log.open("w") as handle:
         handle.write(header() if header else "")
         handle.flush()
-        process = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=wd, env=env,
+        process = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=ready.wd, env=env,
                                    stdin=subprocess.DEVNULL, stdout=handle,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     watchdog.write_status(task.folder, {"status": "Running", "pid": process.pid,
-                                        "outputs": outputs})
+                                        "outputs": ready.outputs})
     return Service(process.pid, log, task.folder)
 
 

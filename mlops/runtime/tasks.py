@@ -46,6 +46,7 @@ class Task:
     experiment: str = "Default"
     tags: dict[str, str] = field(default_factory=dict)
     parent_run: str | None = None
+    address: tuple[str, ...] = ()  # in its run: ("train",), ("tune", "trial:3"); DEBUG= names it
 
 
 class Component(NamedTuple):

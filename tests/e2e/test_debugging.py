@@ -1,0 +1,159 @@
+"""A real debugger client (DAP over loopback) attaches to a command job, a pipeline step and the
+local endpoint, stops at a breakpoint set on the *source* file, reads the locals, continues, and
+the run ends as it does without a debugger."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import pytest
+from dap import DapClient
+from support import ROOT
+
+from mlops.endpoints import online
+from mlops.runtime.debugging import DebugRequest
+
+FIXTURES = ROOT / "tests" / "fixtures" / "debug"
+TALLY = FIXTURES / "src" / "tally.py"
+ADD_LINE = 10  # `subtotal += number`
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def debug_env(mlflow_store, tmp_path_factory, monkeypatch):
+    """debugpy is installed once per session into a tools folder of the shared layer cache."""
+    monkeypatch.setenv("LOCAL_ENVS_DIR", str(tmp_path_factory.getbasetemp().parent / "envs"))
+
+
+def run_local(spec, run_dir, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "mlops.run", str(spec), "--run-dir",
+                             str(run_dir), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_a_command_job_stops_at_a_breakpoint_on_its_source_file(debug_env, tmp_path):
+    port = free_port()
+    job = run_local(FIXTURES / "job.yml", tmp_path / "debugged", "--set", "inputs.n=5",
+                    "--debug", "1", "--debug-port", str(port))
+    client = DapClient(port)
+    try:
+        client.attach_and_break(TALLY, ADD_LINE)
+        path, line, local = client.stopped_locals()
+        assert (path, line) == (str(TALLY), ADD_LINE)  # the source file, not the snapshot copy
+        assert local["numbers"] == "[1, 2, 3, 4, 5]" and local["subtotal"] == "0"
+        client.resume()
+        out, _ = job.communicate(timeout=120)
+    finally:
+        client.close()
+        job.kill()
+    assert job.returncode == 0, out
+    assert f"waits for a debugger on 127.0.0.1:{port}" in out
+    plain = run_local(FIXTURES / "job.yml", tmp_path / "plain", "--set", "inputs.n=5")
+    assert plain.wait(timeout=120) == 0
+    result = "outputs/result/total.txt"
+    assert (tmp_path / "debugged" / result).read_text() == \
+        (tmp_path / "plain" / result).read_text() == "15"
+
+
+def test_a_pipeline_step_is_debugged_by_name_and_the_others_run_as_usual(debug_env, tmp_path):
+    port = free_port()
+    job = run_local(FIXTURES / "pipeline.yml", tmp_path / "run", "--debug", "total",
+                    "--debug-port", str(port))
+    client = DapClient(port)
+    try:
+        client.attach_and_break(TALLY, ADD_LINE)
+        _, _, local = client.stopped_locals()
+        assert local["numbers"] == "[1, 2, 3]"  # read from the count step's output
+        client.resume()
+        out, _ = job.communicate(timeout=120)
+    finally:
+        client.close()
+        job.kill()
+    assert job.returncode == 0, out
+    assert (tmp_path / "run" / "steps" / "total" / "outputs" / "summed" / "total.txt"
+            ).read_text() == "6"
+
+
+def test_a_step_name_the_pipeline_lacks_is_refused_with_its_steps(debug_env, tmp_path):
+    job = run_local(FIXTURES / "pipeline.yml", tmp_path / "run", "--debug", "totl")
+    out, _ = job.communicate(timeout=120)
+    assert job.returncode == 2
+    assert "DEBUG=totl names no task of this run; its tasks: count, total" in out
+    assert not (tmp_path / "run").exists()  # refused before anything ran
+
+
+def test_the_local_endpoint_stops_in_run_and_answers_after(debug_env, tmp_path, monkeypatch):
+    monkeypatch.setattr(online, "STATE", tmp_path / "serve-local")
+    port, debug_port = free_port(), free_port()
+    request = DebugRequest.parse("1", debug_port)
+    assert online.start(FIXTURES / "endpoint" / "deployment.yml", None, port, debug=request) == 0
+    client = DapClient(debug_port)
+    answers = []
+    try:
+        client.attach_and_break(FIXTURES / "endpoint" / "score.py", 18)
+        call = urllib.request.Request(f"http://127.0.0.1:{port}/score", method="POST",
+                                      data=json.dumps({"data": [1, 2]}).encode(),
+                                      headers={"Content-Type": "application/json"})
+        caller = threading.Thread(target=lambda: answers.append(
+            json.loads(urllib.request.urlopen(call, timeout=120).read())))
+        caller.start()
+        _, line, local = client.stopped_locals()
+        assert line == 18 and local["values"] == "[1, 2]"
+        client.resume()
+        caller.join(timeout=60)
+    finally:
+        client.close()
+        online.stop()
+    assert answers == [{"shifted": [11, 12]}]
+
+
+def test_pdb_takes_the_terminal_at_the_first_line_of_the_jobs_code(debug_env, tmp_path):
+    """DEBUG=pdb: the job's process under pdb on a (pseudo-)terminal, stopped at its first line;
+    a breakpoint, the locals, then on to the end."""
+    import os
+    import pty
+    import select
+    import time
+
+    command = [sys.executable, "-m", "mlops.run", str(FIXTURES / "job.yml"), "--run-dir",
+               str(tmp_path / "run"), "--debug", "pdb", "--set", "inputs.n=3"]
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: the run, on the pseudo-terminal
+        os.chdir(ROOT)
+        os.execv(command[0], command)
+    seen = b""
+
+    def until(text: bytes, seconds: float = 90) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + seconds
+        while text not in seen:
+            assert time.monotonic() < deadline, seen.decode(errors="replace")[-2000:]
+            if select.select([terminal], [], [], 0.2)[0]:
+                seen += os.read(terminal, 65536)
+
+    try:
+        until(b"tally.py(1)<module>()")
+        os.write(terminal, b"b 10\nc\n")
+        until(b"-> subtotal += number")
+        os.write(terminal, b"p numbers\n")
+        until(b"[1, 2, 3]")
+        os.write(terminal, b"cl 1\nc\n")
+        until(b"debug-tally: Completed")
+    except BaseException:
+        os.killpg(pid, 9)  # the run and its job: the pseudo-terminal's session
+        raise
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(terminal)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert (tmp_path / "run" / "outputs" / "result" / "total.txt").read_text() == "6"
