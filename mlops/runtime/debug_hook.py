@@ -75,7 +75,9 @@ def _debugpy(settings: dict, wait: bool) -> None:
     sys.path.append(settings["tools"])
     import debugpy
 
-    debugpy.listen(("127.0.0.1", int(settings["port"])))
+    # in-process adapter: no second process to start (a second of start-up) or to outlive the
+    # job (it held the job's output open after the job ended)
+    debugpy.listen(("127.0.0.1", int(settings["port"])), in_process_debug_adapter=True)
     where = f"127.0.0.1:{settings['port']}"
     print(f"debug: pid {os.getpid()} listens on {where}", file=sys.stderr, flush=True)
     if not wait:
