@@ -13,7 +13,7 @@ from mlops.checks.prepare import prepare_job
 from mlops.environments.activation import Environments
 from mlops.runtime import launch
 from mlops.runtime.debugging import DebugRequest
-from mlops.runtime.job import Job, run_folder, write_record
+from mlops.runtime.job import Job, locked, run_folder, write_record
 from mlops.runtime.mlflow_runs import Tracking, tracking_uri
 from mlops.runtime.mlflow_server import Server
 from mlops.runtime.tasks import command_task, experiment_name
@@ -86,22 +86,23 @@ def run_local(request: JobRequest) -> int:
     handlers = launch.install_signal_handlers()
     bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the lint imports entry
     server = Server(tracking_uri())  # points: no .pyc into the sources; MLflow starts on demand
-    rt = None
-    created = False
     try:
         job = prepare_job(request.spec, request.sets, request.removes,
                           AssetMap(request.asset_file))
         launch.check_interrupt()
         folder = run_folder(job, request.run_dir)
         created = not folder.exists()
-        rt = runtime.Runtime(folder, max(1, request.max_procs), Tracking(server),
-                             Environments(request.env_file), force_rerun=request.force_rerun,
-                             debug=request.debug)
-        return run_job(job, rt)
-    except BaseException:
-        if created and rt is not None and not rt.started:
-            shutil.rmtree(rt.root, ignore_errors=True)  # nothing ran: leave nothing behind
-        raise
+        with locked(folder):
+            rt = None
+            try:
+                rt = runtime.Runtime(folder, max(1, request.max_procs), Tracking(server),
+                                     Environments(request.env_file),
+                                     force_rerun=request.force_rerun, debug=request.debug)
+                return run_job(job, rt)
+            except BaseException:
+                if created and not (rt and rt.started):  # nothing ran: leave nothing behind
+                    shutil.rmtree(folder, ignore_errors=True)
+                raise
     finally:
         server.close()
         sys.dont_write_bytecode = bytecode

@@ -29,7 +29,7 @@ from mlops.orchestrators.graph import (
     node_inputs,
     node_outputs,
 )
-from mlops.runtime import launch
+from mlops.runtime import launch, watchdog
 from mlops.runtime.binding import publish, slot
 from mlops.runtime.job import Job, read_record, update_record
 from mlops.runtime.reuse import deterministic, link_step
@@ -205,7 +205,8 @@ def run_pipeline_job(job: Job, rt: runtime.Runtime) -> int:
                   flag(settings.get("continue_on_step_failure")),
                   flag(settings.get("force_rerun")))
     print(f"{job.name}: steps {' -> '.join(n.name for n in nodes)}; run folder {rt.root}")
-    code = run_graph(nodes, scope, rt)
+    with watchdog.guarding(rt.root, run_id, rt.tracking.uri):
+        code = run_graph(nodes, scope, rt)
     status = "Completed" if code == 0 else f"Failed (exit {code})"
     if scope.reused:
         status += f"; reused {len(scope.reused)} step(s): {', '.join(scope.reused)}"

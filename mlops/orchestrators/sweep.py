@@ -22,7 +22,7 @@ import optuna
 from mlops import runtime
 from mlops.orchestrators.policies import Policy, should_stop
 from mlops.orchestrators.sampling import make_study, sample
-from mlops.runtime import launch
+from mlops.runtime import launch, watchdog
 from mlops.runtime.binding import publish
 from mlops.runtime.job import Job
 from mlops.runtime.tasks import command_task, experiment_name, load_component
@@ -282,21 +282,22 @@ def run_sweep_job(job: Job, rt: runtime.Runtime) -> int:
     if rt.debug is not None:
         trials = Settings.from_spec(data, rt.max_procs).max_trials
         rt.debug.check([(f"trial:{n}",) for n in range(trials)])
-    parent = rt.tracking.start(experiment, job.name, {"mlops.spec": str(path),
-                                                      "mlops.local": "true"})
     trial_def, base = load_component(data["trial"], path.parent, job.assets, f"{path}: trial")
     outputs = job_outputs(data.get("outputs"))
+    inputs = job_inputs(data.get("inputs"), path.parent, job.assets)
+    parent = rt.tracking.start(experiment, job.name, {"mlops.spec": str(path),
+                                                      "mlops.local": "true"})
     ctx = TrialContext(rt.root, job.assets, f"{path}: trial", job.name, experiment, parent)
-    make = trial_factory(trial_def, base, job_inputs(data.get("inputs"), path.parent,
-                                                     job.assets), outputs, ctx)
-    try:
-        summary = sweep(data, rt, rt.root, parent, make)
-    except KeyboardInterrupt:
-        rt.tracking.finish(parent, "KILLED")
-        raise
-    best = summary["best_trial"]
-    if best:
-        publish(Path(best["folder"]), outputs, rt.root)
-    rt.tracking.finish(parent, "FINISHED" if best else "FAILED")
+    with watchdog.guarding(rt.root, parent, rt.tracking.uri):
+        try:
+            summary = sweep(data, rt, rt.root, parent, trial_factory(trial_def, base, inputs,
+                                                                     outputs, ctx))
+        except KeyboardInterrupt:
+            rt.tracking.finish(parent, "KILLED")
+            raise
+        best = summary["best_trial"]
+        if best:
+            publish(Path(best["folder"]), outputs, rt.root)
+        rt.tracking.finish(parent, "FINISHED" if best else "FAILED")
     print(f"summary: {rt.root / 'sweep_summary.json'}")
     return 0 if best else 1

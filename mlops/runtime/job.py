@@ -7,9 +7,13 @@ the spec as it ran (after --set), `run.json` its kind, file and MLflow run.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +25,7 @@ from mlops.runtime.uris import AssetMap
 from mlops.specs import Spec
 
 RECORD = "run.json"
+LOCK = ".lock"
 
 
 @dataclass
@@ -79,6 +84,27 @@ def run_folder(job: Job, requested: Path | None) -> Path:
         raise LocalRunError(f"{folder} holds a {kind} run; a {job.spec.kind} cannot reuse it. "
                             "Use a new --run-dir")
     return folder
+
+
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold the run folder for this run alone: an exclusive lock on `<folder>/.lock`, taken
+    before anything else is written and let go when the run ends (or its process dies). A
+    second run into the folder is refused at once and touches nothing."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(handle, 32, 0).decode(errors="replace").strip() or "?"
+            raise LocalRunError(f"{folder} is in use by a local run (pid {holder}); wait for "
+                                "it, stop it, or use another --run-dir") from None
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(handle)  # the lock goes with it
 
 
 def write_record(job: Job, folder: Path, **fields) -> None:

@@ -5,16 +5,25 @@ runs every job, trial and step in its own copy, with `outputs/` and `logs/` crea
 code and uploaded as the run's artifacts. The file list comes from azure-ai-ml's own upload
 helpers, so the copy holds exactly what `az ml job create` would upload. A job may write anywhere
 in its copy; the source folder is never touched.
+
+Before anything is copied, `code:` that is the filesystem's root or the home folder is
+refused (it would copy the machine), and so is a link to a folder that contains it (a
+loop), by name; the files Azure would upload are bounded (MAX_FILES, MAX_BYTES: an .amlignore
+keeps data and environments out of the code).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 from mlops.errors import LocalRunError
 
 ARTIFACT_DIRS = ("outputs", "logs")
+MAX_FILES = 50_000
+MAX_BYTES = 4 * 2**30
+UNWALKED = {".git", ".venv", "node_modules", "__pycache__"}  # large, and never a code loop
 
 
 def code_files(code: Path) -> list[tuple[Path, str]]:
@@ -27,6 +36,43 @@ def code_files(code: Path) -> list[tuple[Path, str]]:
     return [(Path(source), relative) for source, relative in files]
 
 
+def check_folder(code: Path) -> None:
+    """Refuse what would copy the machine or loop forever, before anything is copied."""
+    if code.is_file():
+        return
+    real = Path(os.path.realpath(code))
+    home = real == Path.home().resolve()
+    if home or real == Path(real.anchor):
+        raise LocalRunError(f"code: {code} is {'the home folder' if home else 'a filesystem root'}"
+                            "; Azure would upload all of it. Point code: at the folder that holds "
+                            "the entry script")
+    for folder, dirs, _ in os.walk(real):  # links are looked at, not followed
+        dirs[:] = [d for d in dirs if d not in UNWALKED]
+        for name in dirs:
+            link = Path(folder) / name
+            if link.is_symlink() and Path(folder).resolve().is_relative_to(link.resolve()):
+                raise LocalRunError(f"code: {link} links to {os.path.realpath(link)}, a folder "
+                                    "the snapshot already copies (a loop); remove the link or "
+                                    "list it in .amlignore")
+
+
+def check_size(files: list[tuple[Path, str]], code: Path) -> None:
+    """What Azure would upload, bounded: data and environments belong elsewhere."""
+    size = sum(_size(source) for source, _ in files[:MAX_FILES + 1])
+    if len(files) > MAX_FILES or size > MAX_BYTES:
+        raise LocalRunError(f"code: {code} holds {len(files)} files, {size / 2**20:.0f} MiB "
+                            f"(at most {MAX_FILES} files and {MAX_BYTES // 2**30} GiB here); keep "
+                            "data, environments and runs out of it with an .amlignore: Azure "
+                            "uploads all of it with every job")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def take(code: Path | None, wd: Path) -> int:
     """Fill `wd` (recreated empty) with a copy of `code`; return the number of files copied."""
     if wd.exists():
@@ -37,7 +83,10 @@ def take(code: Path | None, wd: Path) -> int:
         if not code.exists():
             raise LocalRunError(f"code: {code} does not exist (az ml job create would fail to "
                                 "upload it). Point code: at the folder with the entry point")
-        for source, relative in code_files(code):
+        check_folder(code)
+        files = code_files(code)
+        check_size(files, code)
+        for source, relative in files:
             target = wd / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)

@@ -17,11 +17,13 @@ by a watchdog that takes over.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 DONE = b"done\n"
@@ -57,11 +59,25 @@ def alive(pid: int | None) -> bool:
 Guard = subprocess.Popen  # a started watchdog: release() lets it go
 
 
-def start(folder: Path, run_id: str, store: str, pgids: list[int]) -> Guard:
+def start(folder: Path, run_id: str, store: str, pgids: list[int],
+          since_ms: int | None = None) -> Guard:
+    """`since_ms`: where the runs below `run_id` start (else the folder's status.json says)."""
+    since = [f"since={since_ms}"] if since_ms is not None else []
     return subprocess.Popen(
-        [sys.executable, __file__, str(folder), run_id, store, *map(str, pgids)],
+        [sys.executable, __file__, str(folder), run_id, store, *since, *map(str, pgids)],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)  # a signal to the launcher's group must not reach it
+
+
+@contextlib.contextmanager
+def guarding(folder: Path, run_id: str, store: str) -> Iterator[None]:
+    """A run the launcher holds itself (a pipeline's or a sweep's root): if the launcher dies
+    without a word, it and every run below it still RUNNING end KILLED."""
+    guard = start(folder, run_id, store, [], int(time.time() * 1000) - 1000)
+    try:
+        yield
+    finally:
+        release(guard)
 
 
 def release(watchdog: Guard) -> None:
@@ -81,14 +97,15 @@ def end_orphaned_run(store: str, run_id: str, since_ms: int | None) -> None:
     Tracking(uri=store).finish(run_id, "KILLED", since_ms, None, only_running=True)
 
 
-def take_over(folder: Path, run_id: str, store: str, pgids: list[int]) -> None:
+def take_over(folder: Path, run_id: str, store: str, pgids: list[int],
+              since_ms: int | None = None) -> None:
     from mlops.runtime.launch import stop_group
 
     for pgid in pgids:
         stop_group(pgid, 5)
     record = read_status(folder)
     try:
-        end_orphaned_run(store, run_id, record.get("started_ms"))
+        end_orphaned_run(store, run_id, since_ms or record.get("started_ms"))
     finally:  # the record last: once it says Canceled, everything is over
         if record.get("status") == "Running":
             write_status(folder, {**record, "status": "Canceled", "exit_code": None,
@@ -97,11 +114,13 @@ def take_over(folder: Path, run_id: str, store: str, pgids: list[int]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     folder, run_id, store, *pgids = argv if argv is not None else sys.argv[1:]
+    since = [int(p.removeprefix("since=")) for p in pgids if p.startswith("since=")]
+    pgids = [p for p in pgids if not p.startswith("since=")]
     said = sys.stdin.buffer.read()  # returns at EOF: when the launcher says done, or dies
     if said.endswith(DONE):
         return 0
     time.sleep(0.2)  # let the launcher's own last writes land first
-    take_over(Path(folder), run_id, store, [int(p) for p in pgids])
+    take_over(Path(folder), run_id, store, [int(p) for p in pgids], since[0] if since else None)
     return 0
 
 

@@ -496,3 +496,41 @@ def test_read_only_places_follow_the_input_mode(tmp_path):
     assert read_only(inputs, task) == [
         str(task / "inputs/a"), str(data), str(task / "inputs/c"), str(data / "f.csv"),
         str(task / "inputs/whole")]  # not tmp_path itself: the job's own folder is inside it
+
+
+def test_two_runs_into_one_folder_at_once_one_runs_and_the_other_touches_nothing(tmp_path):
+    """Two `make local RUN_DIR=x` started together: one holds the folder, the other is refused at
+    once (exit 2) and its cleanup leaves the running job's folder alone."""
+    folder = tmp_path / "run"
+    command = [sys.executable, "-m", "mlops.run", str(HELLO / "hello-command.yml"), "--run-dir",
+               str(folder), "--set", "inputs.steps=8", "--set", "inputs.sleep=0.25"]
+    both = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True) for _ in range(2)]
+    outcomes = sorted((p.wait(timeout=180), p.stdout.read()) for p in both)
+    assert [code for code, _ in outcomes] == [0, 2], outcomes
+    assert f"{folder} is in use by a local run" in outcomes[1][1]
+    assert (folder / "outputs" / "result" / "done").read_text() == "ok"
+    assert json.loads((folder / "status.json").read_text())["status"] == "Completed"
+
+
+def test_a_pipeline_launcher_killed_without_warning_ends_its_root_run(tmp_path):
+    """kill -9 of a pipeline's launcher: the step's watchdog ends the step, the root's ends the
+    pipeline's own MLflow run, so nothing stays RUNNING."""
+    folder = tmp_path / "run"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "mlops.run", str(HELLO / "hello-pipeline.yml"), "--run-dir",
+         str(folder), "--set", "jobs.prep.command=sleep 60"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    status = folder / "steps" / "prep" / "status.json"
+    deadline = time.monotonic() + 120
+    while not status.is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)  # the step's own watchdog is up
+    runner.kill()
+    runner.wait()
+    deadline = time.monotonic() + 60
+    while any(r.info.status == "RUNNING" for r in runs("hello-pipeline")) and \
+            time.monotonic() < deadline:
+        time.sleep(0.2)
+    statuses = {r.info.run_name: r.info.status for r in runs("hello-pipeline")}
+    assert statuses == {"hello-pipeline": "KILLED", "prep": "KILLED"}, statuses

@@ -1,0 +1,70 @@
+"""A run folder is one run's alone, its record is read or refused clearly, and a snapshot never
+copies the machine or loops."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mlops.errors import LocalRunError
+from mlops.runtime import job, snapshot
+
+
+def test_a_second_run_into_a_locked_folder_is_refused_and_touches_nothing(tmp_path):
+    folder = tmp_path / "run"
+    with job.locked(folder):
+        (folder / "log.txt").write_text("the first run's")
+        with pytest.raises(LocalRunError, match=rf"{folder} is in use by a local run \(pid "
+                                                rf"{os.getpid()}\)"), job.locked(folder):
+            pass
+        assert (folder / "log.txt").read_text() == "the first run's"
+    with job.locked(folder):  # free again once the first let go
+        pass
+
+
+def test_a_truncated_run_record_is_a_clear_error(tmp_path):
+    (tmp_path / "run.json").write_text('{"kind": "command')
+    with pytest.raises(LocalRunError, match=r"run.json is damaged .*use a new --run-dir"):
+        job.read_record(tmp_path)
+    assert job.read_record(tmp_path / "none") == {}
+
+
+@pytest.mark.parametrize("where", ["/", "home"])
+def test_code_that_is_the_root_or_the_home_folder_is_refused(where):
+    code = Path.home() if where == "home" else Path("/")
+    with pytest.raises(LocalRunError, match="Azure would upload all of it"):
+        snapshot.check_folder(code)
+
+
+@pytest.mark.parametrize("target", ["..", ".", "../.."])
+def test_a_link_to_a_folder_that_holds_it_is_refused_by_name(tmp_path, target):
+    code = tmp_path / "code" / "pkg"
+    code.mkdir(parents=True)
+    (code / "main.py").write_text("print('hi')\n")
+    (code / "up").symlink_to(target)
+    with pytest.raises(LocalRunError, match=rf"{code / 'up'} links to .* \(a loop\)"):
+        snapshot.check_folder(code.parent if target == "../.." else code)
+
+
+def test_a_link_elsewhere_is_copied(tmp_path):
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "util.py").write_text("X = 1\n")
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "main.py").write_text("print('hi')\n")
+    (code / "shared").symlink_to(tmp_path / "shared")
+    assert snapshot.take(code, tmp_path / "wd") == 2
+    assert (tmp_path / "wd" / "shared" / "util.py").read_text() == "X = 1\n"
+
+
+def test_a_code_folder_past_the_bound_is_refused_before_copying(tmp_path, monkeypatch):
+    monkeypatch.setattr(snapshot, "MAX_FILES", 3)
+    code = tmp_path / "code"
+    code.mkdir()
+    for n in range(5):
+        (code / f"f{n}.py").write_text("")
+    with pytest.raises(LocalRunError, match=r"holds 5 files.*at most 3 files.*\.amlignore"):
+        snapshot.take(code, tmp_path / "wd")
+    assert not any((tmp_path / "wd").glob("*.py"))
