@@ -33,12 +33,15 @@ Imports point down or sideways, never up into a front door (tests/unit/test_impo
 
 from __future__ import annotations
 
+import errno
 import gc
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
 from mlops.errors import INPUT_ERROR, LocalRunError
+
+MACHINE_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
 def exit_with(main: Callable[[], int | None]) -> NoReturn:
@@ -66,3 +69,9 @@ def exit_code(call: Callable[[], int]) -> int:
         return INPUT_ERROR
     except KeyboardInterrupt as err:
         return 128 + getattr(err, "signum", 2)
+    except OSError as err:  # the machine's fault (a full disk, a folder gone): no traceback
+        if err.errno not in MACHINE_FAULTS:
+            raise
+        print(f"error: {err.filename or 'a file'}: {err.strerror}; free some space (or pick "
+              "another RUN_DIR) and run again", file=sys.stderr)
+        return 1

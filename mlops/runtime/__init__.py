@@ -175,6 +175,20 @@ def version_error(tail) -> bool:
         "/site-packages/" in frames[-1]
 
 
+def collect(running: Running, rt: Runtime) -> list[str]:
+    """Outputs and artifacts into place; what the machine refused (a full disk), as lines."""
+    faults = [f"{running.launch.log}: {running.launch.log_error.strerror}"] \
+        if running.launch.log_error else []
+    try:
+        fill_artifacts(running.task.command, running.task.folder / "wd", running.outputs)
+        rt.tracking.log_artifacts(running.run_id, running.task.folder / "wd", running.launch.log)
+    except OSError as err:
+        faults.append(f"collecting outputs and artifacts: {err.strerror} ({err.filename})")
+    for fault in faults:
+        print(f"warning: {running.task.name}: {fault}", file=sys.stderr)
+    return faults
+
+
 def finish(running: Running, rt: Runtime, status: str | None = None) -> Result:
     """Collect: stop what is left, upload artifacts, record the outcome in MLflow and on disk."""
     job = running.launch
@@ -183,19 +197,23 @@ def finish(running: Running, rt: Runtime, status: str | None = None) -> Result:
         job.stop()
         code = job.poll()
     job.close()
-    fill_artifacts(running.task.command, running.task.folder / "wd", running.outputs)
+    faults = collect(running, rt)
     status = status or ("Completed" if code == 0 else "Failed")
     caveat = rt.environments.caveat(running.task.where)
     if status == "Failed" and caveat and version_error(job.tail):
         print(caveat, file=sys.stderr)
     mlflow_status = {"Completed": "FINISHED", "Failed": "FAILED"}.get(status, "KILLED")
-    rt.tracking.log_artifacts(running.run_id, running.task.folder / "wd", job.log)
     rt.tracking.finish(running.run_id, mlflow_status, running.since_ms, job.ended_ms)
     rt.environments.release(running.task.folder)
     seconds = time.monotonic() - running.started
     record = {"status": status, "exit_code": code, "mlflow_run_id": running.run_id,
-              "seconds": round(seconds, 3), "outputs": running.outputs}
-    watchdog.write_status(running.task.folder, record)
+              "seconds": round(seconds, 3), "outputs": running.outputs,
+              **({"faults": faults} if faults else {})}
+    try:
+        watchdog.write_status(running.task.folder, record)
+    except OSError as err:
+        print(f"error: {running.task.folder / watchdog.STATUS}: {err.strerror}; "
+              f"{running.task.name} ended {status} (exit {code})", file=sys.stderr)
     if running.guard is not None:
         watchdog.release(running.guard)
     return Result(status, code, running.run_id, running.outputs, seconds, job.log)

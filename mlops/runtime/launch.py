@@ -128,6 +128,7 @@ class Launch:
     first_failure: int | None = None
     reaped: set = field(default_factory=set)
     ended_ms: int | None = None  # when the last process ended
+    log_error: OSError | None = None  # the log could not be written (a full disk): echo only
 
     def __post_init__(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +157,7 @@ class Launch:
         shown = f"[{self.label}] {prefix}" if self.label else prefix
         for line in popen.stdout:
             with self._lock:
-                self._handle.write(prefix + line)
+                self._write(prefix + line)
                 self.tail.append((prefix + line).rstrip("\n"))
                 if echo:
                     sys.stdout.write(shown + line)
@@ -203,7 +204,22 @@ class Launch:
                 self.reaped.add(popen.pid)
         self.ended_ms = int(time.time() * 1000)
 
+    def _write(self, text: str) -> None:
+        """Into the log; once the disk refuses, the output still reaches the terminal and the
+        outcome says what was lost."""
+        if self.log_error is not None:
+            return
+        try:
+            self._handle.write(text)
+        except OSError as err:
+            self.log_error = err
+            print(f"\nwarning: {self.log}: {err.strerror}; the job's output is no longer "
+                  "logged", file=sys.stderr, flush=True)
+
     def close(self) -> None:
         for reader in self._readers:
             reader.join(timeout=5)
-        self._handle.close()
+        try:
+            self._handle.close()
+        except OSError as err:  # the last buffered lines did not fit
+            self.log_error = self.log_error or err

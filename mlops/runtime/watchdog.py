@@ -28,14 +28,26 @@ from pathlib import Path
 
 DONE = b"done\n"
 STATUS = "status.json"
+RESERVED = 4096  # every status.json is padded to this: the last one fits where the first was
 
 
 def write_status(folder: Path, record: dict) -> None:
-    """status.json, replaced atomically: a reader sees the old record or the new, never half."""
+    """status.json, replaced atomically: a reader sees the old record or the new, never half.
+    On a full disk the record is written over the old one in place, in the space the first
+    record reserved (JSON allows the trailing blanks)."""
     path = folder / STATUS
+    text = json.dumps(record, indent=2) + "\n"
+    data = (text + " " * max(0, RESERVED - len(text) - 1) + "\n").encode()
     tmp = path.with_name(f".{STATUS}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        if not path.is_file() or path.stat().st_size < len(data):
+            raise
+        with open(path, "r+b") as handle:  # the reserved blocks: no new space needed
+            handle.write(data)
 
 
 def read_status(folder: Path) -> dict:

@@ -534,3 +534,39 @@ def test_a_pipeline_launcher_killed_without_warning_ends_its_root_run(tmp_path):
         time.sleep(0.2)
     statuses = {r.info.run_name: r.info.status for r in runs("hello-pipeline")}
     assert statuses == {"hello-pipeline": "KILLED", "prep": "KILLED"}, statuses
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MB file system of its own (tmpfs), where a run can fill the disk; skipped where this
+    user may not mount one."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_leaves_a_true_status_and_no_traceback(tmp_path, small_disk):
+    """The job's output fills the run folder's disk: the runner says so, keeps echoing, and
+    status.json holds the outcome (never Running), written in the space its first record
+    reserved."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "talk.py").write_text("for n in range(4000):\n    print('x' * 1000, flush=True)\n")
+    spec = tmp_path / "talk.yml"
+    spec.write_text(
+        "$schema: https://azuremlschemas.azureedge.net/latest/commandJob.schema.json\n"
+        "type: command\ncode: code\ncommand: python talk.py\n"
+        "environment: azureml:AzureML-minimal-ubuntu22.04-py39-cpu-inference@latest\n"
+        "compute: azureml:cpu-cluster\n")
+    done = subprocess.run([sys.executable, "-m", "mlops.run", str(spec), "--run-dir",
+                           str(small_disk / "run")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "No space left on device" in done.stderr
+    record = json.loads((small_disk / "run" / "status.json").read_text())
+    assert record["status"] in ("Completed", "Failed") and record["faults"]
+    assert done.returncode == record["exit_code"]
