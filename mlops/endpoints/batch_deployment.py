@@ -14,6 +14,7 @@ extracted first (on Azure, register the folder as a data asset).
 
 from __future__ import annotations
 
+import sys
 import time
 import zipfile
 from dataclasses import dataclass
@@ -51,8 +52,9 @@ class BatchRequest:
     debug: DebugRequest | None = None  # DEBUG=1 or worker:N: a scoring process to debug
 
 
-def input_files(source: Path, folder: Path) -> list[str]:
-    """Every file of the input folder (or of the zip, extracted under the run folder)."""
+def input_files(source: Path, folder: Path) -> minibatch.Listing:
+    """Every file of the input folder (or of the zip, extracted under the run folder), and the
+    entries that are not files."""
     if not source.exists():
         raise LocalRunError(f"--input {source}: no such file or folder")
     if source.is_file():
@@ -62,10 +64,10 @@ def input_files(source: Path, folder: Path) -> list[str]:
         with zipfile.ZipFile(source) as archive:
             archive.extractall(target)
         source = target
-    files = sorted(str(p) for p in source.rglob("*") if p.is_file())
-    if not files:
+    listing = minibatch.list_files(source)
+    if not listing.files:
         raise LocalRunError(f"--input {source}: holds no files")
-    return files
+    return listing
 
 
 def scoring_task(deployment: Deployment, folder: Path, layout: ModelLayout, settings: dict,
@@ -90,7 +92,10 @@ def scoring_task(deployment: Deployment, folder: Path, layout: ModelLayout, sett
 
 def run_batch(deployment: Deployment, source: Path, rt: runtime.Runtime) -> int:
     settings = deployment.spec.data.get("settings") or {}
-    files = input_files(source.resolve(), rt.root)
+    listing = input_files(source.resolve(), rt.root)
+    if listing.skipped:
+        print(listing.notice(), file=sys.stderr)
+    files = listing.files
     size = max(1, int(settings.get("mini_batch_size") or 10))
     batches = [files[i:i + size] for i in range(0, len(files), size)]
     (rt.root / "outputs").mkdir(parents=True, exist_ok=True)
@@ -105,10 +110,11 @@ def run_batch(deployment: Deployment, source: Path, rt: runtime.Runtime) -> int:
         task, rt, batches, len(files), minibatch.Limits(int(settings.get("error_threshold", -1))),
         echo=False, announce=lambda _: print(
             f"  environment: {rt.environments.labels.get(task.where, '.venv')}"))
-    return summarize(rt, driven, settings, task.name)
+    return summarize(rt, driven, settings, task.name, len(listing.skipped))
 
 
-def summarize(rt: runtime.Runtime, driven: minibatch.Driven, settings: dict, name: str) -> int:
+def summarize(rt: runtime.Runtime, driven: minibatch.Driven, settings: dict, name: str,
+              skipped: int = 0) -> int:
     tally, result = driven.tally, driven.result
     output = None
     if str(settings.get("output_action", "append_row")).lower() == "append_row":
@@ -117,8 +123,9 @@ def summarize(rt: runtime.Runtime, driven: minibatch.Driven, settings: dict, nam
     rate = tally.items / max(driven.seconds, 1e-6)
     rt.tracking.client.log_metric(result.run_id, "images_per_s", rate)
     rt.tracking.client.log_metric(result.run_id, "failed_files", tally.failed)
+    not_files = f", {skipped} not files (not scored)" if skipped else ""
     print(f"\n{name}: {result.status}: {tally.scored} of {tally.items} files scored, "
-          f"{tally.failed} failed, {driven.seconds:.1f} s ({rate:.1f} files/s)")
+          f"{tally.failed} failed{not_files}, {driven.seconds:.1f} s ({rate:.1f} files/s)")
     if output:
         print(f"  rows: {output}")
     errors = sorted((rt.root / "outputs").glob("errors_*.csv"))

@@ -15,7 +15,9 @@ gets parallel_run_step.txt). The node is one task of the local runtime, like eve
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -77,8 +79,10 @@ def file_batches(name: str, value: Value, size: int, folder: Path) -> list[list[
     if source.is_file():
         files = [str(bound / source.name)]
     else:
-        files = [str(bound / p.relative_to(source)) for p in sorted(source.rglob("*"))
-                 if p.is_file()]
+        listing = minibatch.list_files(source)
+        if listing.skipped:
+            print(listing.notice(), file=sys.stderr)
+        files = [str(bound / os.path.relpath(p, source)) for p in listing.files]
     return [files[i:i + size] for i in range(0, len(files), size)]
 
 

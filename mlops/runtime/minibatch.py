@@ -11,8 +11,11 @@ mini-batches; -1: never), and writes the rows run() returned in mini-batch order
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shlex
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -63,6 +66,58 @@ class Tally:
     @property
     def scored(self) -> int:
         return self.items - self.failed
+
+
+@dataclass(frozen=True)
+class Listing:
+    """An input folder's files to score, and the entries that are not files, with why."""
+
+    files: list[str]
+    skipped: list[str]  # "<path> (a FIFO)", ... named once in the run's output
+
+    def notice(self) -> str:
+        if not self.skipped:
+            return ""
+        shown = ", ".join(self.skipped[:10]) + (" ..." if len(self.skipped) > 10 else "")
+        what = "entry is" if len(self.skipped) == 1 else "entries are"
+        return f"note: {len(self.skipped)} input {what} not files and not scored: {shown}"
+
+
+def list_files(source: Path) -> Listing:
+    """Every regular file under `source` (links to files and folders followed; names kept as
+    the file system has them, bytes that are not UTF-8 included), and what is not one."""
+    files, skipped, seen = [], [], set()
+    for folder, dirs, names in os.walk(source, followlinks=True):
+        seen.add(os.path.realpath(folder))
+        kept = []
+        for name in sorted(dirs):
+            path = os.path.join(folder, name)
+            real = os.path.realpath(path)
+            if real in seen or os.path.realpath(folder).startswith(real + os.sep):
+                skipped.append(f"{path} (a link loop)")
+            else:
+                kept.append(name)
+        dirs[:] = kept
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            why = _not_a_file(path)
+            (skipped if why else files).append(f"{path} ({why})" if why else path)
+    return Listing(sorted(files), skipped)
+
+
+KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
+         (stat.S_ISBLK, "a device"))
+
+
+def _not_a_file(path: str) -> str:
+    """"" for a readable regular file (or a link to one), else what it is."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        return "a link loop" if err.errno == errno.ELOOP else f"unreadable: {err.strerror}"
+    if stat.S_ISREG(mode):
+        return "" if os.access(path, os.R_OK) else "unreadable: permission denied"
+    return next((name for test, name in KINDS if test(mode)), "not a file")
 
 
 @dataclass(frozen=True)
@@ -169,7 +224,7 @@ def drive(task: runtime.Task, rt: runtime.Runtime, batches: list, items: int, li
 def write_rows(work: Path, target: Path) -> Path:
     """append_row: every mini-batch's rows, in mini-batch order, into `target`."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("w") as out:
+    with target.open("wb") as out:  # bytes: file names that are not UTF-8 stay as they are
         for part in sorted((work / "results").glob("*.txt")):
-            out.write(part.read_text())
+            out.write(part.read_bytes())
     return target

@@ -101,7 +101,7 @@ def score(module, batch: list[str], retries: int, timeout: int) -> dict:
 def write_whole(path: Path, text: str) -> None:
     """Written whole or not at all: the parent counts what is there while processes write."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    tmp.write_text(text, errors="surrogateescape")  # file names that are not UTF-8, as they are
     os.rename(tmp, path)
 
 

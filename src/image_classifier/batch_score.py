@@ -46,8 +46,8 @@ def init() -> None:
 
 def _record_error(path: str, error: Exception) -> None:
     log.warning("%s: %s", path, error)
-    if _errors is not None:
-        with _errors.open("a") as handle:
+    if _errors is not None:  # a name that is not UTF-8 keeps its bytes, as in the rows
+        with _errors.open("a", errors="surrogateescape") as handle:
             handle.write(_line([os.path.basename(path), str(error)]) + "\n")
 
 
@@ -64,9 +64,9 @@ def rows(paths: list[str], images: list) -> list[str]:
 def run(mini_batch: list[str]) -> list[str]:
     paths, images = [], []
     for path in mini_batch:
-        try:
+        try:  # one file's failure is its own error row, never the mini-batch's
             images.append(open_image(str(path), _service.min_side))
             paths.append(str(path))
-        except ImageError as err:
+        except (ImageError, OSError, ValueError) as err:
             _record_error(str(path), err)
     return rows(paths, images)

@@ -1,7 +1,14 @@
-"""Checkpoints: one dict, written atomically; enough to resume training and to serve the model."""
+"""Checkpoints: one dict, written atomically; enough to resume training and to serve the model.
+
+Every dict saved here carries a digest of its own contents (tensors by their bytes, the rest by
+value), and every load checks it: a file with flipped bits or cut short is refused by name
+(DamagedFile), never served or resumed from. model.json records the sha256 of each model file
+beside it (model.pt, model.onnx, model.int8.onnx), which the ONNX backends check the same way.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -17,6 +24,41 @@ MODEL_FILE = "model.pt"
 METADATA_FILE = "model.json"
 # Keys a scoring script needs; the rest (optimizer, scheduler, ...) only matters for resuming.
 SERVING_KEYS = ("model", "arch", "classes", "image_size", "mean", "std", "epoch", "best_val_acc")
+DIGEST = "digest"
+
+
+class DamagedFile(ValueError):
+    """A checkpoint or model file that does not hold what was written to it."""
+
+
+def _feed(digest, value, key: str = "") -> None:
+    """Everything a checkpoint holds, in a fixed order, into `digest`."""
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{key}:{value.dtype}:{tuple(value.shape)}\n".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    elif isinstance(value, dict):
+        for name in sorted(value, key=str):
+            _feed(digest, value[name], f"{key}/{name}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _feed(digest, item, f"{key}[{index}]")
+    else:
+        digest.update(f"{key}={value!r}\n".encode())
+
+
+def payload_digest(payload: dict) -> str:
+    digest = hashlib.sha256()
+    _feed(digest, {k: v for k, v in payload.items() if k != DIGEST})
+    return digest.hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _umask() -> int:
@@ -29,6 +71,8 @@ def atomic_save(obj, path: Path) -> None:
     """Write to a temp file in the same folder, then rename: a crash never leaves half a file.
     The file gets the usual permissions (mkstemp's are 0600: a server running as another user
     could not read the model)."""
+    if isinstance(obj, dict):
+        obj = {**obj, DIGEST: payload_digest(obj)}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -44,8 +88,21 @@ def atomic_save(obj, path: Path) -> None:
 
 
 def load(path: Path) -> dict:
-    """Load a checkpoint without unpickling code (tensors, numbers, strings and lists only)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """Load a checkpoint without unpickling code (tensors, numbers, strings and lists only),
+    and check it holds what was written (files written before digests were: as they are)."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a cut or garbled file fails in many ways
+        raise DamagedFile(f"{path} is damaged and cannot be read ({type(err).__name__}: "
+                          f"{str(err).splitlines()[0][:160] if str(err) else 'no detail'})"
+                          ) from None
+    if isinstance(payload, dict) and DIGEST in payload and \
+            payload[DIGEST] != payload_digest(payload):
+        raise DamagedFile(f"{path} is damaged: its contents do not match the digest written "
+                          "with them")
+    return payload
 
 
 def checkpoint_dir(output_dir: str | os.PathLike) -> Path:
@@ -67,8 +124,35 @@ def write_model_dir(best: dict, model_dir: str | os.PathLike) -> Path:
     atomic_save({key: best[key] for key in SERVING_KEYS}, folder / MODEL_FILE)
     metadata = {key: best[key] for key in SERVING_KEYS if key != "model"}
     metadata["mean"], metadata["std"] = list(best["mean"]), list(best["std"])
-    (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+    metadata["files"] = {MODEL_FILE: file_digest(folder / MODEL_FILE)}
+    _write_metadata(folder, metadata)
     return folder
+
+
+def _write_metadata(folder: Path, metadata: dict) -> None:
+    tmp = folder / f".{METADATA_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(metadata, indent=2) + "\n")
+    os.replace(tmp, folder / METADATA_FILE)
+
+
+def record_file(folder: Path, name: str) -> None:
+    """model.json notes the sha256 of a model file written beside it (an ONNX export)."""
+    if not (folder / METADATA_FILE).is_file():
+        return  # a bare export of a model folder without metadata
+    metadata = json.loads((folder / METADATA_FILE).read_text())
+    metadata.setdefault("files", {})[name] = file_digest(folder / name)
+    _write_metadata(folder, metadata)
+
+
+def check_file(folder: Path, name: str) -> None:
+    """Refuse a model file whose bytes differ from what model.json recorded for it."""
+    try:
+        recorded = json.loads((folder / METADATA_FILE).read_text()).get("files", {}).get(name)
+    except (OSError, ValueError) as err:
+        raise DamagedFile(f"{folder / METADATA_FILE} cannot be read ({err})") from None
+    if recorded and recorded != file_digest(folder / name):
+        raise DamagedFile(f"{folder / name} is damaged: its sha256 differs from the one "
+                          f"{METADATA_FILE} recorded when it was written")
 
 
 @dataclass

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import exit_with
+from . import checkpoint, exit_with
 from .data import DataError, build_datasets
 from .inference import find_model_file, load_model
 from .model import ModelError
@@ -147,7 +147,10 @@ def export_model_dir(model_dir: str, data: str, tolerance: float = 1e-4,
     path = folder / ONNX_FILE
     difference = export_onnx(loaded.model, sample_batch(bundle.val, loaded.transform), path,
                              tolerance)
+    checkpoint.record_file(folder, ONNX_FILE)
     report = quantize_int8(folder, bundle, loaded.transform) if int8 else None
+    if report and report["kept"]:
+        checkpoint.record_file(folder, INT8_FILE)
     return path, difference, report
 
 

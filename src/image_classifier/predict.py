@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import checkpoint
 from .data import build_transforms, resize_size
 from .inference import find_model_file, load_model
 
@@ -48,8 +49,10 @@ class Service:
             if not self.model_file.is_file():
                 raise FileNotFoundError(f"SCORE_BACKEND={backend} but {self.model_file} does not "
                                         "exist: export it (make export-onnx) or use torch")
-            meta = json.loads((folder / "model.json").read_text())
+            checkpoint.check_file(folder, self.model_file.name)
+            meta = json.loads((folder / checkpoint.METADATA_FILE).read_text())
             self.session = _session(self.model_file, threads)
+            check_consistent(folder, meta, self.session, self.model_file)
         self.classes = list(meta["classes"])
         self.image_size = int(meta["image_size"])
         self.min_side = resize_size(self.image_size)
@@ -135,6 +138,30 @@ class Batcher:
                     item["error"] = err
             for item in taken:
                 item["done"].set()
+
+
+def check_consistent(folder: Path, meta: dict, session, model_file: Path) -> None:
+    """An ONNX graph is served with model.json's classes, size and normalization: they must be
+    the weights' (model.pt beside it) and fit the graph's input and output, else a reversed
+    class list swaps every label and a wrong size fails every request."""
+    weights = folder / checkpoint.MODEL_FILE
+    if weights.is_file():
+        saved = checkpoint.load(weights)
+        differ = [key for key in ("classes", "image_size", "mean", "std")
+                  if list(np.atleast_1d(saved[key])) != list(np.atleast_1d(meta[key]))]
+        if differ:
+            raise checkpoint.DamagedFile(f"{folder / checkpoint.METADATA_FILE} disagrees with "
+                                         f"{weights} in {', '.join(differ)}")
+    height, width = session.get_inputs()[0].shape[2:4]
+    classes = session.get_outputs()[0].shape[-1]
+    problems = []
+    if isinstance(classes, int) and classes != len(meta["classes"]):
+        problems.append(f"{len(meta['classes'])} classes, the graph outputs {classes}")
+    if isinstance(height, int) and meta["image_size"] not in (height, width):
+        problems.append(f"image_size {meta['image_size']}, the graph takes {height}x{width}")
+    if problems:
+        raise checkpoint.DamagedFile(f"{folder / checkpoint.METADATA_FILE} does not fit "
+                                     f"{model_file}: {'; '.join(problems)}")
 
 
 def _session(path: Path, threads: int):

@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from . import checkpoint, distributed, exit_with
-from .checkpoint import ResumeError, TrainState, make_checkpoint, restore
+from .checkpoint import DamagedFile, ResumeError, TrainState, make_checkpoint, restore
 from .config import TrainConfig, parse_config
 from .data import (
     IMAGENET_MEAN,
@@ -39,7 +39,7 @@ from .precision import grad_scaler, resolve_channels_last, resolve_precision
 from .tracking import MlflowTracker, NullTracker, confusion_figure, curves_figure
 
 log = logging.getLogger("image_classifier")
-USER_ERRORS = (DataError, ModelError, ResumeError, BadSampleError)
+USER_ERRORS = (DataError, ModelError, ResumeError, BadSampleError, DamagedFile)
 
 
 def setup_logging(ctx: distributed.DistContext) -> None:
@@ -161,16 +161,17 @@ def export(model, best: dict, bundle: DataBundle, model_dir, int8: bool) -> None
     """model.onnx beside model.pt, checked against torch on real validation images; with int8,
     the gated int8 model too (export.py)."""
     from .export import export_onnx, quantize_int8, sample_batch
-    from .predict import ONNX_FILE
+    from .predict import INT8_FILE, ONNX_FILE
 
     model.load_state_dict(best["model"])
     transform = build_transforms(best["image_size"], train=False)
     model = model.cpu().to(memory_format=torch.contiguous_format)
     difference = export_onnx(model, sample_batch(bundle.val, transform), model_dir / ONNX_FILE)
+    checkpoint.record_file(model_dir, ONNX_FILE)
     log.info("wrote %s; parity max |onnxruntime - torch| = %.2e", model_dir / ONNX_FILE,
              difference)
-    if int8:
-        quantize_int8(model_dir, bundle, transform)
+    if int8 and quantize_int8(model_dir, bundle, transform)["kept"]:
+        checkpoint.record_file(model_dir, INT8_FILE)
 
 
 def finalize(cfg: TrainConfig, model, state: TrainState, bundle: DataBundle, tracker) -> None:
@@ -218,6 +219,26 @@ def log_run_config(tracker, cfg: TrainConfig, state: TrainState) -> None:
         tracker.set_tags({f"resumed_at_epoch_{state.epoch}": json.dumps(changed)})
 
 
+def resume(cfg: TrainConfig, parts: dict, classes: list[str]) -> TrainState:
+    """The state of the last checkpoint; a damaged one is named, and training resumes from
+    best.pt instead, else starts afresh (a checkpoint is checked whole before any of it loads)."""
+    last = checkpoint.find_resumable(cfg.output_dir)
+    if last is None:
+        return TrainState()
+    best = last.with_name(checkpoint.BEST)
+    for path in (last, best):
+        try:
+            state = restore(path, parts, cfg, classes)
+        except FileNotFoundError:
+            continue
+        except DamagedFile as err:
+            log.warning("%s; %s", err, "trying best.pt" if path == last else "starting afresh")
+            continue
+        log.info("resuming from %s (epoch %d done)", path, state.epoch)
+        return state
+    return TrainState()
+
+
 def setup(cfg: TrainConfig, ctx: distributed.DistContext) -> Training:
     """Data, model, optimizer and the fast path for this hardware, restored from a checkpoint."""
     workers = cfg.num_workers if cfg.num_workers >= 0 else default_num_workers(ctx)
@@ -235,13 +256,8 @@ def setup(cfg: TrainConfig, ctx: distributed.DistContext) -> Training:
     optimizer = build_optimizer(model, cfg)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, cfg.step_size, cfg.gamma)
     scaler = grad_scaler(precision, ctx.device)
-    resume_from = checkpoint.find_resumable(cfg.output_dir)
-    state = TrainState()
-    if resume_from:
-        state = restore(resume_from, {"model": model, "optimizer": optimizer,
-                                      "scheduler": scheduler, "scaler": scaler}, cfg,
-                        bundle.classes)
-        log.info("resuming from %s (epoch %d done)", resume_from, state.epoch)
+    state = resume(cfg, {"model": model, "optimizer": optimizer, "scheduler": scheduler,
+                         "scaler": scaler}, bundle.classes)
     return Training(bundle, model, optimizer, scheduler, scaler,
                     build_loaders(bundle, cfg, ctx, workers), state, precision, channels_last)
 

@@ -141,3 +141,33 @@ def test_a_pipeline_component_deployment_is_refused_with_what_runs_it_here(tmp_p
     err = capsys.readouterr().err
     assert "a deployment of type pipeline does not run locally" in err
     assert "make local JOB=" in err and not (tmp_path / "run").exists()
+
+
+def test_names_that_are_not_utf8_fifos_and_link_loops_lose_nothing(tiny_data, model_dir,
+                                                                   tmp_path, capsys):
+    """File names are bytes on Linux: a valid image and a broken one whose names are not UTF-8
+    are scored and reported under their own bytes; a FIFO and a link loop are named once and
+    counted, and nothing else in their mini-batch is lost."""
+    import os
+
+    images = tmp_path / "images"
+    images.mkdir()
+    originals = sorted((tiny_data / "val" / "chickens").glob("*.jpg"))[:3]
+    for source in originals:
+        shutil.copyfile(source, images / source.name)
+    odd = os.fsencode(images) + b"/caf\xe9.jpg"
+    with open(odd, "wb") as handle:
+        handle.write(originals[0].read_bytes())
+    with open(os.fsencode(images) + b"/bro\xffken.jpg", "wb") as handle:
+        handle.write(b"not a jpeg")
+    os.mkfifo(images / "pipe.jpg")
+    (images / "loop.jpg").symlink_to("loop.jpg")
+    code = run(SPEC, images, model_dir, tmp_path / "run")
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    rows = (tmp_path / "run" / "outputs" / "predictions.csv").read_bytes().splitlines()
+    assert len(rows) == 4 and any(row.startswith(b"caf\xe9.jpg,") for row in rows)
+    (errors,) = (tmp_path / "run" / "outputs").glob("errors_*.csv")
+    assert errors.read_bytes().startswith(b"bro\xffken.jpg,")
+    assert err.count("pipe.jpg (a FIFO)") == 1 and err.count("loop.jpg (a link loop)") == 1
+    assert "4 of 5 files scored, 1 failed, 2 not files (not scored)" in out
