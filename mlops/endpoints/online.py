@@ -6,10 +6,10 @@ the deployment's code_configuration, environment_variables and model, bound to 1
 one task of the runtime (mlops/runtime/service.py): the same snapshot, environment layers,
 variables, read-only model and process-group cleanup as a job.
 
-On Azure a proxy sits in front of the server and holds slow clients. Locally gunicorn runs
-threaded workers (gthread, SERVER_THREADS per worker, default 4): a client that opens a
-connection and sends nothing (or half a request) ties up one thread, never the worker, so the
-others keep serving. The port is checked before the server starts: a port another process holds
+On Azure a proxy sits in front of the server and holds slow clients; locally front.py does
+(a deadline for each request's head and body, answered 408; pipelined requests answered in
+order), so a stalled client never holds one of gunicorn's threads (gthread, SERVER_THREADS per
+worker, default 4). The port is checked before the server starts: a port another process holds
 is an error, not a "healthy" answer from that process.
 """
 
@@ -40,6 +40,7 @@ from mlops.runtime.watchdog import read_status
 
 STATE = project().runs_dir / "serve-local"
 APP = "azureml_inference_server_http.server.entry:app"
+FRONT = Path(__file__).with_name("front.py")
 
 
 class ServerFailed(Exception):
@@ -62,15 +63,23 @@ def latest_model() -> Path:
 
 def server_command(port: int, workers: int = 1, threads: int | None = None,
                    debug: bool = False) -> str:
-    """gunicorn from the deployment's environment (the top layer's python is first on PATH).
-    Debugged: one worker, which takes the debugger after the fork (the run's top layer holds
-    the hook), and no worker timeout (a worker paused at a breakpoint is not hung)."""
+    """The front on `port`, and gunicorn behind it on a port of its own, both from the
+    deployment's environment (the top layer's python is first on PATH). Debugged: one worker,
+    which takes the debugger after the fork (the run's top layer holds the hook), and no worker
+    timeout (a worker paused at a breakpoint is not hung)."""
     threads = threads or int(os.environ.get("SERVER_THREADS", "4"))
     timeout = 0 if debug else int(os.environ.get("WORKER_TIMEOUT", "300"))
     hook = " --config python:_mlops_debug" if debug else ""
-    return (f"python -m gunicorn --bind 127.0.0.1:{port} --workers {1 if debug else workers} "
-            f"--worker-class gthread --threads {threads} --keep-alive 5 --timeout {timeout}"
-            f"{hook} --access-logfile - {APP}")
+    inner = free_port()
+    return (f"python {FRONT} {port} {inner} -- python -m gunicorn --bind 127.0.0.1:{inner} "
+            f"--workers {1 if debug else workers} --worker-class gthread --threads {threads} "
+            f"--timeout {timeout}{hook} --access-logfile - {APP}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def port_taken(port: int) -> bool:

@@ -251,7 +251,8 @@ def _free_port() -> int:
 def server(model_dir, tmp_path_factory):
     port = _free_port()
     plan = prepare(ROOT / "endpoints" / "blue.yml", str(model_dir),
-                   tmp_path_factory.mktemp("state"), port, extra={"SCORE_BACKEND": "torch"})
+                   tmp_path_factory.mktemp("state"), port,
+                   extra={"SCORE_BACKEND": "torch", "FRONT_HEAD_TIMEOUT_S": "3"})
     service = launch_server(plan, port)  # through the runtime, as make serve-local starts it
     try:
         yield f"http://127.0.0.1:{port}", service, service.log
@@ -281,9 +282,12 @@ def post(url: str, body: bytes | str, content_type="application/json",
         connection.close()
 
 
-def _worker(master: int) -> int:
-    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
-    return int(children[0])
+def _worker(front: int) -> int:
+    """The scoring worker: the front's child is gunicorn's master, whose child it is."""
+    pid = front
+    for _ in range(2):
+        pid = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+    return pid
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -343,6 +347,48 @@ def test_an_idle_connection_does_not_stall_other_clients(server):
         started = time.monotonic()
         assert post(url, SAMPLE.read_text(), timeout=20)[0] == 200
         assert time.monotonic() - started < 10
+
+
+def test_sixty_four_stalled_clients_stop_no_one_and_get_a_408(server):
+    """More half-sent requests than the worker has threads (4): the front holds them, every
+    real request is answered within 5 s meanwhile, and each stalled one gets a 408 once its
+    head's deadline passes (3 s here)."""
+    url, _, _ = server
+    host, port = url.removeprefix("http://").split(":")
+    stalled = [socket.create_connection((host, int(port)), timeout=15) for _ in range(64)]
+    try:
+        for sock in stalled:
+            sock.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Le")
+        answered = 0
+        for _ in range(8):
+            started = time.monotonic()
+            status, _ = post(url, SAMPLE.read_text(), timeout=20)
+            answered += status == 200 and time.monotonic() - started < 5
+        assert answered == 8
+        assert all(sock.recv(64).startswith(b"HTTP/1.1 408") for sock in stalled)
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+def test_fifty_pipelined_requests_on_one_connection_are_all_answered(server):
+    url, _, _ = server
+    host, port = url.removeprefix("http://").split(":")
+    body = SAMPLE.read_bytes()
+    request = (b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(request * 50)
+        reader = sock.makefile("rb")
+        statuses = []
+        for _ in range(50):
+            statuses.append(reader.readline().split()[1])
+            length = 0
+            while (line := reader.readline()) != b"\r\n":
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            reader.read(length)
+    assert statuses == [b"200"] * 50
 
 
 def test_the_scoring_scripts_log_lines_reach_the_server_log(server):
