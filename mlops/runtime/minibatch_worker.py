@@ -105,6 +105,18 @@ def write_whole(path: Path, text: str) -> None:
     os.rename(tmp, path)
 
 
+def score_item(module, item: Path, args: argparse.Namespace) -> None:
+    """One claimed mini-batch: its rows, then its counts (the parent's sign it is done)."""
+    batch = as_input(json.loads(item.read_text()))
+    started = time.time()
+    outcome = score(module, batch, args.retries, args.timeout)
+    outcome.update(started=started, ended=time.time(), seconds=round(time.time() - started, 3))
+    name = item.name.split(".json")[0]
+    write_whole(args.work / "results" / f"{name}.txt",
+                "".join(f"{line}\n" for line in outcome.pop("lines")))
+    write_whole(args.work / "results" / f"{name}.json", json.dumps(outcome))  # last: "done"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("work", type=Path)
@@ -117,19 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv[:split])
     signal.signal(signal.SIGALRM, _alarm)
     sys.argv = [str(args.script), *argv[split + 1:]]  # what the entry script's argparse reads
+    # the debugged worker holds a mini-batch while it waits for its debugger: the others must
+    # not take every one before it starts
+    item = claim(args.work) if os.environ.get("MLOPS_DEBUG") else None
     take_debugger()
     module = load_script(args.script)
     module.init()
-    while (item := claim(args.work)) is not None:
-        batch = as_input(json.loads(item.read_text()))
-        started = time.time()
-        outcome = score(module, batch, args.retries, args.timeout)
-        outcome.update(started=started, ended=time.time(),
-                       seconds=round(time.time() - started, 3))
-        name = item.name.split(".json")[0]
-        write_whole(args.work / "results" / f"{name}.txt",
-                "".join(f"{line}\n" for line in outcome.pop("lines")))
-        write_whole(args.work / "results" / f"{name}.json", json.dumps(outcome))  # last: "done"
+    while item is not None or (item := claim(args.work)) is not None:
+        score_item(module, item, args)
+        item = None
     return 0
 
 

@@ -157,3 +157,29 @@ def test_pdb_takes_the_terminal_at_the_first_line_of_the_jobs_code(debug_env, tm
         os.close(terminal)
     assert os.waitstatus_to_exitcode(status) == 0
     assert (tmp_path / "run" / "outputs" / "result" / "total.txt").read_text() == "6"
+
+
+def test_a_batch_worker_holds_a_mini_batch_while_it_waits_for_its_debugger(
+        debug_env, tmp_path, tiny_data, model_dir):
+    """DEBUG=worker:1: the other worker runs as usual, and cannot take every mini-batch before
+    the debugged one starts (here there is only one)."""
+    port = free_port()
+    job = subprocess.Popen(
+        [sys.executable, "-m", "mlops.batch", str(ROOT / "endpoints/batch/deployment.yml"),
+         "--input", str(tiny_data / "val"), "--model", str(model_dir), "--run-dir",
+         str(tmp_path / "run"), "--max-procs", "2", "--debug", "worker:1", "--debug-port",
+         str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    script = ROOT / "src" / "image_classifier" / "batch_score.py"
+    line = next(n for n, text in enumerate(script.read_text().splitlines(), 1)
+                if "paths, images = [], []" in text)
+    client = DapClient(port)
+    try:
+        client.attach_and_break(script, line)
+        _, _, local = client.stopped_locals()
+        assert "chickens" in local["mini_batch"]
+        client.resume()
+        out, _ = job.communicate(timeout=180)
+    finally:
+        client.close()
+        job.kill()
+    assert job.returncode == 0 and "16 of 16 files scored" in out, out
