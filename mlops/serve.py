@@ -16,7 +16,7 @@ from pathlib import Path
 from mlops import exit_code, exit_with
 from mlops.endpoints import online
 from mlops.environments.envspec import ENV_MAP
-from mlops.runtime.debugging import DebugRequest
+from mlops.runtime.debugging import DebugRequest, add_arguments
 from mlops.runtime.uris import ASSET_MAP
 from mlops.specs import ROOT
 
@@ -31,10 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=5001)
     parser.add_argument("--assets", dest="asset_file", type=Path, default=ASSET_MAP)
     parser.add_argument("--envs", dest="env_file", type=Path, default=ENV_MAP)
-    parser.add_argument("--debug", help="debug one process: 1, a step (train, outer/train), a "
-                        "trial (3), rank:N or worker:N; pdb or pdb:<what> for pdb on the terminal")
-    parser.add_argument("--debug-port", type=int, default=0,
-                        help="the debugger's port on 127.0.0.1 (default: a free one)")
+    add_arguments(parser)
     return parser
 
 

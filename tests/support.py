@@ -1,16 +1,20 @@
 """What the tests share besides fixtures: the repository root, tiny-data and MLflow-store helpers,
-the trainer's test flags, and folders one costly run fills for every xdist worker."""
+the trainer's test flags, folders one costly run fills for every xdist worker, and the images
+and package folders the unit and end-to-end tests of one subject both build."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import os
 import shutil
+import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 HYMENOPTERA = ROOT.parent / "shared" / "data" / "hymenoptera_data"
@@ -98,3 +102,47 @@ SOURCES = [ROOT / name for name in ("src", "jobs", "components", "environments",
 
 SOURCES = [ROOT / name for name in ("src", "jobs", "components", "environments", "assets")] + \
     [ROOT / "tests" / "fixtures"]
+
+
+def jpeg_bytes(size=(64, 48), color=(200, 30, 30)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, color).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def huge_jpeg_header(width: int, height: int) -> bytes:
+    """A small JPEG whose SOF0 header claims width x height (no pixels to back it)."""
+    data = bytearray(jpeg_bytes())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+ABI_MESSAGE = "numpy.dtype size changed, may indicate binary incompatibility. Expected 96, got 88"
+
+
+def installed(site: Path, name: str, requires: list[str], files: dict[str, str]) -> None:
+    """A distribution in `site`, as pip leaves one: its modules, METADATA and RECORD."""
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    lines = [f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0"]
+    lines += [f"Requires-Dist: {line}" for line in requires]
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+    for path, text in files.items():
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_text(text)
+    (info / "RECORD").write_text("".join(f"{path},,\n" for path in files))
+
+
+def abi_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Compiled numpy users that break (stale), import (fresh) or need no numpy (plain)."""
+    site = tmp_path / "site-packages"
+    installed(site, "stale", ["numpy>=1.17.3"],
+              {"stale/__init__.py": f"raise ValueError({ABI_MESSAGE!r})", "stale/_c.so": ""})
+    installed(site, "fresh", ["numpy>=1.19; python_version >= '3.8'"],
+              {"fresh/__init__.py": "", "fresh/_c.so": ""})
+    installed(site, "plain", ["six"], {"plain/__init__.py": "raise ValueError('x')",
+                                       "plain/_c.so": ""})
+    installed(site, "purepy", ["numpy"], {"purepy.py": "raise ValueError('x')"})
+    monkeypatch.setenv("PYTHONPATH", str(site))  # the checking python sees it, as a layer's does
+    return site

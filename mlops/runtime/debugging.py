@@ -14,6 +14,7 @@ run. limits.timeout and the mini-batch timeouts stand aside for it; Ctrl-C still
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 import os
@@ -77,6 +78,14 @@ class DebugRequest:
             names = ", ".join("/".join(a) or "1" for a in addresses) or "none"
             raise LocalRunError(f"DEBUG={'/'.join(self.path) or '1'} names no task of this run; "
                                 f"its tasks: {names}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--debug and --debug-port, the same on every front door that starts processes."""
+    parser.add_argument("--debug", help="debug one process: 1, a step (train, outer/train), a "
+                        "trial (3), rank:N or worker:N; pdb or pdb:<what> for pdb on the terminal")
+    parser.add_argument("--debug-port", type=int, default=0,
+                        help="the debugger's port on 127.0.0.1 (default: 5678 if free, else any)")
 
 
 @dataclass(frozen=True)

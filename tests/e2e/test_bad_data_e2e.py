@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import errno
-import io
 import os
 import shutil
-import struct
 import zipfile
 
 import pytest
 import torch
-from PIL import Image
-from support import SMALL_ARCH, train_args
+from support import SMALL_ARCH, huge_jpeg_header, jpeg_bytes, train_args
 from torch.utils.data import DataLoader
 
 from image_classifier import loading
@@ -24,20 +21,6 @@ from image_classifier.model import build_model
 from image_classifier.train import main
 
 CPU = DistContext(0, 1, 0, torch.device("cpu"))
-
-
-def jpeg_bytes(size=(64, 48), color=(200, 30, 30)) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", size, color).save(buffer, format="JPEG")
-    return buffer.getvalue()
-
-
-def huge_jpeg_header(width: int, height: int) -> bytes:
-    """A small JPEG whose SOF0 header claims width x height (no pixels to back it)."""
-    data = bytearray(jpeg_bytes())
-    sof = data.index(b"\xff\xc0")
-    data[sof + 5:sof + 9] = struct.pack(">HH", height, width)
-    return bytes(data)
 
 
 @pytest.fixture

@@ -41,21 +41,28 @@ def run_local(spec, run_dir, *args) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True)
 
 
+def debugged(job: subprocess.Popen, port: int, source, line: int):
+    """Attach, stop at the breakpoint, read where and the locals, continue to the end: the
+    frame's file, its line, its locals, and what the run printed."""
+    client = DapClient(port)
+    try:
+        client.attach_and_break(source, line)
+        stopped = client.stopped_locals()
+        client.resume()
+        out, _ = job.communicate(timeout=180)
+    finally:
+        client.close()
+        job.kill()
+    return (*stopped, out)
+
+
 def test_a_command_job_stops_at_a_breakpoint_on_its_source_file(debug_env, tmp_path):
     port = free_port()
     job = run_local(FIXTURES / "job.yml", tmp_path / "debugged", "--set", "inputs.n=5",
                     "--debug", "1", "--debug-port", str(port))
-    client = DapClient(port)
-    try:
-        client.attach_and_break(TALLY, ADD_LINE)
-        path, line, local = client.stopped_locals()
-        assert (path, line) == (str(TALLY), ADD_LINE)  # the source file, not the snapshot copy
-        assert local["numbers"] == "[1, 2, 3, 4, 5]" and local["subtotal"] == "0"
-        client.resume()
-        out, _ = job.communicate(timeout=120)
-    finally:
-        client.close()
-        job.kill()
+    path, line, local, out = debugged(job, port, TALLY, ADD_LINE)
+    assert (path, line) == (str(TALLY), ADD_LINE)  # the source file, not the snapshot copy
+    assert local["numbers"] == "[1, 2, 3, 4, 5]" and local["subtotal"] == "0"
     assert job.returncode == 0, out
     assert f"waits for a debugger on 127.0.0.1:{port}" in out
     plain = run_local(FIXTURES / "job.yml", tmp_path / "plain", "--set", "inputs.n=5")
@@ -69,16 +76,8 @@ def test_a_pipeline_step_is_debugged_by_name_and_the_others_run_as_usual(debug_e
     port = free_port()
     job = run_local(FIXTURES / "pipeline.yml", tmp_path / "run", "--debug", "total",
                     "--debug-port", str(port))
-    client = DapClient(port)
-    try:
-        client.attach_and_break(TALLY, ADD_LINE)
-        _, _, local = client.stopped_locals()
-        assert local["numbers"] == "[1, 2, 3]"  # read from the count step's output
-        client.resume()
-        out, _ = job.communicate(timeout=120)
-    finally:
-        client.close()
-        job.kill()
+    _, _, local, out = debugged(job, port, TALLY, ADD_LINE)
+    assert local["numbers"] == "[1, 2, 3]"  # read from the count step's output
     assert job.returncode == 0, out
     assert (tmp_path / "run" / "steps" / "total" / "outputs" / "summed" / "total.txt"
             ).read_text() == "6"
@@ -172,14 +171,6 @@ def test_a_batch_worker_holds_a_mini_batch_while_it_waits_for_its_debugger(
     script = ROOT / "src" / "image_classifier" / "batch_score.py"
     line = next(n for n, text in enumerate(script.read_text().splitlines(), 1)
                 if "paths, images = [], []" in text)
-    client = DapClient(port)
-    try:
-        client.attach_and_break(script, line)
-        _, _, local = client.stopped_locals()
-        assert "chickens" in local["mini_batch"]
-        client.resume()
-        out, _ = job.communicate(timeout=180)
-    finally:
-        client.close()
-        job.kill()
+    _, _, local, out = debugged(job, port, script, line)
+    assert "chickens" in local["mini_batch"]
     assert job.returncode == 0 and "16 of 16 files scored" in out, out

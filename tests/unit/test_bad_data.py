@@ -3,33 +3,13 @@
 from __future__ import annotations
 
 import io
-import shutil
-import struct
 
 import numpy as np
 import pytest
 from PIL import Image
+from support import huge_jpeg_header
 
 from image_classifier.images import ImageError, open_image
-
-
-def jpeg_bytes(size=(64, 48), color=(200, 30, 30)) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", size, color).save(buffer, format="JPEG")
-    return buffer.getvalue()
-
-
-def huge_jpeg_header(width: int, height: int) -> bytes:
-    """A small JPEG whose SOF0 header claims width x height (no pixels to back it)."""
-    data = bytearray(jpeg_bytes())
-    sof = data.index(b"\xff\xc0")
-    data[sof + 5:sof + 9] = struct.pack(">HH", height, width)
-    return bytes(data)
-
-
-@pytest.fixture
-def data(tiny_data, tmp_path):
-    return shutil.copytree(tiny_data, tmp_path / "d")
 
 
 def png(array) -> bytes:
