@@ -17,6 +17,10 @@ REF = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")  # ${{inputs.x}} and friends
 # What `az ml job create` makes of a file without a $schema line: its `type:` (default command).
 JOB_TYPES = {"command": "commandJob", "sweep": "sweepJob", "pipeline": "pipelineJob"}
 COMPONENT_TYPES = {"command": "commandComponent", "pipeline": "pipelineComponent"}
+# A batch deployment with no `type:` and its settings at the top level (no `settings:`) is the
+# flat layout azure-ai-ml still loads as a BatchDeployment (with a deprecation warning).
+FLAT_BATCH_KEYS = {"mini_batch_size", "output_action", "output_file_name", "retry_settings",
+                   "max_concurrency_per_instance", "error_threshold", "logging_level"}
 # Deployments are typed by `type:` whatever their $schema says, as azure-ai-ml loads them.
 DEPLOYMENT_TYPES = {"online-deployment": ({"managed": "managedOnlineDeployment",
                                            "kubernetes": "kubernetesOnlineDeployment"}, "managed"),
@@ -68,6 +72,9 @@ class Spec:
         """The schema name from the `$schema` URL (commandJob, sweepJob, ...); without one, the
         kind its `type:` gives in its role, as the CLI types it."""
         if self.role in DEPLOYMENT_TYPES:
+            if self.role == "batch-deployment" and not self.data.get("type") and \
+                    FLAT_BATCH_KEYS & set(self.data):
+                return "batchDeployment"  # the flat layout azure-ai-ml still loads
             table, default = DEPLOYMENT_TYPES[self.role]
             return table.get(str(self.data.get("type") or default).lower(), "")
         url = str(self.data.get("$schema", ""))

@@ -39,6 +39,8 @@ KINDS = {
     "batchEndpoint": ("_schema._endpoint.batch.batch_endpoint", "BatchEndpointSchema"),
     "modelBatchDeployment": ("_schema._deployment.batch.model_batch_deployment",
                              "ModelBatchDeploymentSchema"),
+    # the flat layout (no type:, settings at the top), which azure-ai-ml still loads
+    "batchDeployment": ("_schema._deployment.batch.batch_deployment", "BatchDeploymentSchema"),
 }
 CONTEXT = {"base_path": "."}
 INT_STRING = {"type": "string", "pattern": r"^\s*-?[0-9]+\s*$"}

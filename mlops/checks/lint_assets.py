@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from mlops.checks.lint import ENDPOINT_NAME, check_size
 from mlops.runtime.uris import is_remote
-from mlops.specs import REF, Finding, Spec, SpecError, load_spec
+from mlops.specs import FLAT_BATCH_KEYS, REF, Finding, Spec, SpecError, load_spec
 
 RUNTIME_EXPRESSIONS = {"name", "output_name"}
 PARENT_REF = re.compile(r"^parent\.(inputs|outputs)\.(\w+)$|^parent\.jobs\.(\w+)\.outputs\.(\w+)$")
@@ -201,11 +201,20 @@ def check_deployment(spec: Spec, endpoint_names: set[str]) -> list[Finding]:
     return found
 
 
+def batch_settings(data: dict) -> dict:
+    """A batch deployment's settings: `settings:`, or the top-level keys of the flat layout."""
+    if isinstance(data.get("settings"), dict):
+        return data["settings"]
+    flat = {k: v for k, v in data.items() if k in FLAT_BATCH_KEYS}
+    return {**flat, **({"environment_variables": data["environment_variables"]}
+                       if flat and "environment_variables" in data else {})}
+
+
 def check_batch_deployment(spec: Spec, endpoint_names: set[str]) -> list[Finding]:
     """The online checks that apply (code, scoring script, endpoint, model path), and the
     batch settings Azure would refuse."""
     found = [f for f in check_deployment(spec, endpoint_names) if "instance_type" not in f.key]
-    settings = spec.data.get("settings") or {}
+    settings = batch_settings(spec.data)
     size, threshold = settings.get("mini_batch_size"), settings.get("error_threshold")
     if size is not None and int(size) < 1:
         found.append(spec.finding("settings.mini_batch_size", "mini_batch_size must be at "

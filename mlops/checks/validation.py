@@ -18,6 +18,7 @@ import logging
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
+from typing import NamedTuple
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
@@ -27,7 +28,7 @@ from mlops.specs import ROOT, SCHEMA_DIR, Finding, Spec, SpecError, load_spec
 
 KINDS = ("commandJob", "sweepJob", "pipelineJob", "commandComponent", "environment",
          "amlCompute", "data", "model", "managedOnlineEndpoint", "managedOnlineDeployment",
-         "kubernetesOnlineDeployment", "batchEndpoint", "modelBatchDeployment")
+         "kubernetesOnlineDeployment", "batchEndpoint", "modelBatchDeployment", "batchDeployment")
 
 
 @cache
@@ -75,7 +76,7 @@ ENTITIES = {"commandJob": "Job", "sweepJob": "Job", "pipelineJob": "Job",
             "managedOnlineEndpoint": "OnlineEndpoint",
             "managedOnlineDeployment": "OnlineDeployment",
             "kubernetesOnlineDeployment": "OnlineDeployment", "batchEndpoint": "BatchEndpoint",
-            "modelBatchDeployment": "ModelBatchDeployment"}
+            "modelBatchDeployment": "ModelBatchDeployment", "batchDeployment": "BatchDeployment"}
 
 
 def _entity_class(kind: str):
@@ -174,14 +175,46 @@ def lint_layer(spec: Spec, flags: bool = True) -> list[Finding]:
               "kubernetesOnlineDeployment": lambda s: lint_assets.check_deployment(s, set()),
               "batchEndpoint": lint_assets.check_endpoint,
               "modelBatchDeployment": lambda s: lint_assets.check_batch_deployment(
+                  s, _endpoint_names("batchEndpoint")),
+              "batchDeployment": lambda s: lint_assets.check_batch_deployment(
                   s, _endpoint_names("batchEndpoint"))}
     return checks[kind](spec) if kind in checks else []
+
+
+DEPLOYMENTS = {"managedOnlineDeployment", "kubernetesOnlineDeployment", "modelBatchDeployment",
+               "batchDeployment"}
+PLACEHOLDER_ENDPOINT = "local-endpoint"
+
+
+class Probe(NamedTuple):
+    spec: Spec  # what the layers check
+    notes: list[Finding]  # what was stood in for it, as warnings
+
+
+def with_endpoint(spec: Spec) -> Probe:
+    """A deployment without `endpoint_name` is valid as a file: `az ml ... create
+    --endpoint-name` supplies it. It is checked with a stand-in name, and a warning says so."""
+    if spec.kind not in DEPLOYMENTS or spec.data.get("endpoint_name"):
+        return Probe(spec, [])
+    probe = Spec(spec.path, {**spec.data, "endpoint_name": PLACEHOLDER_ENDPOINT}, spec.lines,
+                 spec.role)
+    return Probe(probe, [spec.warning("endpoint_name", "no endpoint_name: az ml takes it from "
+                                "--endpoint-name (checked here as a stand-in)",
+                                "pass --endpoint-name to az ml, or name the endpoint here")])
 
 
 def check(spec: Spec, for_run: bool = False) -> list[Finding]:
     """All three layers on one loaded spec (the lint assumes the structure the schema checks).
     for_run: what a local run needs before it starts (azure-ai-ml's verdict is remembered for a
     spec it already passed, so a rerun skips importing the SDK)."""
+    spec, notes = with_endpoint(spec)
+    found = _layers(spec, for_run)
+    if notes:  # the stand-in name is not the author's: no finding about it
+        found = [f for f in found if f.key != "endpoint_name"]
+    return notes + found
+
+
+def _layers(spec: Spec, for_run: bool) -> list[Finding]:
     schema = schema_layer(spec)
     if spec.kind not in KINDS:
         return schema

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlops import runtime
+from mlops.checks.lint_assets import batch_settings
 from mlops.endpoints.deployment import Deployment, load
 from mlops.endpoints.models import ModelLayout, lay_out
 from mlops.environments.activation import Environments
@@ -91,7 +92,7 @@ def scoring_task(deployment: Deployment, folder: Path, layout: ModelLayout, sett
 
 
 def run_batch(deployment: Deployment, source: Path, rt: runtime.Runtime) -> int:
-    settings = deployment.spec.data.get("settings") or {}
+    settings = batch_settings(deployment.spec.data)
     listing = input_files(source.resolve(), rt.root)
     if listing.skipped:
         print(listing.notice(), file=sys.stderr)

@@ -56,11 +56,11 @@ def load(path: str | Path, role: str, model: str | None = None,
     spec = load_spec(path, role)
     table, default = DEPLOYMENT_TYPES[role]
     declared = Spec(spec.path, spec.data).kind  # what its $schema line says, if it has one
-    if spec.data.get("$schema") and declared not in table.values():
+    if spec.data.get("$schema") and declared not in {*table.values(), spec.kind}:
         raise LocalRunError(f"{path}: a {declared or 'spec of unknown type'} ($schema) is not "
                             f"a{'n' if role[0] == 'o' else ''} {role.replace('-', ' ')}")
     runnable = {kind: name for kind, name in table.items() if kind != "pipeline"}
-    if spec.kind not in runnable.values():
+    if spec.kind not in {*runnable.values(), "batchDeployment"}:  # the flat layout runs too
         kind = spec.data.get("type") or default
         hint = (": run its pipeline as a local job instead, `make local JOB=<a pipeline job "
                 "spec>` (its job_definition file, or a pipeline job with the component as a "

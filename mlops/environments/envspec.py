@@ -203,6 +203,8 @@ def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPl
         return from_definition(environment, base, f"the environment of {where or 'the job'}",
                                env_map)
     reference = str(environment)
+    if reference.startswith("file:"):  # an environment spec file, as azure-ai-ml loads it
+        return from_file(reference, base, env_map, where)
     registry = re.match(r"^azureml://registries/([^/]+)/environments/([^/]+)", reference)
     if registry:
         key = f"azureml://registries/{registry.group(1)}/environments/{registry.group(2)}"
@@ -220,6 +222,20 @@ def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPl
     plan = from_definition(own.data, own.file.parent, reference, env_map)
     plan.notice = plan.notice or f"{reference}: built from its spec {own.file}"
     return plan
+
+
+def from_file(reference: str, base: Path, env_map: EnvMap, where: str) -> EnvPlan:
+    """`environment: file:<spec>.yml`: the job's own environment, defined in that file."""
+    path = (base / reference.removeprefix("file:")).resolve()
+    try:
+        data = read_yaml(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise LocalRunError(f"{where}: environment {reference}: cannot read {path} ({err})"
+                            ) from None
+    if not _is_environment(data):
+        raise LocalRunError(f"{where}: environment {reference}: {path} is not an environment "
+                            "spec (image:, build: or conda_file:)")
+    return from_definition(data, path.parent, reference, env_map)
 
 
 def _name_version(reference: str) -> EnvName:

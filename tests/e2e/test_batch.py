@@ -171,3 +171,15 @@ def test_names_that_are_not_utf8_fifos_and_link_loops_lose_nothing(tiny_data, mo
     assert errors.read_bytes().startswith(b"bro\xffken.jpg,")
     assert err.count("pipe.jpg (a FIFO)") == 1 and err.count("loop.jpg (a link loop)") == 1
     assert "4 of 5 files scored, 1 failed, 2 not files (not scored)" in out
+
+
+def test_the_flat_batch_deployment_layout_azure_ai_ml_still_loads_scores_a_folder(
+        tiny_data, model_dir, tmp_path, capsys):
+    """No `type:`, the settings at the top level ($schema batchDeployment): azure-ai-ml loads it
+    as a BatchDeployment, so it validates and runs here with those settings."""
+    spec = FIXTURES / "flat-deployment.yml"
+    assert [f for f in validate([spec]) if f.is_error] == []
+    assert run(spec, tiny_data / "val", model_dir, tmp_path / "run") == 0, capsys.readouterr()
+    rows = (tmp_path / "run" / "outputs" / "flat-rows.csv").read_text().splitlines()
+    assert len(rows) == 16
+    assert "in 4 mini-batch(es), 1 process(es)" in capsys.readouterr().out

@@ -135,3 +135,32 @@ def test_the_specs_others_refer_to_are_parsed_once_and_again_when_changed(tmp_pa
     compute.write_text("name: cpu-cluster\ntype: amlcompute\nsize: Standard_NC6s_v3\n")
     assert validate_module._compute_sizes() == {"cpu-cluster": "Standard_NC6s_v3"}
     assert parsed == [compute, compute]
+
+
+def _without_endpoint(source: Path, folder: Path) -> Path:
+    """A copy of a repo deployment with no endpoint_name, its relative paths kept working."""
+    text = "".join(line for line in source.read_text().splitlines(keepends=True)
+                   if not line.startswith("endpoint_name:"))
+    target = source.parent / f".no-endpoint-{folder.name}.yml"  # beside it: paths still resolve
+    target.write_text(text)
+    return target
+
+
+@pytest.mark.parametrize("variant", ["online without endpoint_name", "batch without endpoint_name",
+                                     "flat batch layout"])
+def test_deployment_layouts_azure_ai_ml_loads_are_accepted(variant, tmp_path):
+    """What `az ml online-deployment/batch-deployment create --file` takes is not refused here:
+    the endpoint comes from --endpoint-name; the flat layout still loads as a BatchDeployment."""
+    sources = {"online without endpoint_name": ROOT / "endpoints" / "blue.yml",
+               "batch without endpoint_name": ROOT / "endpoints" / "batch" / "deployment.yml",
+               "flat batch layout": ROOT / "tests" / "fixtures" / "batch" / "flat-deployment.yml"}
+    path = sources[variant] if variant == "flat batch layout" else \
+        _without_endpoint(sources[variant], tmp_path)
+    try:
+        findings = validate([path])
+    finally:
+        if path != sources[variant]:
+            path.unlink()
+    assert [str(f) for f in findings if f.is_error] == []
+    if variant != "flat batch layout":
+        assert any("--endpoint-name" in str(f) for f in findings)
