@@ -101,6 +101,7 @@ class Environments:
         self.said: set[str] = set()
         self.labels: dict[str, str] = {}  # where -> the environment it named, for logs
         self.caveats: dict[str, str] = {}  # where -> why a failure may be this machine's alone
+        self.undefined: dict[str, str] = {}  # where -> the environment nothing here defines
 
     def _say(self, line: str) -> None:
         if line not in self.said:
@@ -121,6 +122,10 @@ class Environments:
                       f"{platform.python_version()} (packages are installed for it)")
         return wanted != here
 
+    def undefined_note(self, where: str) -> str:
+        """For a task that failed on a missing module: its environment was never built here."""
+        return self.undefined.get(where, "")
+
     def caveat(self, where: str) -> str:
         """For a task that failed: why the failure may be this machine's alone ("": nothing)."""
         return self.caveats.get(where, "")
@@ -134,6 +139,11 @@ class Environments:
         plan.requirements += [line for line in ref.adds if name_of(line) not in named]
         other_python = self._explain(plan)
         self.labels[where] = plan.label
+        if plan.undefined:
+            self.undefined[where] = (
+                f"note: {plan.label} was not found here, so the job ran in .venv, which may lack "
+                f"what it imports; define it with a line in {self.env_map.file}: "
+                f"'{plan.undefined}: [<package>==<version>, ...]' (or a spec file of its own)")
         with_mpi(plan.requirements)
         remote = [line for line in plan.requirements if unfetchable(line)]
         for line in remote:  # Azure's build fetches them; this machine reaches PyPI only

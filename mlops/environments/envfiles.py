@@ -35,6 +35,7 @@ class EnvPlan:
     requirements: list[str] = field(default_factory=list)  # pip lines ("-r" already expanded)
     python: str | None = None  # "3.10" when the environment names one
     notice: str | None = None  # why this machine runs it in .venv (or only partly)
+    undefined: str = ""  # the mapping-file key that would define it, when nothing does
     skipped: list[str] = field(default_factory=list)  # conda packages with no PyPI equivalent
 
 

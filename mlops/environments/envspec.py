@@ -103,7 +103,7 @@ def from_map(key: str, label: str, env_map: EnvMap) -> EnvPlan:
         entry = env_map[max(prefixes, key=len)] if prefixes else None
     if entry is None:
         return EnvPlan(label, notice=f"{label} has no local stand-in (add '{key}:' to "
-                                     f"{env_map.file}); running in .venv")
+                                     f"{env_map.file}); running in .venv", undefined=key)
     entry = {"pip": entry} if isinstance(entry, list) else dict(entry)
     plan = EnvPlan(label, python=str(entry["python"]) if entry.get("python") else None)
     for line in entry.get("pip") or []:

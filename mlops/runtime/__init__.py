@@ -165,6 +165,12 @@ def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Runnin
                    ready.debug is not None)
 
 
+def missing_module(tail) -> bool:
+    """The log ends in a ModuleNotFoundError: what the environment would have installed."""
+    raised = [found.group(1) for line in tail if (found := RAISED.search(line))]
+    return bool(raised) and raised[-1] == "ModuleNotFoundError"
+
+
 def version_error(tail) -> bool:
     """The last lines of a log end in a Python traceback of the kinds a package made for another
     Python raises (an import, an attribute or a signature gone, a pickle of older classes), from
@@ -202,6 +208,9 @@ def finish(running: Running, rt: Runtime, status: str | None = None) -> Result:
     caveat = rt.environments.caveat(running.task.where)
     if status == "Failed" and caveat and version_error(job.tail):
         print(caveat, file=sys.stderr)
+    undefined = rt.environments.undefined_note(running.task.where)
+    if status == "Failed" and undefined and missing_module(job.tail):
+        print(undefined, file=sys.stderr)
     mlflow_status = {"Completed": "FINISHED", "Failed": "FAILED"}.get(status, "KILLED")
     rt.tracking.finish(running.run_id, mlflow_status, running.since_ms, job.ended_ms)
     rt.environments.release(running.task.folder)

@@ -77,6 +77,22 @@ def test_an_unmapped_environment_runs_in_venv_with_a_notice(tmp_path, capsys):
     assert "not-mapped-anywhere" in line and "local-envs.yml" in line and "running in .venv" in line
 
 
+def test_a_module_missing_because_the_environment_was_not_found_is_explained(tmp_path, capsys):
+    """The job ran in .venv because nothing here defines its environment, and failed importing
+    what that environment would have had: after the log, the runner says so and which mapping
+    line would define it."""
+    spec = yaml.safe_load((ENVS / "unmapped.yml").read_text())
+    spec["command"] = "python -c 'import a_module_only_that_environment_has'"
+    spec.pop("outputs", None)
+    spec["code"] = str(ENVS / spec["code"]) if spec.get("code") else None
+    path = tmp_path / "missing-module.yml"
+    path.write_text(yaml.safe_dump({k: v for k, v in spec.items() if v is not None}))
+    assert run(path, tmp_path / "run") != 0
+    err = capsys.readouterr().err
+    assert "was not found here, so the job ran in .venv" in err
+    assert "'azureml://registries/azureml/environments/not-mapped-anywhere: [<package>" in err
+
+
 def test_a_docker_context_installs_what_its_dockerfile_pip_installs(tmp_path):
     assert run(ENVS / "docker-build.yml", tmp_path / "run") == 0
     assert (tmp_path / "run/outputs/seen/six.txt").read_text().strip() == "1.16.0"
