@@ -33,6 +33,7 @@ from mlops.errors import LocalRunError
 from mlops.project import project
 from mlops.runtime import Runtime
 from mlops.runtime.debugging import DebugRequest
+from mlops.runtime.launch import free_port
 from mlops.runtime.service import Service, running, start_service, stop_service
 from mlops.runtime.tasks import Task, Workdir, variables
 from mlops.runtime.uris import ASSET_MAP
@@ -75,11 +76,6 @@ def server_command(port: int, workers: int = 1, threads: int | None = None,
             f"--workers {1 if debug else workers} --worker-class gthread --threads {threads} "
             f"--timeout {timeout}{hook} --access-logfile - {APP}")
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def port_taken(port: int) -> bool:

@@ -165,10 +165,15 @@ def start(task: Task, rt: Runtime, echo: bool = True, label: str = "") -> Runnin
                    ready.debug is not None)
 
 
+def last_raised(tail) -> str:
+    """The exception the last lines of a log end in ("" for none)."""
+    raised = [found.group(1) for line in tail if (found := RAISED.search(line))]
+    return raised[-1] if raised else ""
+
+
 def missing_module(tail) -> bool:
     """The log ends in a ModuleNotFoundError: what the environment would have installed."""
-    raised = [found.group(1) for line in tail if (found := RAISED.search(line))]
-    return bool(raised) and raised[-1] == "ModuleNotFoundError"
+    return last_raised(tail) == "ModuleNotFoundError"
 
 
 def version_error(tail) -> bool:
@@ -176,8 +181,7 @@ def version_error(tail) -> bool:
     Python raises (an import, an attribute or a signature gone, a pickle of older classes), from
     an installed package (site-packages), not from the job's own code."""
     frames = [found.group(1) for line in tail if (found := FRAME.search(line))]
-    raised = [found.group(1) for line in tail if (found := RAISED.search(line))]
-    return bool(frames and raised) and raised[-1] in VERSION_ERRORS and \
+    return bool(frames) and last_raised(tail) in VERSION_ERRORS and \
         "/site-packages/" in frames[-1]
 
 
@@ -185,9 +189,10 @@ def collect(running: Running, rt: Runtime) -> list[str]:
     """Outputs and artifacts into place; what the machine refused (a full disk), as lines."""
     faults = [f"{running.launch.log}: {running.launch.log_error.strerror}"] \
         if running.launch.log_error else []
+    wd = running.task.folder / running.task.workdir.name
     try:
-        fill_artifacts(running.task.command, running.task.folder / "wd", running.outputs)
-        rt.tracking.log_artifacts(running.run_id, running.task.folder / "wd", running.launch.log)
+        fill_artifacts(running.task.command, wd, running.outputs)
+        rt.tracking.log_artifacts(running.run_id, wd, running.launch.log)
     except OSError as err:
         faults.append(f"collecting outputs and artifacts: {err.strerror} ({err.filename})")
     for fault in faults:
