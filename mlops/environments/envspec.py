@@ -50,6 +50,8 @@ class EnvironmentRef:
     value: str | dict | None = None
     base: Path = Path(".")
     adds: tuple[str, ...] = ()
+    image: str = ""  # what brings `adds`, for messages ("Spark 3.4 runtime")
+    fixed: tuple[str, ...] = ()  # what the image fixes whatever the environment names (Spark)
 
 
 class Found(NamedTuple):

@@ -29,12 +29,15 @@ PARENT_INPUT = re.compile(r"^\$\{\{\s*parent\.inputs\.([\w.-]+)\s*\}\}$")
 PARENT_OUTPUT = re.compile(r"^\$\{\{\s*parent\.outputs\.([\w.-]+)\s*\}\}$")
 STEP_OUTPUT = re.compile(r"\$\{\{\s*parent\.jobs\.([\w-]+)\.outputs\.([\w.-]+)\s*\}\}")
 OVERRIDES = ("distribution", "environment", "environment_variables")
+# what a spark node may set over its component (azure-ai-ml's Spark node schema)
+SPARK_OVERRIDES = ("entry", "py_files", "jars", "files", "archives", "args", "identity",
+                   "compute")
 
 
 @dataclass
 class Node:
     name: str
-    kind: str  # command, sweep or pipeline
+    kind: str  # command, sweep, parallel, spark or pipeline
     raw: dict  # the node as written: bindings and overrides
     definition: dict  # the component (or inline command, or trial) it runs
     base: Path  # what the definition's relative paths are relative to
@@ -73,15 +76,16 @@ def load_node(name: str, raw, base: Path, assets: AssetMap, where: str) -> Node:
     kind = str(raw.get("type") or "command").lower()
     if kind == "sweep":
         definition, def_base = load_component(raw.get("trial"), base, assets, f"{where}.trial")
-    elif kind in ("command", "pipeline", "parallel") and raw.get("component") is not None:
+    elif kind in ("command", "pipeline", "parallel", "spark") and \
+            raw.get("component") is not None:
         definition, def_base = load_component(raw["component"], base, assets,
                                               f"{where}.component")
-    elif kind in ("command", "parallel"):
+    elif kind in ("command", "parallel", "spark"):
         return Node(name, kind, raw, raw, base, where, inline=True)
     else:
         raise LocalRunError(f"{where}: a {kind} node cannot run on this machine (the local "
-                            "runtime runs command, sweep, parallel and pipeline nodes); run it "
-                            "on Azure")
+                            "runtime runs command, sweep, parallel, spark and pipeline nodes); "
+                            "run it on Azure")
     if kind == "pipeline" and not isinstance(definition.get("jobs"), dict):
         raise LocalRunError(f"{where}: the pipeline component has no jobs:")
     return Node(name, kind, raw, definition, def_base, where)
@@ -170,7 +174,7 @@ def node_outputs(node: Node, scope: Scope) -> dict[str, OutputSpec]:
                                     f"{match.group(1)}")
             parent = scope.outputs[match.group(1)]
             spec = replace(spec, type=parent.type, filename=parent.filename,
-                           target=parent.target)
+                           target=parent.target, mode=parent.mode or spec.mode)
         elif isinstance(binding, dict) and binding.get("type"):
             spec = replace(output_spec(binding), target=None)
         specs[name] = spec
@@ -185,4 +189,7 @@ def definition_for(node: Node) -> dict:
                                               or {}), **(node.raw["environment_variables"] or {})}
     resources = {**(node.definition.get("resources") or {}), **(node.raw.get("resources") or {})}
     merged["resources"] = resources or None
+    if node.kind == "spark":
+        merged.update({k: node.raw[k] for k in SPARK_OVERRIDES if k in node.raw})
+        merged["conf"] = {**(node.definition.get("conf") or {}), **(node.raw.get("conf") or {})}
     return merged

@@ -16,6 +16,7 @@ from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.job import Job, locked, run_folder, write_record
 from mlops.runtime.mlflow_runs import Tracking, tracking_uri
 from mlops.runtime.mlflow_server import Server
+from mlops.runtime.spark import spark_task
 from mlops.runtime.tasks import command_task, experiment_name
 from mlops.runtime.uris import AssetMap
 
@@ -53,9 +54,16 @@ def run_command_job(job: Job, rt: runtime.Runtime) -> int:
     path = job.spec.path
     if rt.debug is not None:
         rt.debug.check([()])
-    task = command_task(job.data, path.parent, rt.root, job.assets, f"{path}: command",
-                        job.name, experiment_name(job.data),
-                        tags={"mlops.spec": str(path), "mlops.local": "true"})
+    tags = {"mlops.spec": str(path), "mlops.local": "true"}
+    if job.spec.kind == "sparkJob":
+        built = spark_task(job.data, path.parent, rt.root, job.assets, f"{path}: spark",
+                           job.name, experiment_name(job.data), tags=tags)
+        task = built.task
+        for note in built.notes:
+            print(note, file=sys.stderr)
+    else:
+        task = command_task(job.data, path.parent, rt.root, job.assets, f"{path}: command",
+                            job.name, experiment_name(job.data), tags=tags)
     print(f"{job.name}: running in {rt.root / 'wd'}")
     if note := services_note(job.data, rt.root / "wd"):
         print(note, file=sys.stderr)

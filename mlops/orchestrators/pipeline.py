@@ -33,6 +33,7 @@ from mlops.runtime import launch, watchdog
 from mlops.runtime.binding import publish, slot
 from mlops.runtime.job import Job, read_record, update_record
 from mlops.runtime.reuse import deterministic, link_step
+from mlops.runtime.spark import spark_task
 from mlops.runtime.tasks import command_task, experiment_name
 from mlops.runtime.uris import AssetMap
 from mlops.runtime.values import (
@@ -47,10 +48,16 @@ def run_command_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
     definition = definition_for(node)
     if "limits" in node.raw:  # a node's own (a component has none)
         definition["limits"] = node.raw["limits"]
-    task = command_task(definition, node.base, folder, scope.assets, node.where,
-                        node.name, scope.experiment, scope.run_id, node_inputs(node, scope),
-                        node_outputs(node, scope), {"mlops.spec": node.where,
-                                                    "mlops.step": node.name})
+    args = (definition, node.base, folder, scope.assets, node.where, node.name,
+            scope.experiment, scope.run_id, node_inputs(node, scope), node_outputs(node, scope),
+            {"mlops.spec": node.where, "mlops.step": node.name})
+    if node.kind == "spark":
+        built = spark_task(*args)
+        task = built.task
+        for note in built.notes:
+            print(note, file=sys.stderr)
+    else:
+        task = command_task(*args)
     task.address = (*scope.path, node.name)
     debugged = rt.debug is not None and rt.debug.matches(task.address)
     key = None
@@ -142,7 +149,7 @@ def run_parallel_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
 
 
 RUNNERS = {"command": run_command_node, "sweep": run_sweep_node, "pipeline": run_pipeline_node,
-           "parallel": run_parallel_node}
+           "parallel": run_parallel_node, "spark": run_command_node}
 
 
 def run_graph(nodes: list[Node], scope: Scope, rt: runtime.Runtime) -> int:

