@@ -41,10 +41,11 @@ def run_local(spec, run_dir, *args) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True)
 
 
-def debugged(job: subprocess.Popen, port: int, source, line: int):
-    """Attach, stop at the breakpoint, read where and the locals, continue to the end: the
-    frame's file, its line, its locals, and what the run printed."""
-    client = DapClient(port)
+def debugged(job: subprocess.Popen, port: int, source, line: int, wait: float = 60):
+    """Attach (within `wait` seconds of the start), stop at the breakpoint, read where and the
+    locals, continue to the end: the frame's file, its line, its locals, and what the run
+    printed."""
+    client = DapClient(port, wait)
     try:
         client.attach_and_break(source, line)
         stopped = client.stopped_locals()
@@ -94,7 +95,8 @@ def test_the_spark_driver_stops_at_a_breakpoint_on_its_entry_file(debug_env, tmp
     port = free_port()
     job = run_local(spark / "spark-job.yml", tmp_path / "run", "--assets",
                     str(spark / "local-paths.yml"), "--debug", "1", "--debug-port", str(port))
-    path, stopped, local, out = debugged(job, port, entry, line)
+    # the session's first Spark run may build the Spark layer (minutes on a cold cache)
+    path, stopped, local, out = debugged(job, port, entry, line, wait=900)
     assert (path, stopped) == (str(entry), line)
     assert "min_count=10" in local["args"]
     assert job.returncode == 0, out
