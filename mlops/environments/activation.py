@@ -24,20 +24,17 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from mlops.environments import pins
 from mlops.environments.envspec import ENV_MAP, EnvironmentRef, EnvMap, EnvPlan, plan_for
 from mlops.environments.layers import (
     BASE_SITE,
     PY,
     VENV_BIN,
     build_layer,
-    cache_dir,
-    layer_key,
     layer_record,
     make_venv,
 )
+from mlops.environments.other_python import build_closure_layer
 from mlops.environments.requirements import hidden_families, name_of, unfetchable, with_mpi
-from mlops.errors import LocalRunError
 from mlops.specs import flag
 
 TOP = "env"
@@ -57,10 +54,6 @@ def java_home(sites: list[Path]) -> Path | None:
         if (runtime / "bin" / "java").is_file():
             return runtime
     return None
-
-
-class NotInstallable(Exception):
-    """The releases resolved for the environment's own Python do not install together here."""
 
 
 def unsatisfied(requirements: list[str]) -> list[str]:
@@ -90,6 +83,13 @@ def with_families(missing: list[str], requirements: list[str]) -> list[str]:
     hidden = hidden_families(missing)
     return missing + [line for line in requirements
                       if line not in missing and name_of(line) in hidden]
+
+
+def python_of(plan: EnvPlan) -> str:
+    """The major.minor Python the environment asks for (this machine's when it names none)."""
+    if not plan.python:
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+    return ".".join(plan.python.rstrip(".*").split(".")[:2])
 
 
 def other_python_caveat(plan: EnvPlan, moved: list[str]) -> str:
@@ -125,7 +125,7 @@ class Environments:
             self._say(f"note: {plan.label}: conda packages with no PyPI equivalent are not "
                       f"installed here: {', '.join(plan.skipped)}")
         here = f"{sys.version_info.major}.{sys.version_info.minor}"
-        wanted = ".".join(plan.python.rstrip(".*").split(".")[:2]) if plan.python else here
+        wanted = python_of(plan)
         if wanted != here:  # a patch release apart is the same Python for packages
             self._say(f"warning: {plan.label} asks for Python {plan.python}; this machine runs "
                       f"{platform.python_version()} (packages are installed for it)")
@@ -148,7 +148,7 @@ class Environments:
             plan.label = f"{plan.label} on the {ref.image}"
         self._fix(plan, ref)
         named = {name_of(line) for line in plan.requirements}
-        plan.requirements += [line for line in ref.adds if name_of(line) not in named]
+        adds = tuple(line for line in ref.adds if name_of(line) not in named)
         other_python = self._explain(plan)
         self.labels[where] = plan.label
         if plan.undefined:
@@ -161,18 +161,11 @@ class Environments:
         for line in remote:  # Azure's build fetches them; this machine reaches PyPI only
             self._say(f"warning: {plan.label}: skipped {line!r}: this machine cannot fetch it "
                       "(only the package registries are reachable); the rest is installed")
-        wanted = pins.for_python([line for line in plan.requirements if line not in remote],
-                                 plan.python, cache_dir())
-        if wanted.moved:
-            self._say(f"note: {plan.label}: for Python {plan.python}, as Azure's image build "
-                      f"resolves them: {', '.join(wanted.moved)}")
-        try:
-            layer = self._layer(wanted.requirements, plan.label, last=not wanted.moved)
-        except NotInstallable:  # resolved for the other Python, the set does not install here
-            self._say(f"note: {plan.label}: those releases do not install together here; "
-                      "using the environment's own requirement lines")
-            layer = self._layer([line for line in plan.requirements if line not in remote],
-                                plan.label, last=True)
+        lines = [line for line in plan.requirements if line not in remote]
+        if other_python:  # the whole closure, as Azure's build resolves it for that Python
+            layer = build_closure_layer(lines, python_of(plan), plan.label, adds)
+        else:
+            layer = self._layer([*lines, *adds], plan.label)
         moved = layer_record(layer).get("moved") or [] if layer else []
         for line in moved:
             self._say(f"warning: {plan.label}: {line}")
@@ -194,22 +187,10 @@ class Environments:
         plan.requirements = [line for line in plan.requirements
                              if name_of(line) not in fixed] + list(ref.fixed)
 
-    def _layer(self, requirements: list[str], label: str, last: bool = False) -> Path | None:
-        """The layer for what .venv lacks (None: nothing). NotInstallable when pip cannot
-        install it and this is not the `last` attempt (then the LocalRunError says why)."""
+    def _layer(self, requirements: list[str], label: str) -> Path | None:
+        """The layer for what .venv lacks of an environment for this Python (None: nothing)."""
         missing = with_families(unsatisfied(requirements), requirements)
-        if not missing:
-            return None
-        failed = cache_dir() / f"{layer_key(missing)}.failed"  # not tried again on every run
-        if not last and failed.is_file():
-            raise NotInstallable(failed.read_text())
-        try:
-            return build_layer(missing, label, tuple(requirements))
-        except LocalRunError as err:
-            if last:
-                raise
-            failed.write_text(f"{err}\n")
-            raise NotInstallable(str(err)) from None
+        return build_layer(missing, label, tuple(requirements)) if missing else None
 
     def activate(self, ref: EnvironmentRef, folder: Path, where: str) -> dict[str, str]:
         """Build (or reuse) the layers and a fresh top layer; the variables that select them."""

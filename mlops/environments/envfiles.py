@@ -22,10 +22,10 @@ CONDA_TO_PYPI = {"pytorch": "torch", "py-xgboost": "xgboost", "matplotlib-base":
                  "py-opencv": "opencv-python", "opencv": "opencv-python", "pyyaml": "pyyaml",
                  "python-dateutil": "python-dateutil", "cudatoolkit": None, "cudnn": None,
                  "nccl": None, "mkl": None, "libgcc-ng": None, "openmpi": None, "mpi4py": "mpi4py",
-                 "pip": None, "r-base": None, "git": None}
-# what every conda environment has beside its Python, and code imports: conda's pip depends on
-# setuptools (for an old Python, its release for it, which still ships pkg_resources)
-CONDA_BASE = ("setuptools",)
+                 "r-base": None, "git": None}
+# what every conda environment has beside its Python: conda's pip, which brings setuptools and
+# wheel (for an old Python, their releases for it: setuptools then still ships pkg_resources)
+CONDA_BASE = ("pip", "setuptools", "wheel")
 PIP_INSTALL = re.compile(r"\bpip3?\s+install\b(.*)")
 
 
@@ -83,6 +83,11 @@ def read_conda_data(data: dict, base: Path, plan: EnvPlan) -> None:
             plan.requirements.append(requirement)
         elif re.split(r"[\s=<>!~]", text.split("::")[-1], maxsplit=1)[0] != "pip":
             plan.skipped.append(text)
+    with_conda_base(plan)
+
+
+def with_conda_base(plan: EnvPlan) -> None:
+    """pip, setuptools and wheel, as every conda environment with pip has them, unless named."""
     named = {re.split(r"[\s=<>~!\[;]", line, maxsplit=1)[0].lower() for line in plan.requirements}
     plan.requirements += [name for name in CONDA_BASE if name not in named]
 

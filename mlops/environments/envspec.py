@@ -30,6 +30,7 @@ from mlops.environments.envfiles import (
     read_conda,
     read_conda_data,
     read_dockerfile,
+    with_conda_base,
 )
 from mlops.errors import LocalRunError
 from mlops.specs import ROOT, read_yaml
@@ -110,6 +111,7 @@ def from_map(key: str, label: str, env_map: EnvMap) -> EnvPlan:
     plan = EnvPlan(label, python=str(entry["python"]) if entry.get("python") else None)
     for line in entry.get("pip") or []:
         plan.requirements.append(str(line))
+    with_conda_base(plan)  # curated and mapped images are conda environments
     return plan
 
 

@@ -41,7 +41,8 @@ def unfetchable(line: str) -> bool:
 
 
 # Distributions .venv's build stands in for whatever version an environment names: a CUDA image's
-# torch cannot run without its GPU stack, and another torch is gigabytes from the registry.
+# torch cannot run without its GPU stack, and another torch is gigabytes from the registry (the
+# curated catalogue lists them unpinned; mlops/environments/resolve.py never moves them).
 LEFT_TO_VENV = {"torch", "torchvision", "torchaudio", "pytorch"}
 
 

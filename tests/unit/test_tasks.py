@@ -83,18 +83,22 @@ def test_a_version_error_is_one_raised_inside_an_installed_package(tail, expecte
     assert version_error(tail) is expected
 
 
-def test_an_environment_for_another_python_leaves_a_caveat_for_its_failures(tmp_path):
+def test_an_environment_for_another_python_leaves_a_caveat_for_its_failures(tmp_path,
+                                                                           monkeypatch):
     import importlib.metadata
 
-    from mlops.environments.activation import Environments
+    from mlops.environments import activation
     from mlops.environments.envspec import EnvironmentRef
 
-    # what .venv has, pinned (a loose line would be resolved for Python 3.9): no layer to build
+    asked = []  # the closure for Python 3.9 is resolved (tests/e2e); here: nothing to install
+    monkeypatch.setattr(activation, "build_closure_layer",
+                        lambda lines, python, label, adds: asked.append((python, lines)))
     pin = "\n".join(f"  - {name}=={importlib.metadata.version(name)}"
-                    for name in ("pyyaml", "setuptools"))
+                    for name in ("pyyaml", "setuptools", "wheel"))
     (tmp_path / "conda.yml").write_text(f"dependencies:\n- python=3.9\n- pip\n- pip:\n{pin}\n")
-    envs = Environments()
+    envs = activation.Environments()
     assert envs.layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "job") == []
+    assert asked and asked[0][0] == "3.9" and "pip" in asked[0][1]
     assert "is built for Python 3.9 on Azure and ran on 3." in envs.caveat("job")
     (tmp_path / "conda.yml").write_text(f"dependencies:\n- pip\n- pip:\n{pin}\n")
     envs.layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "same-python")

@@ -1,0 +1,109 @@
+"""The cached layer of an environment for another Python (a conda file's `python=3.8`, a curated
+image's 3.9): its whole closure resolved as Azure's build resolves it for that Python, moved to
+this machine's Python as one set (mlops/environments/resolve.py), and every package of the moved
+set whose version differs from .venv's installed into the layer, so nothing the environment
+reaches floats to .venv's release. What the closure does not reach still comes from .venv (torch
+too, whose build stands in for any version).
+
+The layer is keyed by the environment's requirements and Python and by the .venv below it; the
+resolution is recorded in its layer.json, so a cached run resolves nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from mlops.environments import resolve
+from mlops.environments.layers import PY, base_view, cache_dir, layer_key, make_venv
+from mlops.environments.requirements import hidden_families, name_of
+from mlops.errors import LocalRunError
+
+
+def closure_key(lines: list[str], python: str) -> str:
+    return layer_key([f"python=={python}", *lines])
+
+
+def build_closure_layer(lines: list[str], python: str, label: str,
+                        adds: tuple[str, ...] = ()) -> Path:
+    """The layer for `lines` as Python `python` resolves them, built once under a lock. `adds`:
+    what the image brings besides (a deployment's server): taken as bare names when the
+    environment's own pins leave no room for the image's versions."""
+    folder = cache_dir() / closure_key([*lines, *adds], python)
+    done = folder / "layer.json"
+    if done.is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.is_file():
+            return folder
+        shutil.rmtree(folder, ignore_errors=True)  # a build that died half-way
+        started = time.perf_counter()
+        print(f"{label}: resolving {len(lines) + len(adds)} requirement(s) for Python "
+              f"{python}, as Azure's image build does, and moving them to this Python",
+              flush=True)
+        moved = _resolved(lines, python, label, adds)
+        resolved = time.perf_counter() - started
+        installed = _install(folder, moved, label)
+        record = {"label": label, "requirements": lines, "adds": list(adds), "python": python,
+                  "target": {k: v.version for k, v in moved.target.items()},
+                  "installed": installed, "moved": moved.lines,
+                  "below": str(base_view(hidden_families(list(installed)))),
+                  "resolve_seconds": round(resolved, 1),
+                  "seconds": round(time.perf_counter() - started, 1)}
+        done.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"{label}: cached layer ready in {record['seconds']:.1f}s ({len(installed)} "
+              f"package(s); {folder})", flush=True)
+    return folder
+
+
+def _resolved(lines: list[str], python: str, label: str, adds: tuple[str, ...]):
+    try:
+        target = _target(lines, python, adds)
+    except resolve.NoSet as err:
+        raise LocalRunError(f"environment {label}: no set of releases satisfies its "
+                            f"requirements for Python {python}, so Azure's image build for "
+                            f"that Python fails too (the resolver's words):\n{err}") from None
+    try:
+        return resolve.move_here(target)
+    except resolve.NoSet as err:
+        raise LocalRunError(f"environment {label}: what Azure's build resolves for Python "
+                            f"{python} has no set of releases that installs on this machine's "
+                            f"Python; run it on Azure, or pin releases made for this Python:"
+                            f"\n{err}") from None
+
+
+def _target(lines: list[str], python: str, adds: tuple[str, ...]):
+    try:
+        return resolve.target_set([*lines, *adds], python)
+    except resolve.NoSet:
+        if not adds:
+            raise
+    named = [name_of(line) or line for line in adds]  # the environment's pins decide
+    return resolve.target_set([*lines, *named], python)
+
+
+def _install(folder: Path, moved: resolve.Moved, label: str) -> dict[str, str]:
+    """Every moved package .venv lacks at that version, into a fresh layer over .venv."""
+    wanted = {name: locked for name, locked in moved.here.items()
+              if resolve.venv_version(name) != locked.version}
+    make_venv(folder, [base_view(hidden_families(list(wanted)))])
+    if wanted:
+        argv = [resolve.uv_binary(), "pip", "install", "--python",
+                str(folder / "bin" / "python"), "--no-deps", "--quiet",
+                *[f"{name}=={locked.version}" for name, locked in sorted(wanted.items())]]
+        for name in sorted(n for n, locked in wanted.items() if locked.compiled):
+            argv += ["--only-binary", name]
+        result = subprocess.run(argv, capture_output=True, text=True, env=resolve.uv_env())
+        if result.returncode != 0:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise LocalRunError(f"environment {label}: installing its packages failed:\n"
+                                f"{resolve.tail(result.stderr)}")
+    site = folder / "lib" / PY / "site-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    return {name: locked.version for name, locked in sorted(wanted.items())}

@@ -1,0 +1,147 @@
+"""An environment's whole closure as Azure's image build resolves it for the environment's own
+Python, then moved to this machine's Python as one set (uv, a resolver that evaluates markers and
+Requires-Python for a target: pip's --python-version does not, pypa/pip#11664).
+
+1. target: `uv pip compile` of the environment's requirements for its Python on Azure's platform
+   (Linux x86_64). That set is what Azure's image holds; when none exists, Azure's build fails
+   too, and only then is that said.
+2. here: every package of that set as a lower bound (`name>=version`), resolved for this Python
+   with the lowest versions that install together (`--resolution lowest-direct`), packages that
+   ship compiled wheels taken as wheels only (pure-Python sdists stay allowed, as Azure's pip
+   builds them). Families move together (torch/torchvision, numpy/scipy/scikit-learn,
+   azureml-defaults/its server/pyarrow, mltable/dataprep/rslex).
+The GPU stack (torch and its CUDA wheels) is never moved: .venv's build stands in for it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlops.environments.requirements import canonical
+from mlops.errors import LocalRunError
+
+AZURE_PLATFORM = "x86_64-manylinux_2_28"  # Azure ML's images: Linux on x86_64, glibc >= 2.28
+# .venv's build stands in for these whatever version an environment resolves (a CUDA stack is
+# gigabytes, and .venv's runs here)
+GPU_STACK = re.compile(r"^(torch|torchvision|torchaudio|triton|pytorch-triton.*|nvidia-.*|"
+                       r"cuda-.*)$")
+BUILD_FAILED = re.compile(r"Failed to (?:download and )?build `([A-Za-z0-9_.\-]+)==")
+ROUNDS = 6  # sdists that fail to build metadata, taken as wheels only one by one
+
+
+@dataclass(frozen=True)
+class Locked:
+    """One package of a resolved set."""
+
+    version: str
+    compiled: bool  # its wheels for the platform are platform-specific
+    marker: str = ""
+
+
+@dataclass
+class Moved:
+    """A closure moved to this Python."""
+
+    target: dict[str, Locked]  # name -> what Azure's build holds for the environment's Python
+    here: dict[str, Locked]  # name -> what installs here
+    lines: list[str] = field(default_factory=list)  # "numpy 1.21.6 -> 1.23.2", one per move
+
+
+class NoSet(LocalRunError):
+    """No set of releases satisfies the requirements for the environment's own Python."""
+
+
+def uv_binary() -> str:
+    found = Path(sys.executable).parent / "uv"
+    if found.is_file():
+        return str(found)
+    raise LocalRunError("uv is not installed in .venv (it resolves environments for their own "
+                        "Python): run make setup")
+
+
+def _locked(path: Path) -> dict[str, Locked]:
+    data = tomllib.loads(path.read_text())
+    found = {}
+    for package in data.get("packages", []):
+        wheels = [w.get("url", "") or w.get("name", "") for w in package.get("wheels", [])]
+        compiled = any(not url.endswith("-none-any.whl") for url in wheels)
+        found[canonical(package["name"])] = Locked(str(package["version"]), compiled,
+                                                   str(package.get("marker") or ""))
+    return found
+
+
+def compile_set(lines: list[str], python: list[str], only_binary: set[str],
+                lowest: bool = False) -> dict[str, Locked]:
+    """uv's resolution of `lines` for `python` (its --python-version/--platform or --python
+    flags); sdists whose metadata fails to build are retried as wheels only."""
+    no_build = set(only_binary)
+    with tempfile.TemporaryDirectory(prefix="resolve-") as tmp:
+        source, lock = Path(tmp) / "requirements.in", Path(tmp) / "pylock.toml"
+        source.write_text("\n".join(lines) + "\n")
+        for _ in range(ROUNDS):
+            argv = [uv_binary(), "pip", "compile", str(source), "--format", "pylock.toml",
+                    "-o", str(lock), "--quiet", "--no-header", *python]
+            argv += ["--resolution", "lowest-direct"] if lowest else []
+            for name in sorted(no_build):
+                argv += ["--only-binary", name]
+            result = subprocess.run(argv, capture_output=True, text=True, env=uv_env())
+            if result.returncode == 0:
+                return _locked(lock)
+            failed = {canonical(m) for m in BUILD_FAILED.findall(result.stderr)} - no_build
+            if not failed:
+                raise NoSet(tail(result.stderr))
+            no_build |= failed
+    raise NoSet(tail(result.stderr))
+
+
+def uv_env() -> dict[str, str]:
+    """uv never downloads a Python for a target it only resolves for."""
+    return {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
+
+
+def tail(text: str, lines: int = 14) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def target_set(lines: list[str], version: str) -> dict[str, Locked]:
+    """What Azure's image build installs for Python `version` (NoSet: nothing does)."""
+    return compile_set(lines, ["--python-version", version, "--python-platform",
+                               AZURE_PLATFORM], set())
+
+
+def move_here(target: dict[str, Locked]) -> Moved:
+    """The target set as the nearest releases that install on this Python together."""
+    lines = []
+    for name, locked in sorted(target.items()):
+        if GPU_STACK.match(name):
+            continue
+        marker = f" ; {locked.marker}" if locked.marker else ""
+        lines.append(f"{name}>={locked.version}{marker}")
+    compiled = {name for name, locked in target.items() if locked.compiled}
+    here = compile_set(lines, ["--python", sys.executable], compiled, lowest=True) \
+        if lines else {}
+    moved = Moved(target, {k: v for k, v in here.items() if not GPU_STACK.match(k)})
+    for name, locked in sorted(target.items()):
+        now = moved.here.get(name)
+        if now is not None and now.version != locked.version:
+            moved.lines.append(f"{name} {locked.version} -> {now.version}")
+        elif GPU_STACK.match(name) and venv_version(name) not in (None, locked.version):
+            moved.lines.append(f"{name} {locked.version} -> {venv_version(name)} (.venv's "
+                               "build stands in)")
+    return moved
+
+
+def venv_version(name: str) -> str | None:
+    """The version of `name` .venv has (None: it has none)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -1,0 +1,119 @@
+"""An environment for another Python: its closure resolved for that Python, then moved here as
+one set (mlops/environments/resolve.py, other_python.py). uv itself is stood in for here; the
+real resolutions run in tests/e2e/test_local_envs.py and the heavy closure fixtures."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mlops.environments import other_python, resolve
+from mlops.environments.resolve import Locked
+from mlops.errors import LocalRunError
+
+PYLOCK = '''lock-version = "1.0"
+created-by = "uv"
+
+[[packages]]
+name = "NumPy"
+version = "1.21.6"
+wheels = [{ url = "https://x/numpy-1.21.6-cp37-cp37m-manylinux_2_12_x86_64.whl" }]
+
+[[packages]]
+name = "json-logging-py"
+version = "0.2"
+sdist = { url = "https://x/json-logging-py-0.2.tar.gz" }
+
+[[packages]]
+name = "typing_extensions"
+version = "4.7.1"
+marker = "python_full_version < '3.8'"
+wheels = [{ url = "https://x/typing_extensions-4.7.1-py3-none-any.whl" }]
+'''
+
+
+def test_a_lock_says_which_packages_ship_compiled_wheels(tmp_path):
+    (tmp_path / "pylock.toml").write_text(PYLOCK)
+    found = resolve._locked(tmp_path / "pylock.toml")
+    assert found == {"numpy": Locked("1.21.6", True),
+                     "json-logging-py": Locked("0.2", False),
+                     "typing-extensions": Locked("4.7.1", False, "python_full_version < '3.8'")}
+
+
+def test_the_move_asks_for_lower_bounds_lowest_first_compiled_ones_as_wheels(monkeypatch):
+    asked = {}
+
+    def compile_set(lines, python, only_binary, lowest=False):
+        asked.update(lines=lines, only_binary=only_binary, lowest=lowest)
+        return {"numpy": Locked("1.23.2", True), "pandas": Locked("1.5.0", True),
+                "six": Locked("1.17.0", False)}
+
+    monkeypatch.setattr(resolve, "compile_set", compile_set)
+    monkeypatch.setattr(resolve, "venv_version", lambda name: {"torch": "2.14.1"}.get(name))
+    target = {"numpy": Locked("1.21.2", True), "pandas": Locked("1.3.5", True),
+              "six": Locked("1.17.0", False), "torch": Locked("1.13.0", True),
+              "nvidia-cublas-cu11": Locked("11.10.3.66", True),
+              "importlib-metadata": Locked("6.7.0", False, "python_version < '3.8'")}
+    moved = resolve.move_here(target)
+    assert asked["lowest"] and asked["lines"] == [
+        "importlib-metadata>=6.7.0 ; python_version < '3.8'", "numpy>=1.21.2",
+        "pandas>=1.3.5", "six>=1.17.0"]  # the GPU stack is .venv's, never moved
+    assert asked["only_binary"] == {"numpy", "pandas", "torch", "nvidia-cublas-cu11"}
+    assert moved.lines == ["numpy 1.21.2 -> 1.23.2", "pandas 1.3.5 -> 1.5.0",
+                           "torch 1.13.0 -> 2.14.1 (.venv's build stands in)"]
+
+
+def test_an_sdist_whose_metadata_fails_to_build_is_retried_as_wheels_only(monkeypatch):
+    calls = []
+
+    def run(argv, **kwargs):
+        calls.append(argv)
+        if len(calls) == 1:
+            return subprocess.CompletedProcess(argv, 1, "", "× Failed to build `pyarrow==3.0.0`")
+        Path(argv[argv.index("-o") + 1]).write_text(PYLOCK)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(resolve.subprocess, "run", run)
+    monkeypatch.setattr(resolve, "uv_binary", lambda: "uv")
+    found = resolve.compile_set(["azureml-defaults==1.38.0"], ["--python-version", "3.7"], set())
+    assert "numpy" in found
+    assert "--only-binary" not in calls[0] and calls[1][-2:] == ["--only-binary", "pyarrow"]
+
+
+def test_no_set_for_the_environments_python_is_the_one_failure_said_to_be_azures_too(
+        monkeypatch):
+    def no_set(lines, version):
+        raise resolve.NoSet("Because there is no version of nope==9 ...")
+
+    monkeypatch.setattr(resolve, "target_set", no_set)
+    with pytest.raises(LocalRunError, match="Python 3.7, so Azure's image build for that "
+                                            "Python fails too"):
+        other_python._resolved(["nope==9"], "3.7", "env", ())
+
+    monkeypatch.setattr(resolve, "target_set", lambda lines, version: {"x": Locked("1", True)})
+
+    def nothing_here(target):
+        raise resolve.NoSet("no wheels")
+
+    monkeypatch.setattr(resolve, "move_here", nothing_here)
+    with pytest.raises(LocalRunError, match="no set of releases that installs on this "
+                                            "machine's Python") as refused:
+        other_python._resolved(["x==1"], "3.7", "env", ())
+    assert "fails too" not in str(refused.value)
+
+
+def test_the_images_own_packages_give_way_to_the_environments_pins(monkeypatch):
+    asked = []
+
+    def target_set(lines, version):
+        asked.append(lines)
+        if "azureml-inference-server-http==1.4.1" in lines:
+            raise resolve.NoSet("azureml-defaults==1.38.0 needs ~=0.4.1")
+        return {}
+
+    monkeypatch.setattr(resolve, "target_set", target_set)
+    other_python._target(["azureml-defaults==1.38.0"], "3.7",
+                         ("azureml-inference-server-http==1.4.1",))
+    assert asked[-1] == ["azureml-defaults==1.38.0", "azureml-inference-server-http"]
