@@ -100,10 +100,6 @@ SOURCES = [ROOT / name for name in ("src", "jobs", "components", "environments",
     [ROOT / "tests" / "fixtures"]
 
 
-SOURCES = [ROOT / name for name in ("src", "jobs", "components", "environments", "assets")] + \
-    [ROOT / "tests" / "fixtures"]
-
-
 def jpeg_bytes(size=(64, 48), color=(200, 30, 30)) -> bytes:
     buffer = io.BytesIO()
     Image.new("RGB", size, color).save(buffer, format="JPEG")

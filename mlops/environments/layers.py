@@ -63,17 +63,20 @@ def make_venv(folder: Path, lower: list[Path]) -> Path:
     return site
 
 
-def base_view(hidden: set[str]) -> Path:
+def base_view(hidden: set[str], shadowed: frozenset[str] = frozenset()) -> Path:
     """.venv's site-packages as the layers see it: itself, or, when the environment brings its
     own version of a family (MLflow), a cached folder of links to every entry but that
-    family's, so its packages and metadata come from the environment alone."""
-    if not hidden:
+    family's, so its packages and metadata come from the environment alone. `shadowed`:
+    top-level entries the layer provides itself, hidden whole (a namespace such as azure/ whose
+    .venv half would otherwise mix in packages of other releases)."""
+    if not hidden and not shadowed:
         return BASE_SITE
-    key = hashlib.sha256(f"{sorted(hidden)}{BASE_SITE}{BASE_SITE.stat().st_mtime_ns}".encode())
+    key = hashlib.sha256(f"{sorted(hidden)}{sorted(shadowed)}{BASE_SITE}"
+                         f"{BASE_SITE.stat().st_mtime_ns}".encode())
     view = cache_dir() / f"view-{key.hexdigest()[:16]}"
     if (view / ".complete").is_file():
         return view
-    drop = set()
+    drop = set(shadowed)
     for dist in importlib.metadata.distributions(path=[str(BASE_SITE)]):
         if canonical(dist.metadata["Name"]) in hidden:
             drop |= {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}

@@ -25,7 +25,7 @@ from mlops.errors import LocalRunError
 
 
 def closure_key(lines: list[str], python: str) -> str:
-    return layer_key([f"python=={python}", *lines])
+    return layer_key([f"python=={python}", "closure-layer-2", *lines])
 
 
 def build_closure_layer(lines: list[str], python: str, label: str,
@@ -50,10 +50,11 @@ def build_closure_layer(lines: list[str], python: str, label: str,
         moved = _resolved(lines, python, label, adds)
         resolved = time.perf_counter() - started
         installed = _install(folder, moved, label)
+        below = base_view(hidden_families(list(installed)), _top_level(folder))
+        make_venv(folder, [below])  # .venv as the layer sees it, now that the layer is known
         record = {"label": label, "requirements": lines, "adds": list(adds), "python": python,
                   "target": {k: v.version for k, v in moved.target.items()},
-                  "installed": installed, "moved": moved.lines,
-                  "below": str(base_view(hidden_families(list(installed)))),
+                  "installed": installed, "moved": moved.lines, "below": str(below),
                   "resolve_seconds": round(resolved, 1),
                   "seconds": round(time.perf_counter() - started, 1)}
         done.write_text(json.dumps(record, indent=2) + "\n")
@@ -86,6 +87,14 @@ def _target(lines: list[str], python: str, adds: tuple[str, ...]):
             raise
     named = [name_of(line) or line for line in adds]  # the environment's pins decide
     return resolve.target_set([*lines, *named], python)
+
+
+def _top_level(folder: Path) -> frozenset[str]:
+    """The layer's own top-level packages and modules (not its metadata or .pth files)."""
+    site = folder / "lib" / PY / "site-packages"
+    return frozenset(entry.name for entry in site.iterdir()
+                     if not entry.name.endswith((".dist-info", ".pth")) and
+                     entry.name not in ("__pycache__", "_mlops_readonly_inputs.py"))
 
 
 def _install(folder: Path, moved: resolve.Moved, label: str) -> dict[str, str]:
