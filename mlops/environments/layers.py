@@ -22,6 +22,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -100,19 +101,26 @@ def layer_key(requirements: list[str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def build_layer(requirements: list[str], label: str, everything: tuple = ()) -> Path:
-    """The cached layer for `requirements`, created once (a lock keeps concurrent runs out).
-    `everything`: all the environment names, .venv's share included."""
-    folder = cache_dir() / layer_key(requirements)
-    done = folder / "layer.json"
-    if done.is_file():
+def cached_layer(folder: Path, build: Callable[[Path], None]) -> Path:
+    """`folder`, built once by `build` (which writes its layer.json last): a lock keeps
+    concurrent runs out, and a build that died half-way is started afresh."""
+    if (folder / "layer.json").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.is_file():
-            return folder
-        shutil.rmtree(folder, ignore_errors=True)  # a build that died half-way
+        if not (folder / "layer.json").is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            build(folder)
+    return folder
+
+
+def build_layer(requirements: list[str], label: str, everything: tuple = ()) -> Path:
+    """The cached layer for `requirements`, created once. `everything`: all the environment
+    names, .venv's share included."""
+
+    def build(folder: Path) -> None:
+        done = folder / "layer.json"
         started = time.perf_counter()
         shown = ", ".join(requirements[:6]) + (" ..." if len(requirements) > 6 else "")
         print(f"{label}: installing {len(requirements)} requirement(s) into a "
@@ -125,7 +133,8 @@ def build_layer(requirements: list[str], label: str, everything: tuple = ()) -> 
                                     "below": str(below),
                                     "seconds": round(seconds, 1)}, indent=2) + "\n")
         print(f"{label}: cached layer ready in {seconds:.1f}s ({folder})", flush=True)
-    return folder
+
+    return cached_layer(cache_dir() / layer_key(requirements), build)
 
 
 def _install_paired(folder: Path, requirements: list[str], label: str, everything: list[str]):

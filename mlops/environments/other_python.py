@@ -11,7 +11,6 @@ resolution is recorded in its layer.json, so a cached run resolves nothing.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 import subprocess
@@ -19,7 +18,14 @@ import time
 from pathlib import Path
 
 from mlops.environments import resolve
-from mlops.environments.layers import PY, base_view, cache_dir, layer_key, make_venv
+from mlops.environments.layers import (
+    PY,
+    base_view,
+    cache_dir,
+    cached_layer,
+    layer_key,
+    make_venv,
+)
 from mlops.environments.requirements import hidden_families, name_of
 from mlops.errors import LocalRunError
 
@@ -33,16 +39,8 @@ def build_closure_layer(lines: list[str], python: str, label: str,
     """The layer for `lines` as Python `python` resolves them, built once under a lock. `adds`:
     what the image brings besides (a deployment's server): taken as bare names when the
     environment's own pins leave no room for the image's versions."""
-    folder = cache_dir() / closure_key([*lines, *adds], python)
-    done = folder / "layer.json"
-    if done.is_file():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.is_file():
-            return folder
-        shutil.rmtree(folder, ignore_errors=True)  # a build that died half-way
+
+    def build(folder: Path) -> None:
         started = time.perf_counter()
         print(f"{label}: resolving {len(lines) + len(adds)} requirement(s) for Python "
               f"{python}, as Azure's image build does, and moving them to this Python",
@@ -57,10 +55,11 @@ def build_closure_layer(lines: list[str], python: str, label: str,
                   "installed": installed, "moved": moved.lines, "below": str(below),
                   "resolve_seconds": round(resolved, 1),
                   "seconds": round(time.perf_counter() - started, 1)}
-        done.write_text(json.dumps(record, indent=2) + "\n")
+        (folder / "layer.json").write_text(json.dumps(record, indent=2) + "\n")
         print(f"{label}: cached layer ready in {record['seconds']:.1f}s ({len(installed)} "
               f"package(s); {folder})", flush=True)
-    return folder
+
+    return cached_layer(cache_dir() / closure_key([*lines, *adds], python), build)
 
 
 def _resolved(lines: list[str], python: str, label: str, adds: tuple[str, ...]):
