@@ -3,10 +3,11 @@
 A job runs in the Python its spec's `environment:` names (mlops/environments/envspec.py reads
 it), built as layers over the project's .venv, which is the bottom layer and is never written:
 1. .venv: the project's own environment (its conda.yml is generated from pyproject.toml). A spec
-   whose requirements .venv already satisfies needs nothing more.
-2. a cached layer per distinct set of unsatisfied requirements (keyed by their content and by the
-   .venv below it), created once with pip, which sees .venv's packages as installed: torch and
-   friends are reused when the pins agree and shadowed by the layer when they do not.
+   for this Python whose requirements .venv already satisfies needs nothing more.
+2. a cached layer per environment (keyed by its requirements, its Python and the .venv below
+   it): its whole closure as Azure's build resolves it for its Python, moved to this one, every
+   package that differs from .venv's (mlops/environments/closures.py); torch and its CUDA stack
+   always come from .venv.
 3. a throwaway top layer per run (`<task>/env`): whatever the job itself installs
    (`pip install ...` in the command) lands there and is deleted with the run (KEEP_ENV=1 keeps
    it). Creating it costs a few files and one symlink.
@@ -24,17 +25,16 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from mlops.environments.closures import build_closure_layer
 from mlops.environments.envspec import ENV_MAP, EnvironmentRef, EnvMap, EnvPlan, plan_for
 from mlops.environments.layers import (
     BASE_SITE,
     PY,
     VENV_BIN,
-    build_layer,
     layer_record,
     make_venv,
 )
-from mlops.environments.other_python import build_closure_layer
-from mlops.environments.requirements import hidden_families, name_of, unfetchable, with_mpi
+from mlops.environments.requirements import name_of, unfetchable, with_mpi
 from mlops.specs import flag
 
 TOP = "env"
@@ -75,14 +75,6 @@ def unsatisfied(requirements: list[str]) -> list[str]:
         if requirement.url or not requirement.specifier.contains(have, prereleases=True):
             missing.append(line)
     return missing
-
-
-def with_families(missing: list[str], requirements: list[str]) -> list[str]:
-    """A family with one member missing from .venv comes whole from the layer: every member the
-    environment names joins `missing` (the layer's view hides .venv's copies of all of them)."""
-    hidden = hidden_families(missing)
-    return missing + [line for line in requirements
-                      if line not in missing and name_of(line) in hidden]
 
 
 def python_of(plan: EnvPlan) -> str:
@@ -162,10 +154,9 @@ class Environments:
             self._say(f"warning: {plan.label}: skipped {line!r}: this machine cannot fetch it "
                       "(only the package registries are reachable); the rest is installed")
         lines = [line for line in plan.requirements if line not in remote]
-        if other_python:  # the whole closure, as Azure's build resolves it for that Python
-            layer = build_closure_layer(lines, python_of(plan), plan.label, adds)
-        else:
-            layer = self._layer([*lines, *adds], plan.label)
+        layer = None  # .venv alone: it has every line of an environment for this Python
+        if other_python or unsatisfied([*lines, *adds]):  # the whole closure, as Azure's
+            layer = build_closure_layer(lines, python_of(plan), plan.label, adds)  # build has it
         moved = layer_record(layer).get("moved") or [] if layer else []
         for line in moved:
             self._say(f"warning: {plan.label}: {line}")
@@ -186,11 +177,6 @@ class Environments:
                       f"{fixed[name_of(line)]}")
         plan.requirements = [line for line in plan.requirements
                              if name_of(line) not in fixed] + list(ref.fixed)
-
-    def _layer(self, requirements: list[str], label: str) -> Path | None:
-        """The layer for what .venv lacks of an environment for this Python (None: nothing)."""
-        missing = with_families(unsatisfied(requirements), requirements)
-        return build_layer(missing, label, tuple(requirements)) if missing else None
 
     def activate(self, ref: EnvironmentRef, folder: Path, where: str) -> dict[str, str]:
         """Build (or reuse) the layers and a fresh top layer; the variables that select them."""

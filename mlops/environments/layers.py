@@ -1,11 +1,9 @@
-"""Cached environment layers: plain virtual environments stacked over .venv (mlops/envs.py
-decides which requirements a layer gets; this module builds it).
+"""Cached environment layers: plain virtual environments stacked over .venv
+(mlops/environments/closures.py decides what a layer holds; this module makes the venvs, the
+view of .venv below them, and the lock a build runs under).
 
 A layer is a venv whose site-packages ends with a .pth that adds the layers below it. It is keyed
-by its requirements and by the .venv below it, built once under a lock, and recorded in
-layer.json. After pip installs it, what of .venv the environment installs too and the layer's
-versions break (pip check) is resolved into the layer as well, as pip resolves an image's
-packages together.
+by its content and by the .venv below it, built once under a lock, and recorded in layer.json.
 """
 
 from __future__ import annotations
@@ -16,21 +14,15 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 import shutil
-import subprocess
 import sys
 import sysconfig
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from mlops.environments import abi, pins
-from mlops.environments.requirements import canonical, hidden_families
-from mlops.errors import LocalRunError
+from mlops.environments.requirements import canonical
 from mlops.specs import ROOT
 
 VENV_BIN = Path(sys.executable).parent
@@ -115,110 +107,6 @@ def cached_layer(folder: Path, build: Callable[[Path], None]) -> Path:
     return folder
 
 
-def build_layer(requirements: list[str], label: str, everything: tuple = ()) -> Path:
-    """The cached layer for `requirements`, created once. `everything`: all the environment
-    names, .venv's share included."""
-
-    def build(folder: Path) -> None:
-        done = folder / "layer.json"
-        started = time.perf_counter()
-        shown = ", ".join(requirements[:6]) + (" ..." if len(requirements) > 6 else "")
-        print(f"{label}: installing {len(requirements)} requirement(s) into a "
-              f"cached layer ({shown})", flush=True)
-        relaxed, below = _install_paired(folder, requirements, label,
-                                         [*requirements, *everything])
-        seconds = time.perf_counter() - started
-        done.write_text(json.dumps({"label": label, "requirements": requirements,
-                                    "installed": relaxed.requirements, "moved": relaxed.moved,
-                                    "below": str(below),
-                                    "seconds": round(seconds, 1)}, indent=2) + "\n")
-        print(f"{label}: cached layer ready in {seconds:.1f}s ({folder})", flush=True)
-
-    return cached_layer(cache_dir() / layer_key(requirements), build)
-
-
-def _install_paired(folder: Path, requirements: list[str], label: str, everything: list[str]):
-    """_install_resolved, then again with numpy<2 if what it installed was compiled for NumPy 1
-    and fails under NumPy 2 (mlops/environments/abi.py): conda-forge never pairs them."""
-    relaxed, below = _install_resolved(folder, requirements, label, everything)
-    stale = abi.built_for_numpy_1(folder / "bin" / "python", folder / "lib" / PY / "site-packages")
-    if not stale:
-        return relaxed, below
-    print(f"{label}: {', '.join(stale)} fail(s) to import under NumPy 2 (built for NumPy 1); "
-          f"installing {abi.NUMPY_1} with them, as Azure's conda build pairs them", flush=True)
-    try:
-        relaxed, below = _install_resolved(folder, abi.with_numpy_1(requirements), label,
-                                           abi.with_numpy_1(everything))
-    except LocalRunError as err:
-        print(f"warning: {label}: {abi.NUMPY_1} does not install with the rest ({err}); keeping "
-              "NumPy 2", flush=True)
-        return _install_resolved(folder, requirements, label, everything)
-    relaxed.moved.append(f"numpy -> {abi.NUMPY_1}: {', '.join(stale)} fail(s) under NumPy 2")
-    return relaxed, below
-
-
-def _install_resolved(folder: Path, requirements: list[str], label: str, everything: list[str]):
-    """Install, then bring into the layer what of .venv the installed versions break, as pip
-    resolves an image's packages together (a few rounds at most)."""
-    extra: list[str] = []  # .venv packages that must come from the layer too
-    for attempt in range(4):
-        below = base_view(hidden_families(requirements + extra) | set(extra))
-        try:
-            relaxed = _install(folder, requirements + extra, below, label)
-        except LocalRunError:
-            if not extra:
-                raise
-            print(f"warning: {label}: no versions of {', '.join(extra)} install with the layer; "
-                  "keeping .venv's", flush=True)
-            below = base_view(hidden_families(requirements))
-            return _install(folder, requirements, below, label), below
-        broken = broken_below(folder, everything + extra) - set(extra)
-        if not broken or attempt == 3:
-            return relaxed, below
-        print(f"{label}: {', '.join(sorted(broken))} from .venv need(s) other versions of what "
-              "the layer installs; resolving them into the layer too", flush=True)
-        extra += sorted(broken)
-    raise AssertionError("unreachable")
-
-
-def _install(folder: Path, requirements: list[str], below: Path, label: str) -> pins.Relaxed:
-    shutil.rmtree(folder, ignore_errors=True)
-    make_venv(folder, [below])
-    relaxed = pins.relax(requirements, str(folder / "bin" / "python"))
-    code, output = _pip_with_progress(
-        [str(folder / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-         "--no-input", "--progress-bar", "off", *relaxed.requirements], label)
-    if code != 0:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise LocalRunError(install_failure(label, output))
-    return relaxed
-
-
-PROGRESS = re.compile(r"^(Collecting|Downloading|Building wheel|Installing collected|"
-                      r"Successfully installed)")
-
-
-class PipRun(NamedTuple):
-    code: int
-    output: str  # everything pip printed, for the error message
-
-
-def _pip_with_progress(argv: list[str], label: str) -> PipRun:
-    """Run pip, echoing the lines that show it is moving (what it fetches, builds, installs):
-    a large layer takes minutes. All of its output is kept for the error message."""
-    lines = []
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as pip:
-        for line in pip.stdout:
-            lines.append(line)
-            if PROGRESS.match(line.strip()):
-                print(f"  {label}: {line.strip()[:160]}", flush=True)
-    return PipRun(pip.returncode, "".join(lines))
-
-
-CONFLICT = re.compile(r"^(\S+) \S+ has requirement ([A-Za-z0-9._-]+)")
-
-
 def closure(requirements: list[str], paths: list[str]) -> set[str]:
     """The names of what `requirements` install, extras included, following each installed
     one's own requirements (the first path that holds a distribution wins, as on sys.path)."""
@@ -248,42 +136,6 @@ def _parsed(line: str) -> Requirement | None:
         return Requirement(line)
     except InvalidRequirement:
         return None  # an option or URL line: nothing installed to follow
-
-
-def broken_below(folder: Path, requirements: list[str]) -> set[str]:
-    """Packages of .venv that the environment installs too (its requirements' closure) whose
-    own requirements the layer's versions break (pip check): on Azure pip resolves them
-    together, so they come from the layer, at versions that fit. What the environment would not
-    have at all (torch under a scikit-learn environment), the project itself and other local
-    installs are left alone."""
-    site = folder / "lib" / PY / "site-packages"
-    mine = {canonical(d.metadata["Name"])
-            for d in importlib.metadata.distributions(path=[str(site)])}
-    needed = closure(requirements, [str(site), str(BASE_SITE)])
-    local = {canonical(d.metadata["Name"]) for d in importlib.metadata.distributions(
-        path=[str(BASE_SITE)]) if d.read_text("direct_url.json")}
-    result = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "check",
-                             "--disable-pip-version-check"], capture_output=True, text=True)
-    broken = set()
-    for line in result.stdout.splitlines():
-        match = CONFLICT.match(line)
-        if match and canonical(match.group(2)) in mine:
-            dependent = canonical(match.group(1))
-            if dependent in needed and dependent not in mine and dependent not in local:
-                broken.add(dependent)
-    return broken
-
-
-def install_failure(label: str, output: str) -> str:
-    """What pip's failure means here: no release of a package installs on this machine (which
-    says nothing of Azure's build, whose Python may differ), or pip's own last lines."""
-    tail = "\n".join(output.strip().splitlines()[-12:])
-    missing = re.search(r"No matching distribution found for (\S+)", output)
-    if missing:
-        return (f"environment {label}: no release of {missing.group(1)} installs on this "
-                f"machine ({pins.HERE}, {platform.system()} {platform.machine()}); build this "
-                f"environment on Azure, or pin a release that has a wheel here:\n{tail}")
-    return f"environment {label}: pip could not install its packages on this machine:\n{tail}"
 
 
 def layer_record(layer: Path) -> dict:

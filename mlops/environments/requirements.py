@@ -3,7 +3,7 @@
 - what cannot be fetched here (VCS and URL requirements, private indexes) is set aside;
 - mpi4py brings an MPI, as Azure's images carry Open MPI;
 - a family of distributions (MLflow's) that the environment names replaces .venv's as a whole.
-Pins with no release for this Python are moved by mlops/environments/pins.py.
+What the whole closure becomes here is mlops/environments/closures.py.
 """
 
 from __future__ import annotations

@@ -162,17 +162,6 @@ def test_a_workspace_environment_registered_from_the_jobs_own_repository(tmp_pat
     assert f"pyjokes from {os.environ['LOCAL_ENVS_DIR']}/" in (tmp_path / "b/log.txt").read_text()
 
 
-def test_nearest_release_prefers_the_same_minor_then_the_closest_newer():
-    from packaging.version import Version
-
-    from mlops.environments.pins import nearest
-
-    have = [Version(v) for v in ("1.23.2", "1.23.5", "1.24.0", "2.0.0rc1", "2.0.1")]
-    assert nearest(Version("1.21.2"), have) == Version("1.23.5")
-    assert nearest(Version("1.24.3"), have) == Version("1.24.0")
-    assert nearest(Version("3.0"), have) == Version("2.0.1")
-
-
 def test_an_environment_for_another_python_moves_as_one_set_with_one_warning_each(
         tmp_path, capsys):
     """A conda file for Python 3.8 (numpy 1.21.2, pandas 1.3.5: no wheels for this Python):
@@ -243,14 +232,6 @@ def test_a_dockerfile_from_a_curated_image_adds_to_that_images_packages_and_pyth
     assert plan.requirements[-1] == "mlflow"
 
 
-def test_a_family_member_missing_from_venv_brings_every_named_member_into_the_layer():
-    from mlops.environments.activation import unsatisfied, with_families
-
-    wanted = ["mlflow", "mlflow-skinny==2.21.3", "six"]
-    assert with_families(unsatisfied(wanted), wanted) == ["mlflow-skinny==2.21.3", "mlflow"]
-    assert with_families(unsatisfied(["mlflow", "pyyaml"]), ["mlflow", "pyyaml"]) == []
-
-
 @pytest.mark.heavy
 def test_a_curated_base_with_unpinned_mlflow_saves_a_torch_model_as_on_azure(tmp_path, capsys):
     """The retired Python 3.8 scikit-learn image plus `mlflow` unpinned: Azure's build takes
@@ -282,25 +263,13 @@ def test_a_release_built_for_numpy_1_gets_numpy_1_as_azures_conda_build_gives_it
 
 
 def test_what_an_environment_installs_follows_installed_requirements_and_no_further():
-    """The packages a layer may pull from .venv to keep them consistent (envs.broken_below) are
-    only those the environment's own requirements install: never torch for an MLflow one."""
+    """The closure of what .venv has installed (scripts/lock.py writes constraints.txt from it)
+    follows installed requirements and extras, and no further: never torch for MLflow."""
     from mlops.environments.layers import BASE_SITE, closure
 
     names = closure(["mlflow==3.17.2"], [str(BASE_SITE)])
     assert {"mlflow", "mlflow-skinny", "pandas", "numpy"} <= names
     assert "torch" not in names and "image-classifier" not in names
-
-
-def test_a_layer_build_shows_pips_progress_and_keeps_its_whole_output(capsys):
-    from mlops.environments.layers import _pip_with_progress
-
-    script = ("print('Collecting six==1.16.0'); print('  Using cached six.whl'); "
-              "print('Installing collected packages: six'); raise SystemExit(3)")
-    code, output = _pip_with_progress([sys.executable, "-c", script], "env-x")
-    shown = capsys.readouterr().out.splitlines()
-    assert code == 3 and "Using cached six.whl" in output
-    assert shown == ["  env-x: Collecting six==1.16.0",
-                     "  env-x: Installing collected packages: six"]
 
 
 CLOSURES = [  # a fixture of each shape, what its job prints, and a warning line it must show

@@ -1,5 +1,5 @@
 """A layer whose compiled packages were built for NumPy 1 gets numpy<2, as Azure's conda build
-pairs them (mlops/environments/abi.py, mlops/environments/layers.py)."""
+pairs them (mlops/environments/abi.py, mlops/environments/closures.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from support import abi_site
 
-from mlops.environments import abi, layers
-from mlops.environments.pins import Relaxed
+from mlops.environments import abi, closures, resolve
 from mlops.errors import LocalRunError
 
 
@@ -28,31 +27,32 @@ def test_numpy_lines_give_way_to_numpy_1():
 
 
 def paired(monkeypatch, stale: list[str], numpy_1_installs: bool = True):
-    """layers._install_paired with pip and the import check stood in for: what it installed."""
+    """closures._paired with the resolver, the install and the import check stood in for: the
+    requirement lines each build was resolved from, and the build kept."""
     calls = []
 
-    def install(folder, requirements, label, everything):
-        calls.append(requirements)
-        if abi.NUMPY_1 in requirements and not numpy_1_installs:
-            raise LocalRunError("pip: numpy<2 conflicts")
-        return Relaxed(list(requirements)), Path("below")
+    def built(folder, lines, python, label, adds):
+        calls.append(lines)
+        if abi.NUMPY_1 in lines and not numpy_1_installs:
+            raise LocalRunError("no set with numpy<2")
+        return closures.Built(resolve.Moved({}, {}), {"scikit-learn": "1.2.2"}, Path("below"))
 
-    monkeypatch.setattr(layers, "_install_resolved", install)
+    monkeypatch.setattr(closures, "_built", built)
     monkeypatch.setattr(abi, "built_for_numpy_1", lambda python, site: stale)
-    relaxed, _ = layers._install_paired(Path("layer"), ["scikit-learn==1.2.2"], "env", [])
-    return calls, relaxed
+    kept = closures._paired(Path("layer"), ["scikit-learn==1.2.2"], "3.11", "env", ())
+    return calls, kept
 
 
-def test_a_layer_built_for_numpy_1_is_installed_again_with_numpy_1(monkeypatch, capsys):
-    calls, relaxed = paired(monkeypatch, ["sklearn"])
+def test_a_layer_built_for_numpy_1_is_resolved_again_with_numpy_1(monkeypatch, capsys):
+    calls, kept = paired(monkeypatch, ["sklearn"])
     assert calls == [["scikit-learn==1.2.2"], ["scikit-learn==1.2.2", "numpy<2"]]
-    assert relaxed.moved == ["numpy -> numpy<2: sklearn fail(s) under NumPy 2"]
-    assert "installing numpy<2 with them" in capsys.readouterr().out
+    assert kept.moved.lines == ["numpy -> numpy<2: sklearn fail(s) under NumPy 2"]
+    assert "resolving again with numpy<2" in capsys.readouterr().out
 
 
 def test_a_layer_that_imports_is_kept_and_numpy_1_that_cannot_install_keeps_numpy_2(
         monkeypatch, capsys):
     assert paired(monkeypatch, [])[0] == [["scikit-learn==1.2.2"]]
-    calls, relaxed = paired(monkeypatch, ["sklearn"], numpy_1_installs=False)
-    assert calls[-1] == ["scikit-learn==1.2.2"] and relaxed.moved == []
+    calls, kept = paired(monkeypatch, ["sklearn"], numpy_1_installs=False)
+    assert calls[-1] == ["scikit-learn==1.2.2"] and kept.moved.lines == []
     assert "does not install with the rest" in capsys.readouterr().out

@@ -1,5 +1,5 @@
 """An environment for another Python: its closure resolved for that Python, then moved here as
-one set (mlops/environments/resolve.py, other_python.py). uv itself is stood in for here; the
+one set (mlops/environments/resolve.py, closures.py). uv itself is stood in for here; the
 real resolutions run in tests/e2e/test_local_envs.py and the heavy closure fixtures."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlops.environments import other_python, resolve
+from mlops.environments import closures, resolve
 from mlops.environments.resolve import Locked
 from mlops.errors import LocalRunError
 
@@ -90,7 +90,7 @@ def test_no_set_for_the_environments_python_is_the_one_failure_said_to_be_azures
     monkeypatch.setattr(resolve, "target_set", no_set)
     with pytest.raises(LocalRunError, match="Python 3.7, so Azure's image build for that "
                                             "Python fails too"):
-        other_python._resolved(["nope==9"], "3.7", "env", ())
+        closures._resolved(["nope==9"], "3.7", "env", ())
 
     monkeypatch.setattr(resolve, "target_set", lambda lines, version: {"x": Locked("1", True)})
 
@@ -100,7 +100,7 @@ def test_no_set_for_the_environments_python_is_the_one_failure_said_to_be_azures
     monkeypatch.setattr(resolve, "move_here", nothing_here)
     with pytest.raises(LocalRunError, match="no set of releases that installs on this "
                                             "machine's Python") as refused:
-        other_python._resolved(["x==1"], "3.7", "env", ())
+        closures._resolved(["x==1"], "3.7", "env", ())
     assert "fails too" not in str(refused.value)
 
 
@@ -114,6 +114,6 @@ def test_the_images_own_packages_give_way_to_the_environments_pins(monkeypatch):
         return {}
 
     monkeypatch.setattr(resolve, "target_set", target_set)
-    other_python._target(["azureml-defaults==1.38.0"], "3.7",
+    closures._target(["azureml-defaults==1.38.0"], "3.7",
                          ("azureml-inference-server-http==1.4.1",))
     assert asked[-1] == ["azureml-defaults==1.38.0", "azureml-inference-server-http"]

@@ -1,9 +1,11 @@
-"""The cached layer of an environment for another Python (a conda file's `python=3.8`, a curated
-image's 3.9): its whole closure resolved as Azure's build resolves it for that Python, moved to
-this machine's Python as one set (mlops/environments/resolve.py), and every package of the moved
-set whose version differs from .venv's installed into the layer, so nothing the environment
-reaches floats to .venv's release. What the closure does not reach still comes from .venv (torch
-too, whose build stands in for any version).
+"""The cached layer of an environment: its whole closure resolved as Azure's build resolves it
+for the environment's own Python (a conda file's `python=3.8`, a curated image's 3.10, else this
+machine's), moved to this machine's Python as one set (mlops/environments/resolve.py), and every
+package of the moved set whose version differs from .venv's installed into the layer, so nothing
+the environment reaches floats to .venv's release. What the closure does not reach still comes
+from .venv (torch too, whose build stands in for any version). A layer whose compiled packages
+were built for NumPy 1 and fail to import under NumPy 2 is resolved again with numpy<2, the pair
+conda-forge (Azure's conda build) gives them (mlops/environments/abi.py).
 
 The layer is keyed by the environment's requirements and Python and by the .venv below it; the
 resolution is recorded in its layer.json, so a cached run resolves nothing.
@@ -16,8 +18,9 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import NamedTuple
 
-from mlops.environments import resolve
+from mlops.environments import abi, resolve
 from mlops.environments.layers import (
     PY,
     base_view,
@@ -45,21 +48,53 @@ def build_closure_layer(lines: list[str], python: str, label: str,
         print(f"{label}: resolving {len(lines) + len(adds)} requirement(s) for Python "
               f"{python}, as Azure's image build does, and moving them to this Python",
               flush=True)
-        moved = _resolved(lines, python, label, adds)
-        resolved = time.perf_counter() - started
-        installed = _install(folder, moved, label)
-        below = base_view(hidden_families(list(installed)), _top_level(folder))
-        make_venv(folder, [below])  # .venv as the layer sees it, now that the layer is known
+        layer = _paired(folder, lines, python, label, adds)
         record = {"label": label, "requirements": lines, "adds": list(adds), "python": python,
-                  "target": {k: v.version for k, v in moved.target.items()},
-                  "installed": installed, "moved": moved.lines, "below": str(below),
-                  "resolve_seconds": round(resolved, 1),
-                  "seconds": round(time.perf_counter() - started, 1)}
+                  "target": {k: v.version for k, v in layer.moved.target.items()},
+                  "installed": layer.installed, "moved": layer.moved.lines,
+                  "below": str(layer.below), "seconds": round(time.perf_counter() - started, 1)}
         (folder / "layer.json").write_text(json.dumps(record, indent=2) + "\n")
-        print(f"{label}: cached layer ready in {record['seconds']:.1f}s ({len(installed)} "
-              f"package(s); {folder})", flush=True)
+        print(f"{label}: cached layer ready in {record['seconds']:.1f}s "
+              f"({len(layer.installed)} package(s); {folder})", flush=True)
 
     return cached_layer(cache_dir() / closure_key([*lines, *adds], python), build)
+
+
+class Built(NamedTuple):
+    moved: resolve.Moved
+    installed: dict[str, str]  # name -> version, what the layer itself holds
+    below: Path  # .venv as the layer sees it
+
+
+def _built(folder: Path, lines: list[str], python: str, label: str,
+           adds: tuple[str, ...]) -> Built:
+    moved = _resolved(lines, python, label, adds)
+    installed = _install(folder, moved, label)
+    below = base_view(hidden_families(list(installed)), _top_level(folder))
+    make_venv(folder, [below])  # .venv as the layer sees it, now that the layer is known
+    return Built(moved, installed, below)
+
+
+def _paired(folder: Path, lines: list[str], python: str, label: str,
+            adds: tuple[str, ...]) -> Built:
+    """_built, then again with numpy<2 if what it installed was compiled for NumPy 1 and fails
+    under NumPy 2: conda-forge never pairs them."""
+    layer = _built(folder, lines, python, label, adds)
+    site = folder / "lib" / PY / "site-packages"
+    stale = abi.built_for_numpy_1(folder / "bin" / "python", site) if layer.installed else []
+    if not stale:
+        return layer
+    print(f"{label}: {', '.join(stale)} fail(s) to import under NumPy 2 (built for NumPy 1); "
+          f"resolving again with {abi.NUMPY_1}, as Azure's conda build pairs them", flush=True)
+    try:
+        paired = _built(folder, abi.with_numpy_1(lines), python, label, adds)
+    except LocalRunError as err:
+        print(f"warning: {label}: {abi.NUMPY_1} does not install with the rest ({err}); keeping "
+              "NumPy 2", flush=True)
+        return _built(folder, lines, python, label, adds)
+    paired.moved.lines.append(f"numpy -> {abi.NUMPY_1}: {', '.join(stale)} fail(s) under "
+                              "NumPy 2")
+    return paired
 
 
 def _resolved(lines: list[str], python: str, label: str, adds: tuple[str, ...]):
@@ -98,6 +133,7 @@ def _top_level(folder: Path) -> frozenset[str]:
 
 def _install(folder: Path, moved: resolve.Moved, label: str) -> dict[str, str]:
     """Every moved package .venv lacks at that version, into a fresh layer over .venv."""
+    shutil.rmtree(folder, ignore_errors=True)
     wanted = {name: locked for name, locked in moved.here.items()
               if resolve.venv_version(name) != locked.version}
     make_venv(folder, [base_view(hidden_families(list(wanted)))])
