@@ -45,7 +45,11 @@ def debugged(job: subprocess.Popen, port: int, source, line: int, wait: float = 
     """Attach (within `wait` seconds of the start), stop at the breakpoint, read where and the
     locals, continue to the end: the frame's file, its line, its locals, and what the run
     printed."""
-    client = DapClient(port, wait)
+    try:
+        client = DapClient(port, wait)
+    except OSError:
+        job.kill()  # never attached: the debugged process would wait for a client forever
+        raise
     try:
         client.attach_and_break(source, line)
         stopped = client.stopped_locals()
