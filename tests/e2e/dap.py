@@ -10,14 +10,15 @@ from pathlib import Path
 
 
 class DapClient:
-    def __init__(self, port: int, timeout: float = 60):
+    def __init__(self, port: int, timeout: float = 60, alive=lambda: True):
+        """Connect within `timeout` seconds, while `alive()` (the debugged run has not ended)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
                 break
             except OSError:
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or not alive():
                     raise
                 time.sleep(0.2)
         self.sock.settimeout(timeout)

@@ -46,10 +46,12 @@ def debugged(job: subprocess.Popen, port: int, source, line: int, wait: float = 
     locals, continue to the end: the frame's file, its line, its locals, and what the run
     printed."""
     try:
-        client = DapClient(port, wait)
+        client = DapClient(port, wait, alive=lambda: job.poll() is None)
     except OSError:
         job.kill()  # never attached: the debugged process would wait for a client forever
-        raise
+        out, _ = job.communicate(timeout=60)
+        raise AssertionError(f"no debugger listened on port {port}; the run printed:\n{out}") \
+            from None
     try:
         client.attach_and_break(source, line)
         stopped = client.stopped_locals()

@@ -64,7 +64,7 @@ def spark_pipeline(tmp_path_factory, empty_mlflow_store, spark_envs) -> SparkRun
 
 def expected_totals(min_count: int) -> dict[str, int]:
     totals: dict[str, int] = {}
-    with open(SPARK / "data" / "visits.csv") as rows:
+    with open(SPARK / "survey" / "visits.csv") as rows:
         for row in csv.DictReader(rows):
             species = row["species"].strip().lower()
             totals[species] = totals.get(species, 0) + int(row["count"])

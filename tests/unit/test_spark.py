@@ -98,7 +98,7 @@ def test_the_ui_stays_on_when_the_spec_asks_for_it(tmp_path):
 
 def test_a_direct_input_is_the_local_path_its_uri_maps_to(tmp_path):
     visits = build(job(), tmp_path).task.inputs["visits"]
-    assert visits.path == SPARK / "data" / "visits.csv" and visits.mode == "direct"
+    assert visits.path == SPARK / "survey" / "visits.csv" and visits.mode == "direct"
 
 
 def test_an_unmapped_or_missing_input_is_named_before_anything_starts(tmp_path):
