@@ -230,7 +230,7 @@ validate: $(STAMP) ## Validate specs offline: schemas, azure-ai-ml loaders, repo
 schemas: $(STAMP) ## Regenerate schemas/ from the pinned azure-ai-ml
 	$(PY) scripts/gen_schemas.py --out schemas
 
-curated-envs: $(STAMP) ## Regenerate assets/curated-envs.yml from an azureml-assets checkout (ASSETS_REPO=)
+curated-envs: $(STAMP) ## Regenerate assets/curated-envs.yml and curated-env-versions.json from azureml-assets (ASSETS_REPO=)
 	$(if $(ASSETS_REPO),,$(error set ASSETS_REPO=<git dir of a clone of Azure/azureml-assets>))
 	$(PY) scripts/gen_curated_envs.py --repo $(ASSETS_REPO) --out assets/curated-envs.yml
 

@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import yaml
 
+from mlops.environments import curated
 from mlops.environments.envfiles import (
     EnvPlan,
     image_key,
@@ -87,18 +88,22 @@ class EnvMap(dict):
 
     def __init__(self, path: Path = ENV_MAP, curated: Path = CURATED):
         self.file = Path(path)
-        data = {**_load_map(Path(curated)), **_load_map(self.file)}
+        own = _load_map(self.file)
+        self.own = {str(k).lower() for k in own}  # hand-written: no version history applies
+        data = {**_load_map(Path(curated)), **own}
         super().__init__({str(k).lower(): v for k, v in data.items()})
 
     def get(self, key, default=None):
         return super().get(str(key).lower(), default)
 
 
-def from_map(key: str, label: str, env_map: EnvMap) -> EnvPlan:
+def from_map(key: str, label: str, env_map: EnvMap, version: str | None = None) -> EnvPlan:
     """A curated, registry or image-only environment, through assets/local-envs.yml over the
     curated catalogue (exact keys first, a curated image by its environment's name, then the
-    longest key ending in `/` that prefixes this one)."""
+    longest key ending in `/` that prefixes this one); a curated one at the `version` named."""
     entry = env_map.get(key)
+    if entry is not None and version and key.lower() not in env_map.own:
+        entry = curated.at_version(key, version) or entry
     if entry is None and key.lower().startswith(CURATED_IMAGES):
         entry = env_map.get(REGISTRY_ENVS + key[len(CURATED_IMAGES):])
     if entry is None:
@@ -209,15 +214,16 @@ def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPl
     reference = str(environment)
     if reference.startswith("file:"):  # an environment spec file, as azure-ai-ml loads it
         return from_file(reference, base, env_map, where)
-    registry = re.match(r"^azureml://registries/([^/]+)/environments/([^/]+)", reference)
+    registry = re.match(r"^azureml://registries/([^/]+)/environments/([^/]+)"
+                        r"(?:/versions/([^/]+))?", reference)
     if registry:
         key = f"azureml://registries/{registry.group(1)}/environments/{registry.group(2)}"
-        return from_map(key, reference, env_map)
+        return from_map(key, reference, env_map, registry.group(3))
     name, _, version = _name_version(reference)
     local = repo_environment(name)
     if local is not None:
         return from_definition(local.data, local.file.parent, reference, env_map)
-    plan = from_map(f"azureml:{name}", reference, env_map)
+    plan = from_map(f"azureml:{name}", reference, env_map, version)
     if plan.notice is None:
         return plan
     own = job_repo_environment(name, version, base)

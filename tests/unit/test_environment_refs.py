@@ -27,3 +27,34 @@ def test_a_file_reference_to_something_else_is_refused_by_name(tmp_path):
         plan_for("file:job.yml", tmp_path, EnvMap(ENV_MAP), "job")
     with pytest.raises(LocalRunError, match="cannot read"):
         plan_for("file:missing.yml", tmp_path, EnvMap(ENV_MAP), "job")
+
+
+def test_a_curated_environment_named_with_a_version_gets_that_versions_packages(
+        tmp_path, monkeypatch):
+    import json
+
+    from mlops.environments import curated
+
+    history = tmp_path / "versions.json"
+    history.write_text(json.dumps({
+        "names": {"azureml:azureml-tabular": "tabular",
+                  "azureml://registries/azureml/environments/tabular": "tabular"},
+        "versions": {"tabular": [["1", {"pip": ["pandas==1.1.5"], "python": "3.7"}],
+                                 ["5", {"pip": ["pandas==1.3.5"], "python": "3.8"}]]}}))
+    monkeypatch.setattr(curated, "VERSIONS", history)
+    (tmp_path / "curated.yml").write_text("azureml:AzureML-tabular:\n  python: '3.10'\n"
+                                          "  pip: [pandas==2.2.3]\n"
+                                          "azureml://registries/azureml/environments/tabular:\n"
+                                          "  python: '3.10'\n  pip: [pandas==2.2.3]\n")
+    env_map = EnvMap(tmp_path / "none.yml", tmp_path / "curated.yml")
+    at_4 = plan_for("azureml:AzureML-tabular:4", tmp_path, env_map)
+    assert "pandas==1.1.5" in at_4.requirements and at_4.python == "3.7"
+    at_7 = plan_for("azureml://registries/azureml/environments/tabular/versions/7", tmp_path,
+                    env_map)
+    assert "pandas==1.3.5" in at_7.requirements and at_7.python == "3.8"
+    latest = plan_for("azureml:AzureML-tabular@latest", tmp_path, env_map)
+    assert "pandas==2.2.3" in latest.requirements and latest.python == "3.10"
+    (tmp_path / "own.yml").write_text("azureml:AzureML-tabular: [pandas==0.25.3]\n")
+    own = plan_for("azureml:AzureML-tabular:4", tmp_path,
+                   EnvMap(tmp_path / "own.yml", tmp_path / "curated.yml"))
+    assert "pandas==0.25.3" in own.requirements  # a hand-written entry wins over history
