@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 from mlops.environments import abi, resolve
 from mlops.environments.layers import (
+    BASE_SITE,
     PY,
     base_view,
     cache_dir,
@@ -34,7 +35,7 @@ from mlops.errors import LocalRunError
 
 
 def closure_key(lines: list[str], python: str) -> str:
-    return layer_key([f"python=={python}", "closure-layer-2", *lines])
+    return layer_key([f"python=={python}", "closure-layer-3", *lines])
 
 
 def build_closure_layer(lines: list[str], python: str, label: str,
@@ -70,7 +71,7 @@ def _built(folder: Path, lines: list[str], python: str, label: str,
            adds: tuple[str, ...]) -> Built:
     moved = _resolved(lines, python, label, adds)
     installed = _install(folder, moved, label)
-    below = base_view(hidden_families(list(installed)), _top_level(folder))
+    below = base_view(hidden_families(list(installed)), _shadowed(folder))
     make_venv(folder, [below])  # .venv as the layer sees it, now that the layer is known
     return Built(moved, installed, below)
 
@@ -123,12 +124,25 @@ def _target(lines: list[str], python: str, adds: tuple[str, ...]):
     return resolve.target_set([*lines, *named], python)
 
 
-def _top_level(folder: Path) -> frozenset[str]:
-    """The layer's own top-level packages and modules (not its metadata or .pth files)."""
+def _shadowed(folder: Path) -> frozenset[str]:
+    """Top-level entries of .venv to hide from the layer: those under which a folder that is a
+    namespace portion in the layer is a regular package in .venv (azure/monitor/opentelemetry/
+    of .venv's azure-monitor-opentelemetry would otherwise win over the layer's exporter inside
+    it, and import .venv's releases of the rest). Where both are namespaces they merge."""
     site = folder / "lib" / PY / "site-packages"
-    return frozenset(entry.name for entry in site.iterdir()
-                     if not entry.name.endswith((".dist-info", ".pth")) and
-                     entry.name not in ("__pycache__", "_mlops_readonly_inputs.py"))
+    found = set()
+    todo = [entry.relative_to(site) for entry in site.iterdir()
+            if entry.is_dir() and not entry.name.endswith(".dist-info")]
+    while todo:
+        relative = todo.pop()
+        if (site / relative / "__init__.py").exists():
+            continue  # a regular package of the layer: .venv's copy is never reached
+        if (BASE_SITE / relative / "__init__.py").exists():
+            found.add(relative.parts[0])
+            continue
+        todo += [entry.relative_to(site) for entry in (site / relative).iterdir()
+                 if entry.is_dir() and entry.name != "__pycache__"]
+    return frozenset(found)
 
 
 def _install(folder: Path, moved: resolve.Moved, label: str) -> dict[str, str]:

@@ -35,6 +35,8 @@ FRAME = re.compile(r'^(?:\[process \d+\] )?\s*File "([^"]+)", line \d+')  # a tr
 RAISED = re.compile(r"^(?:\[process \d+\] )?(?:[\w.]+\.)?(\w+(?:Error|Exception)):")
 VERSION_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError",
                   "SyntaxError", "UnpicklingError"}
+# where installed packages live: a site-packages, or a layer's view of .venv's (layers.base_view)
+INSTALLED = re.compile(r"/site-packages/|/view-[0-9a-f]{16}/")
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=,-]+$")
 
 
@@ -182,7 +184,7 @@ def version_error(tail) -> bool:
     an installed package (site-packages), not from the job's own code."""
     frames = [found.group(1) for line in tail if (found := FRAME.search(line))]
     return bool(frames) and last_raised(tail) in VERSION_ERRORS and \
-        "/site-packages/" in frames[-1]
+        bool(INSTALLED.search(frames[-1]))
 
 
 def collect(running: Running, rt: Runtime) -> list[str]:

@@ -117,3 +117,21 @@ def test_the_images_own_packages_give_way_to_the_environments_pins(monkeypatch):
     closures._target(["azureml-defaults==1.38.0"], "3.7",
                          ("azureml-inference-server-http==1.4.1",))
     assert asked[-1] == ["azureml-defaults==1.38.0", "azureml-inference-server-http"]
+
+
+def test_venv_is_hidden_only_where_its_regular_package_would_win_over_a_namespace(
+        tmp_path, monkeypatch):
+    layer = tmp_path / "layer"
+    site = layer / "lib" / closures.PY / "site-packages"
+    venv = tmp_path / "venv"
+    for folder, init in [(site / "azure/monitor/opentelemetry/exporter", True),
+                         (venv / "azure/monitor/opentelemetry", True),
+                         (site / "opentelemetry/sdk", True), (venv / "opentelemetry/proto", True),
+                         (site / "numpy", True), (venv / "numpy", True)]:
+        folder.mkdir(parents=True, exist_ok=True)
+        if init:
+            (folder / "__init__.py").write_text("")
+    monkeypatch.setattr(closures, "BASE_SITE", venv)
+    # azure/monitor/opentelemetry is a regular package in .venv, a namespace in the layer:
+    # .venv's would win, so .venv's azure/ is hidden; opentelemetry/ merges; numpy is the layer's
+    assert closures._shadowed(layer) == {"azure"}

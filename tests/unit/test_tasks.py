@@ -70,6 +70,8 @@ PACKAGE_FRAME = '  File "/env/lib/python3.11/site-packages/cloudpickle/main.py",
     ([f"[process 1] {PACKAGE_FRAME}", "[process 1] ModuleNotFoundError: No module named 'x.y'"],
      True),
     ([PACKAGE_FRAME, "_pickle.UnpicklingError: invalid load key"], True),
+    (['  File "/repo/.cache/envs/view-11de2d003932a7c4/yaml/reader.py", line 178, in f',
+      "AttributeError: 'int' object has no attribute 'read'"], True),  # .venv's, via a view
     # the job's own code raised last, or an error no other Python explains
     ([PACKAGE_FRAME, '  File "/run/wd/train.py", line 9, in main', "TypeError: bad"], False),
     ([PACKAGE_FRAME, "FileNotFoundError: [Errno 2] No such file or directory: 'x.csv'"], False),
