@@ -90,7 +90,7 @@ def test_a_pipeline_step_is_debugged_by_name_and_the_others_run_as_usual(debug_e
             ).read_text() == "6"
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a Spark start of its own: make test keeps to one shared Spark run
 def test_the_spark_driver_stops_at_a_breakpoint_on_its_entry_file(debug_env, tmp_path):
     """The driver is the first process that runs the job's code: it takes the debugger, the
     JVM and the executors' Python workers run as usual."""

@@ -132,7 +132,7 @@ def processes_under(folder: Path) -> list[str]:
     return found
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a second Spark start: make test keeps to one shared run and one failure
 def test_a_killed_run_leaves_no_jvm_behind(spark_pipeline, spark_envs, empty_mlflow_store,
                                            tmp_path):
     store = copied_store(empty_mlflow_store, tmp_path)

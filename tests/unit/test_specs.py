@@ -164,3 +164,44 @@ def test_deployment_layouts_azure_ai_ml_loads_are_accepted(variant, tmp_path):
     assert [str(f) for f in findings if f.is_error] == []
     if variant != "flat batch layout":
         assert any("--endpoint-name" in str(f) for f in findings)
+
+
+ONLINE = ROOT / "endpoints" / "blue.yml"
+BATCH = ROOT / "endpoints" / "batch" / "deployment.yml"
+LAYOUTS = {  # what azure-ai-ml 1.35.2 loads, written as the docs and public samples write it
+    "online, model by version": (ONLINE, {"model": "azureml:fowl-classifier:3"}),
+    "online, inline environment": (ONLINE, {"environment": {
+        "image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest",
+        "conda_file": "../environments/conda.yml"}}),
+    "online, registry environment": (ONLINE, {
+        "environment": "azureml://registries/azureml/environments/sklearn-1.5/labels/latest"}),
+    "online, environment by version": (ONLINE, {"environment": "azureml:image-classifier:1"}),
+    "online, no probes or request settings": (ONLINE, {"request_settings": None,
+                                                       "liveness_probe": None,
+                                                       "readiness_probe": None}),
+    "batch, inline environment": (BATCH, {"environment": {
+        "image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04:latest",
+        "conda_file": "../../environments/conda.yml"}}),
+    "batch, model by version": (BATCH, {"model": "azureml:fowl-classifier:3"}),
+    "batch, defaults for every setting": (BATCH, {"settings": {"mini_batch_size": 10}}),
+}
+
+
+@pytest.mark.parametrize("variant", LAYOUTS, ids=list(LAYOUTS))
+def test_every_layout_azure_ai_ml_loads_is_accepted_here(variant, tmp_path):
+    """The validation a local run starts with (azure-ai-ml's own loader and validation for the
+    spec's kind, then this repository's checks) accepts every variant."""
+    import yaml as pyyaml
+
+    source, changes = LAYOUTS[variant]
+    data = pyyaml.safe_load(source.read_text())
+    for key, value in changes.items():
+        data.pop(key) if value is None else data.__setitem__(key, value)
+    code = data["code_configuration"]
+    code["code"] = str((source.parent / code["code"]).resolve())  # the copy lives elsewhere
+    if isinstance(data["environment"], dict):
+        conda = data["environment"]["conda_file"]
+        data["environment"]["conda_file"] = str((source.parent / conda).resolve())
+    path = tmp_path / source.name
+    path.write_text(pyyaml.safe_dump(data, sort_keys=False))
+    assert [str(f) for f in validate([path]) if f.is_error] == []
