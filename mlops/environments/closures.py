@@ -13,6 +13,7 @@ resolution is recorded in its layer.json, so a cached run resolves nothing.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import shutil
 import subprocess
@@ -30,12 +31,12 @@ from mlops.environments.layers import (
     layer_key,
     make_venv,
 )
-from mlops.environments.requirements import hidden_families, name_of
+from mlops.environments.requirements import canonical, hidden_families, name_of
 from mlops.errors import LocalRunError
 
 
 def closure_key(lines: list[str], python: str) -> str:
-    return layer_key([f"python=={python}", "closure-layer-3", *lines])
+    return layer_key([f"python=={python}", "closure-layer-4", *lines])
 
 
 def build_closure_layer(lines: list[str], python: str, label: str,
@@ -71,7 +72,12 @@ def _built(folder: Path, lines: list[str], python: str, label: str,
            adds: tuple[str, ...]) -> Built:
     moved = _resolved(lines, python, label, adds)
     installed = _install(folder, moved, label)
-    below = base_view(hidden_families(list(installed)), _shadowed(folder))
+    shadowed = _shadowed(folder)
+    hidden = _under(shadowed, set(moved.here) - set(installed))
+    if hidden:  # .venv's copies (same versions) are hidden with the entry: the layer's own
+        installed = _install(folder, moved, label, hidden)
+        shadowed = _shadowed(folder)
+    below = base_view(hidden_families(list(installed)), shadowed)
     make_venv(folder, [below])  # .venv as the layer sees it, now that the layer is known
     return Built(moved, installed, below)
 
@@ -145,11 +151,23 @@ def _shadowed(folder: Path) -> frozenset[str]:
     return frozenset(found)
 
 
-def _install(folder: Path, moved: resolve.Moved, label: str) -> dict[str, str]:
-    """Every moved package .venv lacks at that version, into a fresh layer over .venv."""
+def _under(shadowed: frozenset[str], names: set[str]) -> set[str]:
+    """Which of .venv's distributions `names` have files under the hidden top-level entries."""
+    found = set()
+    for dist in importlib.metadata.distributions(path=[str(BASE_SITE)]):
+        name = canonical(dist.metadata["Name"])
+        if name in names and any(f.parts[0] in shadowed for f in dist.files or []):
+            found.add(name)
+    return found
+
+
+def _install(folder: Path, moved: resolve.Moved, label: str,
+             also: set[str] = frozenset()) -> dict[str, str]:
+    """Every moved package .venv lacks at that version (and those `also` named), into a fresh
+    layer over .venv."""
     shutil.rmtree(folder, ignore_errors=True)
     wanted = {name: locked for name, locked in moved.here.items()
-              if resolve.venv_version(name) != locked.version}
+              if name in also or resolve.venv_version(name) != locked.version}
     make_venv(folder, [base_view(hidden_families(list(wanted)))])
     if wanted:
         argv = [resolve.uv_binary(), "pip", "install", "--python",
