@@ -151,10 +151,10 @@ def _shadowed(folder: Path) -> frozenset[str]:
     return frozenset(found)
 
 
-def _under(shadowed: frozenset[str], names: set[str]) -> set[str]:
+def _under(shadowed: frozenset[str], names: set[str], dists=None) -> set[str]:
     """Which of .venv's distributions `names` have files under the hidden top-level entries."""
     found = set()
-    for dist in importlib.metadata.distributions(path=[str(BASE_SITE)]):
+    for dist in dists or importlib.metadata.distributions(path=[str(BASE_SITE)]):
         name = canonical(dist.metadata["Name"])
         if name in names and any(f.parts[0] in shadowed for f in dist.files or []):
             found.add(name)
