@@ -75,7 +75,8 @@ def _built(folder: Path, lines: list[str], python: str, label: str,
     shadowed = _shadowed(folder)
     hidden = _under(shadowed, set(moved.here) - set(installed))
     if hidden:  # .venv's copies (same versions) are hidden with the entry: the layer's own
-        installed = _install(folder, moved, label, hidden)
+        extra = {name: moved.here[name] for name in hidden}
+        installed = dict(sorted({**installed, **_uv_install(folder, extra, label)}.items()))
         shadowed = _shadowed(folder)
     below = base_view(hidden_families(list(installed)), shadowed)
     make_venv(folder, [below])  # .venv as the layer sees it, now that the layer is known
@@ -161,14 +162,17 @@ def _under(shadowed: frozenset[str], names: set[str], dists=None) -> set[str]:
     return found
 
 
-def _install(folder: Path, moved: resolve.Moved, label: str,
-             also: set[str] = frozenset()) -> dict[str, str]:
-    """Every moved package .venv lacks at that version (and those `also` named), into a fresh
-    layer over .venv."""
+def _install(folder: Path, moved: resolve.Moved, label: str) -> dict[str, str]:
+    """Every moved package .venv lacks at that version, into a fresh layer over .venv."""
     shutil.rmtree(folder, ignore_errors=True)
     wanted = {name: locked for name, locked in moved.here.items()
-              if name in also or resolve.venv_version(name) != locked.version}
+              if resolve.venv_version(name) != locked.version}
     make_venv(folder, [base_view(hidden_families(list(wanted)))])
+    return _uv_install(folder, wanted, label)
+
+
+def _uv_install(folder: Path, wanted: dict[str, resolve.Locked], label: str) -> dict[str, str]:
+    """`wanted` into the layer (compiled packages as wheels only); name -> version."""
     if wanted:
         argv = [resolve.uv_binary(), "pip", "install", "--python",
                 str(folder / "bin" / "python"), "--no-deps", "--quiet",
