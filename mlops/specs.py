@@ -14,11 +14,21 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = ROOT / "schemas"
 SPEC_FOLDERS = ("jobs", "components", "environments", "assets", "endpoints")
 REF = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")  # ${{inputs.x}} and friends
-# What `az ml job create` makes of a file without a $schema line: its `type:` (default command).
+# What azure-ai-ml loads a job or component as: its `type:` (default command), whatever its
+# $schema says (Job._resolve_cls_and_type compares the type exactly).
 JOB_TYPES = {"command": "commandJob", "sweep": "sweepJob", "pipeline": "pipelineJob",
-             "spark": "sparkJob"}
+             "spark": "sparkJob", "automl": "autoMLJob", "import": "importJob",
+             "finetuning": "fineTuningJob", "distillation": "distillationJob"}
 COMPONENT_TYPES = {"command": "commandComponent", "pipeline": "pipelineComponent",
-                   "spark": "sparkComponent"}
+                   "spark": "sparkComponent", "parallel": "parallelComponent"}
+# Every kind a $schema URL may name, by its last segment as azuremlschemas publishes it
+# (commandJob.schema.json) or as azure-ai-ml's own pre-GA configs spell it (SparkJob.json)
+SCHEMA_KINDS = {kind.lower(): kind for kind in (
+    *JOB_TYPES.values(), *COMPONENT_TYPES.values(), "environment", "amlCompute", "data",
+    "model", "managedOnlineEndpoint", "kubernetesOnlineEndpoint", "managedOnlineDeployment",
+    "kubernetesOnlineDeployment", "batchEndpoint", "batchDeployment", "modelBatchDeployment",
+    "pipelineComponentBatchDeployment", "workspace", "registry", "datastore", "schedule")}
+JOB_FIELDS = ("command", "jobs", "trial", "task", "entry")  # a file with one of them is a job
 # A batch deployment with no `type:` and its settings at the top level (no `settings:`) is the
 # flat layout azure-ai-ml still loads as a BatchDeployment (with a deprecation warning).
 FLAT_BATCH_KEYS = {"mini_batch_size", "output_action", "output_file_name", "retry_settings",
@@ -54,6 +64,22 @@ class Finding:
         return f"{where}:{level}{key} {self.problem}. Fix: {self.fix}"
 
 
+def an(word: str) -> str:
+    """"an autoMLJob", "a sparkJob": the article a kind's name takes."""
+    return f"an {word}" if word[:1].lower() in "aeiou" else f"a {word}"
+
+
+def schema_kind(url) -> str:
+    """commandJob for .../latest/commandJob.schema.json and for http://azureml/sdk-2-0/
+    CommandJob.json alike: the last segment of the URL, matched without regard to case."""
+    if not url:
+        return ""
+    name = str(url).rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (".schema.json", ".json"):
+        name = name.removesuffix(suffix)
+    return SCHEMA_KINDS.get(name.lower(), "")
+
+
 def _display(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))
@@ -71,20 +97,30 @@ class Spec:
 
     @property
     def kind(self) -> str:
-        """The schema name from the `$schema` URL (commandJob, sweepJob, ...); without one, the
-        kind its `type:` gives in its role, as the CLI types it."""
+        """What the spec is loaded as: a job or component by its `type:` (as azure-ai-ml loads
+        them, whatever the $schema), a deployment by its `type:` in its role; a file of no known
+        role by its $schema (any spelling azure-ai-ml's configs use), else by its `type:` if it
+        is a job. "" when nothing names a kind azure-ai-ml knows."""
         if self.role in DEPLOYMENT_TYPES:
             if self.role == "batch-deployment" and not self.data.get("type") and \
                     FLAT_BATCH_KEYS & set(self.data):
                 return "batchDeployment"  # the flat layout azure-ai-ml still loads
             table, default = DEPLOYMENT_TYPES[self.role]
             return table.get(str(self.data.get("type") or default).lower(), "")
-        url = str(self.data.get("$schema", ""))
-        if url:
-            return url.rsplit("/", 1)[-1].removesuffix(".schema.json")
-        kind = str(self.data.get("type") or "command").lower()
-        table = {"job": JOB_TYPES, "component": COMPONENT_TYPES}.get(self.role, {})
-        return table.get(kind, "")
+        if self.role in ("job", "component"):
+            table = JOB_TYPES if self.role == "job" else COMPONENT_TYPES
+            return table.get(str(self.data.get("type", "command")), "")
+        declared = self.declared
+        if declared:
+            return declared
+        if any(key in self.data for key in JOB_FIELDS):
+            return JOB_TYPES.get(str(self.data.get("type", "command")), "")
+        return ""
+
+    @property
+    def declared(self) -> str:
+        """The kind its $schema URL names ("" for none, or one no schema of Azure's names)."""
+        return schema_kind(self.data.get("$schema"))
 
     def line(self, key: str | tuple) -> int:
         parts = tuple(key.split(".")) if isinstance(key, str) else key

@@ -11,7 +11,26 @@ from mlops.checks.validation import check
 from mlops.errors import LocalRunError
 from mlops.runtime.job import Job
 from mlops.runtime.uris import AssetMap
-from mlops.specs import JOB_TYPES, load_spec
+from mlops.specs import JOB_TYPES, Spec, an, load_spec
+
+RUNS_HERE = {"commandJob", "sweepJob", "pipelineJob", "sparkJob"}
+# Why a job azure-ai-ml loads does not run on this machine
+NOT_HERE = {
+    "autoMLJob": "an AutoML job (type: automl) searches models on Azure's AutoML service, "
+                 "which the local runtime does not run; submit it with az ml job create",
+    "importJob": "an import job (type: import) copies from an external database or file "
+                 "store through Azure's data import service, which this machine lacks; run it "
+                 "on Azure and map its output in assets/local-paths.yml",
+    "fineTuningJob": "a fine-tuning job (type: finetuning) trains a model of Azure's model "
+                     "catalog on Azure's serverless compute; run it on Azure",
+    "distillationJob": "a distillation job (type: distillation) runs a catalog teacher "
+                       "model on Azure's serverless endpoints; run it on Azure",
+}
+# What runs a spec that is not a job, by the kind its $schema names
+INSTEAD = {"Component": "a component runs as a node of a pipeline job (make local JOB=<a "
+                        "pipeline job that uses it>)",
+           "OnlineDeployment": "make serve-local DEPLOYMENT=<this file>",
+           "BatchDeployment": "make batch-local BATCH_DEPLOYMENT=<this file> INPUT=<folder>"}
 
 
 def prepare_job(spec_path: str | Path, sets: list[str], removes: list[str],
@@ -20,15 +39,36 @@ def prepare_job(spec_path: str | Path, sets: list[str], removes: list[str],
     spec = load_spec(spec_path, role="job")
     apply_removals(apply_sets(spec.data, parse_sets(sets, spec.path), spec.path), removes,
                    spec.path)
-    if spec.kind not in JOB_TYPES.values():
-        raise LocalRunError(f"{spec_path}: a {spec.kind or 'spec of unknown type'} is not a job; "
-                            "run a command, sweep or pipeline job spec (a component runs as a "
-                            "pipeline step)")
+    if reason := not_runnable(spec):
+        raise LocalRunError(f"{spec_path}: {reason}")
     findings = check(spec, for_run=True)
     for finding in findings:
         if not finding.is_error:
             print(finding, file=sys.stderr)
     errors = [str(f) for f in findings if f.is_error]
     if errors:
-        raise LocalRunError("\n".join(errors) + "\nAzure would refuse this spec: fix it first")
+        raise LocalRunError("\n".join(errors) + "\nAzure would refuse this spec: fix it first"
+                            + what_it_is(spec))
     return Job(spec, assets)
+
+
+def not_runnable(spec: Spec) -> str:
+    """Why a spec given as a job does not run here ("" when it does), by what azure-ai-ml
+    loads it as: its type: (its $schema does not count)."""
+    if not spec.kind:
+        type_ = spec.data.get("type")
+        return (f"type: {type_!r} is not a job type (azure-ai-ml: 'Unsupported job type: "
+                f"{type_}.'); a job's type is one of {', '.join(JOB_TYPES)}")
+    return NOT_HERE.get(spec.kind, "") if spec.kind not in RUNS_HERE else ""
+
+
+def what_it_is(spec: Spec) -> str:
+    """For a spec az ml job create refuses whose $schema names another kind (a component, a
+    deployment): what it is and what runs it ("" otherwise)."""
+    declared = spec.declared
+    if not declared or declared in JOB_TYPES.values():
+        return ""
+    instead = next((how for suffix, how in INSTEAD.items() if declared.endswith(suffix)), "")
+    return (f"\nits $schema names {an(declared)}, not a job: az ml job create loads a file as "
+            f"a job of its type: ({spec.data.get('type', 'command')}) and refuses what "
+            f"{an(declared)} declares" + (f"; {instead}" if instead else ""))

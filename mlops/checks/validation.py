@@ -251,7 +251,7 @@ def validate(paths: list[Path]) -> list[Finding]:
     found: list[Finding] = []
     for path in paths:
         try:
-            found += check(load_spec(path, role="job"))
+            found += check(load_spec(path))
         except SpecError as err:
             found.append(err.finding)
     return found

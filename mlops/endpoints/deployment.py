@@ -19,7 +19,7 @@ from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
 from mlops.runtime.tasks import code_path
 from mlops.runtime.uris import ASSET_MAP
-from mlops.specs import DEPLOYMENT_TYPES, Spec, load_spec
+from mlops.specs import DEPLOYMENT_TYPES, Spec, an, load_spec
 
 NOCODE = Path(__file__).with_name("nocode")
 NOCODE_SCRIPTS = {"online-deployment": "mlflow_score.py", "batch-deployment": "mlflow_batch.py"}
@@ -55,10 +55,10 @@ def load(path: str | Path, role: str, model: str | None = None,
     """`role`: online-deployment or batch-deployment. Errors say what Azure would refuse."""
     spec = load_spec(path, role)
     table, default = DEPLOYMENT_TYPES[role]
-    declared = Spec(spec.path, spec.data).kind  # what its $schema line says, if it has one
-    if spec.data.get("$schema") and declared not in {*table.values(), spec.kind}:
-        raise LocalRunError(f"{path}: a {declared or 'spec of unknown type'} ($schema) is not "
-                            f"a{'n' if role[0] == 'o' else ''} {role.replace('-', ' ')}")
+    declared = spec.declared  # what its $schema names, if it names a kind Azure has
+    if declared and declared not in {*table.values(), spec.kind, "batchDeployment"}:
+        raise LocalRunError(f"{path}: its $schema names {an(declared)}, not "
+                            f"{an(role.replace('-', ' '))}")
     runnable = {kind: name for kind, name in table.items() if kind != "pipeline"}
     if spec.kind not in {*runnable.values(), "batchDeployment"}:  # the flat layout runs too
         kind = spec.data.get("type") or default

@@ -136,8 +136,7 @@ class Environments:
         packages the image itself brings when the environment lacks them (a serving image's
         server)."""
         plan = plan_for(ref.value, ref.base, self.env_map, where)
-        if ref.image:
-            plan.label = f"{plan.label} on the {ref.image}"
+        self._on_image(plan, ref)
         self._fix(plan, ref)
         named = {name_of(line) for line in plan.requirements}
         adds = tuple(line for line in ref.adds if name_of(line) not in named)
@@ -167,6 +166,17 @@ class Environments:
         with open(layer / "used_by.txt", "a") as record:
             record.write(f"{where}\n")
         return [layer]
+
+    def _on_image(self, plan: EnvPlan, ref: EnvironmentRef) -> None:
+        """The plan on the image that brings it: its label, and the image's Python where the
+        image fixes it (a Spark runtime's): the packages are resolved for it, as on Azure."""
+        if ref.image:
+            plan.label = f"{plan.label} on the {ref.image}"
+        if ref.python:
+            if plan.python and python_of(plan) != ref.python:
+                self._say(f"note: {plan.label}: python={plan.python} is not the {ref.image}'s "
+                          f"Python; its packages are resolved for the runtime's {ref.python}")
+            plan.python = ref.python
 
     def _fix(self, plan: EnvPlan, ref: EnvironmentRef) -> None:
         """The image's fixed packages replace the environment's lines of the same name: a

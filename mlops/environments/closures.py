@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -70,8 +69,19 @@ class Built(NamedTuple):
 
 def _built(folder: Path, lines: list[str], python: str, label: str,
            adds: tuple[str, ...]) -> Built:
-    moved = _resolved(lines, python, label, adds)
-    installed = _install(folder, moved, label)
+    target = _target_set(lines, python, label, adds)
+    no_build: frozenset[str] = frozenset()
+    while True:
+        moved = _moved(target, python, label, no_build)
+        try:
+            installed = _install(folder, moved, label)
+            break
+        except resolve.BuildFailed as failed:
+            if failed.name in no_build or failed.name not in moved.here:
+                raise build_error(failed, label, python) from None
+            print(f"{label}: {failed.name} {failed.version} does not build from its source "
+                  "here; taking the nearest release with a wheel for this Python", flush=True)
+            no_build |= {failed.name}
     shadowed = _shadowed(folder)
     hidden = _under(shadowed, set(moved.here) - set(installed))
     if hidden:  # .venv's copies (same versions) are hidden with the entry: the layer's own
@@ -105,20 +115,38 @@ def _paired(folder: Path, lines: list[str], python: str, label: str,
     return paired
 
 
-def _resolved(lines: list[str], python: str, label: str, adds: tuple[str, ...]):
+def _target_set(lines: list[str], python: str, label: str, adds: tuple[str, ...]):
     try:
-        target = _target(lines, python, adds)
+        return _target(lines, python, adds)
     except resolve.NoSet as err:
         raise LocalRunError(f"environment {label}: no set of releases satisfies its "
                             f"requirements for Python {python}, so Azure's image build for "
                             f"that Python fails too (the resolver's words):\n{err}") from None
+
+
+def _moved(target, python: str, label: str,
+           no_build: frozenset[str] = frozenset()) -> resolve.Moved:
     try:
-        return resolve.move_here(target)
+        return resolve.move_here(target, no_build)
     except resolve.NoSet as err:
-        raise LocalRunError(f"environment {label}: what Azure's build resolves for Python "
-                            f"{python} has no set of releases that installs on this machine's "
-                            f"Python; run it on Azure, or pin releases made for this Python:"
-                            f"\n{err}") from None
+        raise LocalRunError(f"environment {label}: what Azure's build resolves for "
+                            f"Python {python} has no set of releases that installs on this "
+                            f"machine's Python; run it on Azure, or pin releases made for this "
+                            f"Python:\n{err}") from None
+
+
+def _resolved(lines: list[str], python: str, label: str, adds: tuple[str, ...]):
+    """The environment's closure for `python`, moved to this Python."""
+    return _moved(_target_set(lines, python, label, adds), python, label)
+
+
+def build_error(failed: resolve.BuildFailed, label: str, python: str) -> LocalRunError:
+    """A build that failed even where a wheel could stand in: the package, its version, and
+    what to pin."""
+    return LocalRunError(
+        f"environment {label}: {failed}\nFix: pin a release of {failed.name} that publishes a "
+        f"wheel for this machine's Python (and Python {python} on Azure), or install the build "
+        "tools its source needs")
 
 
 def _target(lines: list[str], python: str, adds: tuple[str, ...]):
@@ -179,9 +207,12 @@ def _uv_install(folder: Path, wanted: dict[str, resolve.Locked], label: str) -> 
                 *[f"{name}=={locked.version}" for name, locked in sorted(wanted.items())]]
         for name in sorted(n for n, locked in wanted.items() if locked.compiled):
             argv += ["--only-binary", name]
-        result = subprocess.run(argv, capture_output=True, text=True, env=resolve.uv_env())
+        result = resolve.run_uv(argv)
         if result.returncode != 0:
             shutil.rmtree(folder, ignore_errors=True)
+            failed = resolve.build_failure(result.stderr)
+            if failed is not None:
+                raise failed
             raise LocalRunError(f"environment {label}: installing its packages failed:\n"
                                 f"{resolve.tail(result.stderr)}")
     site = folder / "lib" / PY / "site-packages"

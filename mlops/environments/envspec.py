@@ -54,6 +54,7 @@ class EnvironmentRef:
     adds: tuple[str, ...] = ()
     image: str = ""  # what brings `adds`, for messages ("Spark 3.4 runtime")
     fixed: tuple[str, ...] = ()  # what the image fixes whatever the environment names (Spark)
+    python: str = ""  # the Python the image runs whatever the environment asks (Spark's)
 
 
 class Found(NamedTuple):

@@ -33,7 +33,12 @@ AZURE_PLATFORM = "x86_64-manylinux_2_28"  # Azure ML's images: Linux on x86_64, 
 # gigabytes, and .venv's runs here)
 GPU_STACK = re.compile(r"^(torch|torchvision|torchaudio|triton|pytorch-triton.*|nvidia-.*|"
                        r"cuda-.*)$")
-BUILD_FAILED = re.compile(r"Failed to (?:download and )?build `([A-Za-z0-9_.\-]+)==")
+BUILD_FAILED = re.compile(r"Failed to (?:download and )?build `([A-Za-z0-9_.\-]+)==([^`]+)`")
+# setup.py files of before 2026 import pkg_resources, which setuptools 82 no longer ships: their
+# builds get the setuptools of their era, as a pip of that era had (a build constraint: what the
+# environment installs is unchanged)
+NO_PKG_RESOURCES = "No module named 'pkg_resources'"
+LEGACY_SETUPTOOLS = "setuptools<82"
 ROUNDS = 6  # sdists that fail to build metadata, taken as wheels only one by one
 
 
@@ -57,6 +62,34 @@ class Moved:
 
 class NoSet(LocalRunError):
     """No set of releases satisfies the requirements for the environment's own Python."""
+
+
+class BuildFailed(LocalRunError):
+    """A package built from its source distribution failed to build on this machine."""
+
+    def __init__(self, name: str, version: str, log: str):
+        super().__init__(f"{name} {version} failed to build from its source distribution "
+                         f"(the build's last lines):\n{log}")
+        self.name, self.version, self.log = canonical(name), version, log
+
+
+def build_failure(stderr: str) -> BuildFailed | None:
+    """The package whose build uv reports failed, if one did."""
+    found = BUILD_FAILED.search(stderr)
+    return BuildFailed(found.group(1), found.group(2), tail(stderr)) if found else None
+
+
+def run_uv(argv: list[str]) -> subprocess.CompletedProcess:
+    """uv; a build that fails for want of pkg_resources runs again with the setuptools its
+    setup.py was written for."""
+    result = subprocess.run(argv, capture_output=True, text=True, env=uv_env())
+    if result.returncode == 0 or NO_PKG_RESOURCES not in result.stderr:
+        return result
+    with tempfile.TemporaryDirectory(prefix="build-") as tmp:
+        constraints = Path(tmp) / "build-constraints.txt"
+        constraints.write_text(LEGACY_SETUPTOOLS + "\n")
+        return subprocess.run([*argv, "--build-constraints", str(constraints)],
+                              capture_output=True, text=True, env=uv_env())
 
 
 def uv_binary() -> str:
@@ -92,10 +125,10 @@ def compile_set(lines: list[str], python: list[str], only_binary: set[str],
             argv += ["--resolution", "lowest-direct"] if lowest else []
             for name in sorted(no_build):
                 argv += ["--only-binary", name]
-            result = subprocess.run(argv, capture_output=True, text=True, env=uv_env())
+            result = run_uv(argv)
             if result.returncode == 0:
                 return _locked(lock)
-            failed = {canonical(m) for m in BUILD_FAILED.findall(result.stderr)} - no_build
+            failed = {canonical(m) for m, _ in BUILD_FAILED.findall(result.stderr)} - no_build
             if not failed:
                 raise NoSet(tail(result.stderr))
             no_build |= failed
@@ -117,15 +150,16 @@ def target_set(lines: list[str], version: str) -> dict[str, Locked]:
                                AZURE_PLATFORM], set())
 
 
-def move_here(target: dict[str, Locked]) -> Moved:
-    """The target set as the nearest releases that install on this Python together."""
+def move_here(target: dict[str, Locked], no_build: frozenset[str] = frozenset()) -> Moved:
+    """The target set as the nearest releases that install on this Python together; `no_build`:
+    packages whose source did not build here, taken as wheels only too."""
     lines = []
     for name, locked in sorted(target.items()):
         if GPU_STACK.match(name):
             continue
         marker = f" ; {locked.marker}" if locked.marker else ""
         lines.append(f"{name}>={locked.version}{marker}")
-    compiled = {name for name, locked in target.items() if locked.compiled}
+    compiled = {name for name, locked in target.items() if locked.compiled} | no_build
     here = compile_set(lines, ["--python", sys.executable], compiled, lowest=True) \
         if lines else {}
     moved = Moved(target, {k: v for k, v in here.items() if not GPU_STACK.match(k)})

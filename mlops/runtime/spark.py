@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -48,7 +47,7 @@ class SparkLine:
     def environment(self, value, base: Path) -> EnvironmentRef:
         """The spec's environment on this runtime: its packages where it names them."""
         return EnvironmentRef(value, base, self.packages, f"Spark {self.version} runtime",
-                              self.spark)
+                              self.spark, self.python)
 
 
 # Azure's serverless Spark runtimes (the Synapse runtimes' component lists: Spark, Java, Python,
@@ -109,10 +108,6 @@ def line_for(resources, compute, where: str) -> ChosenLine:
         line = LINES[near]
         notes.append(f"warning: {where}: Spark runtime {version} has no local line; running it "
                      f"on Spark {near}, the nearest this machine can run")
-    here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if line.python != here:
-        notes.append(f"note: {where}: Azure's Spark {line.version} runtime runs Python "
-                     f"{line.python}; the driver and executors here run {here}")
     if line.java != line.azure_java:
         notes.append(f"note: {where}: Azure's Spark {line.version} runtime runs Java "
                      f"{line.azure_java}; the registry's oldest JDK is {line.java}, used here")

@@ -251,7 +251,7 @@ def test_unmapped_asset_names_the_asset_and_the_file(tmp_path, assets, mlflow_st
 
 @pytest.mark.parametrize(("spec", "sets", "message"), [
     ("jobs/train-distributed.yml", ["distribution.type=torch"], "is not one of ['pytorch'"),
-    ("components/train.yml", [], "is not a job"),
+    ("components/train.yml", [], "names a commandComponent, not a job"),
     ("tests/invalid_specs/undefined-input-ref.yml", [], "refers to an undefined input 'lr'"),
     ("jobs/train.yml", ["inputs.epochs"], "is not KEY=VALUE"),
 ])

@@ -150,3 +150,26 @@ def test_a_killed_run_leaves_no_jvm_behind(spark_pipeline, spark_envs, empty_mlf
         time.sleep(0.1)
     assert processes_under(folder) == []
     assert json.loads((folder / "status.json").read_text())["status"] == "Canceled"
+
+
+@pytest.mark.heavy  # downloads each Spark line (pyspark, a JDK, the runtime's packages): minutes
+@pytest.mark.parametrize("version", ["3.1", "3.2", "3.3", "3.4", "3.5"])
+def test_every_spark_line_builds_and_runs_from_empty_caches(version, empty_mlflow_store,
+                                                           tmp_path):
+    """As on a new machine: uv's, pip's and the environment cache empty. The 3.3 line (and 3.1,
+    3.2, which run on it) pins pyarrow 9.0.0, an sdist on this Python whose setup.py needs
+    pkg_resources: it is resolved for the runtime's Python 3.10, then moved."""
+    store = copied_store(empty_mlflow_store, tmp_path)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, "LOCAL_ENVS_DIR": str(tmp_path / "envs"),
+           "UV_CACHE_DIR": str(tmp_path / "uv"), "PIP_CACHE_DIR": str(tmp_path / "pip")}
+    done = subprocess.run([sys.executable, "-m", "mlops.run", str(SPARK / "spark-job.yml"),
+                           "--run-dir", str(tmp_path / "run"), "--assets",
+                           str(SPARK / "local-paths.yml"), "--set",
+                           f"resources.runtime_version={version}"],
+                          cwd=ROOT, env=env, text=True, capture_output=True, timeout=900)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "insect-visits: Completed" in out and "pkg_resources" not in out
+    line = "3.3" if version in ("3.1", "3.2") else version
+    assert f"on the Spark {line} runtime" in out
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["status"] == "Completed"

@@ -105,7 +105,7 @@ def test_deployments_are_typed_by_their_type_as_azure_ai_ml_does(tmp_path):
 
 
 def test_an_online_spec_is_not_a_batch_deployment_and_code_is_needed_unless_mlflow(tmp_path):
-    with pytest.raises(LocalRunError, match="is not a batch deployment"):
+    with pytest.raises(LocalRunError, match="managedOnlineDeployment, not a batch deployment"):
         deployment.load(ROOT / "endpoints" / "blue.yml", "batch-deployment")
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "m.pkl").write_bytes(b"x")

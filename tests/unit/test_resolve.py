@@ -94,7 +94,7 @@ def test_no_set_for_the_environments_python_is_the_one_failure_said_to_be_azures
 
     monkeypatch.setattr(resolve, "target_set", lambda lines, version: {"x": Locked("1", True)})
 
-    def nothing_here(target):
+    def nothing_here(target, no_build=frozenset()):
         raise resolve.NoSet("no wheels")
 
     monkeypatch.setattr(resolve, "move_here", nothing_here)
@@ -147,3 +147,71 @@ def test_what_the_closure_shares_with_venv_under_a_hidden_entry_goes_into_the_la
                              files=[PurePosixPath("azure/core/__init__.py")]),
              SimpleNamespace(metadata={"Name": "six"}, files=[PurePosixPath("six.py")])]
     assert closures._under(frozenset({"azure"}), {"azure-core", "six"}, dists) == {"azure-core"}
+
+
+PKG_RESOURCES = """  × Failed to build `scikit-learn==0.20.0`
+  ├─▶ The build backend returned an error
+      File "<string>", line 36, in <module>
+      ModuleNotFoundError: No module named 'pkg_resources'
+"""
+
+
+def test_a_build_that_needs_pkg_resources_runs_again_with_the_setuptools_of_its_era(
+        monkeypatch):
+    """setuptools 82 dropped pkg_resources: a legacy setup.py's build is given setuptools<82 as
+    a build constraint (what the environment installs is unchanged)."""
+    calls = []
+
+    def run(argv, **kwargs):
+        calls.append(argv)
+        if "--build-constraints" in argv:
+            constraints = Path(argv[argv.index("--build-constraints") + 1]).read_text()
+            calls.append(constraints)
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        return subprocess.CompletedProcess(argv, 1, "", PKG_RESOURCES)
+
+    monkeypatch.setattr(resolve.subprocess, "run", run)
+    assert resolve.run_uv(["uv", "pip", "install", "x==1"]).returncode == 0
+    assert calls[0] == ["uv", "pip", "install", "x==1"]
+    assert calls[1][:4] == calls[0] and calls[2].strip() == "setuptools<82"
+
+
+def test_a_failed_build_names_its_package_and_version():
+    failed = resolve.build_failure(PKG_RESOURCES)
+    assert (failed.name, failed.version) == ("scikit-learn", "0.20.0")
+    assert "pkg_resources" in str(failed)
+    assert resolve.build_failure("error: no solution found") is None
+
+
+def test_a_package_that_does_not_build_here_is_moved_to_a_wheel_else_named(monkeypatch, tmp_path):
+    """The first failed build takes the package as wheels only (a release with a wheel for this
+    Python); if it fails again, the error names it, its version and the fix."""
+    moves = []
+    monkeypatch.setattr(closures, "_target_set", lambda *a: {"pyarrow": Locked("9.0.0", False)})
+
+    def move(target, no_build=frozenset()):
+        moves.append(no_build)
+        version = "10.0.1" if "pyarrow" in no_build else "9.0.0"
+        return resolve.Moved(target, {"pyarrow": Locked(version, True)})
+
+    monkeypatch.setattr(resolve, "move_here", move)
+
+    def install(folder, moved, label):
+        if moved.here["pyarrow"].version == "9.0.0":
+            raise resolve.BuildFailed("pyarrow", "9.0.0", "No module named 'pkg_resources'")
+        return {"pyarrow": "10.0.1"}
+
+    monkeypatch.setattr(closures, "_install", install)
+    monkeypatch.setattr(closures, "_shadowed", lambda folder: frozenset())
+    monkeypatch.setattr(closures, "make_venv", lambda folder, lower: folder)
+    built = closures._built(tmp_path / "layer", ["pyarrow==9.0.0"], "3.11", "env", ())
+    assert built.installed == {"pyarrow": "10.0.1"} and moves == [frozenset(),
+                                                                  frozenset({"pyarrow"})]
+
+    def never(folder, moved, label):
+        raise resolve.BuildFailed("pyarrow", moved.here["pyarrow"].version, "cmake failed")
+
+    monkeypatch.setattr(closures, "_install", never)
+    with pytest.raises(LocalRunError, match=r"pyarrow 10.0.1 failed to build(.|\n)*Fix: pin a "
+                                            "release of pyarrow that publishes a wheel"):
+        closures._built(tmp_path / "layer", ["pyarrow==9.0.0"], "3.11", "env", ())

@@ -67,7 +67,7 @@ def test_other_errors_point_at_the_value_they_quote(tmp_path):
                                   "wrong-distribution-type.yml", "pipeline-missing-component.yml",
                                   "pipeline-unbound-input.yml", "missing-conda-file.yml"])
 def test_the_real_sdk_findings_sit_on_the_line_of_their_key(name):
-    spec = load_spec(INVALID / name, role="job")
+    spec = load_spec(INVALID / name)  # typed by its $schema: an environment spec among them
     findings = sdk_layer(spec)
     assert findings and all(f.key for f in findings)
     lines = (INVALID / name).read_text().splitlines()

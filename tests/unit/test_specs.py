@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mlops.checks.validation import KINDS, validate
-from mlops.specs import ROOT, discover, load_spec
+from mlops.specs import JOB_TYPES, ROOT, discover, load_spec, schema_kind
 
 INVALID = sorted((ROOT / "tests" / "invalid_specs").glob("*.yml"))
 
@@ -205,3 +206,60 @@ def test_every_layout_azure_ai_ml_loads_is_accepted_here(variant, tmp_path):
     path = tmp_path / source.name
     path.write_text(pyyaml.safe_dump(data, sort_keys=False))
     assert [str(f) for f in validate([path]) if f.is_error] == []
+
+
+def test_a_job_is_typed_by_its_type_whatever_its_schema_url(tmp_path):
+    """azure-ai-ml loads a job by its `type:` and ignores $schema: its own pre-GA configs
+    (http://azureml/sdk-2-0/SparkJob.json) load, and pass the same checks."""
+    from mlops.checks.prepare import prepare_job
+    from mlops.runtime.uris import AssetMap
+
+    spark = ROOT / "tests" / "fixtures" / "spark"
+    data = yaml.safe_load((spark / "spark-job.yml").read_text())
+    data.update({"$schema": "http://azureml/sdk-2-0/SparkJob.json", "code": str(spark / "src")})
+    path = tmp_path / "pre-ga.yml"
+    path.write_text(yaml.safe_dump(data))
+    job = prepare_job(path, [], [], AssetMap(spark / "local-paths.yml"))
+    assert job.spec.kind == "sparkJob"
+    assert load_spec(path).kind == "sparkJob"  # validate (no role) reads it from the URL too
+    for url in ("https://azuremlschemas.azureedge.net/development/commandJob.schema.json",
+                "http://azureml/sdk-2-0/CommandJob.json", "CommandJob"):
+        assert schema_kind(url) == "commandJob"
+    assert schema_kind("https://example.com/whatever.json") == ""
+
+
+@pytest.mark.parametrize(("data", "said"), [
+    ({"type": "automl", "task": "classification"}, "an AutoML job (type: automl)"),
+    ({"type": "import"}, "an import job (type: import)"),
+    ({"type": "Command", "command": "x"}, "type: 'Command' is not a job type (azure-ai-ml: "
+                                          "'Unsupported job type: Command.')"),
+    ({"$schema": "https://azuremlschemas.azureedge.net/latest/commandComponent.schema.json",
+      "type": "command", "command": "x"}, "its $schema names a commandComponent, not a job"),
+    ({"$schema": "http://azureml/sdk-2-0/ManagedOnlineDeployment.json", "model": "m"},
+     "make serve-local DEPLOYMENT=<this file>")])
+def test_a_spec_that_does_not_run_here_says_what_it_is_and_what_runs_it(data, said):
+    from mlops.checks.prepare import not_runnable, what_it_is
+    from mlops.specs import Spec
+
+    spec = Spec(Path("x.yml"), data, role="job")
+    assert said in not_runnable(spec) + what_it_is(spec)
+
+
+def test_a_spark_job_whose_schema_names_a_component_runs_by_its_type():
+    """azure-ai-ml's own Spark job configs say $schema: .../SparkComponent.json with type:
+    spark: az ml job create loads them as Spark jobs."""
+    from mlops.checks.prepare import not_runnable
+    from mlops.specs import Spec
+
+    spec = Spec(Path("x.yml"), {"$schema": "http://azureml/sdk-2-0/SparkComponent.json",
+                                "type": "spark"}, role="job")
+    assert spec.kind == "sparkJob" and not_runnable(spec) == ""
+
+
+def test_every_job_kind_azure_ai_ml_loads_is_known_and_the_four_local_ones_run():
+    from mlops.checks.prepare import not_runnable
+    from mlops.specs import Spec
+
+    for type_ in JOB_TYPES:
+        reason = not_runnable(Spec(Path("x.yml"), {"type": type_}, role="job"))
+        assert bool(reason) == (type_ not in ("command", "sweep", "pipeline", "spark")), type_
