@@ -43,9 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    request = JobRequest(args.spec, [s for group in args.set for s in group], args.remove,
-                         args.asset_file, args.env_file, args.run_dir, args.force_rerun,
-                         args.max_procs, DebugRequest.parse(args.debug, args.debug_port))
+    request = JobRequest(spec=args.spec, sets=[s for group in args.set for s in group],
+                         removes=args.remove, asset_file=args.asset_file, env_file=args.env_file,
+                         run_dir=args.run_dir, force_rerun=args.force_rerun,
+                         max_procs=args.max_procs,
+                         debug=DebugRequest.parse(args.debug, args.debug_port))
     return exit_code(lambda: run_local(request))
 
 

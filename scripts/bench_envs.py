@@ -65,7 +65,7 @@ def measure(value: str, repeat: int, tmp: Path) -> dict:
     create = timed(lambda: envs.layers(ref, "bench"))
     reuse = [timed(lambda: envs.activate(ref, folder, "bench")) for _ in range(repeat)]
     project = [timed(lambda: envs.activate(own, folder, "bench")) for _ in range(repeat)]
-    layered = envs.activate(ref, folder, "bench")
+    layered = envs.activate(ref, folder, "bench").variables
     return {"create": create, "reuse": statistics.median(reuse),
             "project": statistics.median(project), "env": layered}
 

@@ -23,27 +23,34 @@ WIDTH, BOX_W, BOX_H, GAP, TOP = 1150, 196, 128, 32, 58
 class Stage:
     name: str
     colour: str
+    modules: str  # where it lives: engine.py's stage function and the modules it calls
     lines: tuple[str, ...]
 
 
 STAGES = (
-    Stage("resolve", "#dbeafe", ("azure-ai-ml's loader and", "validation, --set on the YAML;",
-                                 "azureml: URIs via", "assets/local-paths.yml")),
-    Stage("snapshot", "#dcfce7", ("code: copied to wd/,", "minus .amlignore/.gitignore;",
-                                  "content hash for step", "reuse; source never written")),
-    Stage("environment", "#fef9c3", ("the spec's packages as", "layers over .venv, cached",
-                                     "in .cache/envs/; inputs", "read-only for the job")),
-    Stage("launch", "#fde2e4", ("the command once per process", "with RANK, LOCAL_RANK,",
-                                "MASTER_*, MLFLOW_*, AZUREML_*;", "a watchdog per task")),
-    Stage("collect", "#ede9fe", ("status.json, exit code;", "outputs/ flow downstream;",
-                                 "MLflow run ended with", "logs and artifacts")),
+    Stage("resolve", "#dbeafe", "resolve: binding values placement",
+          ("inputs and outputs bound", "under the task's folder;", "the command rendered;",
+           "ranks placed, debug picked")),
+    Stage("snapshot", "#dcfce7", "take_snapshot: snapshot.py",
+          ("code: copied to wd/,", "minus .amlignore/.gitignore;", "content hash for step",
+           "reuse; source never written")),
+    Stage("environment", "#fef9c3", "environment: environments/",
+          ("the spec's packages as", "layers over .venv, cached", "in .cache/envs/; a fresh",
+           "top layer per task")),
+    Stage("launch", "#fde2e4", "launch_processes: launch environ",
+          ("the MLflow run; the command", "once per process, RANK,", "MLFLOW_*, AZUREML_*;",
+           "status.json, a watchdog")),
+    Stage("collect", "#ede9fe", "collect, finish: records",
+          ("outputs/ flow downstream;", "artifacts and logs to", "MLflow; the outcome into",
+           "the run and status.json")),
 )
-USERS = "used alike by command jobs, sweep trials, pipeline steps, parallel nodes and batch runs"
+USERS = ("used alike by command jobs, sweep trials, pipeline steps (run_step: reuse), Spark jobs, "
+         "parallel nodes, batch runs and the local endpoint (start_service)")
 
 # (indent, entry, what it holds, the stage that writes it)
 TREE = (
     (0, "runs/<display name>-<timestamp>/", "one run folder (RUN_DIR= picks it)", None),
-    (1, "command.sh", "the command exactly as rendered", "resolve"),
+    (1, "command.sh", "the command exactly as rendered", "launch"),
     (1, "inputs/<name>", "each data input under a short path, read-only", "resolve"),
     (1, "wd/", "the working directory: a private copy of code:", "snapshot"),
     (2, "outputs/  logs/", "created as on Azure, logged to the MLflow run", "collect"),
@@ -64,15 +71,17 @@ def text(x: float, y: float, s: str, size: int = 12, weight: str = "normal",
 
 def stage_row() -> list[str]:
     left = (WIDTH - 5 * BOX_W - 4 * GAP) / 2
-    parts = [text(WIDTH / 2, 30, "mlops/runtime: how a spec runs on this machine", 16, "bold",
-                  "middle")]
+    parts = [text(WIDTH / 2, 30, "mlops/runtime/engine.py: how a spec runs on this machine", 16,
+                  "bold", "middle")]
     for i, stage in enumerate(STAGES):
         x = left + i * (BOX_W + GAP)
         parts.append(f'<rect x="{x:g}" y="{TOP}" width="{BOX_W}" height="{BOX_H}" rx="8" '
                      f'fill="{stage.colour}" stroke="#475569"/>')
-        parts.append(text(x + BOX_W / 2, TOP + 24, f"{i + 1}. {stage.name}", 14, "bold",
+        parts.append(text(x + BOX_W / 2, TOP + 22, f"{i + 1}. {stage.name}", 14, "bold",
                           "middle"))
-        parts += [text(x + 10, TOP + 50 + 18 * j, line, 11) for j, line in enumerate(stage.lines)]
+        parts.append(text(x + BOX_W / 2, TOP + 40, stage.modules, 10, "normal", "middle",
+                          "monospace"))
+        parts += [text(x + 10, TOP + 60 + 17 * j, line, 11) for j, line in enumerate(stage.lines)]
         if i:
             parts.append(f'<line x1="{x - GAP + 3:g}" y1="{TOP + BOX_H / 2}" x2="{x - 4:g}" '
                          f'y2="{TOP + BOX_H / 2}" stroke="#334155" stroke-width="2" '

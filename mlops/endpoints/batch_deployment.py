@@ -20,7 +20,6 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlops import runtime
 from mlops.checks.lint_assets import batch_settings
 from mlops.endpoints.deployment import Deployment, load
 from mlops.endpoints.models import ModelLayout, lay_out
@@ -28,12 +27,13 @@ from mlops.environments.activation import Environments
 from mlops.environments.envspec import ENV_MAP
 from mlops.errors import LocalRunError
 from mlops.project import project
-from mlops.runtime import launch, minibatch
+from mlops.runtime import engine, launch, minibatch
 from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.mlflow_runs import Tracking, tracking_uri
 from mlops.runtime.mlflow_server import Server
 from mlops.runtime.placement import Placement
-from mlops.runtime.tasks import variables
+from mlops.runtime.records import Status
+from mlops.runtime.tasks import Task, variables
 from mlops.runtime.uris import ASSET_MAP
 
 RETRY = minibatch.Retry(max_retries=3, timeout=30)  # a batch deployment's retry_settings defaults
@@ -72,7 +72,7 @@ def input_files(source: Path, folder: Path) -> minibatch.Listing:
 
 
 def scoring_task(deployment: Deployment, folder: Path, layout: ModelLayout, settings: dict,
-                 max_procs: int) -> runtime.Task:
+                 max_procs: int) -> Task:
     nodes = int((deployment.spec.data.get("resources") or {}).get("instance_count") or 1)
     requested = nodes * int(settings.get("max_concurrency_per_instance") or 1)
     command = minibatch.worker_command(folder / "work", deployment.scoring_script,
@@ -81,7 +81,7 @@ def scoring_task(deployment: Deployment, folder: Path, layout: ModelLayout, sett
     env_vars = {**variables(settings.get("environment_variables")), **layout.env(),
                 "AZUREML_BI_OUTPUT_PATH": str(folder / "outputs"),
                 "LOGGING_LEVEL": str(settings.get("logging_level") or "info")}
-    return runtime.Task(name=deployment.name, command=command,
+    return Task(name=deployment.name, command=command,
                         where=f"{deployment.spec.path}: environment", folder=folder,
                         code=deployment.code,
                         environment=deployment.environment,
@@ -91,7 +91,7 @@ def scoring_task(deployment: Deployment, folder: Path, layout: ModelLayout, sett
                             requested, max_procs, str(deployment.spec.path))))
 
 
-def run_batch(deployment: Deployment, source: Path, rt: runtime.Runtime) -> int:
+def run_batch(deployment: Deployment, source: Path, rt: engine.Runtime) -> int:
     settings = batch_settings(deployment.spec.data)
     listing = input_files(source.resolve(), rt.root)
     if listing.skipped:
@@ -107,14 +107,14 @@ def run_batch(deployment: Deployment, source: Path, rt: runtime.Runtime) -> int:
     print(f"{task.name}: {len(files)} files in {len(batches)} mini-batch(es), "
           f"{task.placement.copies} process(es), {driver}\n  model: "
           f"{deployment.model.describe()} -> AZUREML_MODEL_DIR={layout.root}")
-    driven = minibatch.drive(
-        task, rt, batches, len(files), minibatch.Limits(int(settings.get("error_threshold", -1))),
-        echo=False, announce=lambda _: print(
-            f"  environment: {rt.environments.labels.get(task.where, '.venv')}"))
+    work = minibatch.Batches(batches=batches, items=len(files),
+                             limits=minibatch.Limits(int(settings.get("error_threshold", -1))))
+    driven = minibatch.drive(task, rt, work, echo=False, announce=lambda _: print(
+        f"  environment: {rt.environments.labels.get(task.where, '.venv')}"))
     return summarize(rt, driven, settings, task.name, len(listing.skipped))
 
 
-def summarize(rt: runtime.Runtime, driven: minibatch.Driven, settings: dict, name: str,
+def summarize(rt: engine.Runtime, driven: minibatch.Driven, settings: dict, name: str,
               skipped: int = 0) -> int:
     tally, result = driven.tally, driven.result
     output = None
@@ -133,7 +133,7 @@ def summarize(rt: runtime.Runtime, driven: minibatch.Driven, settings: dict, nam
     if errors:
         print(f"  unreadable files: {', '.join(map(str, errors))}")
     print(f"  log: {result.log}")
-    return 0 if result.status == "Completed" else 1
+    return 0 if result.status == Status.COMPLETED else 1
 
 
 def run_local(request: BatchRequest) -> int:
@@ -150,7 +150,7 @@ def run_local(request: BatchRequest) -> int:
             raise LocalRunError(f"{folder} is not empty: use a new --run-dir")
         if request.debug is not None:
             request.debug.check([()])
-        rt = runtime.Runtime(folder, max(1, request.max_procs), Tracking(server),
+        rt = engine.Runtime(folder, max(1, request.max_procs), Tracking(server),
                              Environments(request.env_file), debug=request.debug)
         return run_batch(deployment, request.input, rt)
     finally:

@@ -31,13 +31,13 @@ from mlops.environments.activation import Environments
 from mlops.environments.envspec import ENV_MAP
 from mlops.errors import LocalRunError
 from mlops.project import project
-from mlops.runtime import Runtime
 from mlops.runtime.debugging import DebugRequest
+from mlops.runtime.engine import Runtime, start_service
 from mlops.runtime.launch import free_port
-from mlops.runtime.service import Service, running, start_service, stop_service
+from mlops.runtime.records import Status, TaskRecord
+from mlops.runtime.service import Service, running, stop_service
 from mlops.runtime.tasks import Task, Workdir, variables
 from mlops.runtime.uris import ASSET_MAP
-from mlops.runtime.watchdog import read_status
 
 STATE = project().runs_dir / "serve-local"
 APP = "azureml_inference_server_http.server.entry:app"
@@ -149,13 +149,7 @@ def launch_server(plan: ServerPlan, port: int) -> Service:
     """Start the planned server through the runtime and wait until it is healthy; a server that
     fails is stopped, and ServerFailed says why."""
     rt = Runtime(plan.task.folder, 1, environments=plan.environments, debug=plan.debug)
-
-    def header() -> str:
-        label = plan.environments.labels.get(plan.task.where, ".venv")
-        plan.about.append(f"environment: {label}")
-        return "".join(f"mlops.serve: {line}\n" for line in plan.about)
-
-    service = start_service(plan.task, rt, header)
+    service = start_service(plan.task, rt, plan.about)
     try:
         wait_healthy(f"http://127.0.0.1:{port}/", service)
     except ServerFailed:
@@ -174,23 +168,23 @@ def start(path: Path, model: str | None, port: int, asset_file: Path = ASSET_MAP
     plan = prepare(path, model, STATE, port, asset_file, env_file, debug=debug)
     print("\n".join(plan.about), flush=True)
     try:
-        launch_server(plan, port)
+        service = launch_server(plan, port)
     except ServerFailed as err:
         tail = (STATE / "log.txt").read_text(errors="replace").splitlines()[-25:]
         print(f"error: {err}\n" + "\n".join(f"  | {line}" for line in tail), file=sys.stderr)
         return 1
-    print(f"{plan.about[-1]}\nserving {path.name} on http://127.0.0.1:{port}/score "
-          f"(log {STATE / 'log.txt'}; stop: make stop-local)")
+    print(f"environment: {service.environment}\nserving {path.name} on "
+          f"http://127.0.0.1:{port}/score (log {STATE / 'log.txt'}; stop: make stop-local)")
     return 0
 
 
 def _stop_running() -> int | None:
     """Stop the local server if one runs; its pid (None: none ran)."""
-    record = read_status(STATE)
-    if record.get("status") != "Running" or not record.get("pid"):
+    record = TaskRecord.read(STATE)
+    if record is None or record.status != Status.RUNNING or not record.pid:
         return None
-    stop_service(int(record["pid"]), STATE)
-    return int(record["pid"])
+    stop_service(record.pid, STATE)
+    return record.pid
 
 
 def stop() -> int:

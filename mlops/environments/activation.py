@@ -21,6 +21,7 @@ import os
 import platform
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -92,6 +93,16 @@ def other_python_caveat(plan: EnvPlan, moved: list[str]) -> str:
             f"{platform.python_version()} here{changed}: an error raised inside an installed "
             "package (an import, a pickle from older releases, a C extension) may come from "
             "that difference alone and not happen on Azure")
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An environment made ready for a task: the variables that select its layers (PATH,
+    VIRTUAL_ENV, JAVA_HOME, an MPI's), its top layer's site-packages, and how logs name it."""
+
+    variables: dict[str, str]
+    top_site: Path
+    label: str
 
 
 class Environments:
@@ -188,10 +199,14 @@ class Environments:
         plan.requirements = [line for line in plan.requirements
                              if name_of(line) not in fixed] + list(ref.fixed)
 
-    def activate(self, ref: EnvironmentRef, folder: Path, where: str) -> dict[str, str]:
+    def activate(self, ref: EnvironmentRef, folder: Path, where: str) -> Activation:
         """Build (or reuse) the layers and a fresh top layer; the variables that select them."""
         lower = self.layers(ref, where)
         self.labels[where] += f" ({', '.join(str(p) for p in lower) or '.venv'})"
+        return Activation(self._variables(lower, folder), top_site(folder), self.labels[where])
+
+    def _variables(self, lower: list[Path], folder: Path) -> dict[str, str]:
+        """A fresh top layer over `lower`; the variables that select the layers."""
         top = folder / TOP
         shutil.rmtree(top, ignore_errors=True)
         below = [Path(layer_record(layer).get("below") or BASE_SITE) for layer in lower[-1:]]

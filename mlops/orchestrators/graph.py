@@ -52,7 +52,7 @@ class Produced(NamedTuple):
     path: Path
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Scope:
     """What `${{parent.*}}` means inside one pipeline (the job itself, or a pipeline component)."""
 
@@ -63,7 +63,7 @@ class Scope:
     experiment: str
     assets: AssetMap
     base: Path
-    steps: dict[str, dict[str, Produced]]  # node -> its outputs, once it ran
+    steps: dict[str, dict[str, Produced]] = field(default_factory=dict)  # node -> its outputs
     continue_on_failure: bool = False
     force_rerun: bool = False  # settings.force_rerun: no step is reused
     reused: list[str] = field(default_factory=list)  # names of the steps reused, for the summary

@@ -5,29 +5,28 @@ from __future__ import annotations
 
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlops import runtime
 from mlops.checks.prepare import prepare_job
 from mlops.environments.activation import Environments
-from mlops.runtime import launch
+from mlops.runtime import engine, launch
 from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.job import Job, locked, run_folder, write_record
 from mlops.runtime.mlflow_runs import Tracking, tracking_uri
 from mlops.runtime.mlflow_server import Server
 from mlops.runtime.spark import spark_task
-from mlops.runtime.tasks import command_task, experiment_name
+from mlops.runtime.tasks import TaskSource, command_task, experiment_name
 from mlops.runtime.uris import AssetMap
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobRequest:
     """What `make local` asks for: a spec, its overrides, and where and how to run it."""
 
     spec: str
-    sets: list[str]
-    removes: list[str]
+    sets: list[str] = field(default_factory=list)
+    removes: list[str] = field(default_factory=list)
     asset_file: Path  # assets/local-paths.yml: azureml: assets and URLs -> local paths
     env_file: Path  # assets/local-envs.yml: curated, registry and image environments
     run_dir: Path | None = None
@@ -50,31 +49,33 @@ def services_note(data: dict, wd: Path) -> str:
             f"started here; the job runs on this machine: open {wd} in your own tools{board}")
 
 
-def run_command_job(job: Job, rt: runtime.Runtime) -> int:
+def run_command_job(job: Job, rt: engine.Runtime) -> int:
     path = job.spec.path
     if rt.debug is not None:
         rt.debug.check([()])
-    tags = {"mlops.spec": str(path), "mlops.local": "true"}
-    if job.spec.kind == "sparkJob":
-        built = spark_task(job.data, path.parent, rt.root, job.assets, f"{path}: spark",
-                           job.name, experiment_name(job.data), tags=tags)
+    kind = "spark" if job.spec.kind == "sparkJob" else "command"
+    source = TaskSource(definition=job.data, base=path.parent, folder=rt.root, assets=job.assets,
+                        where=f"{path}: {kind}", name=job.name,
+                        experiment=experiment_name(job.data),
+                        tags={"mlops.spec": str(path), "mlops.local": "true"})
+    if kind == "spark":
+        built = spark_task(source)
         task = built.task
         for note in built.notes:
             print(note, file=sys.stderr)
     else:
-        task = command_task(job.data, path.parent, rt.root, job.assets, f"{path}: command",
-                            job.name, experiment_name(job.data), tags=tags)
+        task = command_task(source)
     print(f"{job.name}: running in {rt.root / 'wd'}")
     if note := services_note(job.data, rt.root / "wd"):
         print(note, file=sys.stderr)
-    result = runtime.run(task, rt)
+    result = engine.run(task, rt)
     status = result.status if result.code == 0 else \
         f"{result.status} (exit {result.code}; log {result.log})"
     print(f"{job.name}: {status}\n  outputs: {rt.root / 'outputs'}\n  MLflow run: {result.run_id}")
     return result.code
 
 
-def run_job(job: Job, rt: runtime.Runtime) -> int:
+def run_job(job: Job, rt: engine.Runtime) -> int:
     """The job's exit code, from the runner of its kind."""
     write_record(job, rt.root)
     if job.spec.kind == "sweepJob":
@@ -103,9 +104,9 @@ def run_local(request: JobRequest) -> int:
         with locked(folder):
             rt = None
             try:
-                rt = runtime.Runtime(folder, max(1, request.max_procs), Tracking(server),
-                                     Environments(request.env_file),
-                                     force_rerun=request.force_rerun, debug=request.debug)
+                rt = engine.Runtime(folder, max(1, request.max_procs), Tracking(server),
+                                    Environments(request.env_file),
+                                    force_rerun=request.force_rerun, debug=request.debug)
                 return run_job(job, rt)
             except BaseException:
                 if created and not (rt and rt.started):  # nothing ran: leave nothing behind

@@ -21,13 +21,12 @@ import sys
 import time
 from pathlib import Path
 
-from mlops import runtime
 from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
 from mlops.orchestrators.mltable import read_table
-from mlops.runtime import minibatch
+from mlops.runtime import engine, minibatch
 from mlops.runtime.placement import Placement
-from mlops.runtime.tasks import code_path, variables
+from mlops.runtime.tasks import Task, TaskSource, code_path, variables
 from mlops.runtime.values import OutputSpec, Value
 
 INPUT_REF = re.compile(r"^\$\{\{\s*inputs\.([\w.-]+)\s*\}\}$")
@@ -98,11 +97,10 @@ def rows_target(task_def: dict, outputs: dict[str, OutputSpec], where: str) -> s
     return match.group(1)
 
 
-def node_task(definition: dict, base: Path, folder: Path, where: str, name: str,
-              inputs: dict[str, Value], outputs: dict[str, OutputSpec], max_procs: int,
-              **run) -> runtime.Task:
+def node_task(source: TaskSource, max_procs: int) -> Task:
     """The node as one task: the mini-batch worker around its entry script, in its
     environment."""
+    definition, where = source.definition, source.where
     task_def = definition.get("task") or {}
     if str(task_def.get("type") or "run_function") != "run_function" or \
             not task_def.get("entry_script"):
@@ -111,21 +109,22 @@ def node_task(definition: dict, base: Path, folder: Path, where: str, name: str,
     requested = int((definition.get("resources") or {}).get("instance_count") or 1) * \
         int(definition.get("max_concurrency_per_instance") or 1)
     command = minibatch.worker_command(
-        folder / "work", str(task_def["entry_script"]),
+        source.folder / "work", str(task_def["entry_script"]),
         minibatch.Retry.from_spec(definition.get("retry_settings"), RETRY),
         str(task_def.get("program_arguments") or "").strip())
     env_vars = {**variables(definition.get("environment_variables")),
                 "AZUREML_PARALLEL_LOGGING_LEVEL": str(definition.get("logging_level") or "INFO")}
-    return runtime.Task(name=name, command=command, where=where, folder=folder,
-                        code=code_path(task_def.get("code"), base, f"{where}.task.code"),
-                        inputs=inputs, outputs=outputs,
-                        environment=EnvironmentRef(task_def.get("environment"), base),
-                        env_vars=env_vars,
-                        placement=Placement(copies=minibatch.processes(requested, max_procs,
-                                                                       where)), **run)
+    return Task(name=source.name, command=command, where=where, folder=source.folder,
+                code=code_path(task_def.get("code"), source.base, f"{where}.task.code"),
+                inputs=source.bound_inputs(), outputs=source.bound_outputs(),
+                environment=EnvironmentRef(task_def.get("environment"), source.base),
+                env_vars=env_vars,
+                placement=Placement(copies=minibatch.processes(requested, max_procs, where)),
+                experiment=source.experiment, tags=dict(source.tags), parent_run=source.parent,
+                address=source.address)
 
 
-def run_node(definition: dict, task: runtime.Task, rt: runtime.Runtime) -> minibatch.Driven:
+def run_node(definition: dict, task: Task, rt: engine.Runtime) -> minibatch.Driven:
     """Plan the mini-batches, run the processes, write the rows."""
     where = task.where
     name = input_name(definition, task.inputs, where)
@@ -138,8 +137,9 @@ def run_node(definition: dict, task: runtime.Task, rt: runtime.Runtime) -> minib
     items = sum(b["rows"] for b in batches) if tabular else sum(len(b) for b in batches)
     print(f"step {task.name}: {items} {'rows' if tabular else 'files'} in {len(batches)} "
           f"mini-batch(es), {task.placement.copies} process(es)", flush=True)
-    driven = minibatch.drive(task, rt, batches, items, minibatch.Limits.from_spec(definition),
-                             label=task.name)
+    driven = minibatch.drive(task, rt, minibatch.Batches(
+        batches=batches, items=items, limits=minibatch.Limits.from_spec(definition)),
+        label=task.name)
     target = rows_target(definition.get("task") or {}, task.outputs, where)
     if target is not None:
         place, spec = Path(driven.result.outputs[target]), task.outputs[target]

@@ -17,7 +17,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from mlops import runtime
 from mlops.orchestrators import parallel
 from mlops.orchestrators.graph import (
     STEP_OUTPUT,
@@ -29,54 +28,57 @@ from mlops.orchestrators.graph import (
     node_inputs,
     node_outputs,
 )
-from mlops.runtime import launch, watchdog
+from mlops.runtime import engine, launch, watchdog
 from mlops.runtime.binding import publish, slot
-from mlops.runtime.job import Job, read_record, update_record
-from mlops.runtime.reuse import deterministic, link_step
+from mlops.runtime.job import Job, read_record
+from mlops.runtime.records import RunRecord, RunStatus, Status
+from mlops.runtime.reuse import deterministic
 from mlops.runtime.spark import spark_task
-from mlops.runtime.tasks import command_task, experiment_name
+from mlops.runtime.tasks import Task, TaskSource, command_task, experiment_name
 from mlops.runtime.uris import AssetMap
-from mlops.runtime.values import (
-    job_inputs,
-    job_outputs,
-)
+from mlops.runtime.values import job_inputs, job_outputs
 from mlops.specs import flag
 
 
-def run_command_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
-    folder = scope.folder / "steps" / node.name
+def node_source(node: Node, scope: Scope, definition: dict) -> TaskSource:
+    """What a node's task is built from: its definition, bound to this pipeline."""
+    return TaskSource(definition=definition, base=node.base,
+                      folder=scope.folder / "steps" / node.name, assets=scope.assets,
+                      where=node.where, name=node.name, experiment=scope.experiment,
+                      parent=scope.run_id, inputs=node_inputs(node, scope),
+                      outputs=node_outputs(node, scope),
+                      tags={"mlops.spec": node.where, "mlops.step": node.name},
+                      address=(*scope.path, node.name))
+
+
+def node_task(node: Node, scope: Scope) -> Task:
+    """A command or Spark node as one task (with a node's own limits: a component has none)."""
     definition = definition_for(node)
-    if "limits" in node.raw:  # a node's own (a component has none)
+    if "limits" in node.raw:
         definition["limits"] = node.raw["limits"]
-    args = (definition, node.base, folder, scope.assets, node.where, node.name,
-            scope.experiment, scope.run_id, node_inputs(node, scope), node_outputs(node, scope),
-            {"mlops.spec": node.where, "mlops.step": node.name})
-    if node.kind == "spark":
-        built = spark_task(*args)
-        task = built.task
-        for note in built.notes:
-            print(note, file=sys.stderr)
-    else:
-        task = command_task(*args)
-    task.address = (*scope.path, node.name)
+    source = node_source(node, scope, definition)
+    if node.kind != "spark":
+        return command_task(source)
+    built = spark_task(source)
+    for note in built.notes:
+        print(note, file=sys.stderr)
+    return built.task
+
+
+def produced(task: Task, outputs: dict[str, str]) -> dict[str, Produced]:
+    return {k: Produced(task.outputs[k].type, Path(v)) for k, v in outputs.items()}
+
+
+def run_command_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
+    task = node_task(node, scope)
     debugged = rt.debug is not None and rt.debug.matches(task.address)
-    key = None
-    if deterministic(definition) and not (scope.force_rerun or rt.force_rerun or debugged):
-        key = rt.steps.key(task, rt.environments.env_map)
-        earlier = rt.steps.find(key)
-        if earlier is not None:
-            paths = link_step(task, earlier, rt)
-            scope.steps[node.name] = {k: Produced(task.outputs[k].type, Path(v))
-                                      for k, v in paths.items()}
-            scope.reused.append(node.name)
-            return 0
-    print(f"step {node.name}: started", flush=True)
-    result = runtime.run(task, rt, label=node.name)
-    if key is not None and result.status == "Completed":
-        rt.steps.record(key, folder, result.run_id)
-    scope.steps[node.name] = {k: Produced(task.outputs[k].type, Path(v))
-                              for k, v in result.outputs.items()}
-    if result.code != 0:
+    reusable = deterministic(definition_for(node)) and \
+        not (scope.force_rerun or rt.force_rerun or debugged)
+    result = engine.run_step(task, rt, reusable=reusable, label=node.name)
+    scope.steps[node.name] = produced(task, result.outputs)
+    if result.status == Status.REUSED:
+        scope.reused.append(node.name)
+    elif result.code != 0:
         tail = "\n".join(f"  | {line}" for line in result_tail(result.log))
         print(f"\nstep {node.name} {result.status.lower()} (exit {result.code}); "
               f"{node.where}\nlog tail ({result.log}):\n{tail}", file=sys.stderr)
@@ -87,60 +89,53 @@ def result_tail(log: Path, lines: int = 25) -> list[str]:
     return log.read_text(errors="replace").splitlines()[-lines:] if log.is_file() else []
 
 
-def run_sweep_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
+def run_sweep_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
     from mlops.orchestrators.sweep import TrialContext, sweep, trial_factory  # optuna: 0.3 s
 
     folder = scope.folder / "steps" / node.name
     outputs = node_outputs(node, scope)
-    run_id = rt.tracking.start(scope.experiment, node.name, {"mlops.spec": node.where,
-                                                             "mlops.step": node.name},
-                               scope.run_id)
-    ctx = TrialContext(folder, scope.assets, f"{node.where}.trial", node.name,
-                       scope.experiment, run_id, (*scope.path, node.name))
-    make = trial_factory(definition_for(node), node.base, node_inputs(node, scope), outputs, ctx)
-    try:
-        summary = sweep(node.raw, rt, folder, run_id, make)
-    except KeyboardInterrupt:
-        rt.tracking.finish(run_id, "KILLED")
-        raise
-    best = summary["best_trial"]
-    paths = publish(Path(best["folder"]), outputs, folder) if best else {}
-    scope.steps[node.name] = {k: Produced(outputs[k].type, Path(v)) for k, v in paths.items()}
-    rt.tracking.finish(run_id, "FINISHED" if best else "FAILED")
+    tags = {"mlops.spec": node.where, "mlops.step": node.name}
+    with rt.tracking.open(scope.experiment, node.name, tags, parent=scope.run_id) as run:
+        ctx = TrialContext(folder=folder, assets=scope.assets, where=f"{node.where}.trial",
+                           name=node.name, experiment=scope.experiment, parent=run.run_id,
+                           address=(*scope.path, node.name))
+        make = trial_factory(definition_for(node), node.base, node_inputs(node, scope), outputs,
+                             ctx)
+        best = sweep(node.raw, rt, folder, run.run_id, make).best
+        paths = publish(best.folder, outputs, folder) if best else {}
+        scope.steps[node.name] = {k: Produced(outputs[k].type, Path(v))
+                                  for k, v in paths.items()}
+        run.close(RunStatus.FINISHED if best else RunStatus.FAILED)
     return 0 if best else 1
 
 
-def run_pipeline_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
+def run_pipeline_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
     folder = scope.folder / "steps" / node.name
     outputs = {k: replace(v, target=slot(k, v, folder)) for k, v in
                node_outputs(node, scope).items()}
-    run_id = rt.tracking.start(scope.experiment, node.name, {"mlops.spec": node.where,
-                                                             "mlops.step": node.name},
-                               scope.run_id)
-    child = Scope(node_inputs(node, scope), outputs, folder, run_id, scope.experiment,
-                  scope.assets, node.base, {}, scope.continue_on_failure, scope.force_rerun,
-                  scope.reused, (*scope.path, node.name))
-    nodes = build_nodes(node.definition["jobs"], node.base, scope.assets, node.where)
-    code = run_graph(nodes, child, rt)
+    tags = {"mlops.spec": node.where, "mlops.step": node.name}
+    with rt.tracking.open(scope.experiment, node.name, tags, parent=scope.run_id) as run:
+        child = Scope(inputs=node_inputs(node, scope), outputs=outputs, folder=folder,
+                      run_id=run.run_id, experiment=scope.experiment, assets=scope.assets,
+                      base=node.base, continue_on_failure=scope.continue_on_failure,
+                      force_rerun=scope.force_rerun, reused=scope.reused,
+                      path=(*scope.path, node.name))
+        nodes = build_nodes(node.definition["jobs"], node.base, scope.assets, node.where)
+        code = run_graph(nodes, child, rt)
+        run.close(RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
     scope.steps[node.name] = {k: Produced(v.type, v.target) for k, v in outputs.items()}
     return code
 
 
-def run_parallel_node(node: Node, scope: Scope, rt: runtime.Runtime) -> int:
-    folder = scope.folder / "steps" / node.name
+def run_parallel_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
     definition = {**definition_for(node), **{k: v for k, v in node.raw.items()
                                              if k in parallel.NODE_SETTINGS}}
-    task = parallel.node_task(definition, node.base, folder, node.where, node.name,
-                              node_inputs(node, scope), node_outputs(node, scope), rt.max_procs,
-                              experiment=scope.experiment, parent_run=scope.run_id,
-                              tags={"mlops.spec": node.where, "mlops.step": node.name})
-    task.address = (*scope.path, node.name)
+    task = parallel.node_task(node_source(node, scope, definition), rt.max_procs)
     driven = parallel.run_node(definition, task, rt)
     result = driven.result
-    scope.steps[node.name] = {k: Produced(task.outputs[k].type, Path(v))
-                              for k, v in result.outputs.items()}
+    scope.steps[node.name] = produced(task, result.outputs)
     print(f"step {node.name}: {result.status}: {parallel.summary(driven.tally)}", flush=True)
-    if result.status != "Completed":
+    if result.status != Status.COMPLETED:
         tail = "\n".join(f"  | {line}" for line in result_tail(result.log))
         print(f"\nstep {node.name} failed; {node.where}\nlog tail ({result.log}):\n{tail}",
               file=sys.stderr)
@@ -152,29 +147,24 @@ RUNNERS = {"command": run_command_node, "sweep": run_sweep_node, "pipeline": run
            "parallel": run_parallel_node, "spark": run_command_node}
 
 
-def run_graph(nodes: list[Node], scope: Scope, rt: runtime.Runtime) -> int:
+def run_graph(nodes: list[Node], scope: Scope, rt: engine.Runtime) -> int:
     """Nodes in order; a failure stops the pipeline (or, with continue_on_step_failure, only
-    what depends on it). Finishes the scope's MLflow run."""
+    what depends on it). The first failing node's exit code (0: every node succeeded)."""
     failed: set[str] = set()
     first_code = 0
-    try:
-        for node in nodes:
-            launch.check_interrupt()
-            if failed & {step for step, _ in STEP_OUTPUT.findall(str(node.raw))}:
-                print(f"step {node.name}: skipped (an input comes from a failed step)")
-                failed.add(node.name)
-                continue
-            code = RUNNERS[node.kind](node, scope, rt)
-            if code != 0:
-                failed.add(node.name)
-                first_code = first_code or code
-                if not scope.continue_on_failure:
-                    break
-    except KeyboardInterrupt:
-        rt.tracking.finish(scope.run_id, "KILLED")
-        raise
-    rt.tracking.finish(scope.run_id, "FAILED" if failed else "FINISHED")
-    return first_code
+    for node in nodes:
+        launch.check_interrupt()
+        if failed & {step for step, _ in STEP_OUTPUT.findall(str(node.raw))}:
+            print(f"step {node.name}: skipped (an input comes from a failed step)")
+            failed.add(node.name)
+            continue
+        code = RUNNERS[node.kind](node, scope, rt)
+        if code != 0:
+            failed.add(node.name)
+            first_code = first_code or code
+            if not scope.continue_on_failure:
+                break
+    return first_code or (1 if failed else 0)
 
 
 def addresses(nodes: list[Node], assets: AssetMap, above: tuple[str, ...] = ()
@@ -194,7 +184,7 @@ def addresses(nodes: list[Node], assets: AssetMap, above: tuple[str, ...] = ()
     return found
 
 
-def run_pipeline_job(job: Job, rt: runtime.Runtime) -> int:
+def run_pipeline_job(job: Job, rt: engine.Runtime) -> int:
     data, path = job.data, job.spec.path
     nodes = build_nodes(data.get("jobs"), path.parent, job.assets, str(path))
     if rt.debug is not None:
@@ -203,20 +193,23 @@ def run_pipeline_job(job: Job, rt: runtime.Runtime) -> int:
     outputs = {name: replace(spec, target=slot(name, spec, rt.root))
                for name, spec in job_outputs(data.get("outputs")).items()}
     inputs = job_inputs(data.get("inputs"), path.parent, job.assets)
-    run_id = rt.tracking.start(experiment, job.name, {"mlops.spec": str(path),
-                                                      "mlops.local": "true"},
-                               reopen=read_record(rt.root).get("mlflow_run_id"))
-    update_record(rt.root, mlflow_run_id=run_id)
+    earlier = read_record(rt.root)
+    tags = {"mlops.spec": str(path), "mlops.local": "true"}
     settings = data.get("settings") or {}
-    scope = Scope(inputs, outputs, rt.root, run_id, experiment, job.assets, path.parent, {},
-                  flag(settings.get("continue_on_step_failure")),
-                  flag(settings.get("force_rerun")))
-    print(f"{job.name}: steps {' -> '.join(n.name for n in nodes)}; run folder {rt.root}")
-    with watchdog.guarding(rt.root, run_id, rt.tracking.uri):
-        code = run_graph(nodes, scope, rt)
+    with rt.tracking.open(experiment, job.name, tags,
+                          reopen=earlier.mlflow_run_id if earlier else None) as run:
+        RunRecord(job.spec.kind, str(path), run.run_id).write(rt.root)
+        scope = Scope(inputs=inputs, outputs=outputs, folder=rt.root, run_id=run.run_id,
+                      experiment=experiment, assets=job.assets, base=path.parent,
+                      continue_on_failure=flag(settings.get("continue_on_step_failure")),
+                      force_rerun=flag(settings.get("force_rerun")))
+        print(f"{job.name}: steps {' -> '.join(n.name for n in nodes)}; run folder {rt.root}")
+        with watchdog.guarding(rt.root, run.run_id, rt.tracking.uri):
+            code = run_graph(nodes, scope, rt)
+            run.close(RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
     status = "Completed" if code == 0 else f"Failed (exit {code})"
     if scope.reused:
         status += f"; reused {len(scope.reused)} step(s): {', '.join(scope.reused)}"
     print(f"{job.name}: {status}\n  outputs: {rt.root / 'outputs'}\n  steps: {rt.root / 'steps'}"
-          f"\n  MLflow run: {run_id}")
+          f"\n  MLflow run: {run.run_id}")
     return code

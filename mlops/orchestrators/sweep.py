@@ -14,20 +14,27 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import optuna
 
-from mlops import runtime
 from mlops.orchestrators.policies import Policy, should_stop
 from mlops.orchestrators.sampling import make_study, sample
-from mlops.runtime import launch, watchdog
+from mlops.runtime import engine, launch, watchdog
 from mlops.runtime.binding import publish
 from mlops.runtime.job import Job
-from mlops.runtime.tasks import command_task, experiment_name, load_component
+from mlops.runtime.records import RunStatus, Status
+from mlops.runtime.tasks import Task, TaskSource, command_task, experiment_name, load_component
 from mlops.runtime.uris import AssetMap
-from mlops.runtime.values import Value, fill_scope, job_inputs, job_outputs, render_literal
+from mlops.runtime.values import (
+    OutputSpec,
+    Value,
+    fill_scope,
+    job_inputs,
+    job_outputs,
+    render_literal,
+)
 
 POLL_S = 0.5
 
@@ -64,18 +71,56 @@ class Settings:
 @dataclass
 class Trial:
     number: int
-    params: dict
-    running: runtime.Running
+    params: dict[str, object]
+    running: engine.Running
     optuna_trial: optuna.Trial
-    history: list = field(default_factory=list)
+    history: list[float] = field(default_factory=list)
     evaluated: int = 0
-    status: str = "Running"
-    result: runtime.Result | None = None
+    status: Status = Status.RUNNING
+    result: engine.Result | None = None
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial in the sweep's summary (sweep_summary.json)."""
+
+    trial: int
+    params: dict[str, object]
+    metric: float | None  # its best value of the primary metric
+    status: Status
+    intervals: int  # how many times it reported the metric
+    run_id: str
+    folder: Path
+    seconds: float | None
+    log: Path | None
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """How a sweep ended: every trial, the best completed one, the metrics the trials logged."""
+
+    primary_metric: str
+    goal: str
+    trials: list[TrialRow]
+    best: TrialRow | None
+    metrics_logged: list[str]
+
+    def to_json(self) -> dict:
+        def row(r: TrialRow) -> dict:
+            return {**asdict(r), "status": str(r.status), "folder": str(r.folder),
+                    "log": str(r.log) if r.log else None}
+
+        return {"primary_metric": self.primary_metric, "goal": self.goal,
+                "trials": [row(r) for r in self.trials],
+                "best_trial": row(self.best) if self.best else None,
+                "metrics_logged": self.metrics_logged}
+
+
+TrialMaker = Callable[[int, dict[str, object]], Task]
 
 
 class Sweep:
-    def __init__(self, settings: Settings, rt: runtime.Runtime,
-                 make_task: Callable[[int, dict], runtime.Task]):
+    def __init__(self, settings: Settings, rt: engine.Runtime, make_task: TrialMaker):
         self.s, self.rt, self.make_task = settings, rt, make_task
         self.study = make_study(settings.algorithm, settings.space, settings.maximize)
         self.trials: list[Trial] = []
@@ -84,26 +129,26 @@ class Sweep:
         number = len(self.trials)
         optuna_trial = self.study.ask()
         params = {name: sample(optuna_trial, name, p) for name, p in self.s.space.items()}
-        running = runtime.start(self.make_task(number, params), self.rt, echo=False)
+        running = engine.start(self.make_task(number, params), self.rt, echo=False)
         self.trials.append(Trial(number, params, running, optuna_trial))
         print(f"trial {number} started: {params}", flush=True)
 
     def running(self) -> list[Trial]:
-        return [t for t in self.trials if t.status == "Running"]
+        return [t for t in self.trials if t.status == Status.RUNNING]
 
     def best(self, trial: Trial):
         if not trial.history:
             return None
         return max(trial.history) if self.s.maximize else min(trial.history)
 
-    def finish(self, trial: Trial, status: str) -> None:
-        trial.result = runtime.finish(trial.running, self.rt, None if status == "Ended" else
-                                      status)
+    def finish(self, trial: Trial, status: Status | None = None) -> None:
+        """`status`: how the sweep ended the trial (None: it ended on its own)."""
+        trial.result = engine.finish(trial.running, self.rt, status)
         trial.status = trial.result.status
         trial.history = self.rt.tracking.history(trial.running.run_id, self.s.metric)
         value = self.best(trial)
-        state = {"Completed": optuna.trial.TrialState.COMPLETE,
-                 "EarlyTerminated": optuna.trial.TrialState.PRUNED}.get(
+        state = {Status.COMPLETED: optuna.trial.TrialState.COMPLETE,
+                 Status.EARLY_TERMINATED: optuna.trial.TrialState.PRUNED}.get(
                      trial.status, optuna.trial.TrialState.FAIL)
         if state == optuna.trial.TrialState.COMPLETE and value is None:
             state = optuna.trial.TrialState.FAIL
@@ -116,7 +161,7 @@ class Sweep:
         """Evaluate every interval the trial reported since the last check, in order."""
         trial.history = self.rt.tracking.history(trial.running.run_id, self.s.metric)
         others = [t.history for t in self.running() if t is not trial]
-        done = [t.history for t in self.trials if t.status != "Running" and t.history]
+        done = [t.history for t in self.trials if t.status != Status.RUNNING and t.history]
         while trial.evaluated < len(trial.history):
             trial.evaluated += 1
             if should_stop(self.s.policy, trial.history[:trial.evaluated], others, done,
@@ -129,12 +174,12 @@ class Sweep:
     def step(self) -> None:
         for trial in self.running():
             if trial.running.launch.poll() is not None:
-                self.finish(trial, "Ended")
+                self.finish(trial)
             elif self.apply_policy(trial):
-                self.finish(trial, "EarlyTerminated")
+                self.finish(trial, Status.EARLY_TERMINATED)
             elif self.s.trial_timeout and \
                     time.monotonic() - trial.running.started > self.s.trial_timeout:
-                self.finish(trial, "TimedOut")
+                self.finish(trial, Status.TIMED_OUT)
 
     def run(self) -> None:
         started = time.monotonic()
@@ -147,56 +192,53 @@ class Sweep:
                 return
             if out_of_time:
                 for trial in self.running():
-                    self.finish(trial, "Canceled")
+                    self.finish(trial, Status.CANCELED)
                 return
             time.sleep(POLL_S)
             launch.check_interrupt()
             self.step()
 
-    def summary(self) -> dict:
-        rows = [{"trial": t.number, "params": t.params, "metric": self.best(t),
-                 "status": t.status, "intervals": len(t.history), "run_id": t.running.run_id,
-                 "folder": str(t.running.task.folder),
-                 "seconds": round(t.result.seconds, 2) if t.result else None,
-                 "log": str(t.result.log) if t.result else None}
-                for t in self.trials]
-        scored = [r for r in rows if r["metric"] is not None and r["status"] == "Completed"]
+    def summary(self) -> SweepSummary:
+        rows = [TrialRow(t.number, t.params, self.best(t), t.status, len(t.history),
+                         t.running.run_id, t.running.task.folder,
+                         round(t.result.seconds, 2) if t.result else None,
+                         t.result.log if t.result else None) for t in self.trials]
+        scored = [r for r in rows if r.metric is not None and r.status == Status.COMPLETED]
         pick = max if self.s.maximize else min
-        best = pick(scored, key=lambda r: r["metric"]) if scored else None
+        best = pick(scored, key=lambda r: r.metric) if scored else None
         logged = sorted({m for t in self.trials for m in
                          self.rt.tracking.metric_names(t.running.run_id)})
-        return {"primary_metric": self.s.metric, "goal": "maximize" if self.s.maximize else
-                "minimize", "trials": rows, "best_trial": best, "metrics_logged": logged}
+        return SweepSummary(self.s.metric, "maximize" if self.s.maximize else "minimize", rows,
+                            best, logged)
 
 
-def print_table(summary: dict) -> None:
-    names = sorted({k for row in summary["trials"] for k in row["params"]})
-    header = ["trial", *names, summary["primary_metric"], "status"]
+def print_table(summary: SweepSummary) -> None:
+    names = sorted({k for row in summary.trials for k in row.params})
+    header = ["trial", *names, summary.primary_metric, "status"]
     print("\n" + "  ".join(f"{h:>14}" for h in header))
-    for row in summary["trials"]:
-        cells = [row["trial"], *[row["params"].get(n) for n in names], row["metric"],
-                 row["status"]]
+    for row in summary.trials:
+        cells = [row.trial, *[row.params.get(n) for n in names], row.metric, str(row.status)]
         print("  ".join(f"{c:>14.6g}" if isinstance(c, float) else f"{c!s:>14}" for c in cells))
-    best, rows = summary["best_trial"], summary["trials"]
-    failed = [row for row in rows if row["status"] == "Failed"]
+    best, rows = summary.best, summary.trials
+    failed = [row for row in rows if row.status == Status.FAILED]
     if best:
-        print(f"best trial: {best['trial']} ({summary['primary_metric']}={best['metric']:.6g}, "
-              f"MLflow run {best['run_id']})")
+        print(f"best trial: {best.trial} ({summary.primary_metric}={best.metric:.6g}, "
+              f"MLflow run {best.run_id})")
     if failed and len(failed) == len(rows):
         first = failed[0]
-        print(f"every trial failed ({len(rows)} of {len(rows)}); trial {first['trial']} ended "
-              f"with: {last_error(first['log'])}\n  its log: {first['log']}", file=sys.stderr)
+        print(f"every trial failed ({len(rows)} of {len(rows)}); trial {first.trial} ended "
+              f"with: {last_error(first.log)}\n  its log: {first.log}", file=sys.stderr)
     elif failed:
-        print(f"{len(failed)} of {len(rows)} trials failed (first: trial {failed[0]['trial']}, "
-              f"log {failed[0]['log']})", file=sys.stderr)
+        print(f"{len(failed)} of {len(rows)} trials failed (first: trial {failed[0].trial}, "
+              f"log {failed[0].log})", file=sys.stderr)
     elif not best and rows:
-        logged = ", ".join(summary["metrics_logged"]) or "none"
-        print(f"no completed trial logged the primary metric '{summary['primary_metric']}'; "
+        logged = ", ".join(summary.metrics_logged) or "none"
+        print(f"no completed trial logged the primary metric '{summary.primary_metric}'; "
               f"the trials logged: {logged}. Fix objective.primary_metric or the trial's "
               "logging", file=sys.stderr)
 
 
-def last_error(log: str | None) -> str:
+def last_error(log: Path | None) -> str:
     """The line a failed process ended on: its last error or exception line, else its last."""
     try:
         lines = [line.strip() for line in Path(log).read_text(errors="replace").splitlines()
@@ -208,33 +250,33 @@ def last_error(log: str | None) -> str:
     return (errors or lines or ["(empty log)"])[-1]
 
 
-def sweep(data: dict, rt: runtime.Runtime, folder: Path, parent_run: str,
-          make_task: Callable[[int, dict], runtime.Task]) -> dict:
+def sweep(data: dict, rt: engine.Runtime, folder: Path, parent_run: str,
+          make_task: TrialMaker) -> SweepSummary:
     """Run the trials; write sweep_summary.json in `folder`; return the summary."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     settings = Settings.from_spec(data, rt.max_procs)
-    engine = Sweep(settings, rt, make_task)
+    trials = Sweep(settings, rt, make_task)
     sharing, rt.sharing = rt.sharing, settings.concurrency
     try:
-        engine.run()
+        trials.run()
     except KeyboardInterrupt:
         print("\ninterrupted: stopping running trials ...", file=sys.stderr)
-        for trial in engine.running():
+        for trial in trials.running():
             trial.running.launch.stop()
-            engine.finish(trial, "Canceled")
+            trials.finish(trial, Status.CANCELED)
         raise
     finally:
         rt.sharing = sharing
-    summary = engine.summary()
+    summary = trials.summary()
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "sweep_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (folder / "sweep_summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
     print_table(summary)
-    if summary["best_trial"]:
-        rt.tracking.set_tag(parent_run, "best_child_run_id", summary["best_trial"]["run_id"])
+    if summary.best:
+        rt.tracking.set_tag(parent_run, "best_child_run_id", summary.best.run_id)
     return summary
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class TrialContext:
     """Where a sweep's trials go and how they are named and tracked."""
 
@@ -247,36 +289,29 @@ class TrialContext:
     address: tuple[str, ...] = ()  # a sweep node's place in its pipeline (DEBUG=<node>/trial:N)
 
 
-def trial_factory(trial_def: dict, base: Path, inputs: dict[str, Value], outputs: dict,
-                  ctx: TrialContext) -> Callable[[int, dict], runtime.Task]:
+def trial_factory(trial_def: dict, base: Path, inputs: dict[str, Value],
+                  outputs: dict[str, OutputSpec], ctx: TrialContext) -> TrialMaker:
     """Trials run the trial command with the sampled values as ${{search_space.x}} and, for a
     component trial, as the inputs of the same names (as pipeline sweep nodes bind them)."""
 
-    def make(number: int, params: dict) -> runtime.Task:
+    def make(number: int, params: dict[str, object]) -> Task:
         rendered = {k: render_literal(v) for k, v in params.items()}
         merged = {**inputs, **{k: Value(v) for k, v in rendered.items()}}
         command = fill_scope(str(trial_def.get("command") or ""), "search_space", rendered)
-        task = command_task({**trial_def, "command": command}, base,
-                            ctx.folder / "trials" / f"trial_{number:03d}",
-                            ctx.assets, ctx.where, f"{ctx.name}_{number}",
-                            ctx.experiment, ctx.parent, merged,
-                            {k: runtime_output(v) for k, v in outputs.items()},
-                            {"mlops.spec": ctx.where, "mlops.trial": str(number),
-                             **{f"param.{k}": v for k, v in rendered.items()}})
-        task.address = (*ctx.address, f"trial:{number}")
-        return task
+        return command_task(TaskSource(
+            definition={**trial_def, "command": command}, base=base,
+            folder=ctx.folder / "trials" / f"trial_{number:03d}", assets=ctx.assets,
+            where=ctx.where, name=f"{ctx.name}_{number}", experiment=ctx.experiment,
+            parent=ctx.parent, inputs=merged,
+            outputs={k: replace(v, target=None) for k, v in outputs.items()},
+            tags={"mlops.spec": ctx.where, "mlops.trial": str(number),
+                  **{f"param.{k}": v for k, v in rendered.items()}},
+            address=(*ctx.address, f"trial:{number}")))
 
     return make
 
 
-def runtime_output(spec):
-    """A trial writes into its own folder even when the sweep's output is bound elsewhere."""
-    from dataclasses import replace
-
-    return replace(spec, target=None)
-
-
-def run_sweep_job(job: Job, rt: runtime.Runtime) -> int:
+def run_sweep_job(job: Job, rt: engine.Runtime) -> int:
     data, path = job.data, job.spec.path
     experiment = experiment_name(data)
     if rt.debug is not None:
@@ -285,19 +320,15 @@ def run_sweep_job(job: Job, rt: runtime.Runtime) -> int:
     trial_def, base = load_component(data["trial"], path.parent, job.assets, f"{path}: trial")
     outputs = job_outputs(data.get("outputs"))
     inputs = job_inputs(data.get("inputs"), path.parent, job.assets)
-    parent = rt.tracking.start(experiment, job.name, {"mlops.spec": str(path),
-                                                      "mlops.local": "true"})
-    ctx = TrialContext(rt.root, job.assets, f"{path}: trial", job.name, experiment, parent)
-    with watchdog.guarding(rt.root, parent, rt.tracking.uri):
-        try:
-            summary = sweep(data, rt, rt.root, parent, trial_factory(trial_def, base, inputs,
-                                                                     outputs, ctx))
-        except KeyboardInterrupt:
-            rt.tracking.finish(parent, "KILLED")
-            raise
-        best = summary["best_trial"]
+    tags = {"mlops.spec": str(path), "mlops.local": "true"}
+    with rt.tracking.open(experiment, job.name, tags) as run, \
+            watchdog.guarding(rt.root, run.run_id, rt.tracking.uri):
+        ctx = TrialContext(folder=rt.root, assets=job.assets, where=f"{path}: trial",
+                           name=job.name, experiment=experiment, parent=run.run_id)
+        best = sweep(data, rt, rt.root, run.run_id,
+                     trial_factory(trial_def, base, inputs, outputs, ctx)).best
         if best:
-            publish(Path(best["folder"]), outputs, rt.root)
-        rt.tracking.finish(parent, "FINISHED" if best else "FAILED")
+            publish(best.folder, outputs, rt.root)
+        run.close(RunStatus.FINISHED if best else RunStatus.FAILED)
     print(f"summary: {rt.root / 'sweep_summary.json'}")
     return 0 if best else 1

@@ -13,11 +13,11 @@ does, so a job never changes the user's files through the links.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
+from mlops.runtime.records import TaskRecord
 from mlops.runtime.values import OutputSpec, Value
 
 FARM_LIMIT = 50_000
@@ -159,7 +159,8 @@ def slot(name: str, spec: OutputSpec, folder: Path) -> Path:
 
 def publish(task_folder: Path, outputs: dict[str, OutputSpec], folder: Path) -> dict[str, str]:
     """Fill `folder`'s outputs (or their bound targets) from a finished task's outputs."""
-    written = json.loads((task_folder / "status.json").read_text())["outputs"]
+    record = TaskRecord.read(task_folder)
+    written = record.outputs if record is not None else {}
     paths = {}
     for name, spec in outputs.items():
         target = slot(name, spec, folder)

@@ -1,7 +1,8 @@
 """The variables every process the runtime starts gets: the one place they are built.
 
 This shell's variables, less what would leak another run's identity (MLflow's, Azure's, a
-launcher's ranks); the environment's layers activated; Azure's AZURE_ML_INPUT_/OUTPUT_ paths; the
+launcher's ranks); those that select the environment's layers (the environment stage's
+Activation); Azure's AZURE_ML_INPUT_/OUTPUT_ paths; the
 read-only places (the data inputs, a mounted model); then the spec's own environment_variables,
 which win, as on Azure. A job also gets its MLflow run's variables (tracking_env).
 """
@@ -12,8 +13,8 @@ import os
 import re
 from pathlib import Path
 
-from mlops.environments.activation import Environments, top_site
-from mlops.runtime import debugging, readonly_inputs
+from mlops.environments.activation import Activation
+from mlops.runtime import readonly_inputs
 from mlops.runtime.binding import read_only
 from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.tasks import Task
@@ -23,16 +24,12 @@ DROPPED_ENV = re.compile(r"^(MLFLOW_|AZUREML_|AZURE_ML_|OMPI_COMM_WORLD_|MLOPS_D
                          r"LOCAL_WORLD_SIZE$)")
 
 
-def process_env(task: Task, environments: Environments, inputs: dict[str, str | None],
-                outputs: dict[str, str], extra: dict[str, str] | None = None,
-                debug: debugging.DebugPlan | None = None) -> dict[str, str]:
+def process_env(task: Task, activation: Activation, *, inputs: dict[str, str | None],
+                outputs: dict[str, str], extra: dict[str, str] | None = None) -> dict[str, str]:
     """The variables Azure sets for the task's processes, over this shell's, under the spec's
-    own; `extra`: what the runtime adds for this kind (a job's MLflow run) before the spec's.
-    A task one of whose processes is debugged gets the debugger's hook in its top layer."""
+    own; `extra`: what the runtime adds for this kind (a job's MLflow run) before the spec's."""
     env = {k: v for k, v in os.environ.items() if not DROPPED_ENV.match(k)}
-    env.update(environments.activate(task.environment, task.folder, task.where))
-    if debug is not None:
-        debugging.install_hook(top_site(task.folder))
+    env.update(activation.variables)
     env.update(extra or {})
     env.update({f"AZURE_ML_INPUT_{k}": v for k, v in inputs.items() if v is not None})
     env.update({f"AZURE_ML_OUTPUT_{k}": v for k, v in outputs.items()})

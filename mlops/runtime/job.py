@@ -2,14 +2,13 @@
 
 The run folder is `<runs_dir>/<slug>-<time>` ([tool.mlops] runs_dir), or the one asked for: a
 command job run again into its folder resumes there; a sweep is never resumed. `spec.yml` holds
-the spec as it ran (after --set), `run.json` its kind, file and MLflow run.
+the spec as it ran (after --set), `run.json` its kind, file and MLflow run (records.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import re
 import time
@@ -21,10 +20,10 @@ import yaml
 
 from mlops.errors import LocalRunError
 from mlops.project import project
+from mlops.runtime.records import RunRecord
 from mlops.runtime.uris import AssetMap
 from mlops.specs import Spec
 
-RECORD = "run.json"
 LOCK = ".lock"
 
 
@@ -52,17 +51,13 @@ class Job:
         return slug or re.sub(r"[^A-Za-z0-9_.-]+", "-", self.spec.path.stem) or "job"
 
 
-def read_record(folder: Path) -> dict:
-    """The run.json of an earlier run in `folder` ({} when there is none)."""
-    path = folder / RECORD
-    if not path.is_file():
-        return {}
+def read_record(folder: Path) -> RunRecord | None:
+    """The run.json of an earlier run in `folder` (None when there is none)."""
     try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise LocalRunError(f"{path} is damaged ({err}): use a new --run-dir, or delete "
-                            "the file to start this folder afresh") from None
-    return record if isinstance(record, dict) else {}
+        return RunRecord.read(folder)
+    except ValueError as err:
+        raise LocalRunError(f"{err}: use a new --run-dir, or delete the file to start this "
+                            "folder afresh") from None
 
 
 def run_folder(job: Job, requested: Path | None) -> Path:
@@ -76,7 +71,8 @@ def run_folder(job: Job, requested: Path | None) -> Path:
             folder = runs / f"{job.slug}-{stamp}-{n}"
         return folder
     folder = requested.resolve()
-    kind = read_record(folder).get("kind")
+    earlier = read_record(folder)
+    kind = earlier.kind if earlier else None
     if kind == "sweepJob":
         raise LocalRunError(f"{folder} holds a sweep already; a sweep cannot be resumed (its "
                             "trials would mix parameters). Use a new --run-dir")
@@ -107,13 +103,12 @@ def locked(folder: Path) -> Iterator[None]:
         os.close(handle)  # the lock goes with it
 
 
-def write_record(job: Job, folder: Path, **fields) -> None:
-    """spec.yml as it runs, and run.json's kind and spec (with what an earlier run recorded)."""
+def write_record(job: Job, folder: Path) -> RunRecord:
+    """spec.yml as it runs, and run.json's kind and spec (with the MLflow run an earlier run in
+    the folder recorded, which a pipeline or a job reopens)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spec.yml").write_text(yaml.safe_dump(job.data, sort_keys=False))
-    record = {**read_record(folder), "kind": job.spec.kind, "spec": str(job.spec.path), **fields}
-    (folder / RECORD).write_text(json.dumps(record) + "\n")
-
-
-def update_record(folder: Path, **fields) -> None:
-    (folder / RECORD).write_text(json.dumps({**read_record(folder), **fields}) + "\n")
+    earlier = read_record(folder)
+    record = RunRecord(job.spec.kind, str(job.spec.path), earlier and earlier.mlflow_run_id)
+    record.write(folder)
+    return record

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 STOP_GRACE_S = 10
@@ -114,44 +114,62 @@ def _shell_code(code: int | None) -> int | None:
 
 @dataclass
 class Launch:
-    """The processes of one task; a combined log (appended, never overwritten)."""
+    """The processes of one task, and its combined log (appended, never overwritten). The one
+    launcher: jobs, trials, steps and workers run under a runner that waits for them; a server
+    runs `detached` (its output straight into a fresh log, nothing of the runner's holding it,
+    left running when the runner exits)."""
 
     command: str
     cwd: Path
-    envs: list[dict]
+    envs: list[dict[str, str]]
     log: Path
+    _: KW_ONLY
     label: str = ""
     echo: bool = True
     terminal: int | None = None  # the process that keeps this terminal (pdb's); the others: log
-    procs: list = field(default_factory=list)
-    tail: deque = field(default_factory=lambda: deque(maxlen=40))
+    header: str = ""  # written at the start of the log
+    detached: bool = False
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=40))
     first_failure: int | None = None
-    reaped: set = field(default_factory=set)
+    reaped: set[int] = field(default_factory=set)
     ended_ms: int | None = None  # when the last process ended
     log_error: OSError | None = None  # the log could not be written (a full disk): echo only
 
     def __post_init__(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        attempt = self.log.exists()
-        self._handle = self.log.open("a", buffering=1)
+        attempt = self.log.exists() and not self.detached
+        self._handle = self.log.open("w" if self.detached else "a", buffering=1)
         if attempt:
             self._handle.write(f"\n==== attempt at {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n")
+        self._handle.write(self.header)
+        self._handle.flush()
         self._lock = threading.Lock()
-        self._readers = []
+        self._readers: list[threading.Thread] = []
+        if self.detached:
+            self.procs.append(subprocess.Popen(
+                ["bash", "-c", f"exec {self.command}"], cwd=self.cwd, env=self.envs[0],
+                stdin=subprocess.DEVNULL, stdout=self._handle, stderr=subprocess.STDOUT,
+                start_new_session=True))
+            self._handle.close()
+            return
         for rank, env in enumerate(self.envs):
-            if rank == self.terminal:  # in the runner's own group: the terminal's foreground
-                self.procs.append(subprocess.Popen(["bash", "-c", self.command], cwd=self.cwd,
-                                                   env=env))
-                continue
-            popen = subprocess.Popen(["bash", "-c", self.command], cwd=self.cwd, env=env,
-                                     text=True, errors="replace", stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-            self.procs.append(popen)
-            prefix = f"[process {rank}] " if len(self.envs) > 1 else ""
-            echo = self.echo and self.terminal is None  # pdb's terminal: no one else prints
-            reader = threading.Thread(target=self._pump, args=(popen, prefix, echo), daemon=True)
-            reader.start()
-            self._readers.append(reader)
+            self._start(rank, env)
+
+    def _start(self, rank: int, env: dict[str, str]) -> None:
+        if rank == self.terminal:  # in the runner's own group: the terminal's foreground
+            self.procs.append(subprocess.Popen(["bash", "-c", self.command], cwd=self.cwd,
+                                               env=env))
+            return
+        popen = subprocess.Popen(["bash", "-c", self.command], cwd=self.cwd, env=env,
+                                 text=True, errors="replace", stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(popen)
+        prefix = f"[process {rank}] " if len(self.envs) > 1 else ""
+        echo = self.echo and self.terminal is None  # pdb's terminal: no one else prints
+        reader = threading.Thread(target=self._pump, args=(popen, prefix, echo), daemon=True)
+        reader.start()
+        self._readers.append(reader)
 
     def _pump(self, popen: subprocess.Popen, prefix: str, echo: bool) -> None:
         shown = f"[{self.label}] {prefix}" if self.label else prefix

@@ -22,8 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlops import runtime
-from mlops.runtime import launch
+from mlops.runtime import engine, launch
+from mlops.runtime.records import Status
+from mlops.runtime.tasks import Task
 
 QUEUES = ("todo", "claimed", "results")
 
@@ -122,7 +123,7 @@ def _not_a_file(path: str) -> str:
 
 @dataclass(frozen=True)
 class Driven:
-    result: runtime.Result
+    result: engine.Result
     tally: Tally
     seconds: float
 
@@ -165,7 +166,7 @@ def tally(work: Path, items: int) -> Tally:
     return Tally(items, failed, sum(1 for o in done if o.get("error")))
 
 
-def watch(running: runtime.Running, total: int, items: int, limits: Limits) -> str:
+def watch(running: engine.Running, total: int, items: int, limits: Limits) -> Status:
     """Progress until every mini-batch is done, the processes end, or errors pass a limit."""
     started, shown, tty = time.monotonic(), (-1, 0.0), sys.stdout.isatty()
     while True:
@@ -181,44 +182,52 @@ def watch(running: runtime.Running, total: int, items: int, limits: Limits) -> s
         if 0 <= limits.error_threshold < failed:
             print(f"\nerror_threshold {limits.error_threshold} exceeded ({failed} failed "
                   "files): stopping")
-            return "Failed"
+            return Status.FAILED
         failed_batches = sum(1 for o in done if o.get("error"))
         if 0 <= limits.mini_batch_error_threshold < failed_batches:
             print(f"\nmini_batch_error_threshold {limits.mini_batch_error_threshold} exceeded "
                   f"({failed_batches} failed mini-batches): stopping")
-            return "Failed"
+            return Status.FAILED
         if len(done) == total:
-            return "Completed"
+            return Status.COMPLETED
         if running.launch.poll() is not None:
-            return "Failed"  # the processes ended with work left (init() failed, a crash)
+            return Status.FAILED  # the processes ended with work left (init() failed, a crash)
         time.sleep(0.2)
 
 
-def drive(task: runtime.Task, rt: runtime.Runtime, batches: list, items: int, limits: Limits,
-          label: str = "", echo: bool = True,
-          announce: Callable[[runtime.Running], None] | None = None) -> Driven:
+@dataclass(frozen=True, kw_only=True)
+class Batches:
+    """The work of a drive: the mini-batches, how many items they hold, when to stop."""
+
+    batches: list
+    items: int
+    limits: Limits
+
+
+def drive(task: Task, rt: engine.Runtime, work: Batches, *, label: str = "",
+          echo: bool = True, announce: Callable[[engine.Running], None] | None = None) -> Driven:
     """Queue the mini-batches, start the task's processes, watch them, collect the outcome;
     `announce` is told once the processes started."""
-    work = task.folder / "work"
-    total = queue(batches, work)
-    running = runtime.start(task, rt, echo=echo, label=label)
+    folder = task.folder / "work"
+    total = queue(work.batches, folder)
+    running = engine.start(task, rt, echo=echo, label=label)
     if announce is not None:
         announce(running)
     started = time.monotonic()
     try:
-        status = watch(running, total, items, limits)
+        status = watch(running, total, work.items, work.limits)
     except KeyboardInterrupt:
         running.launch.stop()
-        runtime.finish(running, rt, "Canceled")
+        engine.finish(running, rt, Status.CANCELED)
         raise
     seconds = time.monotonic() - started
     if running.launch.poll() is None:
-        if status == "Failed":
+        if status == Status.FAILED:
             running.launch.stop()
         else:
             running.launch.wait()
-    result = runtime.finish(running, rt, status)
-    return Driven(result, tally(work, items), seconds)
+    result = engine.finish(running, rt, status)
+    return Driven(result, tally(folder, work.items), seconds)
 
 
 def write_rows(work: Path, target: Path) -> Path:

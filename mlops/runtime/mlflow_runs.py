@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from mlops.runtime.records import RunStatus, Status
 from mlops.specs import ROOT
 
 DEFAULT_URI = f"sqlite:///{ROOT / 'mlflow.db'}"
@@ -107,15 +108,24 @@ class Tracking:
 
         return SqlAlchemyStore(self.uri, str(artifact_root(self.uri)))
 
-    def start(self, experiment: str, name: str, tags: dict, parent: str | None = None,
-              reopen: str | None = None) -> str:
-        """A new run, or the run `reopen` names reopened: a job run again into its folder is the
-        same job, as Azure retries a preempted job under its own run (its training resumes
-        into it)."""
+    def open(self, experiment: str, name: str, tags: dict[str, str], *,
+             parent: str | None = None, reopen: str | None = None,
+             process: bool = False) -> OpenRun:
+        """The one place a local run's MLflow runs open: a new run, or the run `reopen` names
+        reopened (a job run again into its folder is the same job, as Azure retries a preempted
+        job under its own run, and its training resumes into it). Close it with OpenRun.close,
+        or use it as a context manager: it ends KILLED if interrupted, FAILED on any other
+        exception, unless it was closed first. `process`: a process of the task logs into it
+        (and may open runs below it, which close with it)."""
+        return OpenRun(self, self._create(experiment, name, tags, parent, reopen),
+                       now_ms() if process else None)
+
+    def _create(self, experiment: str, name: str, tags: dict[str, str], parent: str | None,
+                reopen: str | None) -> str:
         if reopen:
             try:
                 self.client.get_run(reopen)
-                self.client.update_run(reopen, status="RUNNING")
+                self.client.update_run(reopen, status=RunStatus.RUNNING)
                 return reopen
             except Exception:  # noqa: BLE001 - gone (another store, deleted): start afresh
                 pass
@@ -123,7 +133,7 @@ class Tracking:
         run = self.client.create_run(self.experiment_id(experiment), run_name=name, tags=tags)
         return run.info.run_id
 
-    def finish(self, run_id: str, status: str, since_ms: int | None = None,
+    def finish(self, run_id: str, status: RunStatus, since_ms: int | None = None,
                exit_ms: int | None = None, only_running: bool = False) -> None:
         """End `run_id` and the runs the job opened below it: any left RUNNING, and, when the
         job failed or was stopped, those its dying process closed as FINISHED (MLflow's exit
@@ -131,14 +141,14 @@ class Tracking:
         every run that already ended as it is (a dead launcher's leftovers)."""
         if since_ms is not None:
             for child in self._descendants(run_id, since_ms):
-                closed_by_exit = (status != "FINISHED" and exit_ms is not None and
-                                  child.info.status == "FINISHED" and
+                closed_by_exit = (status != RunStatus.FINISHED and exit_ms is not None and
+                                  child.info.status == RunStatus.FINISHED and
                                   (child.info.end_time or 0) >= exit_ms - EXIT_WINDOW_MS)
-                if child.info.status == "RUNNING" or closed_by_exit:
+                if child.info.status == RunStatus.RUNNING or closed_by_exit:
                     self.client.set_terminated(child.info.run_id, status)
         if only_running:
             try:
-                if self.client.get_run(run_id).info.status != "RUNNING":
+                if self.client.get_run(run_id).info.status != RunStatus.RUNNING:
                     return
             except Exception:  # noqa: BLE001 - gone (another store, deleted): nothing to end
                 return
@@ -191,3 +201,28 @@ class Tracking:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class OpenRun:
+    """An MLflow run a local run opened (Tracking.open): closed once, with the status of what it
+    tracked; as a context manager, KILLED when interrupted and FAILED on an error."""
+
+    def __init__(self, tracking: Tracking, run_id: str, since_ms: int | None):
+        self.tracking, self.run_id, self.since_ms = tracking, run_id, since_ms
+        self.closed = False
+
+    def close(self, status: Status | RunStatus, exit_ms: int | None = None) -> None:
+        """End the run, and the runs its task opened below it (see Tracking.finish)."""
+        if self.closed:
+            return
+        self.closed = True
+        final = status.run_status if isinstance(status, Status) else status
+        self.tracking.finish(self.run_id, final, self.since_ms, exit_ms)
+
+    def __enter__(self) -> OpenRun:
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if kind is not None:
+            interrupted = issubclass(kind, KeyboardInterrupt)
+            self.close(RunStatus.KILLED if interrupted else RunStatus.FAILED)

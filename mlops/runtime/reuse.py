@@ -23,23 +23,35 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mlops.environments.envspec import plan_for
-from mlops.runtime import watchdog
+from mlops.environments.envspec import EnvMap, plan_for
 from mlops.runtime.binding import publish
+from mlops.runtime.mlflow_runs import Tracking
+from mlops.runtime.records import RunStatus, Status, TaskRecord
 from mlops.runtime.snapshot import code_files
+from mlops.runtime.tasks import Task
 from mlops.specs import flag
 
 INDEX = ".reuse"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Earlier:
+    """A completed step whose key a new step has."""
+
     folder: Path
     run_id: str
     key: str
 
 
-def file_digest(path: Path, cache: dict) -> str:
+@dataclass(frozen=True)
+class Linked:
+    """A reused step: its own MLflow run, and where its outputs are."""
+
+    run_id: str
+    outputs: dict[str, str]
+
+
+def file_digest(path: Path, cache: dict[str, str]) -> str:
     """sha256 of a file's bytes, remembered by (path, size, mtime) for this index."""
     stat = path.stat()
     memo = f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
@@ -52,7 +64,7 @@ def file_digest(path: Path, cache: dict) -> str:
     return cache[memo]
 
 
-def data_digest(path: Path, cache: dict) -> str:
+def data_digest(path: Path, cache: dict[str, str]) -> str:
     """A data input's identity: its content, wherever it lives."""
     if path.is_file():
         return file_digest(path, cache)
@@ -76,7 +88,7 @@ def sorted_files(folder: Path):
 IGNORE_FILES = (".amlignore", ".gitignore")
 
 
-def tree_identity(code: Path, cache: dict) -> str:
+def tree_identity(code: Path, cache: dict[str, str]) -> str:
     """What decides which files Azure uploads: every path under the folder and the ignore
     files' text. The same identity gives the same upload list."""
     digest = hashlib.sha256()
@@ -87,7 +99,7 @@ def tree_identity(code: Path, cache: dict) -> str:
     return digest.hexdigest()
 
 
-def code_digest(code: Path | None, cache: dict) -> str:
+def code_digest(code: Path | None, cache: dict[str, str | list[Path]]) -> str:
     """The snapshot's content. The upload list comes from azure-ai-ml's helpers (importing it
     costs a second, most of an all-reused rerun), so it is remembered by the tree's identity."""
     if code is None:
@@ -119,7 +131,7 @@ class StepIndex:
                 self._hashes = {}
         return self._hashes
 
-    def key(self, task, env_map) -> str:
+    def key(self, task: Task, env_map: EnvMap) -> str:
         """The step's identity: everything that decides what it computes."""
         plan = plan_for(task.environment.value, task.environment.base, env_map, task.where)
         inputs = {name: (f"data:{data_digest(Path(value.path), self.hashes)}" if value.is_data
@@ -146,13 +158,14 @@ class StepIndex:
         """The earlier completed step with this key, if its folder still holds it."""
         try:
             record = json.loads((self.folder / f"{key}.json").read_text())
-            status = json.loads((Path(record["folder"]) / "status.json").read_text())
-        except (OSError, ValueError, KeyError):
+            folder = Path(record["folder"])
+        except (OSError, ValueError, KeyError, TypeError):
             return None
-        if status.get("status") != "Completed" or status.get("mlflow_run_id") != \
-                record.get("run_id"):
+        status = TaskRecord.read(folder)
+        if status is None or status.status != Status.COMPLETED or \
+                status.mlflow_run_id != record.get("run_id"):
             return None
-        return Earlier(Path(record["folder"]), record["run_id"], key)
+        return Earlier(folder, record["run_id"], key)
 
     def record(self, key: str, folder: Path, run_id: str) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -165,22 +178,21 @@ def deterministic(definition: dict) -> bool:
     return flag(definition.get("is_deterministic"), default=True)
 
 
-def link_step(task, earlier: Earlier, rt) -> dict[str, str]:
+def link_step(task: Task, earlier: Earlier, tracking: Tracking) -> Linked:
     """Azure's reused step: the earlier outputs linked into this step's places, nothing started,
-    a FINISHED MLflow child run that names the original. Returns the outputs' paths."""
+    a FINISHED MLflow child run that names the original."""
     folder = task.folder
     folder.mkdir(parents=True, exist_ok=True)
     same = folder.resolve() == earlier.folder.resolve()
-    paths = json.loads((earlier.folder / "status.json").read_text())["outputs"] if same else \
+    recorded = TaskRecord.read(earlier.folder)
+    paths = (recorded.outputs if recorded else {}) if same else \
         publish(earlier.folder, task.outputs, folder)
-    run_id = rt.tracking.start(task.experiment, task.name,
-                               {**task.tags, "mlops.reused_from": earlier.run_id,
-                                "mlops.reused_from_folder": str(earlier.folder)},
-                               task.parent_run)
-    rt.tracking.finish(run_id, "FINISHED")
+    tags = {**task.tags, "mlops.reused_from": earlier.run_id,
+            "mlops.reused_from_folder": str(earlier.folder)}
+    with tracking.open(task.experiment, task.name, tags, parent=task.parent_run) as run:
+        run.close(RunStatus.FINISHED)
     if not same:
-        watchdog.write_status(folder, {"status": "Reused", "exit_code": 0,
-                                       "mlflow_run_id": run_id, "reused_run": earlier.run_id,
-                                       "from": str(earlier.folder), "outputs": paths})
+        TaskRecord(Status.REUSED, run.run_id, exit_code=0, outputs=paths,
+                   reused_run=earlier.run_id, reused_from=str(earlier.folder)).write(folder)
     print(f"step {task.name}: Reused (from {earlier.folder})", flush=True)
-    return paths
+    return Linked(run.run_id, paths)

@@ -1,7 +1,7 @@
-"""A server the runtime starts and leaves running (the local online endpoint): the same stages
-as a job, resolve -> snapshot -> environment -> launch, with no MLflow run (a deployment has
-none on Azure) and no runner waiting for it: its output goes straight to its log, it runs in a
-process group of its own, and `stop` ends that group, as Azure ends a deployment's container.
+"""A server the runtime started and left running (the local online endpoint): engine.py's
+start_service starts it through the same stages as a job (resolve -> snapshot -> environment ->
+launch, with no MLflow run: a deployment has none on Azure) in a process group of its own; this
+module tells whether it still runs and stops that group, as Azure ends a deployment's container.
 
 Its folder holds what a task's does: the snapshot (its Workdir), the top environment layer,
 `command.sh`, `log.txt`, and `status.json` with the server's pid while it runs.
@@ -12,15 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlops.runtime import Runtime, debugging, prepare, watchdog
-from mlops.runtime.environ import process_env
-from mlops.runtime.tasks import Task
+from mlops.runtime.records import Status, TaskRecord
 
 
 @dataclass(frozen=True)
@@ -28,29 +24,7 @@ class Service:
     pid: int  # also its process group
     log: Path
     folder: Path
-
-
-def start_service(task: Task, rt: Runtime, header: Callable[[], str] | None = None) -> Service:
-    """Resolve, snapshot, activate the environment, and start the command detached; `header`
-    (asked once the environment is ready) starts the log."""
-    ready = prepare(task, rt)
-    env = debugging.overlay(ready.debug, process_env(task, rt.environments, ready.inputs,
-                                                     ready.outputs, debug=ready.debug), [{}])[0]
-    if ready.debug is not None:
-        print(ready.debug.notice(task.name).replace("waits for", "listens for"), flush=True)
-    command = ready.command
-    (task.folder / "command.sh").write_text(command + "\n")
-    log = task.folder / "log.txt"
-    rt.started = True
-    with log.open("w") as handle:
-        handle.write(header() if header else "")
-        handle.flush()
-        process = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=ready.wd, env=env,
-                                   stdin=subprocess.DEVNULL, stdout=handle,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-    watchdog.write_status(task.folder, {"status": "Running", "pid": process.pid,
-                                        "outputs": ready.outputs})
-    return Service(process.pid, log, task.folder)
+    environment: str = ""  # the environment it runs in, as the log names it
 
 
 def running(service: Service) -> bool:
@@ -73,8 +47,9 @@ def stop_service(pid: int, folder: Path | None = None, grace: float = 5.0) -> No
             time.sleep(0.1)
         os.killpg(pid, signal.SIGKILL)
     _reap(pid)
-    if folder is not None and watchdog.read_status(folder).get("pid") == pid:
-        watchdog.write_status(folder, {"status": "Canceled", "pid": pid})
+    record = TaskRecord.read(folder) if folder is not None else None
+    if record is not None and record.pid == pid:
+        TaskRecord(Status.CANCELED, pid=pid).write(folder)
 
 
 def _reap(pid: int) -> None:

@@ -22,9 +22,7 @@ from typing import NamedTuple
 from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
 from mlops.runtime.placement import Placement
-from mlops.runtime.tasks import Task, code_path, time_limit, variables
-from mlops.runtime.uris import AssetMap
-from mlops.runtime.values import OutputSpec, Value, job_inputs, job_outputs
+from mlops.runtime.tasks import Task, TaskSource, time_limit, variables
 
 CONF_DIR = Path(__file__).parent / "spark_conf"
 
@@ -186,14 +184,11 @@ class SparkTask(NamedTuple):
     notes: list[str]  # what differs from Azure's Spark, one line each
 
 
-def spark_task(data: dict, base: Path, folder: Path, assets: AssetMap, where: str, name: str,
-               experiment: str, parent: str | None = None,
-               inputs: dict[str, Value] | None = None,
-               outputs: dict[str, OutputSpec] | None = None,
-               tags: dict | None = None) -> SparkTask:
+def spark_task(source: TaskSource) -> SparkTask:
     """A Spark job (or component, or node) as one task running spark-submit in local mode."""
+    data, where, base = source.definition, source.where, source.base
     chosen = line_for(data.get("resources"), data.get("compute"), where)
-    code = code_path(data.get("code"), base, f"{where}.code")
+    code = source.code()
     for key, _ in FILE_LISTS:
         _listed(data, key, where)
     conf = spark_conf(data)
@@ -205,15 +200,16 @@ def spark_task(data: dict, base: Path, folder: Path, assets: AssetMap, where: st
                      "in jars: instead")
     env_vars = {"SPARK_CONF_DIR": str(CONF_DIR), "SPARK_LOCAL_IP": "127.0.0.1",
                 "PYTHONUNBUFFERED": "1", **variables(data.get("environment_variables"))}
-    command = submit_command(data, name, master.url, conf, _entry(data, code, base, where))
+    command = submit_command(data, source.name, master.url, conf,
+                             _entry(data, code, base, where))
     task = Task(
-        name=name, command=command, where=where, folder=folder, code=code,
-        inputs=job_inputs(data.get("inputs"), base, assets) if inputs is None else inputs,
-        outputs=job_outputs(data.get("outputs")) if outputs is None else outputs,
+        name=source.name, command=command, where=where, folder=source.folder, code=code,
+        inputs=source.bound_inputs(), outputs=source.bound_outputs(),
         environment=chosen.line.environment(data.get("environment"), base),
         env_vars=env_vars, placement=Placement(), timeout=time_limit(data, where),
-        experiment=experiment, tags={**(tags or {}), "mlops.spark": chosen.line.version},
-        parent_run=parent)
+        experiment=source.experiment,
+        tags={**source.tags, "mlops.spark": chosen.line.version},
+        parent_run=source.parent, address=source.address)
     return SparkTask(task, notes)
 
 

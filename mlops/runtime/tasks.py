@@ -113,19 +113,47 @@ def load_component(ref, base: Path, assets: AssetMap, where: str) -> Component:
     return Component(spec.data, path.parent)
 
 
-def command_task(data: dict, base: Path, folder: Path, assets: AssetMap, where: str,
-                 name: str, experiment: str, parent: str | None = None,
-                 inputs: dict[str, Value] | None = None,
-                 outputs: dict[str, OutputSpec] | None = None, tags: dict | None = None) -> Task:
-    """A command job (or component, or inline node) as one task."""
+@dataclass(frozen=True, kw_only=True)
+class TaskSource:
+    """What every spec-to-Task builder (command, Spark, parallel node) reads: the definition (a
+    job, a component with a node's overrides, an inline node), where its relative paths start,
+    where the task runs, and how it is named, tracked and bound."""
+
+    definition: dict
+    base: Path  # where the definition's relative paths start
+    folder: Path  # the task's folder
+    assets: AssetMap
+    where: str  # "jobs/train.yml: command", for messages
+    name: str
+    experiment: str
+    parent: str | None = None  # the MLflow run above it (a pipeline's, a sweep's)
+    inputs: dict[str, Value] | None = None  # bound by a pipeline (None: the definition's own)
+    outputs: dict[str, OutputSpec] | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    address: tuple[str, ...] = ()  # the task's place in its run, for DEBUG=
+
+    def bound_inputs(self) -> dict[str, Value]:
+        given = self.definition.get("inputs")
+        return job_inputs(given, self.base, self.assets) if self.inputs is None else self.inputs
+
+    def bound_outputs(self) -> dict[str, OutputSpec]:
+        return job_outputs(self.definition.get("outputs")) if self.outputs is None else \
+            self.outputs
+
+    def code(self, key: str = "code") -> Path | None:
+        return code_path(self.definition.get(key), self.base, f"{self.where}.{key}")
+
+
+def command_task(source: TaskSource) -> Task:
+    """A command job (or component, or inline node, or trial) as one task."""
+    data, where = source.definition, source.where
     if not data.get("command"):
         raise LocalRunError(f"{where}: no command to run")
     return Task(
-        name=name, command=str(data["command"]), where=where, folder=folder,
-        code=code_path(data.get("code"), base, f"{where}.code"),
-        inputs=job_inputs(data.get("inputs"), base, assets) if inputs is None else inputs,
-        outputs=job_outputs(data.get("outputs")) if outputs is None else outputs,
-        environment=EnvironmentRef(data.get("environment"), base),
+        name=source.name, command=str(data["command"]), where=where, folder=source.folder,
+        code=source.code(), inputs=source.bound_inputs(), outputs=source.bound_outputs(),
+        environment=EnvironmentRef(data.get("environment"), source.base),
         env_vars=variables(data.get("environment_variables")),
         placement=Placement.from_spec(data, where), timeout=time_limit(data, where),
-        experiment=experiment, tags=dict(tags or {}), parent_run=parent)
+        experiment=source.experiment, tags=dict(source.tags), parent_run=source.parent,
+        address=source.address)

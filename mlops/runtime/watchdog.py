@@ -18,7 +18,6 @@ by a watchdog that takes over.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -27,35 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 DONE = b"done\n"
-STATUS = "status.json"
-RESERVED = 4096  # every status.json is padded to this: the last one fits where the first was
-
-
-def write_status(folder: Path, record: dict) -> None:
-    """status.json, replaced atomically: a reader sees the old record or the new, never half.
-    On a full disk the record is written over the old one in place, in the space the first
-    record reserved (JSON allows the trailing blanks)."""
-    path = folder / STATUS
-    text = json.dumps(record, indent=2) + "\n"
-    data = (text + " " * max(0, RESERVED - len(text) - 1) + "\n").encode()
-    tmp = path.with_name(f".{STATUS}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        if not path.is_file() or path.stat().st_size < len(data):
-            raise
-        with open(path, "r+b") as handle:  # the reserved blocks: no new space needed
-            handle.write(data)
-
-
-def read_status(folder: Path) -> dict:
-    try:
-        record = json.loads((folder / STATUS).read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
 
 
 def alive(pid: int | None) -> bool:
@@ -105,23 +75,27 @@ def release(watchdog: Guard) -> None:
 def end_orphaned_run(store: str, run_id: str, since_ms: int | None) -> None:
     """The run and every run the task opened below it that is still RUNNING: KILLED."""
     from mlops.runtime.mlflow_runs import Tracking
+    from mlops.runtime.records import RunStatus
 
-    Tracking(uri=store).finish(run_id, "KILLED", since_ms, None, only_running=True)
+    Tracking(uri=store).finish(run_id, RunStatus.KILLED, since_ms, None, only_running=True)
 
 
 def take_over(folder: Path, run_id: str, store: str, pgids: list[int],
               since_ms: int | None = None) -> None:
+    from dataclasses import replace
+
     from mlops.runtime.launch import stop_group
+    from mlops.runtime.records import Status, TaskRecord
 
     for pgid in pgids:
         stop_group(pgid, 5)
-    record = read_status(folder)
+    record = TaskRecord.read(folder)
     try:
-        end_orphaned_run(store, run_id, since_ms or record.get("started_ms"))
+        end_orphaned_run(store, run_id, since_ms or (record and record.started_ms))
     finally:  # the record last: once it says Canceled, everything is over
-        if record.get("status") == "Running":
-            write_status(folder, {**record, "status": "Canceled", "exit_code": None,
-                                  "reason": "the local runner died (killed without warning)"})
+        if record is not None and record.status == Status.RUNNING:
+            replace(record, status=Status.CANCELED, exit_code=None,
+                    reason="the local runner died (killed without warning)").write(folder)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -127,7 +127,7 @@ def test_a_failing_mini_batch_is_retried_and_a_slow_one_times_out(tiny_data, mod
 
 def test_a_spec_that_is_not_a_batch_deployment_is_refused(images, model_dir, tmp_path, capsys):
     assert run(ROOT / "endpoints/blue.yml", images, model_dir, tmp_path / "run") == 2
-    assert "is not a batch deployment" in capsys.readouterr().err
+    assert "managedOnlineDeployment, not a batch deployment" in capsys.readouterr().err
 
 
 def test_a_pipeline_component_deployment_is_refused_with_what_runs_it_here(tmp_path, capsys):

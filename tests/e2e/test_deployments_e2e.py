@@ -150,7 +150,8 @@ def test_a_deployment_pinning_another_scikit_learn_serves_in_that_environment(
     env = Environments().activate(EnvironmentRef({"conda_file": "conda.yml"}, pinned),
                                   tmp_path / "maker", "test: make the pinned model")
     subprocess.run([str(tmp_path / "maker" / "env" / "bin" / "python"), str(MAKE_MODELS),
-                    str(deployments), "--only", "pinned"], check=True, env={**os.environ, **env})
+                    str(deployments), "--only", "pinned"], check=True,
+                   env={**os.environ, **env.variables})
     url = served(pinned / "deployment.yml")
     request = json.loads((pinned / "sample-request.json").read_text())
     status, answer = post(url, request)

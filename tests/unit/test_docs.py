@@ -6,7 +6,7 @@ from pathlib import Path
 import draw_runtime  # scripts/ is on the path (conftest)
 import pytest
 
-import mlops.runtime
+from mlops.runtime import engine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,12 +27,16 @@ def test_every_run_folder_entry_names_a_stage_of_the_runtime():
     assert svg.startswith("<svg") and svg.count("<rect") >= len(draw.STAGES) + len(draw.TREE)
 
 
-def test_the_runtime_docstring_lists_the_run_folder_the_picture_shows():
-    # The picture and mlops/runtime's module docstring describe the same folder.
+def test_the_engine_docstring_lists_the_stages_and_run_folder_the_picture_shows():
+    # The picture and the engine's module docstring describe the same stages and folder.
     draw = draw_runtime
     for entry in ("wd/", "inputs/<name>", "outputs/<name>", "log.txt", "status.json"):
         assert any(row[1] == entry for row in draw.TREE)
-        assert entry in mlops.runtime.__doc__
+        assert entry in engine.__doc__
+    for stage in draw.STAGES:
+        assert f"    {stage.name} " in engine.__doc__
+        function = stage.modules.split(":")[0].split(",")[0]
+        assert callable(getattr(engine, function)), f"engine.{function} is not a stage"
 
 
 PAGES = sorted((ROOT / "docs").glob("*.md"))

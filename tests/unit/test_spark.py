@@ -15,6 +15,7 @@ from mlops.errors import LocalRunError
 from mlops.orchestrators.graph import definition_for, load_node
 from mlops.runtime.binding import bind_outputs
 from mlops.runtime.spark import LINES, line_for, local_master, spark_conf, spark_task
+from mlops.runtime.tasks import TaskSource
 from mlops.runtime.uris import AssetMap
 from mlops.runtime.values import job_outputs
 from mlops.specs import ROOT
@@ -27,8 +28,9 @@ def job() -> dict:
 
 
 def build(data: dict, tmp_path: Path, assets: Path = SPARK / "local-paths.yml"):
-    return spark_task(data, SPARK, tmp_path / "run", AssetMap(assets), "spark-job.yml: spark",
-                      "insects", "tests")
+    return spark_task(TaskSource(definition=data, base=SPARK, folder=tmp_path / "run",
+                                 assets=AssetMap(assets), where="spark-job.yml: spark",
+                                 name="insects", experiment="tests"))
 
 
 @pytest.mark.parametrize(("version", "line", "java", "moved"), [

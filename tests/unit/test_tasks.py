@@ -8,7 +8,7 @@ import pytest
 from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.errors import LocalRunError
 from mlops.orchestrators.jobs import services_note
-from mlops.runtime.tasks import command_task, time_limit
+from mlops.runtime.tasks import TaskSource, command_task, time_limit
 from mlops.runtime.uris import AssetMap
 
 
@@ -23,7 +23,8 @@ def test_limits_timeout_is_seconds_and_no_limit_when_unset(tmp_path):
     assert time_limit({"limits": {"timeout": "90"}}, "job") == 90.0
     assert time_limit({"limits": {}}, "job") == time_limit({"limits": None}, "job") == 0.0
     data = {"command": "true", "limits": {"timeout": 5}}
-    task = command_task(data, tmp_path, tmp_path / "run", None, "job", "job", "Default")
+    task = command_task(TaskSource(definition=data, base=tmp_path, folder=tmp_path / "run",
+                                   assets=None, where="job", name="job", experiment="Default"))
     assert task.timeout == 5.0
 
 
@@ -80,7 +81,7 @@ PACKAGE_FRAME = '  File "/env/lib/python3.11/site-packages/cloudpickle/main.py",
     (["TypeError: printed by the job, no traceback"], False),
 ])
 def test_a_version_error_is_one_raised_inside_an_installed_package(tail, expected):
-    from mlops.runtime import version_error
+    from mlops.runtime.failures import version_error
 
     assert version_error(tail) is expected
 

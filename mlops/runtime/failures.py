@@ -1,0 +1,55 @@
+"""Why a failed task may have failed here and not on Azure: read from the last lines of its log.
+
+A job whose environment asks for another Python ran on this machine's (environments/); an
+error raised inside an installed package of the kinds a package made for another Python raises
+gets a note that says so. A job whose environment nothing here defines ran in .venv; a
+ModuleNotFoundError gets a note naming the line that would define it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from mlops.environments.activation import Environments
+
+FRAME = re.compile(r'^(?:\[process \d+\] )?\s*File "([^"]+)", line \d+')  # a traceback frame
+RAISED = re.compile(r"^(?:\[process \d+\] )?(?:[\w.]+\.)?(\w+(?:Error|Exception)):")
+VERSION_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError",
+                  "SyntaxError", "UnpicklingError"}
+# where installed packages live: a site-packages, or a layer's view of .venv's (layers.base_view)
+INSTALLED = re.compile(r"/site-packages/|/view-[0-9a-f]{16}/")
+
+
+def last_raised(tail: Iterable[str]) -> str:
+    """The exception the last lines of a log end in ("" for none)."""
+    raised = [found.group(1) for line in tail if (found := RAISED.search(line))]
+    return raised[-1] if raised else ""
+
+
+def missing_module(tail: Iterable[str]) -> bool:
+    """The log ends in a ModuleNotFoundError: what the environment would have installed."""
+    return last_raised(tail) == "ModuleNotFoundError"
+
+
+def version_error(tail: Iterable[str]) -> bool:
+    """The last lines of a log end in a Python traceback of the kinds a package made for another
+    Python raises (an import, an attribute or a signature gone, a pickle of older classes), from
+    an installed package (site-packages), not from the job's own code."""
+    lines = list(tail)
+    frames = [found.group(1) for line in lines if (found := FRAME.search(line))]
+    return bool(frames) and last_raised(lines) in VERSION_ERRORS and \
+        bool(INSTALLED.search(frames[-1]))
+
+
+def explain(environments: Environments, where: str, tail: Iterable[str]) -> list[str]:
+    """The notes a failed task's log earns (none when nothing here explains it)."""
+    lines = list(tail)
+    notes = []
+    caveat = environments.caveat(where)
+    if caveat and version_error(lines):
+        notes.append(caveat)
+    undefined = environments.undefined_note(where)
+    if undefined and missing_module(lines):
+        notes.append(undefined)
+    return notes

@@ -1,0 +1,142 @@
+"""What a local run records on disk, typed: a task's status.json, a run folder's run.json, and
+the statuses they hold (Azure's job statuses, and the MLflow run status each one ends as).
+
+Standard library only: the watchdog (watchdog.py) reads and writes these records without the
+package's heavier imports.
+
+status.json is written when the task starts (Running, its MLflow run id, the runner's pid) and
+replaced atomically with the outcome. Every status.json is padded to RESERVED bytes, so on a full
+disk the last record is written in place, in the space the first reserved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from pathlib import Path
+
+STATUS = "status.json"
+RUN = "run.json"
+RESERVED = 4096
+
+
+class RunStatus(StrEnum):
+    """MLflow's run statuses (mlflow.entities.RunStatus), as the tracking store spells them."""
+
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+
+
+class Status(StrEnum):
+    """A local task's status: Azure ML's job statuses it can take, and three of its own (a
+    pipeline step linked from an earlier run, a trial the sweep's policy or trial_timeout
+    stopped), each shown as Azure's Studio shows the child run."""
+
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+    REUSED = "Reused"
+    EARLY_TERMINATED = "EarlyTerminated"
+    TIMED_OUT = "TimedOut"
+
+    @property
+    def run_status(self) -> RunStatus:
+        """The MLflow status a task of this status leaves its run in."""
+        return {Status.RUNNING: RunStatus.RUNNING, Status.COMPLETED: RunStatus.FINISHED,
+                Status.REUSED: RunStatus.FINISHED, Status.FAILED: RunStatus.FAILED}.get(
+                    self, RunStatus.KILLED)
+
+    @property
+    def succeeded(self) -> bool:
+        return self in (Status.COMPLETED, Status.REUSED)
+
+
+def _padded(record: dict) -> bytes:
+    text = json.dumps(record, indent=2) + "\n"
+    return (text + " " * max(0, RESERVED - len(text) - 1) + "\n").encode()
+
+
+def write_json(path: Path, record: dict) -> None:
+    """`record` replaced atomically: a reader sees the old one or the new, never half. On a full
+    disk it is written over the old one in place, in the space the first record reserved (JSON
+    allows the trailing blanks)."""
+    data = _padded(record)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        if not path.is_file() or path.stat().st_size < len(data):
+            raise
+        with open(path, "r+b") as handle:  # the reserved blocks: no new space needed
+            handle.write(data)
+
+
+def read_json(path: Path) -> dict | None:
+    """The JSON object in `path`; None when it is missing or damaged."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+@dataclass
+class TaskRecord:
+    """A task's status.json."""
+
+    status: Status
+    mlflow_run_id: str | None = None
+    pid: int | None = None  # the runner (a job) or the server (a service) while it runs
+    started_ms: int | None = None  # where the runs the task opens below its own start
+    exit_code: int | None = None
+    seconds: float | None = None
+    outputs: dict[str, str] = field(default_factory=dict)  # output name -> its path
+    faults: list[str] = field(default_factory=list)  # what the machine refused (a full disk)
+    reused_run: str | None = None  # Reused: the MLflow run of the step it links
+    reused_from: str | None = None  # Reused: that step's folder
+    reason: str | None = None  # why it ended so, where the status alone does not say
+
+    def write(self, folder: Path) -> None:
+        record = {k: v for k, v in asdict(self).items() if v not in (None, [], {})}
+        write_json(folder / STATUS, {**record, "status": str(self.status),
+                                     "outputs": self.outputs})
+
+    @classmethod
+    def read(cls, folder: Path) -> TaskRecord | None:
+        """The record in `folder`; None when there is none, or it is damaged."""
+        data = read_json(folder / STATUS)
+        if data is None or data.get("status") not in set(Status):
+            return None
+        known = {f.name for f in fields(cls)}
+        return cls(**{**{k: v for k, v in data.items() if k in known},
+                      "status": Status(data["status"])})
+
+
+@dataclass
+class RunRecord:
+    """A run folder's run.json: the kind of job it holds, its spec and its MLflow run."""
+
+    kind: str
+    spec: str
+    mlflow_run_id: str | None = None
+
+    def write(self, folder: Path) -> None:
+        (folder / RUN).write_text(json.dumps(asdict(self)) + "\n")
+
+    @classmethod
+    def read(cls, folder: Path) -> RunRecord | None:
+        """None when the folder holds no run; ValueError when its run.json is damaged."""
+        path = folder / RUN
+        if not path.is_file():
+            return None
+        data = read_json(path)
+        if data is None or not isinstance(data.get("kind"), str):
+            raise ValueError(f"{path} is damaged")
+        return cls(data["kind"], str(data.get("spec", "")), data.get("mlflow_run_id"))
