@@ -7,14 +7,15 @@ engine lives in the room it belongs to:
 mlops/            run, validate, serve, batch, envs, workflow_lint: the front doors; shared by
                   every room: specs (loading, kinds, line numbers), errors, project
                   ([tool.mlops]), and exit_with / exit_code below
-  runtime/        the one local runtime (its __init__: resolve -> snapshot -> environment ->
-                  launch -> collect) and everything a started process needs: tasks (Task, and
-                  spec -> Task), values, binding, snapshot, placement (distribution), launch
-                  (processes, signals), environ (a process's variables), service (a server
-                  the runtime starts and leaves running), devices, watchdog, readonly_inputs,
-                  mlflow_runs and mlflow_server, uris (the asset map), reuse (step reuse),
-                  job (a checked job spec and its run folder record), minibatch and
-                  minibatch_worker (the mini-batch driver of batch deployments and parallel nodes)
+  runtime/        the one local runtime (engine: resolve -> snapshot -> environment ->
+                  launch -> collect, run_step, start_service) and everything a started process
+                  needs: tasks (Task, TaskSource, spec -> Task), records (status.json and
+                  run.json, Status), values, binding, snapshot, placement (distribution), launch
+                  (the one launcher: processes, signals), environ (a process's variables),
+                  service (a server left running), devices, watchdog, readonly_inputs, failures,
+                  mlflow_runs and mlflow_server, uris (the asset map), reuse (step reuse), job
+                  (a checked job spec and its run folder), minibatch and minibatch_worker (the
+                  mini-batch driver of batch deployments and parallel nodes)
   orchestrators/  jobs (a job spec -> its kind's runner), sweep (+ sampling, policies), pipeline
                   (+ graph), parallel (+ mltable)
   checks/         validation (schema, azure-ai-ml and lint layers), prepare (a job spec as

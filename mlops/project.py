@@ -16,8 +16,9 @@ class Project:
     model_file: str = "model.pt"  # the file that marks a trained model's folder
     runs_dir: Path = field(default=ROOT / "runs")
     entry_packages: tuple[str, ...] = ()  # `python -m <package>.x` commands lint checks flags of
-    metrics: dict = field(default_factory=dict)  # entry module -> the metric names it logs
-    hints: dict = field(default_factory=dict)  # message texts that name this project's targets
+    # entry module -> the metric names it logs
+    metrics: dict[str, set[str]] = field(default_factory=dict)
+    hints: dict[str, str] = field(default_factory=dict)  # texts that name this project's targets
 
 
 @cache

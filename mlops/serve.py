@@ -43,8 +43,10 @@ def latest() -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = DebugRequest.parse(args.debug, args.debug_port)
-    actions = {"start": lambda: online.start(args.deployment, args.model, args.port,
-                                             args.asset_file, args.env_file, debug),
+    request = online.ServeRequest(deployment=args.deployment, model=args.model, port=args.port,
+                                  asset_file=args.asset_file, env_file=args.env_file,
+                                  debug=debug)
+    actions = {"start": lambda: online.start(request),
                "invoke": lambda: online.invoke(args.request, args.port),
                "stop": online.stop, "latest": latest}
     return exit_code(actions[args.action])

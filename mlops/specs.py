@@ -14,6 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = ROOT / "schemas"
 SPEC_FOLDERS = ("jobs", "components", "environments", "assets", "endpoints")
 REF = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")  # ${{inputs.x}} and friends
+# A YAML mapping as a spec holds it (a job, a component, a node, an environment definition):
+# keys are the spec's, values whatever YAML gave
+SpecData = dict[str, object]
 # What azure-ai-ml loads a job or component as: its `type:` (default command), whatever its
 # $schema says (Job._resolve_cls_and_type compares the type exactly).
 JOB_TYPES = {"command": "commandJob", "sweep": "sweepJob", "pipeline": "pipelineJob",
@@ -90,7 +93,7 @@ def _display(path: Path) -> str:
 @dataclass
 class Spec:
     path: Path
-    data: dict
+    data: SpecData
     lines: dict[tuple, int] = field(default_factory=dict)
     role: str = ""  # "job", "component", "online-deployment", "batch-deployment" when the
     # caller knows: it types a spec without $schema (and a deployment by its `type:`)
@@ -166,7 +169,7 @@ def _parse(text: str) -> Parsed:
         loader.dispose()
 
 
-def _line_map(node, prefix: tuple, out: dict) -> None:
+def _line_map(node, prefix: tuple, out: dict[tuple[str, ...], int]) -> None:
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             path = (*prefix, str(key_node.value))

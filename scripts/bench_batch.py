@@ -36,7 +36,7 @@ from mlops import batch  # noqa: E402
 
 
 def model_dir(folder: Path) -> Path:
-    model = build_model("resnet18", 2, "none").eval()
+    model = build_model("resnet18", 2, weights="none").eval()
     checkpoint.write_model_dir({"model": model.state_dict(), "arch": "resnet18",
                                 "classes": ["ants", "bees"], "image_size": 224,
                                 "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),

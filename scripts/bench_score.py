@@ -39,20 +39,20 @@ from image_classifier.distributed import usable_cores  # noqa: E402
 from image_classifier.export import export_onnx, quantize_int8  # noqa: E402
 from image_classifier.model import build_model  # noqa: E402
 from image_classifier.predict import ONNX_FILE  # noqa: E402
-from mlops.endpoints.online import launch_server, prepare  # noqa: E402
+from mlops.endpoints.online import ServeRequest, launch_server, prepare  # noqa: E402
 from mlops.runtime.service import stop_service  # noqa: E402
 
 
 def make_model_dir(folder: Path, val_batch: torch.Tensor, bundle) -> Path:
     """Untrained ResNet-18 weights: serving speed does not depend on what the model learned."""
-    model = build_model("resnet18", 2, "none").eval()
+    model = build_model("resnet18", 2, weights="none").eval()
     best = {"model": model.state_dict(), "arch": "resnet18", "classes": ["ants", "bees"],
             "image_size": 224, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
             "epoch": 0, "best_val_acc": 0.0}
     checkpoint.write_model_dir(best, folder)
     print(f"onnx parity: {export_onnx(model, val_batch, folder / ONNX_FILE):.2e}")
     report = quantize_int8(folder, bundle, bundle.val.transform, keep=True)
-    print(f"int8 gate (untrained model, for reference): agreement {report['agreement']:.3f}")
+    print(f"int8 gate (untrained model, for reference): agreement {report.agreement:.3f}")
     return folder
 
 
@@ -71,7 +71,8 @@ class Server:
             extra.update({"AML_APP_ROOT": str(ROOT / "scripts" / "bench"),
                           "AZUREML_ENTRY_SCRIPT": script, "PYTHONPATH": str(ROOT / "src")})
         self.state = Path(tempfile.mkdtemp(prefix="bench-score-"))
-        plan = prepare(spec, str(model_dir), self.state, self.port, extra=extra)
+        plan = prepare(ServeRequest(deployment=spec, model=str(model_dir), port=self.port),
+                       state=self.state, extra=extra)
         self.service = launch_server(plan, self.port)  # through the runtime, as serve-local
         self.url = f"http://127.0.0.1:{self.port}"
 

@@ -22,12 +22,14 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 from torchvision.datasets.folder import default_loader
 
-from image_classifier.data import build_datasets
+from image_classifier.checkpoint import TrainState
+from image_classifier.config import TrainConfig
+from image_classifier.data import Loaders, build_datasets
 from image_classifier.distributed import DistContext
-from image_classifier.engine import autocast, evaluate, seed_epoch, train_one_epoch
+from image_classifier.engine import Fast, Training, autocast, evaluate, seed_epoch, train_one_epoch
 from image_classifier.loading import collate
 from image_classifier.model import build_model
 from image_classifier.precision import resolve_channels_last, resolve_precision
@@ -44,7 +46,7 @@ class Setting:
     cache_images_mb: int
 
 
-def compute_bound_rate(model, batch, setting: Setting, ctx, steps: int) -> float:
+def compute_bound_rate(model, batch, *, setting: Setting, ctx, steps: int) -> float:
     """Images/s of forward+backward+step alone, on one batch already decoded in memory."""
     images, targets, _ = batch
     fmt = torch.channels_last if setting.channels_last else torch.contiguous_format
@@ -56,7 +58,7 @@ def compute_bound_rate(model, batch, setting: Setting, ctx, steps: int) -> float
         if step == 1:  # the first step warms up kernels and allocator
             started = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        with autocast(ctx, setting.precision):
+        with autocast(ctx, Fast(setting.precision, setting.channels_last)):
             loss = criterion(model(images), targets)
         loss.backward()
         optimizer.step()
@@ -69,28 +71,33 @@ def run_setting(setting: Setting, args, ctx) -> dict:
     if not setting.draft_decode:
         bundle.train.loader = bundle.val.loader = default_loader  # full-size decode
     setup = time.perf_counter() - started
-    loaders = [DataLoader(ds, batch_size=setting.batch_size, shuffle=shuffle,
+    sampler = DistributedSampler(bundle.train, num_replicas=1, rank=0, shuffle=True,
+                                 seed=args.seed)  # one process: a plain shuffle
+    loaders = [DataLoader(ds, batch_size=setting.batch_size, sampler=shuffle,
                           num_workers=setting.num_workers, collate_fn=collate)
-               for ds, shuffle in ((bundle.train, True), (bundle.val, False))]
+               for ds, shuffle in ((bundle.train, sampler), (bundle.val, None))]
     torch.manual_seed(args.seed)
-    model = build_model("resnet18", len(bundle.classes), "none")
+    model = build_model("resnet18", len(bundle.classes), weights="none")
     if setting.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    compute = compute_bound_rate(build_model("resnet18", len(bundle.classes), "none").to(
+    compute = compute_bound_rate(build_model("resnet18", len(bundle.classes), weights="none").to(
         memory_format=torch.channels_last if setting.channels_last else torch.contiguous_format),
-        next(iter(loaders[0])), setting, ctx, args.compute_steps)
+        next(iter(loaders[0])), setting=setting, ctx=ctx, steps=args.compute_steps)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 7, 0.1)
-    criterion, epochs, elapsed = nn.CrossEntropyLoss(), [], setup
+    fast = Fast(setting.precision, setting.channels_last)
+    run = Training(bundle, model, optimizer, scheduler, None, Loaders(*loaders, sampler),
+                   TrainState(), fast)
+    cfg = TrainConfig(data=args.data, batch_size=setting.batch_size)
+    epochs, elapsed = [], setup
     for epoch in range(1, args.epochs + 1):
         seed_epoch(args.seed, epoch)
+        sampler.set_epoch(epoch)
         begin = time.perf_counter()
-        train = train_one_epoch(model, loaders[0], optimizer, criterion, ctx, setting.precision,
-                                setting.channels_last)
+        train = train_one_epoch(run, cfg, ctx)
         train_s = time.perf_counter() - begin
         scheduler.step()
-        val = evaluate(model, loaders[1], criterion, ctx, len(bundle.classes), setting.precision,
-                       setting.channels_last)
+        val = evaluate(model, loaders[1], ctx, num_classes=len(bundle.classes), fast=fast)
         epoch_s = time.perf_counter() - begin
         elapsed += epoch_s
         row = {"epoch_s": epoch_s, "train_ips": train.count / train_s, "val_acc": val.acc,

@@ -24,8 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("endpoints/sample-request.json"))
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        images = args.images or [generate(Path(tmp), 1, 1) / "val" / "chickens" /
-                                 "chickens_0000.jpg"]
+        made = generate(Path(tmp), train_per_class=1, val_per_class=1)
+        images = args.images or [made / "val" / "chickens" / "chickens_0000.jpg"]
         body = {"images": [base64.b64encode(p.read_bytes()).decode() for p in images]}
     args.out.write_text(json.dumps(body) + "\n")
     print(f"wrote {args.out} ({len(images)} image(s), {args.out.stat().st_size} bytes)")

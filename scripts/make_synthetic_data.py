@@ -51,7 +51,7 @@ def _draw(label: str, rng: random.Random, size: int) -> Image.Image:
     return Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
 
 
-def generate(out: Path, train_per_class: int = 60, val_per_class: int = 20,
+def generate(out: Path, train_per_class: int = 60, *, val_per_class: int = 20,
              size: int = 96, seed: int = 0) -> Path:
     for split, count in (("train", train_per_class), ("val", val_per_class)):
         for label in CLASSES:
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=96, help="image side in pixels")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    out = generate(Path(args.out), args.train_per_class, args.val_per_class, args.size, args.seed)
+    out = generate(Path(args.out), args.train_per_class, val_per_class=args.val_per_class,
+                   size=args.size, seed=args.seed)
     print(f"wrote synthetic two-class ImageFolder to {out}")
     return 0
 

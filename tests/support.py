@@ -10,6 +10,7 @@ import io
 import os
 import shutil
 import struct
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +19,17 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 HYMENOPTERA = ROOT.parent / "shared" / "data" / "hymenoptera_data"
+
+
+def until(condition: Callable[[], object], seconds: float, what: str, step: float = 0.01):
+    """Poll `condition` until it holds (and return what it returned), or fail after `seconds`
+    naming `what` was awaited: a test waits for a state, never a fixed time."""
+    deadline = time.monotonic() + seconds
+    while not (held := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {seconds:g} s for {what}")
+        time.sleep(step)
+    return held
 
 
 @contextlib.contextmanager

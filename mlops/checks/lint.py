@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
+from dataclasses import dataclass, field
 
 from mlops.checks import skus
 from mlops.project import project
-from mlops.specs import REF, Finding, Spec
+from mlops.specs import REF, Finding, Spec, SpecData
 
 FLAG = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*)")
 MODULE = re.compile(r"python\s+-m\s+([\w.]+)")
@@ -53,23 +54,37 @@ def check_flags(spec: Spec, key: str, command: str) -> list[Finding]:
     return found
 
 
-def check_command(spec: Spec, key: str, command: str, inputs: dict, outputs: dict,
-                  search_space: dict | None = None, flags: bool = True) -> list[Finding]:
+@dataclass(frozen=True)
+class Declared:
+    """What a command may refer to: the job's inputs and outputs, and a sweep's search space."""
+
+    inputs: SpecData
+    outputs: SpecData
+    search_space: SpecData = field(default_factory=dict)
+
+    def scope(self, name: str) -> SpecData | None:
+        return {"inputs": self.inputs, "outputs": self.outputs,
+                "search_space": self.search_space}.get(name)
+
+
+def check_command(spec: Spec, key: str, *, command: str, declared: Declared,
+                  flags: bool = True) -> list[Finding]:
     """References resolve, every input (and swept parameter) is used, flags exist."""
+    inputs, search_space = declared.inputs, declared.search_space
     found = []
-    used: dict[str, set] = {"inputs": set(), "outputs": set(), "search_space": set()}
+    used: dict[str, set[str]] = {"inputs": set(), "outputs": set(), "search_space": set()}
     for ref in REF.findall(command):
         scope, _, name = ref.partition(".")
-        declared = {"inputs": inputs, "outputs": outputs, "search_space": search_space}.get(scope)
-        if declared is None:
+        names = declared.scope(scope)
+        if names is None:
             found.append(spec.warning(key, f"${{{{{ref}}}}} is not a reference a command can use "
                                       "(Azure would pass it through as text)",
                                       "use ${{inputs.x}}, ${{outputs.x}} or ${{search_space.x}}"))
-        elif name not in declared:
+        elif name not in names:
             section = "search_space" if scope == "search_space" else scope
             found.append(spec.finding(key, f"${{{{{ref}}}}} refers to an undefined {scope[:-1]}"
                                       f" '{name}'", f"declare '{name}' under {section}: or fix "
-                                      f"the name (declared: {', '.join(declared) or 'none'})"))
+                                      f"the name (declared: {', '.join(names) or 'none'})"))
         else:
             used[scope].add(name)
     for name in inputs:
@@ -95,7 +110,7 @@ def check_code(spec: Spec, key: str, code) -> list[Finding]:
     return []
 
 
-def check_resources(spec: Spec, data: dict, computes: dict[str, str]) -> list[Finding]:
+def check_resources(spec: Spec, data: SpecData, computes: dict[str, str]) -> list[Finding]:
     found = []
     resources = data.get("resources") or {}
     size = resources.get("instance_type")
@@ -159,7 +174,7 @@ def _int(value) -> int | None:
         return None
 
 
-def check_bayesian(spec: Spec, space: dict) -> list[Finding]:
+def check_bayesian(spec: Spec, space: SpecData) -> list[Finding]:
     """What Azure refuses for Bayesian sampling: other types than choice/uniform/quniform, and
     any early termination policy."""
     found = [spec.finding(f"search_space.{name}", f"Bayesian sampling supports only choice, "

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from mlops.checks.lint import ENDPOINT_NAME, check_size
 from mlops.runtime.uris import is_remote
-from mlops.specs import FLAT_BATCH_KEYS, REF, Finding, Spec, SpecError, load_spec
+from mlops.specs import FLAT_BATCH_KEYS, REF, Finding, Spec, SpecData, SpecError, load_spec
 
 RUNTIME_EXPRESSIONS = {"name", "output_name"}
 PARENT_REF = re.compile(r"^parent\.(inputs|outputs)\.(\w+)$|^parent\.jobs\.(\w+)\.outputs\.(\w+)$")
@@ -41,7 +41,8 @@ def component_spec(spec: Spec, key: str, ref) -> Resolved:
         return Resolved(None, [err.finding])
 
 
-def _check_binding(spec: Spec, key: str, value, jobs: dict, outputs_of: dict) -> list[Finding]:
+def _check_binding(spec: Spec, key: str, *, value, jobs: SpecData,
+                   outputs_of: SpecData) -> list[Finding]:
     found = []
     for ref in REF.findall(str(value)):
         match = PARENT_REF.match(ref)
@@ -66,7 +67,7 @@ def _check_binding(spec: Spec, key: str, value, jobs: dict, outputs_of: dict) ->
     return found
 
 
-def _check_node(spec, name, node, component, jobs, outputs_of) -> list[Finding]:
+def _check_node(spec, name, *, node, component, jobs, outputs_of) -> list[Finding]:
     found = []
     label = "its inline component" if component.path == spec.path else component.path.name
     declared = component.data.get("inputs") or {}
@@ -78,7 +79,7 @@ def _check_node(spec, name, node, component, jobs, outputs_of) -> list[Finding]:
                                           "ignores the binding)",
                                           f"use one of: "
                                           f"{', '.join(component.data.get(io) or {}) or 'none'}"))
-            found += _check_binding(spec, where, value, jobs, outputs_of)
+            found += _check_binding(spec, where, value=value, jobs=jobs, outputs_of=outputs_of)
     for key, definition in declared.items():
         definition = definition if isinstance(definition, dict) else {}
         required = not definition.get("optional") and "default" not in definition
@@ -89,17 +90,17 @@ def _check_node(spec, name, node, component, jobs, outputs_of) -> list[Finding]:
     return found
 
 
-def _swept(node: dict, key: str) -> bool:
+def _swept(node: SpecData, key: str) -> bool:
     return str(node.get("type", "")).lower() == "sweep" and key in (node.get("search_space")
                                                                     or {})
 
 
-def _is_inline(node: dict) -> bool:
+def _is_inline(node: SpecData) -> bool:
     """A command node with no component: it declares its own inputs and outputs."""
     return str(node.get("type") or "command").lower() == "command" and "component" not in node
 
 
-def _node_component(spec: Spec, name: str, node: dict) -> Resolved:
+def _node_component(spec: Spec, name: str, node: SpecData) -> Resolved:
     kind = str(node.get("type") or "command").lower()
     if kind == "sweep":
         return component_spec(spec, f"jobs.{name}.trial", node.get("trial"))
@@ -121,12 +122,13 @@ def check_pipeline(spec: Spec) -> list[Finding]:
                        jobs.items() if _is_inline(node or {})})
     for name, node in jobs.items():
         if name in components:
-            found += _check_node(spec, name, node, components[name], jobs, outputs_of)
+            found += _check_node(spec, name, node=node, component=components[name], jobs=jobs,
+                                 outputs_of=outputs_of)
         elif _is_inline(node or {}):
             for io in ("inputs", "outputs"):
                 for key, value in ((node or {}).get(io) or {}).items():
-                    found += _check_binding(spec, f"jobs.{name}.{io}.{key}", value, jobs,
-                                            outputs_of)
+                    found += _check_binding(spec, f"jobs.{name}.{io}.{key}", value=value, jobs=jobs,
+                                            outputs_of=outputs_of)
     text = str(jobs)
     for name in spec.data.get("inputs") or {}:
         if f"parent.inputs.{name}" not in text:
@@ -201,7 +203,7 @@ def check_deployment(spec: Spec, endpoint_names: set[str]) -> list[Finding]:
     return found
 
 
-def batch_settings(data: dict) -> dict:
+def batch_settings(data: SpecData) -> SpecData:
     """A batch deployment's settings: `settings:`, or the top-level keys of the flat layout."""
     if isinstance(data.get("settings"), dict):
         return data["settings"]

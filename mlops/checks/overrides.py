@@ -17,6 +17,7 @@ from pathlib import Path
 import pydash
 
 from mlops.errors import LocalRunError
+from mlops.specs import SpecData
 
 
 def parse_sets(items: list[str], spec: Path) -> list[dict[str, str]]:
@@ -31,7 +32,7 @@ def parse_sets(items: list[str], spec: Path) -> list[dict[str, str]]:
     return overrides
 
 
-def apply_sets(data: dict, overrides: list[dict[str, str]], spec: Path) -> dict:
+def apply_sets(data: SpecData, overrides: list[dict[str, str]], spec: Path) -> SpecData:
     for override in overrides:
         for key, value in override.items():
             layer = data
@@ -53,7 +54,7 @@ def apply_sets(data: dict, overrides: list[dict[str, str]], spec: Path) -> dict:
     return data
 
 
-def apply_removals(data: dict, keys: list[str], spec: Path) -> dict:
+def apply_removals(data: SpecData, keys: list[str], spec: Path) -> SpecData:
     """`--remove early_termination`, as az's generic update arguments take it."""
     for key in keys:
         node, parts = data, key.split(".")

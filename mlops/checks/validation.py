@@ -157,16 +157,19 @@ def lint_layer(spec: Spec, flags: bool = True) -> list[Finding]:
     data, kind = spec.data, spec.kind
     if kind in ("commandJob", "commandComponent"):
         return (lint.check_code(spec, "code", data.get("code"))
-                + lint.check_command(spec, "command", str(data.get("command", "")),
-                                     data.get("inputs") or {}, data.get("outputs") or {},
+                + lint.check_command(spec, "command", command=str(data.get("command", "")),
+                                     declared=lint.Declared(data.get("inputs") or {},
+                                                            data.get("outputs") or {}),
                                      flags=flags)
                 + lint.check_resources(spec, data, _compute_sizes()))
     if kind == "sweepJob":
         trial = data.get("trial") or {}
         return (lint.check_code(spec, "trial.code", trial.get("code"))
-                + lint.check_command(spec, "trial.command", str(trial.get("command", "")),
-                                     data.get("inputs") or {}, data.get("outputs") or {},
-                                     data.get("search_space") or {}, flags)
+                + lint.check_command(spec, "trial.command", command=str(trial.get("command", "")),
+                                     declared=lint.Declared(data.get("inputs") or {},
+                                                            data.get("outputs") or {},
+                                                            data.get("search_space") or {}),
+                                     flags=flags)
                 + lint.check_search_space(spec) + lint.check_sweep_policy(spec)
                 + lint.check_resources(spec, {**trial, "compute": data.get("compute")},
                                        _compute_sizes()))

@@ -21,7 +21,7 @@ PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 MAKE = re.compile(r"\bmake\s+(?:-s\s+)?([a-z][\w-]*)")
 
 
-def make_targets(workflow: dict) -> set[str]:
+def make_targets(workflow: dict[str, object]) -> set[str]:
     runs = [str(step.get("run", "")) for job in (workflow.get("jobs") or {}).values()
             for step in job.get("steps") or []]
     return {target for run in runs for target in MAKE.findall(run)}

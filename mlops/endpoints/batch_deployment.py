@@ -35,6 +35,7 @@ from mlops.runtime.placement import Placement
 from mlops.runtime.records import Status
 from mlops.runtime.tasks import Task, variables
 from mlops.runtime.uris import ASSET_MAP
+from mlops.specs import SpecData
 
 RETRY = minibatch.Retry(max_retries=3, timeout=30)  # a batch deployment's retry_settings defaults
 
@@ -71,7 +72,7 @@ def input_files(source: Path, folder: Path) -> minibatch.Listing:
     return listing
 
 
-def scoring_task(deployment: Deployment, folder: Path, layout: ModelLayout, settings: dict,
+def scoring_task(deployment: Deployment, folder: Path, *, layout: ModelLayout, settings: SpecData,
                  max_procs: int) -> Task:
     nodes = int((deployment.spec.data.get("resources") or {}).get("instance_count") or 1)
     requested = nodes * int(settings.get("max_concurrency_per_instance") or 1)
@@ -101,7 +102,8 @@ def run_batch(deployment: Deployment, source: Path, rt: engine.Runtime) -> int:
     batches = [files[i:i + size] for i in range(0, len(files), size)]
     (rt.root / "outputs").mkdir(parents=True, exist_ok=True)
     layout = lay_out(deployment.model, rt.root)
-    task = scoring_task(deployment, rt.root, layout, settings, rt.max_procs)
+    task = scoring_task(deployment, rt.root, layout=layout, settings=settings,
+                        max_procs=rt.max_procs)
     driver = "the MLflow batch driver (no code)" if deployment.nocode else \
         deployment.scoring_script
     print(f"{task.name}: {len(files)} files in {len(batches)} mini-batch(es), "
@@ -111,10 +113,10 @@ def run_batch(deployment: Deployment, source: Path, rt: engine.Runtime) -> int:
                              limits=minibatch.Limits(int(settings.get("error_threshold", -1))))
     driven = minibatch.drive(task, rt, work, echo=False, announce=lambda _: print(
         f"  environment: {rt.environments.labels.get(task.where, '.venv')}"))
-    return summarize(rt, driven, settings, task.name, len(listing.skipped))
+    return summarize(rt, driven, settings=settings, name=task.name, skipped=len(listing.skipped))
 
 
-def summarize(rt: engine.Runtime, driven: minibatch.Driven, settings: dict, name: str,
+def summarize(rt: engine.Runtime, driven: minibatch.Driven, *, settings: SpecData, name: str,
               skipped: int = 0) -> int:
     tally, result = driven.tally, driven.result
     output = None

@@ -71,8 +71,8 @@ def load(path: str | Path, role: str, model: str | None = None,
     errors = [str(f) for f in check(spec, for_run=True) if f.is_error]
     if errors:
         raise LocalRunError("\n".join(errors) + "\nAzure would refuse this deployment")
-    source = model_source(spec.data.get("model"), spec.path.parent, str(spec.path), model,
-                          asset_file)
+    source = model_source(spec.data.get("model"), spec.path.parent, str(spec.path), override=model,
+                          asset_file=asset_file)
     config = spec.data.get("code_configuration") or {}
     if config:
         code = code_path(config.get("code", "."), spec.path.parent,

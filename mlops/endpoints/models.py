@@ -127,7 +127,7 @@ def _mapped(reference: str, where: str, asset_file: Path) -> ModelSource:
     return ModelSource(path, name, version, f"{asset_file.name}: {reference}")
 
 
-def model_source(model, base: Path, where: str, override: str | None = None,
+def model_source(model, base: Path, where: str, *, override: str | None = None,
                  asset_file: Path = ASSET_MAP) -> ModelSource:
     """The model to serve for a deployment whose spec says `model` (see the module docstring)."""
     declared = model.get("type") if isinstance(model, dict) else None

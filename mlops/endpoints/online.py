@@ -105,7 +105,7 @@ def wait_healthy(url: str, service: Service, timeout: float = 180) -> None:
     raise ServerFailed(f"{url} not healthy after {timeout:.0f}s")
 
 
-def server_task(deployment: Deployment, state: Path, port: int,
+def server_task(deployment: Deployment, state: Path, *, port: int,
                 extra: dict[str, str] | None = None, debug: bool = False) -> Task:
     """The server as a task, laid out as Azure's inference image lays it out: the code under
     AML_APP_ROOT in a folder of its own name (AZUREML_SOURCE_DIRECTORY, on sys.path), the entry
@@ -127,22 +127,36 @@ def server_task(deployment: Deployment, state: Path, port: int,
                 workdir=Workdir("app", name))
 
 
-def prepare(path: Path, model: str | None, state: Path, port: int,
-            asset_file: Path = ASSET_MAP, env_file: Path = ENV_MAP,
-            extra: dict[str, str] | None = None, debug: DebugRequest | None = None) -> ServerPlan:
+@dataclass(frozen=True, kw_only=True)
+class ServeRequest:
+    """What `make serve-local` asks for: a deployment spec, its model, the port."""
+
+    deployment: Path
+    model: str | None = None  # MODEL_DIR: a model folder instead of the spec's model
+    port: int = 5001
+    asset_file: Path = ASSET_MAP
+    env_file: Path = ENV_MAP
+    debug: DebugRequest | None = None
+
+
+def prepare(request: ServeRequest, *, state: Path,
+            extra: dict[str, str] | None = None) -> ServerPlan:
+    """The server as a task of the runtime, with what the log says about it first."""
+    debug, path = request.debug, request.deployment
     if debug is not None:
         debug.check([()])
         if debug.mode == "pdb":
             raise LocalRunError("DEBUG=pdb: the local endpoint runs in the background, with no "
                                 "terminal for pdb; use DEBUG=1 and attach a debugger")
-    deployment = load(path, "online-deployment", model, asset_file)
+    deployment = load(path, "online-deployment", request.model, request.asset_file)
     state.mkdir(parents=True, exist_ok=True)
-    task = server_task(deployment, state, port, extra, debug is not None)
+    task = server_task(deployment, state, port=request.port, extra=extra,
+                       debug=debug is not None)
     kind = deployment.spec.kind + (", no-code MLflow scoring" if deployment.nocode else "")
     about = [f"deployment: {path} ({kind})",
              f"model: {deployment.model.describe()} -> AZUREML_MODEL_DIR="
              f"{task.env_vars['AZUREML_MODEL_DIR']}"]
-    return ServerPlan(task, Environments(env_file), about, debug)
+    return ServerPlan(task, Environments(request.env_file), about, debug)
 
 
 def launch_server(plan: ServerPlan, port: int) -> Service:
@@ -158,14 +172,14 @@ def launch_server(plan: ServerPlan, port: int) -> Service:
     return service
 
 
-def start(path: Path, model: str | None, port: int, asset_file: Path = ASSET_MAP,
-          env_file: Path = ENV_MAP, debug: DebugRequest | None = None) -> int:
+def start(request: ServeRequest) -> int:
     """make serve-local: 0 once healthy; 1 when the server failed (its log's tail shown)."""
     _stop_running()
+    port = request.port
     if port_taken(port):
         raise LocalRunError(f"port {port} on 127.0.0.1 is already in use by another process: "
                             "stop it, or pick another port (PORT=5002)")
-    plan = prepare(path, model, STATE, port, asset_file, env_file, debug=debug)
+    plan = prepare(request, state=STATE)
     print("\n".join(plan.about), flush=True)
     try:
         service = launch_server(plan, port)
@@ -173,7 +187,7 @@ def start(path: Path, model: str | None, port: int, asset_file: Path = ASSET_MAP
         tail = (STATE / "log.txt").read_text(errors="replace").splitlines()[-25:]
         print(f"error: {err}\n" + "\n".join(f"  | {line}" for line in tail), file=sys.stderr)
         return 1
-    print(f"environment: {service.environment}\nserving {path.name} on "
+    print(f"environment: {service.environment}\nserving {request.deployment.name} on "
           f"http://127.0.0.1:{port}/score (log {STATE / 'log.txt'}; stop: make stop-local)")
     return 0
 

@@ -49,7 +49,7 @@ def build_closure_layer(lines: list[str], python: str, label: str,
         print(f"{label}: resolving {len(lines) + len(adds)} requirement(s) for Python "
               f"{python}, as Azure's image build does, and moving them to this Python",
               flush=True)
-        layer = _paired(folder, lines, python, label, adds)
+        layer = _paired(folder, lines, python=python, label=label, adds=adds)
         record = {"label": label, "requirements": lines, "adds": list(adds), "python": python,
                   "target": {k: v.version for k, v in layer.moved.target.items()},
                   "installed": layer.installed, "moved": layer.moved.lines,
@@ -67,7 +67,7 @@ class Built(NamedTuple):
     below: Path  # .venv as the layer sees it
 
 
-def _built(folder: Path, lines: list[str], python: str, label: str,
+def _built(folder: Path, lines: list[str], *, python: str, label: str,
            adds: tuple[str, ...]) -> Built:
     target = _target_set(lines, python, label, adds)
     no_build: frozenset[str] = frozenset()
@@ -93,11 +93,11 @@ def _built(folder: Path, lines: list[str], python: str, label: str,
     return Built(moved, installed, below)
 
 
-def _paired(folder: Path, lines: list[str], python: str, label: str,
+def _paired(folder: Path, lines: list[str], *, python: str, label: str,
             adds: tuple[str, ...]) -> Built:
     """_built, then again with numpy<2 if what it installed was compiled for NumPy 1 and fails
     under NumPy 2: conda-forge never pairs them."""
-    layer = _built(folder, lines, python, label, adds)
+    layer = _built(folder, lines, python=python, label=label, adds=adds)
     site = folder / "lib" / PY / "site-packages"
     stale = abi.built_for_numpy_1(folder / "bin" / "python", site) if layer.installed else []
     if not stale:
@@ -105,11 +105,11 @@ def _paired(folder: Path, lines: list[str], python: str, label: str,
     print(f"{label}: {', '.join(stale)} fail(s) to import under NumPy 2 (built for NumPy 1); "
           f"resolving again with {abi.NUMPY_1}, as Azure's conda build pairs them", flush=True)
     try:
-        paired = _built(folder, abi.with_numpy_1(lines), python, label, adds)
+        paired = _built(folder, abi.with_numpy_1(lines), python=python, label=label, adds=adds)
     except LocalRunError as err:
         print(f"warning: {label}: {abi.NUMPY_1} does not install with the rest ({err}); keeping "
               "NumPy 2", flush=True)
-        return _built(folder, lines, python, label, adds)
+        return _built(folder, lines, python=python, label=label, adds=adds)
     paired.moved.lines.append(f"numpy -> {abi.NUMPY_1}: {', '.join(stale)} fail(s) under "
                               "NumPy 2")
     return paired

@@ -18,7 +18,7 @@ VERSIONS = ROOT / "assets" / "curated-env-versions.json"
 
 
 @cache
-def _history(path: Path) -> dict:
+def _history(path: Path) -> dict[str, object]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -30,7 +30,7 @@ def _number(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version)) or (0,)
 
 
-def at_version(key: str, version: str, path: Path | None = None) -> dict | None:
+def at_version(key: str, version: str, path: Path | None = None) -> dict[str, object] | None:
     """The catalogue entry of `key` (any of its names) as published at `version`: the last
     change at or before it (None: no history for it, or a version before the first)."""
     data = _history(path or VERSIONS)

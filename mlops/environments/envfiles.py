@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from mlops.errors import LocalRunError
-from mlops.specs import read_yaml
+from mlops.specs import SpecData, read_yaml
 
 # conda package names whose PyPI name differs; None: no PyPI equivalent (skipped, reported)
 CONDA_TO_PYPI = {"pytorch": "torch", "py-xgboost": "xgboost", "matplotlib-base": "matplotlib",
@@ -67,7 +67,7 @@ def read_conda(path: Path, plan: EnvPlan) -> None:
     read_conda_data(data, path.parent, plan)
 
 
-def read_conda_data(data: dict, base: Path, plan: EnvPlan) -> None:
+def read_conda_data(data: SpecData, base: Path, plan: EnvPlan) -> None:
     """pip entries as they are; conda packages by their PyPI names; python's version noted."""
     for entry in data.get("dependencies") or []:
         if isinstance(entry, dict):

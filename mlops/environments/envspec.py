@@ -34,7 +34,7 @@ from mlops.environments.envfiles import (
     with_conda_base,
 )
 from mlops.errors import LocalRunError
-from mlops.specs import ROOT, read_yaml
+from mlops.specs import ROOT, SpecData, read_yaml
 
 ENV_MAP = ROOT / "assets" / "local-envs.yml"
 CURATED = ROOT / "assets" / "curated-envs.yml"  # generated: scripts/gen_curated_envs.py
@@ -49,7 +49,7 @@ class EnvironmentRef:
     folder its relative paths start from, and the packages the image brings when the
     environment lacks them (a serving image's inference server, MLflow for no-code models)."""
 
-    value: str | dict | None = None
+    value: str | SpecData | None = None
     base: Path = Path(".")
     adds: tuple[str, ...] = ()
     image: str = ""  # what brings `adds`, for messages ("Spark 3.4 runtime")
@@ -60,7 +60,7 @@ class EnvironmentRef:
 class Found(NamedTuple):
     """An environment spec found by name: its data and its file."""
 
-    data: dict
+    data: SpecData
     file: Path
 
 
@@ -72,7 +72,7 @@ class EnvName(NamedTuple):
     version: str | None  # after ":" only
 
 
-def _load_map(path: Path) -> dict:
+def _load_map(path: Path) -> dict[str, object]:
     try:
         data = read_yaml(path.read_text()) or {} if path.is_file() else {}
     except yaml.YAMLError as err:
@@ -121,7 +121,7 @@ def from_map(key: str, label: str, env_map: EnvMap, version: str | None = None) 
     return plan
 
 
-def from_definition(definition: dict, base: Path, label: str, env_map: EnvMap) -> EnvPlan:
+def from_definition(definition: SpecData, base: Path, label: str, env_map: EnvMap) -> EnvPlan:
     plan = EnvPlan(label)
     conda = definition.get("conda_file")
     build = definition.get("build") or {}

@@ -110,7 +110,7 @@ def cached_layer(folder: Path, build: Callable[[Path], None]) -> Path:
 def closure(requirements: list[str], paths: list[str]) -> set[str]:
     """The names of what `requirements` install, extras included, following each installed
     one's own requirements (the first path that holds a distribution wins, as on sys.path)."""
-    dists: dict = {}
+    dists: dict[str, importlib.metadata.Distribution] = {}
     for dist in importlib.metadata.distributions(path=paths):
         dists.setdefault(canonical(dist.metadata["Name"]), dist)
     todo = [_parsed(line) for line in requirements]
@@ -138,7 +138,7 @@ def _parsed(line: str) -> Requirement | None:
         return None  # an option or URL line: nothing installed to follow
 
 
-def layer_record(layer: Path) -> dict:
+def layer_record(layer: Path) -> dict[str, object]:
     try:
         return json.loads((layer / "layer.json").read_text())
     except (OSError, ValueError):

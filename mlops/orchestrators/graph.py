@@ -23,7 +23,7 @@ from mlops.runtime.values import (
     input_value,
     output_spec,
 )
-from mlops.specs import REF
+from mlops.specs import REF, SpecData
 
 PARENT_INPUT = re.compile(r"^\$\{\{\s*parent\.inputs\.([\w.-]+)\s*\}\}$")
 PARENT_OUTPUT = re.compile(r"^\$\{\{\s*parent\.outputs\.([\w.-]+)\s*\}\}$")
@@ -38,8 +38,8 @@ SPARK_OVERRIDES = ("entry", "py_files", "jars", "files", "archives", "args", "id
 class Node:
     name: str
     kind: str  # command, sweep, parallel, spark or pipeline
-    raw: dict  # the node as written: bindings and overrides
-    definition: dict  # the component (or inline command, or trial) it runs
+    raw: SpecData  # the node as written: bindings and overrides
+    definition: SpecData  # the component (or inline command, or trial) it runs
     base: Path  # what the definition's relative paths are relative to
     where: str
     inline: bool = False  # a command node with no component: it declares its own inputs
@@ -70,7 +70,7 @@ class Scope:
     path: tuple[str, ...] = ()  # the nodes above this scope: a nested pipeline's names
 
 
-def load_node(name: str, raw, base: Path, assets: AssetMap, where: str) -> Node:
+def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str) -> Node:
     if not isinstance(raw, dict):
         raise LocalRunError(f"{where}: a node is a mapping (command, component or trial)")
     kind = str(raw.get("type") or "command").lower()
@@ -91,9 +91,9 @@ def load_node(name: str, raw, base: Path, assets: AssetMap, where: str) -> Node:
     return Node(name, kind, raw, definition, def_base, where)
 
 
-def build_nodes(jobs: dict, base: Path, assets: AssetMap, where: str) -> list[Node]:
+def build_nodes(jobs: SpecData, base: Path, assets: AssetMap, where: str) -> list[Node]:
     """Every node loaded and every static data input resolved, in dependency order."""
-    nodes = {name: load_node(name, raw, base, assets, f"{where}: jobs.{name}")
+    nodes = {name: load_node(name, raw, base=base, assets=assets, where=f"{where}: jobs.{name}")
              for name, raw in (jobs or {}).items()}
     for node in nodes.values():
         for key, binding in (node.raw.get("inputs") or {}).items():
@@ -113,7 +113,7 @@ def build_nodes(jobs: dict, base: Path, assets: AssetMap, where: str) -> list[No
                             f"({' -> '.join(err.args[1])}); break the cycle") from err
 
 
-def bind(binding, decl: dict, scope: Scope, key: str) -> Value:
+def bind(binding, decl: SpecData, scope: Scope, key: str) -> Value:
     """A node input binding -> its value in this pipeline."""
     kind = str((decl or {}).get("type") or "")
     if isinstance(binding, dict):
@@ -181,7 +181,7 @@ def node_outputs(node: Node, scope: Scope) -> dict[str, OutputSpec]:
     return specs
 
 
-def definition_for(node: Node) -> dict:
+def definition_for(node: Node) -> SpecData:
     """The component with the node's own overrides (distribution, resources, ...) applied."""
     merged = {**node.definition, **{k: node.raw[k] for k in OVERRIDES if k in node.raw}}
     if "environment_variables" in node.raw:

@@ -18,6 +18,7 @@ from mlops.runtime.mlflow_server import Server
 from mlops.runtime.spark import spark_task
 from mlops.runtime.tasks import TaskSource, command_task, experiment_name
 from mlops.runtime.uris import AssetMap
+from mlops.specs import SpecData
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +36,7 @@ class JobRequest:
     debug: DebugRequest | None = None  # DEBUG=: the one process to debug
 
 
-def services_note(data: dict, wd: Path) -> str:
+def services_note(data: SpecData, wd: Path) -> str:
     """What a job's `services:` (VS Code, JupyterLab, TensorBoard, SSH into its node) become
     here, where the job's node is this machine: "" when it asks for none."""
     services = data.get("services") or {}

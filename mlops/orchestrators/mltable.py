@@ -59,7 +59,7 @@ def read_table(folder: Path, where: str):
     return pd.concat(frames, ignore_index=True)
 
 
-def _read(reader: str, options: dict, path: Path):
+def _read(reader: str, options: dict[str, object], path: Path):
     import pandas as pd
 
     if reader == "read_parquet":

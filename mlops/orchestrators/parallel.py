@@ -28,6 +28,7 @@ from mlops.runtime import engine, minibatch
 from mlops.runtime.placement import Placement
 from mlops.runtime.tasks import Task, TaskSource, code_path, variables
 from mlops.runtime.values import OutputSpec, Value
+from mlops.specs import SpecData
 
 INPUT_REF = re.compile(r"^\$\{\{\s*inputs\.([\w.-]+)\s*\}\}$")
 OUTPUT_REF = re.compile(r"^\$\{\{\s*outputs\.([\w.-]+)\s*\}\}$")
@@ -49,7 +50,7 @@ def batch_size(text, tabular: bool, where: str) -> int:
     return int(match.group(1)) * UNITS[match.group(2).lower()]
 
 
-def input_name(definition: dict, inputs: dict[str, Value], where: str) -> str:
+def input_name(definition: SpecData, inputs: dict[str, Value], where: str) -> str:
     match = INPUT_REF.match(str(definition.get("input_data") or ""))
     if not match or match.group(1) not in inputs or not inputs[match.group(1)].is_data:
         raise LocalRunError(f"{where}.input_data: name one of the node's data inputs as "
@@ -57,7 +58,7 @@ def input_name(definition: dict, inputs: dict[str, Value], where: str) -> str:
     return match.group(1)
 
 
-def table_batches(value: Value, size: int, work: Path, where: str) -> list[dict]:
+def table_batches(value: Value, size: int, work: Path, where: str) -> list[SpecData]:
     """The table's rows in mini-batches of about `size` bytes, each saved as a CSV."""
     frame = read_table(Path(value.path), where)
     per_row = max(1, len(frame.to_csv(index=False).encode()) // max(1, len(frame)))
@@ -85,7 +86,7 @@ def file_batches(name: str, value: Value, size: int, folder: Path) -> list[list[
     return [files[i:i + size] for i in range(0, len(files), size)]
 
 
-def rows_target(task_def: dict, outputs: dict[str, OutputSpec], where: str) -> str | None:
+def rows_target(task_def: SpecData, outputs: dict[str, OutputSpec], where: str) -> str | None:
     """`append_row_to: ${{outputs.x}}`: the output to write the rows to (None: not asked)."""
     text = str(task_def.get("append_row_to") or "").strip()
     if not text:
@@ -124,7 +125,7 @@ def node_task(source: TaskSource, max_procs: int) -> Task:
                 address=source.address)
 
 
-def run_node(definition: dict, task: Task, rt: engine.Runtime) -> minibatch.Driven:
+def run_node(definition: SpecData, task: Task, rt: engine.Runtime) -> minibatch.Driven:
     """Plan the mini-batches, run the processes, write the rows."""
     where = task.where
     name = input_name(definition, task.inputs, where)

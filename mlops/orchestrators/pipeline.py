@@ -37,10 +37,10 @@ from mlops.runtime.spark import spark_task
 from mlops.runtime.tasks import Task, TaskSource, command_task, experiment_name
 from mlops.runtime.uris import AssetMap
 from mlops.runtime.values import job_inputs, job_outputs
-from mlops.specs import flag
+from mlops.specs import SpecData, flag
 
 
-def node_source(node: Node, scope: Scope, definition: dict) -> TaskSource:
+def node_source(node: Node, scope: Scope, definition: SpecData) -> TaskSource:
     """What a node's task is built from: its definition, bound to this pipeline."""
     return TaskSource(definition=definition, base=node.base,
                       folder=scope.folder / "steps" / node.name, assets=scope.assets,
@@ -99,9 +99,9 @@ def run_sweep_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
         ctx = TrialContext(folder=folder, assets=scope.assets, where=f"{node.where}.trial",
                            name=node.name, experiment=scope.experiment, parent=run.run_id,
                            address=(*scope.path, node.name))
-        make = trial_factory(definition_for(node), node.base, node_inputs(node, scope), outputs,
-                             ctx)
-        best = sweep(node.raw, rt, folder, run.run_id, make).best
+        make = trial_factory(definition_for(node), node.base,
+                             inputs=node_inputs(node, scope), outputs=outputs, ctx=ctx)
+        best = sweep(node.raw, rt, folder=folder, parent_run=run.run_id, make_task=make).best
         paths = publish(best.folder, outputs, folder) if best else {}
         scope.steps[node.name] = {k: Produced(outputs[k].type, Path(v))
                                   for k, v in paths.items()}

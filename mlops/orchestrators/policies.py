@@ -60,7 +60,7 @@ def _worse(a: float, b: float, maximize: bool) -> bool:
     return a < b if maximize else a > b
 
 
-def bandit(trial: History, others: Sequence[History], interval: int, policy: Policy,
+def bandit(trial: History, others: Sequence[History], *, interval: int, policy: Policy,
            maximize: bool) -> bool:
     peers = [h[:interval] for h in [trial, *others] if h]
     leader = _best([_best(h, maximize) for h in peers], maximize)
@@ -82,7 +82,7 @@ def median_stopping(trial: History, others: Sequence[History], interval: int,
     return _worse(_best(trial[:interval], maximize), statistics.median(averages), maximize)
 
 
-def truncation_selection(trial: History, others: Sequence[History], interval: int,
+def truncation_selection(trial: History, others: Sequence[History], *, interval: int,
                          percentage: float, maximize: bool) -> bool:
     """Others must have reached the interval; each trial ranks by its value at it."""
     values = [h[interval - 1] for h in others if len(h) >= interval]
@@ -93,19 +93,20 @@ def truncation_selection(trial: History, others: Sequence[History], interval: in
     return strictly_worse < cut  # the trial is among the `cut` lowest
 
 
-def should_stop(policy: Policy, trial: History, others: Sequence[History],
+def should_stop(policy: Policy, trial: History, *, others: Sequence[History],
                 finished: Sequence[History] = (), maximize: bool = True) -> bool:
     """Decide at the trial's latest interval; `others` are running trials, `finished` done."""
     interval = len(trial)
     if policy.type == "none" or not policy.applies_at(interval):
         return False
     if policy.type == "bandit":
-        return bandit(trial, [*others, *finished], interval, policy, maximize)
+        return bandit(trial, [*others, *finished], interval=interval, policy=policy,
+                      maximize=maximize)
     if policy.type == "median_stopping":
         return median_stopping(trial, [*others, *finished], interval, maximize)
     if policy.type == "truncation_selection":
         peers = list(others) if policy.exclude_finished_jobs else [*others, *finished]
-        return truncation_selection(trial, peers, interval, policy.truncation_percentage,
-                                    maximize)
+        return truncation_selection(trial, peers, interval=interval,
+                                    percentage=policy.truncation_percentage, maximize=maximize)
     raise ValueError(f"early_termination type '{policy.type}' is not supported locally: use "
                      "bandit, median_stopping or truncation_selection")

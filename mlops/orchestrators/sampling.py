@@ -15,6 +15,7 @@ from statistics import NormalDist
 import optuna
 
 from mlops.errors import LocalRunError
+from mlops.specs import SpecData
 
 _EPS = 1e-9
 
@@ -23,7 +24,7 @@ def _q(value: float, q) -> float:
     return round(value / float(q)) * float(q) if q else value
 
 
-def sample(trial: optuna.Trial, name: str, p: dict):
+def sample(trial: optuna.Trial, name: str, p: SpecData):
     kind = p["type"]
     if kind == "choice":
         return trial.suggest_categorical(name, list(p["values"]))
@@ -41,7 +42,7 @@ def sample(trial: optuna.Trial, name: str, p: dict):
     raise LocalRunError(f"search_space.{name}: type {kind} is not an Azure search space type")
 
 
-def make_study(algorithm, space: dict, maximize: bool) -> optuna.Study:
+def make_study(algorithm, space: SpecData, maximize: bool) -> optuna.Study:
     kind = str(algorithm.get("type") if isinstance(algorithm, dict) else algorithm).lower()
     seed = algorithm.get("seed") if isinstance(algorithm, dict) else None
     samplers = {"random": optuna.samplers.RandomSampler, "grid": optuna.samplers.RandomSampler,

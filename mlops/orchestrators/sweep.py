@@ -35,13 +35,14 @@ from mlops.runtime.values import (
     job_outputs,
     render_literal,
 )
+from mlops.specs import SpecData
 
 POLL_S = 0.5
 
 
 @dataclass
 class Settings:
-    space: dict
+    space: SpecData
     metric: str
     maximize: bool
     policy: Policy
@@ -52,7 +53,7 @@ class Settings:
     algorithm: object
 
     @classmethod
-    def from_spec(cls, data: dict, max_procs: int) -> Settings:
+    def from_spec(cls, data: SpecData, max_procs: int) -> Settings:
         space = data.get("search_space") or {}
         limits = data.get("limits") or {}
         algorithm = data.get("sampling_algorithm", "random")
@@ -105,8 +106,8 @@ class SweepSummary:
     best: TrialRow | None
     metrics_logged: list[str]
 
-    def to_json(self) -> dict:
-        def row(r: TrialRow) -> dict:
+    def to_json(self) -> dict[str, object]:
+        def row(r: TrialRow) -> dict[str, object]:
             return {**asdict(r), "status": str(r.status), "folder": str(r.folder),
                     "log": str(r.log) if r.log else None}
 
@@ -164,8 +165,8 @@ class Sweep:
         done = [t.history for t in self.trials if t.status != Status.RUNNING and t.history]
         while trial.evaluated < len(trial.history):
             trial.evaluated += 1
-            if should_stop(self.s.policy, trial.history[:trial.evaluated], others, done,
-                           self.s.maximize):
+            if should_stop(self.s.policy, trial.history[:trial.evaluated], others=others,
+                           finished=done, maximize=self.s.maximize):
                 print(f"trial {trial.number}: early-terminated at interval {trial.evaluated} "
                       f"({self.s.policy.type})", flush=True)
                 return True
@@ -250,7 +251,7 @@ def last_error(log: Path | None) -> str:
     return (errors or lines or ["(empty log)"])[-1]
 
 
-def sweep(data: dict, rt: engine.Runtime, folder: Path, parent_run: str,
+def sweep(data: SpecData, rt: engine.Runtime, *, folder: Path, parent_run: str,
           make_task: TrialMaker) -> SweepSummary:
     """Run the trials; write sweep_summary.json in `folder`; return the summary."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -289,7 +290,7 @@ class TrialContext:
     address: tuple[str, ...] = ()  # a sweep node's place in its pipeline (DEBUG=<node>/trial:N)
 
 
-def trial_factory(trial_def: dict, base: Path, inputs: dict[str, Value],
+def trial_factory(trial_def: SpecData, base: Path, *, inputs: dict[str, Value],
                   outputs: dict[str, OutputSpec], ctx: TrialContext) -> TrialMaker:
     """Trials run the trial command with the sampled values as ${{search_space.x}} and, for a
     component trial, as the inputs of the same names (as pipeline sweep nodes bind them)."""
@@ -325,8 +326,8 @@ def run_sweep_job(job: Job, rt: engine.Runtime) -> int:
             watchdog.guarding(rt.root, run.run_id, rt.tracking.uri):
         ctx = TrialContext(folder=rt.root, assets=job.assets, where=f"{path}: trial",
                            name=job.name, experiment=experiment, parent=run.run_id)
-        best = sweep(data, rt, rt.root, run.run_id,
-                     trial_factory(trial_def, base, inputs, outputs, ctx)).best
+        make = trial_factory(trial_def, base, inputs=inputs, outputs=outputs, ctx=ctx)
+        best = sweep(data, rt, folder=rt.root, parent_run=run.run_id, make_task=make).best
         if best:
             publish(best.folder, outputs, rt.root)
         run.close(RunStatus.FINISHED if best else RunStatus.FAILED)

@@ -25,7 +25,7 @@ ACTIVE = "MLOPS_DEBUGGING"  # set once a debugger is in: the runtime's timeouts 
 REMIND_S = 60
 
 
-def _settings() -> dict:
+def _settings() -> dict[str, object]:
     try:
         return json.loads(os.environ.get(VARIABLE, "") or "{}")
     except ValueError:
@@ -54,7 +54,7 @@ def install() -> None:
         activate(settings, wait=True)
 
 
-def activate(settings: dict | None = None, wait: bool = True) -> None:
+def activate(settings: dict[str, object] | None = None, wait: bool = True) -> None:
     """Take the debugger in this process (nothing when the runtime chose none)."""
     settings = settings or _settings()
     if not settings:
@@ -67,7 +67,7 @@ def activate(settings: dict | None = None, wait: bool = True) -> None:
         _debugpy(settings, wait)
 
 
-def _debugpy(settings: dict, wait: bool) -> None:
+def _debugpy(settings: dict[str, object], wait: bool) -> None:
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # frozen stdlib: no warning
     if settings.get("source"):  # pydevd reads the mapping when it is imported
         os.environ["PATHS_FROM_ECLIPSE_TO_PYTHON"] = json.dumps(

@@ -126,7 +126,7 @@ def free_or_refuse(port: int) -> int:
         return sock.getsockname()[1]
 
 
-def plan(request: DebugRequest, processes: int, wd: Path, code: Path,
+def plan(request: DebugRequest, processes: int, *, wd: Path, code: Path,
          source: Path | None) -> DebugPlan:
     """The chosen process's index and its MLOPS_DEBUG variable (`code`: where the snapshot
     holds the source folder's files)."""

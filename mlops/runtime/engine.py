@@ -129,7 +129,7 @@ def resolve(task: Task, rt: Runtime) -> Resolved:
         raise LocalRunError(f"{task.where}: {err}") from None
     debug = None
     if rt.debug is not None and not rt.debug_taken and rt.debug.matches(task.address):
-        debug = debugging.plan(rt.debug, len(overlays.envs), wd, code_at, task.code)
+        debug = debugging.plan(rt.debug, len(overlays.envs), wd=wd, code=code_at, source=task.code)
         rt.debug_taken = True
     return Resolved(inputs, outputs, command, wd, code_at, overlays, debug)
 
@@ -196,7 +196,7 @@ def previous_run(folder: Path, rt: Runtime) -> str | None:
             raise LocalRunError(f"{folder} is in use by a local run (pid {record.pid}); "
                                 "wait for it, stop it, or use another --run-dir")
         if record.mlflow_run_id:
-            rt.tracking.finish(record.mlflow_run_id, RunStatus.KILLED, record.started_ms,
+            rt.tracking.finish(record.mlflow_run_id, RunStatus.KILLED, since_ms=record.started_ms,
                                only_running=True)
     return record.mlflow_run_id
 
@@ -216,7 +216,8 @@ def start(task: Task, rt: Runtime, *, echo: bool = True, label: str = "") -> Run
         job = launch_processes(task, rt, resolved, variables, echo=echo, label=label)
     TaskRecord(Status.RUNNING, run.run_id, pid=os.getpid(), started_ms=run.since_ms,
                outputs=resolved.outputs).write(task.folder)
-    guard = watchdog.start(task.folder, run.run_id, rt.tracking.uri, [p.pid for p in job.procs])
+    guard = watchdog.start(task.folder, run.run_id, store=rt.tracking.uri,
+                           pgids=[p.pid for p in job.procs])
     return Running(task, job, run, resolved.outputs, time.monotonic(), guard,
                    resolved.debug is not None)
 

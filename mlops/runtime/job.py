@@ -22,7 +22,7 @@ from mlops.errors import LocalRunError
 from mlops.project import project
 from mlops.runtime.records import RunRecord
 from mlops.runtime.uris import AssetMap
-from mlops.specs import Spec
+from mlops.specs import Spec, SpecData
 
 LOCK = ".lock"
 
@@ -35,7 +35,7 @@ class Job:
     assets: AssetMap
 
     @property
-    def data(self) -> dict:
+    def data(self) -> SpecData:
         return self.spec.data
 
     @property

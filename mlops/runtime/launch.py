@@ -50,7 +50,7 @@ def share_cores(env: dict[str, str], processes: int) -> None:
         env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // processes))
 
 
-def install_signal_handlers() -> dict:
+def install_signal_handlers() -> dict[int, object]:
     """Signals only record themselves; the runner acts on them at its next safe point (an
     exception thrown at an arbitrary line could land inside subprocess or MLflow internals and
     lose track of a child). A second signal acts at once."""
@@ -65,7 +65,7 @@ def install_signal_handlers() -> dict:
                                                          signal.SIGHUP)}
 
 
-def restore_signal_handlers(previous: dict) -> None:
+def restore_signal_handlers(previous: dict[int, object]) -> None:
     for sig, handler in previous.items():
         signal.signal(sig, handler)
 

@@ -51,7 +51,7 @@ class Limits:
     mini_batch_error_threshold: int = -1
 
     @classmethod
-    def from_spec(cls, data: dict) -> Limits:
+    def from_spec(cls, data: dict[str, object]) -> Limits:
         return cls(int(data.get("error_threshold", -1)),
                    int(data.get("mini_batch_error_threshold", -1)))
 
@@ -155,7 +155,7 @@ def queue(batches: list, work: Path) -> int:
     return len(batches)
 
 
-def outcomes(work: Path) -> list[dict]:
+def outcomes(work: Path) -> list[dict[str, object]]:
     return [json.loads(p.read_text()) for p in sorted((work / "results").glob("*.json"))]
 
 

@@ -78,7 +78,7 @@ def take_debugger() -> None:
         _mlops_debug.activate(wait=True)
 
 
-def score(module, batch: list[str], retries: int, timeout: int) -> dict:
+def score(module, batch: list[str], retries: int, timeout: int) -> dict[str, object]:
     error = ""
     debugging = bool(os.environ.get("MLOPS_DEBUGGING"))  # a breakpoint may pause run()
     for attempt in range(1, retries + 2):

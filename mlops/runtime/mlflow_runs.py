@@ -117,10 +117,10 @@ class Tracking:
         or use it as a context manager: it ends KILLED if interrupted, FAILED on any other
         exception, unless it was closed first. `process`: a process of the task logs into it
         (and may open runs below it, which close with it)."""
-        return OpenRun(self, self._create(experiment, name, tags, parent, reopen),
-                       now_ms() if process else None)
+        run_id = self._create(experiment, name, tags=tags, parent=parent, reopen=reopen)
+        return OpenRun(self, run_id, now_ms() if process else None)
 
-    def _create(self, experiment: str, name: str, tags: dict[str, str], parent: str | None,
+    def _create(self, experiment: str, name: str, *, tags: dict[str, str], parent: str | None,
                 reopen: str | None) -> str:
         if reopen:
             try:
@@ -133,7 +133,7 @@ class Tracking:
         run = self.client.create_run(self.experiment_id(experiment), run_name=name, tags=tags)
         return run.info.run_id
 
-    def finish(self, run_id: str, status: RunStatus, since_ms: int | None = None,
+    def finish(self, run_id: str, status: RunStatus, *, since_ms: int | None = None,
                exit_ms: int | None = None, only_running: bool = False) -> None:
         """End `run_id` and the runs the job opened below it: any left RUNNING, and, when the
         job failed or was stopped, those its dying process closed as FINISHED (MLflow's exit
@@ -217,7 +217,7 @@ class OpenRun:
             return
         self.closed = True
         final = status.run_status if isinstance(status, Status) else status
-        self.tracking.finish(self.run_id, final, self.since_ms, exit_ms)
+        self.tracking.finish(self.run_id, final, since_ms=self.since_ms, exit_ms=exit_ms)
 
     def __enter__(self) -> OpenRun:
         return self

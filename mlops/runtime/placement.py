@@ -18,6 +18,7 @@ from typing import NamedTuple
 from mlops.errors import LocalRunError
 from mlops.runtime import devices
 from mlops.runtime.launch import LOCALHOST, free_port
+from mlops.specs import SpecData
 
 KINDS = ("pytorch", "mpi", "tensorflow")
 
@@ -63,7 +64,7 @@ class Placement:
     copies: int = 1
 
     @classmethod
-    def from_spec(cls, data: dict, where: str) -> Placement:
+    def from_spec(cls, data: SpecData, where: str) -> Placement:
         resources = data.get("resources") if isinstance(data.get("resources"), dict) else {}
         nodes = _count(resources.get("instance_count"), "instance_count", f"{where}.resources", 1)
         return cls(Distribution.from_spec(data.get("distribution"), where), max(1, nodes))

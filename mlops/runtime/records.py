@@ -56,12 +56,12 @@ class Status(StrEnum):
         return self in (Status.COMPLETED, Status.REUSED)
 
 
-def _padded(record: dict) -> bytes:
+def _padded(record: dict[str, object]) -> bytes:
     text = json.dumps(record, indent=2) + "\n"
     return (text + " " * max(0, RESERVED - len(text) - 1) + "\n").encode()
 
 
-def write_json(path: Path, record: dict) -> None:
+def write_json(path: Path, record: dict[str, object]) -> None:
     """`record` replaced atomically: a reader sees the old one or the new, never half. On a full
     disk it is written over the old one in place, in the space the first record reserved (JSON
     allows the trailing blanks)."""
@@ -78,7 +78,7 @@ def write_json(path: Path, record: dict) -> None:
             handle.write(data)
 
 
-def read_json(path: Path) -> dict | None:
+def read_json(path: Path) -> dict[str, object] | None:
     """The JSON object in `path`; None when it is missing or damaged."""
     try:
         record = json.loads(path.read_text())

@@ -29,7 +29,7 @@ from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.records import RunStatus, Status, TaskRecord
 from mlops.runtime.snapshot import code_files
 from mlops.runtime.tasks import Task
-from mlops.specs import flag
+from mlops.specs import SpecData, flag
 
 INDEX = ".reuse"
 
@@ -120,10 +120,10 @@ class StepIndex:
 
     def __init__(self, runs: Path):
         self.folder = runs / INDEX
-        self._hashes: dict | None = None
+        self._hashes: dict[str, object] | None = None
 
     @property
-    def hashes(self) -> dict:
+    def hashes(self) -> dict[str, object]:
         if self._hashes is None:
             try:
                 self._hashes = json.loads((self.folder / "hashes.json").read_text())
@@ -174,7 +174,7 @@ class StepIndex:
         os.replace(tmp, self.folder / f"{key}.json")
 
 
-def deterministic(definition: dict) -> bool:
+def deterministic(definition: SpecData) -> bool:
     return flag(definition.get("is_deterministic"), default=True)
 
 

@@ -23,6 +23,7 @@ from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
 from mlops.runtime.placement import Placement
 from mlops.runtime.tasks import Task, TaskSource, time_limit, variables
+from mlops.specs import SpecData
 
 CONF_DIR = Path(__file__).parent / "spark_conf"
 
@@ -112,7 +113,7 @@ def line_for(resources, compute, where: str) -> ChosenLine:
     return ChosenLine(line, notes)
 
 
-def spark_conf(data: dict) -> dict[str, str]:
+def spark_conf(data: SpecData) -> dict[str, str]:
     """The spec's `conf` as Spark reads it: spark.* names, booleans in Spark's spelling."""
     conf = {}
     for key, value in (data.get("conf") or {}).items():
@@ -146,14 +147,15 @@ def local_master(conf: dict[str, str], where: str, cores: int | None = None) -> 
                   f"machine has {have}: local[{have}]")
 
 
-def _listed(data: dict, key: str, where: str) -> list[str]:
+def _listed(data: SpecData, key: str, where: str) -> list[str]:
     value = data.get(key) or []
     if not isinstance(value, list):
         raise LocalRunError(f"{where}.{key}: a list of files relative to code:")
     return [str(v) for v in value]
 
 
-def submit_command(data: dict, name: str, master: str, conf: dict[str, str], entry: str) -> str:
+def submit_command(data: SpecData, name: str, *, master: str, conf: dict[str, str],
+                   entry: str) -> str:
     """The spark-submit line; `args` follow the entry raw, as Azure substitutes them."""
     words = ["spark-submit", "--master", master, "--name", name]
     for key, flag in FILE_LISTS:
@@ -168,7 +170,7 @@ def submit_command(data: dict, name: str, master: str, conf: dict[str, str], ent
     return f"{line} {args}".rstrip()
 
 
-def _entry(data: dict, code: Path | None, base: Path, where: str) -> str:
+def _entry(data: SpecData, code: Path | None, base: Path, where: str) -> str:
     entry = data.get("entry") or {}
     if not isinstance(entry, dict) or not entry.get("file"):
         raise LocalRunError(f"{where}.entry: give entry.file, the Python file Spark runs "
@@ -200,8 +202,8 @@ def spark_task(source: TaskSource) -> SparkTask:
                      "in jars: instead")
     env_vars = {"SPARK_CONF_DIR": str(CONF_DIR), "SPARK_LOCAL_IP": "127.0.0.1",
                 "PYTHONUNBUFFERED": "1", **variables(data.get("environment_variables"))}
-    command = submit_command(data, source.name, master.url, conf,
-                             _entry(data, code, base, where))
+    command = submit_command(data, source.name, master=master.url, conf=conf,
+                             entry=_entry(data, code, base, where))
     task = Task(
         name=source.name, command=command, where=where, folder=source.folder, code=code,
         inputs=source.bound_inputs(), outputs=source.bound_outputs(),
@@ -213,7 +215,7 @@ def spark_task(source: TaskSource) -> SparkTask:
     return SparkTask(task, notes)
 
 
-def _identity_note(data: dict, where: str) -> list[str]:
+def _identity_note(data: SpecData, where: str) -> list[str]:
     identity = data.get("identity")
     kind = identity.get("type") if isinstance(identity, dict) else None
     if not kind:

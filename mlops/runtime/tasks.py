@@ -14,7 +14,7 @@ from mlops.errors import LocalRunError
 from mlops.runtime.placement import Placement
 from mlops.runtime.uris import AssetMap, is_remote
 from mlops.runtime.values import OutputSpec, Value, job_inputs, job_outputs
-from mlops.specs import SpecError, load_spec
+from mlops.specs import SpecData, SpecError, load_spec
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Task:
 class Component(NamedTuple):
     """A component's definition and the folder its relative paths start from."""
 
-    data: dict
+    data: SpecData
     base: Path
 
 
@@ -72,7 +72,7 @@ def code_path(code, base: Path, where: str) -> Path | None:
     return (base / code.removeprefix("file:")).resolve()
 
 
-def time_limit(data: dict, where: str) -> float:
+def time_limit(data: SpecData, where: str) -> float:
     """A command job's (or node's) limits.timeout in seconds; 0 when it sets none."""
     value = (data.get("limits") or {}).get("timeout")
     if value in (None, ""):
@@ -88,7 +88,7 @@ def time_limit(data: dict, where: str) -> float:
     return seconds
 
 
-def experiment_name(data: dict) -> str:
+def experiment_name(data: SpecData) -> str:
     """Azure's default experiment is the name of the folder the job is submitted from."""
     return str(data.get("experiment_name") or Path.cwd().name)
 
@@ -119,7 +119,7 @@ class TaskSource:
     job, a component with a node's overrides, an inline node), where its relative paths start,
     where the task runs, and how it is named, tracked and bound."""
 
-    definition: dict
+    definition: SpecData
     base: Path  # where the definition's relative paths start
     folder: Path  # the task's folder
     assets: AssetMap

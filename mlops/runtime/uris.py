@@ -80,7 +80,7 @@ class AssetMap:
         self.file = Path(path)
         self.mapping = load_map(self.file)
 
-    def local_path(self, reference, key: str, base: Path, must_exist: bool = True,
+    def local_path(self, reference, key: str, base: Path, *, must_exist: bool = True,
                    bare: bool = False, what: str = "local path") -> Path:
         """A local path for `reference`: remote ones through the map, others relative to base.
         bare: the reference is the key's whole value (`raw: azureml:x@latest`, `component:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mlops.errors import LocalRunError
 from mlops.runtime.uris import AssetMap
-from mlops.specs import REF
+from mlops.specs import REF, SpecData
 
 OPTIONAL = re.compile(r"\$\[\[(.*?)\]\]", re.DOTALL)
 DATA_TYPES = {"uri_file", "uri_folder", "mltable", "custom_model", "mlflow_model",
@@ -55,7 +55,7 @@ def render_literal(value) -> str:
     return str(value)
 
 
-def data_value(definition: dict, key: str, base: Path, assets: AssetMap) -> Value:
+def data_value(definition: SpecData, key: str, base: Path, assets: AssetMap) -> Value:
     kind = str(definition.get("type") or "uri_folder")
     path = definition.get("path")
     if path is None:
@@ -74,7 +74,7 @@ def input_value(value, key: str, base: Path, assets: AssetMap) -> Value:
     return Value(None if value is None else render_literal(value))
 
 
-def job_inputs(inputs: dict | None, base: Path, assets: AssetMap,
+def job_inputs(inputs: SpecData | None, base: Path, assets: AssetMap,
                prefix: str = "inputs") -> dict[str, Value]:
     return {name: input_value(value, f"{prefix}.{name}", base, assets)
             for name, value in (inputs or {}).items()}
@@ -93,11 +93,11 @@ def output_spec(value) -> OutputSpec:
     return OutputSpec(kind, filename, mode=mode)
 
 
-def job_outputs(outputs: dict | None) -> dict[str, OutputSpec]:
+def job_outputs(outputs: SpecData | None) -> dict[str, OutputSpec]:
     return {name: output_spec(value) for name, value in (outputs or {}).items()}
 
 
-def render_command(command: str, values: dict[str, dict], where: str) -> str:
+def render_command(command: str, values: dict[str, dict[str, str | None]], where: str) -> str:
     """Substitute ${{scope.name}} raw; values = {"inputs": {...}, "outputs": {...}, ...}."""
 
     def lookup(ref: str):

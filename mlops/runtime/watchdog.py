@@ -41,7 +41,7 @@ def alive(pid: int | None) -> bool:
 Guard = subprocess.Popen  # a started watchdog: release() lets it go
 
 
-def start(folder: Path, run_id: str, store: str, pgids: list[int],
+def start(folder: Path, run_id: str, *, store: str, pgids: list[int],
           since_ms: int | None = None) -> Guard:
     """`since_ms`: where the runs below `run_id` start (else the folder's status.json says)."""
     since = [f"since={since_ms}"] if since_ms is not None else []
@@ -55,7 +55,7 @@ def start(folder: Path, run_id: str, store: str, pgids: list[int],
 def guarding(folder: Path, run_id: str, store: str) -> Iterator[None]:
     """A run the launcher holds itself (a pipeline's or a sweep's root): if the launcher dies
     without a word, it and every run below it still RUNNING end KILLED."""
-    guard = start(folder, run_id, store, [], int(time.time() * 1000) - 1000)
+    guard = start(folder, run_id, store=store, pgids=[], since_ms=int(time.time() * 1000) - 1000)
     try:
         yield
     finally:
@@ -77,10 +77,10 @@ def end_orphaned_run(store: str, run_id: str, since_ms: int | None) -> None:
     from mlops.runtime.mlflow_runs import Tracking
     from mlops.runtime.records import RunStatus
 
-    Tracking(uri=store).finish(run_id, RunStatus.KILLED, since_ms, None, only_running=True)
+    Tracking(uri=store).finish(run_id, RunStatus.KILLED, since_ms=since_ms, only_running=True)
 
 
-def take_over(folder: Path, run_id: str, store: str, pgids: list[int],
+def take_over(folder: Path, run_id: str, *, store: str, pgids: list[int],
               since_ms: int | None = None) -> None:
     from dataclasses import replace
 
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     if said.endswith(DONE):
         return 0
     time.sleep(0.2)  # let the launcher's own last writes land first
-    take_over(Path(folder), run_id, store, [int(p) for p in pgids], since[0] if since else None)
+    take_over(Path(folder), run_id, store=store, pgids=[int(p) for p in pgids],
+              since_ms=since[0] if since else None)
     return 0
 
 

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from image_classifier.images import ImageError, open_image
 from image_classifier.predict import Service, predict
+from image_classifier.score_config import ScoreConfig
 
-BATCH = int(os.environ.get("SCORE_BATCH", "16"))  # images per forward pass
 log = logging.getLogger("image_classifier.batch_score")
+_config = ScoreConfig()  # init() reads the deployment's settings
 _service: Service | None = None
 _errors: Path | None = None
 
@@ -35,12 +36,14 @@ def _line(values: list) -> str:
 
 
 def init() -> None:
-    global _service, _errors
-    logging.basicConfig(level=os.environ.get("LOGGING_LEVEL", "INFO").upper())
-    _service = Service(os.environ["AZUREML_MODEL_DIR"], os.environ.get("SCORE_BACKEND", "auto"))
-    output = os.environ.get("AZUREML_BI_OUTPUT_PATH")
-    if output:
-        _errors = Path(output) / f"errors_{socket.gethostname()}_{os.getpid()}.csv"
+    global _config, _service, _errors
+    _config = ScoreConfig.from_env()
+    logging.basicConfig(level=_config.logging_level)
+    if not _config.model_dir:
+        raise RuntimeError("AZUREML_MODEL_DIR is not set: Azure sets it to the mounted model")
+    _service = Service(_config.model_dir, _config.backend, _config.threads)
+    if _config.output_path:
+        _errors = Path(_config.output_path) / f"errors_{socket.gethostname()}_{os.getpid()}.csv"
     log.info("loaded %s model for %s", _service.backend, _service.classes)
 
 
@@ -53,9 +56,10 @@ def _record_error(path: str, error: Exception) -> None:
 
 def rows(paths: list[str], images: list) -> list[str]:
     lines = []
-    for start in range(0, len(images), BATCH):
-        for path, result in zip(paths[start:start + BATCH],
-                                predict(_service, images[start:start + BATCH]), strict=True):
+    size = _config.batch
+    for start in range(0, len(images), size):
+        for path, result in zip(paths[start:start + size],
+                                predict(_service, images[start:start + size]), strict=True):
             probabilities = [result["probabilities"][c] for c in _service.classes]
             lines.append(_line([os.path.basename(path), result["label"], *probabilities]))
     return lines

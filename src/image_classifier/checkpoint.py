@@ -47,7 +47,7 @@ def _feed(digest, value, key: str = "") -> None:
         digest.update(f"{key}={value!r}\n".encode())
 
 
-def payload_digest(payload: dict) -> str:
+def payload_digest(payload: dict[str, object]) -> str:
     digest = hashlib.sha256()
     _feed(digest, {k: v for k, v in payload.items() if k != DIGEST})
     return digest.hexdigest()
@@ -87,7 +87,7 @@ def atomic_save(obj, path: Path) -> None:
         raise
 
 
-def load(path: Path) -> dict:
+def load(path: Path) -> dict[str, object]:
     """Load a checkpoint without unpickling code (tensors, numbers, strings and lists only),
     and check it holds what was written (files written before digests were: as they are)."""
     try:
@@ -118,7 +118,7 @@ def find_resumable(output_dir: str | os.PathLike) -> Path | None:
     return path if path.is_file() else None
 
 
-def write_model_dir(best: dict, model_dir: str | os.PathLike) -> Path:
+def write_model_dir(best: dict[str, object], model_dir: str | os.PathLike) -> Path:
     """The servable model: weights plus the metadata the scoring script rebuilds it from."""
     folder = Path(model_dir)
     atomic_save({key: best[key] for key in SERVING_KEYS}, folder / MODEL_FILE)
@@ -129,7 +129,7 @@ def write_model_dir(best: dict, model_dir: str | os.PathLike) -> Path:
     return folder
 
 
-def _write_metadata(folder: Path, metadata: dict) -> None:
+def _write_metadata(folder: Path, metadata: dict[str, object]) -> None:
     tmp = folder / f".{METADATA_FILE}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(metadata, indent=2) + "\n")
     os.replace(tmp, folder / METADATA_FILE)
@@ -159,13 +159,14 @@ def check_file(folder: Path, name: str) -> None:
 class TrainState:
     epoch: int = 0
     best_val_acc: float = -1.0
-    history: list[dict] = field(default_factory=list)
+    history: list[dict[str, float]] = field(default_factory=list)
     best_confusion: list[list[int]] = field(default_factory=list)
     mlflow_run_id: str = ""
-    config: dict = field(default_factory=dict)  # the config the checkpoint was trained with
+    config: dict[str, object] = field(default_factory=dict)  # what it was trained with
 
 
-def make_checkpoint(parts: dict, state: TrainState, cfg, classes, mean, std) -> dict:
+def make_checkpoint(parts: dict[str, object], state: TrainState, *, cfg, classes, mean,
+                    std) -> dict[str, object]:
     """parts: model, optimizer, scheduler (and scaler with fp16) -> one dict to save."""
     ckpt = {name: part.state_dict() for name, part in parts.items() if part is not None}
     return {**ckpt, "epoch": state.epoch, "best_val_acc": state.best_val_acc,
@@ -175,7 +176,7 @@ def make_checkpoint(parts: dict, state: TrainState, cfg, classes, mean, std) -> 
             "config": cfg.to_dict()}
 
 
-def restore(path: Path, parts: dict, cfg, classes) -> TrainState:
+def restore(path: Path, parts: dict[str, object], cfg, classes) -> TrainState:
     """Load `path` into parts (model, optimizer, ...); refuse a checkpoint of another model."""
     ckpt = load(path)
     mismatch = [key for key, ours in (("arch", cfg.arch), ("classes", list(classes)),

@@ -1,4 +1,6 @@
-"""Training configuration: one dataclass whose field names are the CLI flags and the YAML inputs.
+"""Configuration: one dataclass per entry point, whose field names are its CLI flags and its
+component's YAML input names (TrainConfig here; PrepConfig, EvaluateConfig, RegisterConfig and
+ExportConfig beside their steps).
 
 Azure ML passes every input as a string on the command line (booleans as ``True``/``False``), so
 the parser is generated from the dataclass and converts each value by the field's type.
@@ -10,6 +12,7 @@ import argparse
 import dataclasses
 import os
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
 
 @dataclass
@@ -79,7 +82,7 @@ class TrainConfig:
     def resolved_model_dir(self) -> str:
         return self.model_dir or os.path.join(self.output_dir, "model")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
@@ -94,6 +97,7 @@ def str2bool(value: str) -> bool:
 
 
 _CONVERTERS = {"bool": str2bool, "int": int, "float": float, "str": str}
+C = TypeVar("C")
 
 
 def build_parser(config_cls: type = TrainConfig) -> argparse.ArgumentParser:
@@ -104,7 +108,8 @@ def build_parser(config_cls: type = TrainConfig) -> argparse.ArgumentParser:
     )
     for f in fields(config_cls):
         kind = f.type if isinstance(f.type, str) else f.type.__name__
-        kwargs: dict = {"type": _CONVERTERS[kind], "help": f.metadata.get("help", "")}
+        kwargs: dict[str, object] = {"type": _CONVERTERS[kind],
+                                     "help": f.metadata.get("help", "")}
         if f.default is dataclasses.MISSING:
             kwargs["required"] = True
         else:
@@ -116,11 +121,16 @@ def build_parser(config_cls: type = TrainConfig) -> argparse.ArgumentParser:
     return parser
 
 
-def parse_config(argv: list[str] | None = None) -> TrainConfig:
-    parser = build_parser()
+def parse(config_cls: type[C], argv: list[str] | None = None) -> C:
+    """The entry point's config from its command line (exit 2 with the reason on a bad one)."""
+    parser = build_parser(config_cls)
     args = parser.parse_args(argv)
     try:
-        return TrainConfig(**vars(args))
+        return config_cls(**vars(args))
     except ValueError as err:
         parser.error(str(err))
         raise  # unreachable: parser.error exits
+
+
+def parse_config(argv: list[str] | None = None) -> TrainConfig:
+    return parse(TrainConfig, argv)

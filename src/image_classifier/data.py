@@ -11,12 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from PIL import Image
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 from torchvision import datasets, transforms
 from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms.functional import _compute_resized_output_size
 
+from .config import TrainConfig
+from .distributed import DistContext
 from .images import ImageError
-from .loading import ImageLoader, Problem, check, check_threads
+from .loading import ImageLoader, Problem, check, check_threads, collate
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +236,7 @@ def check_images(splits: list[SafeImageFolder], loader: ImageLoader, skip_bad: b
     return len(bad)
 
 
-def build_datasets(data: str | os.PathLike, image_size: int, skip_bad_images: bool = False,
+def build_datasets(data: str | os.PathLike, image_size: int, *, skip_bad_images: bool = False,
                    cache_root: Path | None = None, cache_images_mb: int = 0) -> DataBundle:
     root = resolve_data_root(data, cache_root)
     loader = ImageLoader(resize_size(image_size), cache_images_mb * 2**20)
@@ -256,3 +259,29 @@ def build_datasets(data: str | os.PathLike, image_size: int, skip_bad_images: bo
             raise DataError(f"{root / split}: every image of class(es) {', '.join(emptied)} was "
                             "unreadable; a class needs at least one readable image in each split.")
     return DataBundle(root, train, val, list(train.classes), skipped)
+
+
+@dataclass
+class Loaders:
+    """The training and validation loaders of one process (its shard)."""
+
+    train: DataLoader
+    val: DataLoader
+    sampler: DistributedSampler  # set_epoch() reshuffles the training shards
+
+
+def build_loaders(bundle: DataBundle, cfg: TrainConfig, ctx: DistContext,
+                  workers: int) -> Loaders:
+    # drop_last keeps rank shards disjoint (no padding duplicates); no effect with one process.
+    sampler = DistributedSampler(bundle.train, num_replicas=ctx.world_size, rank=ctx.rank,
+                                 shuffle=True, seed=cfg.seed, drop_last=True)
+    # A last batch of one image breaks BatchNorm (one value per channel at small sizes): drop
+    # it; the shuffle gives that image a place in another epoch.
+    lone = len(sampler) % cfg.batch_size == 1 and len(sampler) > 1
+    # Validation is sharded without padding so every image counts exactly once in the sums.
+    val_shard = Subset(bundle.val, range(ctx.rank, len(bundle.val), ctx.world_size))
+    common = {"batch_size": cfg.batch_size, "num_workers": workers, "collate_fn": collate,
+              "pin_memory": ctx.device.type == "cuda"}
+    train = DataLoader(bundle.train, sampler=sampler, drop_last=lone, **common)
+    val = DataLoader(val_shard, shuffle=False, **common)
+    return Loaders(train, val, sampler)

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from .data import DataError
+from .checkpoint import TrainState
+from .config import TrainConfig
+from .data import DataBundle, DataError, Loaders
 from .distributed import DistContext, all_reduce_sum
+from .loading import Problem
 
 
 class BadSampleError(DataError):
@@ -35,6 +38,35 @@ class PassResult:
     skipped: int = 0
 
 
+@dataclass(frozen=True)
+class Fast:
+    """How a pass runs on this hardware: its precision (fp32, bf16, fp16) and memory format."""
+
+    precision: str = "fp32"
+    channels_last: bool = False
+
+
+@dataclass
+class Training:
+    """Everything one training run works on, built once by train.setup()."""
+
+    bundle: DataBundle
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler | None  # fp16 only
+    loaders: Loaders
+    state: TrainState
+    fast: Fast
+    ddp: nn.Module | None = None  # the model wrapped for DistributedDataParallel (or itself)
+    criterion: nn.Module = field(default_factory=nn.CrossEntropyLoss)
+
+    def parts(self) -> dict[str, object]:
+        """What a checkpoint saves and restores."""
+        return {"model": self.model, "optimizer": self.optimizer, "scheduler": self.scheduler,
+                "scaler": self.scaler}
+
+
 def seed_epoch(seed: int, epoch: int, rank: int = 0) -> None:
     """Every (epoch, rank) draws from its own streams: ranks augment independently, and a
     resumed run repeats an uninterrupted one exactly."""
@@ -45,20 +77,20 @@ def seed_epoch(seed: int, epoch: int, rank: int = 0) -> None:
     torch.manual_seed(value)
 
 
-def autocast(ctx: DistContext, precision: str):
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+def autocast(ctx: DistContext, fast: Fast):
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(fast.precision)
     return torch.autocast(ctx.device.type, dtype=dtype or torch.float32,
                           enabled=dtype is not None)
 
 
-def _to_device(images, targets, ctx: DistContext, channels_last: bool):
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
+def _to_device(images, targets, ctx: DistContext, fast: Fast):
+    fmt = torch.channels_last if fast.channels_last else torch.contiguous_format
     non_blocking = ctx.device.type == "cuda"
     images = images.to(ctx.device, non_blocking=non_blocking, memory_format=fmt)
     return images, targets.to(ctx.device, non_blocking=non_blocking)
 
 
-def _raise_bad(problems: list, ctx: DistContext) -> None:
+def _raise_bad(problems: list[Problem], ctx: DistContext) -> None:
     """Every rank raises with the first bad file any rank found."""
     found = list(problems)
     if ctx.is_distributed:
@@ -71,7 +103,7 @@ def _raise_bad(problems: list, ctx: DistContext) -> None:
                          "or pass --skip_bad_images True to skip such files.")
 
 
-def _step_ready(count: int, problems: list, skip_bad: bool, ctx: DistContext) -> bool:
+def _step_ready(count: int, problems: list[Problem], skip_bad: bool, ctx: DistContext) -> bool:
     """Whether every rank can take this step; raises everywhere if any rank must stop."""
     fatal = 0 if skip_bad else len(problems)
     if not ctx.is_distributed:
@@ -84,7 +116,7 @@ def _step_ready(count: int, problems: list, skip_bad: bool, ctx: DistContext) ->
     return flags[1] == 0  # a rank with nothing left in this batch: all skip the step together
 
 
-def _reduce(loss_sum, correct, count, ctx, confusion=None, skipped=0) -> PassResult:
+def _reduce(loss_sum, correct, *, count, ctx, confusion=None, skipped=0) -> PassResult:
     parts = [torch.tensor([loss_sum, correct, count, skipped], dtype=torch.float64)]
     if confusion is not None:
         parts.append(confusion.flatten().to(torch.float64))
@@ -98,21 +130,22 @@ def _reduce(loss_sum, correct, count, ctx, confusion=None, skipped=0) -> PassRes
                       int(skipped))
 
 
-def train_one_epoch(model: nn.Module, loader, optimizer, criterion, ctx: DistContext,
-                    precision: str = "fp32", channels_last: bool = False, progress=None,
-                    skip_bad: bool = False, scaler=None) -> PassResult:
+def train_one_epoch(run: Training, cfg: TrainConfig, ctx: DistContext,
+                    progress=None) -> PassResult:
+    """One pass over this process's training shard (`progress`: a tqdm bar, or None)."""
+    model, optimizer, scaler = run.ddp or run.model, run.optimizer, run.scaler
     model.train()
     loss_sum, correct, count, skipped = 0.0, 0, 0, 0
-    for images, targets, problems in loader:
-        if not _step_ready(targets.numel(), problems, skip_bad, ctx):
+    for images, targets, problems in run.loaders.train:
+        if not _step_ready(targets.numel(), problems, cfg.skip_bad_images, ctx):
             skipped += len(problems)
             continue
         skipped += len(problems)
-        images, targets = _to_device(images, targets, ctx, channels_last)
+        images, targets = _to_device(images, targets, ctx, run.fast)
         optimizer.zero_grad(set_to_none=True)
-        with autocast(ctx, precision):
+        with autocast(ctx, run.fast):
             logits = model(images)
-            loss = criterion(logits, targets)
+            loss = run.criterion(logits, targets)
         if scaler is not None:  # fp16: scale the loss so small gradients do not underflow
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -127,23 +160,25 @@ def train_one_epoch(model: nn.Module, loader, optimizer, criterion, ctx: DistCon
         if progress is not None:
             progress.update(1)
             progress.set_postfix(loss=f"{loss_sum / count:.4f}", acc=f"{correct / count:.3f}")
-    return _reduce(loss_sum, correct, count, ctx, skipped=skipped)
+    return _reduce(loss_sum, correct, count=count, ctx=ctx, skipped=skipped)
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader, criterion, ctx: DistContext, num_classes: int,
-             precision: str = "fp32", channels_last: bool = False,
-             skip_bad: bool = False) -> PassResult:
+def evaluate(model: nn.Module, loader, ctx: DistContext, *, num_classes: int,
+             fast: Fast = Fast(), skip_bad: bool = False) -> PassResult:
+    """One pass over `loader` without gradients: cross-entropy loss (the training loss),
+    accuracy and the confusion matrix."""
+    criterion = nn.CrossEntropyLoss()
     model.eval()
     loss_sum, correct, count = 0.0, 0, 0
     confusion = torch.zeros(num_classes, num_classes, dtype=torch.long)
-    bad: list = []
+    bad: list[Problem] = []
     for images, targets, problems in loader:
         bad += problems
         if targets.numel() == 0:
             continue
-        images, targets = _to_device(images, targets, ctx, channels_last)
-        with autocast(ctx, precision):
+        images, targets = _to_device(images, targets, ctx, fast)
+        with autocast(ctx, fast):
             logits = model(images)
             loss = criterion(logits.float(), targets)
         predictions = logits.argmax(1)
@@ -152,7 +187,7 @@ def evaluate(model: nn.Module, loader, criterion, ctx: DistContext, num_classes:
         count += targets.numel()
         pairs = targets.cpu() * num_classes + predictions.cpu()
         confusion += torch.bincount(pairs, minlength=num_classes**2).view(num_classes, num_classes)
-    result = _reduce(loss_sum, correct, count, ctx, confusion, skipped=len(bad))
+    result = _reduce(loss_sum, correct, count=count, ctx=ctx, confusion=confusion, skipped=len(bad))
     if not skip_bad and result.skipped:  # every rank sees the same total: all raise together
         _raise_bad(bad, ctx)
     return result

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from . import exit_with
+from .config import build_parser as config_parser
+from .config import parse
 from .data import DataError, build_datasets
 from .distributed import DistContext
 from .engine import evaluate
@@ -31,58 +34,74 @@ from .tracking import confusion_figure
 log = logging.getLogger("image_classifier.evaluate")
 
 
-def evaluate_model(model_dir: str, data: str, batch_size: int = 32) -> dict:
-    loaded = load_model(model_dir)
-    bundle = build_datasets(data, loaded.image_size)
+@dataclass
+class EvaluateConfig:
+    """Evaluate a model folder on the validation split."""
+
+    model: str = field(metadata={"help": "model folder written by the trainer"})
+    data: str = field(metadata={"help": "ImageFolder with train/ and val/ (val/ is evaluated)"})
+    output: str = field(metadata={"help": "folder for metrics.json and confusion_matrix.png"})
+    batch_size: int = field(default=32, metadata={"help": "images per forward pass"})
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """metrics.json: how the model does on val/."""
+
+    val_acc: float
+    val_loss: float
+    val_count: int
+    classes: list[str]
+    confusion_matrix: list[list[int]]  # rows: true class, columns: predicted
+    recall: dict[str, float]  # per class
+
+
+def evaluate_model(cfg: EvaluateConfig) -> Metrics:
+    loaded = load_model(cfg.model)
+    bundle = build_datasets(cfg.data, loaded.image_size)
     if bundle.classes != loaded.classes:
-        raise DataError(f"{data}: classes {bundle.classes} differ from the model's "
+        raise DataError(f"{cfg.data}: classes {bundle.classes} differ from the model's "
                         f"{loaded.classes}.")
     bundle.val.transform = loaded.transform
     ctx = DistContext(0, 1, 0, torch.device("cpu"))
-    result = evaluate(loaded.model, DataLoader(bundle.val, batch_size=batch_size,
-                                               collate_fn=collate),
-                      torch.nn.CrossEntropyLoss(), ctx, len(loaded.classes))
+    loader = DataLoader(bundle.val, batch_size=cfg.batch_size, collate_fn=collate)
+    result = evaluate(loaded.model, loader, ctx, num_classes=len(loaded.classes))
     matrix = np.array(result.confusion)
     recall = matrix.diagonal() / np.maximum(matrix.sum(axis=1), 1)
-    return {"val_acc": result.acc, "val_loss": result.loss, "val_count": result.count,
-            "classes": loaded.classes, "confusion_matrix": result.confusion,
-            "recall": dict(zip(loaded.classes, recall.round(4).tolist(), strict=True))}
+    return Metrics(result.acc, result.loss, result.count, loaded.classes, result.confusion,
+                   dict(zip(loaded.classes, recall.round(4).tolist(), strict=True)))
 
 
-def write_outputs(metrics: dict, output: Path) -> None:
+def write_outputs(metrics: Metrics, output: Path) -> None:
     output.mkdir(parents=True, exist_ok=True)
-    (output / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    figure = confusion_figure(np.array(metrics["confusion_matrix"]), metrics["classes"])
+    (output / "metrics.json").write_text(json.dumps(asdict(metrics), indent=2) + "\n")
+    figure = confusion_figure(np.array(metrics.confusion_matrix), metrics.classes)
     figure.savefig(output / "confusion_matrix.png", dpi=100)
     if os.environ.get("MLFLOW_TRACKING_URI") or os.environ.get("MLFLOW_RUN_ID"):
         import mlflow
 
         with mlflow.start_run():
-            mlflow.log_metrics({"eval_val_acc": metrics["val_acc"],
-                                "eval_val_loss": metrics["val_loss"]})
+            mlflow.log_metrics({"eval_val_acc": metrics.val_acc,
+                                "eval_val_loss": metrics.val_loss})
             mlflow.log_figure(figure, "eval_confusion_matrix.png")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="Evaluate a model folder on val/.")
-    parser.add_argument("--model", required=True, help="model folder written by the trainer")
-    parser.add_argument("--data", required=True, help="ImageFolder with train/ and val/")
-    parser.add_argument("--output", required=True, help="folder for metrics.json and the plot")
-    parser.add_argument("--batch_size", type=int, default=32)
-    return parser
+    """The command line: a flag per field of EvaluateConfig (validation checks specs by it)."""
+    return config_parser(EvaluateConfig)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    cfg = parse(EvaluateConfig, argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
     try:
-        metrics = evaluate_model(args.model, args.data, args.batch_size)
+        metrics = evaluate_model(cfg)
     except (DataError, FileNotFoundError) as err:
         log.error("%s", err)
         return 2
-    write_outputs(metrics, Path(args.output))
-    log.info("val acc %.4f, loss %.4f on %d images", metrics["val_acc"], metrics["val_loss"],
-             metrics["val_count"])
+    write_outputs(metrics, Path(cfg.output))
+    log.info("val acc %.4f, loss %.4f on %d images", metrics.val_acc, metrics.val_loss,
+             metrics.val_count)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Export a model folder to ONNX, parity-checked against torch; optionally a gated int8 model.
 
-``python -m image_classifier.export --model_dir <folder> --data <imagefolder> [--int8]``
+``python -m image_classifier.export --model_dir <folder> --data <imagefolder> [--int8 True]``
 
 Writes ``model.onnx`` beside ``model.pt`` (the scoring script then serves it with onnxruntime),
 prints the largest absolute logit difference between onnxruntime and torch on up to 16
@@ -19,12 +19,15 @@ import logging
 import random
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from . import checkpoint, exit_with
+from .config import build_parser as config_parser
+from .config import parse
 from .data import DataError, build_datasets
 from .inference import find_model_file, load_model
 from .model import ModelError
@@ -97,8 +100,31 @@ def _top1(path: Path, images: np.ndarray) -> np.ndarray:
                            for i in range(0, len(images), 32)])
 
 
-def quantize_int8(folder: Path, bundle, transform, calibration: int = 128, seed: int = 0,
-                  keep: bool = False) -> dict:
+@dataclass(frozen=True)
+class Int8Report:
+    """The int8 gate, measured on the whole validation split."""
+
+    agreement: float  # top-1 agreement with the fp32 ONNX model
+    fp32_acc: float
+    int8_acc: float
+    val_images: int
+
+    @property
+    def kept(self) -> bool:
+        return self.agreement >= AGREEMENT and self.int8_acc >= self.fp32_acc - ACCURACY_DROP
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What export_model_dir wrote: model.onnx, its parity with torch, and the int8 gate."""
+
+    path: Path
+    difference: float  # max |onnxruntime - torch| logit on real validation images
+    int8: Int8Report | None = None
+
+
+def quantize_int8(folder: Path, bundle, transform, *, calibration: int = 128, seed: int = 0,
+                  keep: bool = False) -> Int8Report:
     """Write model.int8.onnx beside model.onnx and keep it only if it passes the gate (keep:
     whatever the gate says, for a speed benchmark of an untrained model)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
@@ -117,16 +143,14 @@ def quantize_int8(folder: Path, bundle, transform, calibration: int = 128, seed:
                         quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     fp32, int8 = _top1(folder / ONNX_FILE, images), _top1(target, images)
-    report = {"agreement": float((fp32 == int8).mean()), "fp32_acc": float((fp32 == labels).mean()),
-              "int8_acc": float((int8 == labels).mean()), "val_images": len(labels)}
-    report["kept"] = (report["agreement"] >= AGREEMENT and
-                      report["int8_acc"] >= report["fp32_acc"] - ACCURACY_DROP)
-    if not report["kept"] and not keep:
+    report = Int8Report(float((fp32 == int8).mean()), float((fp32 == labels).mean()),
+                        float((int8 == labels).mean()), len(labels))
+    if not report.kept and not keep:
         target.unlink(missing_ok=True)
     log.info("int8 gate on %d val images: top-1 agreement %.2f%% (>= %.0f%%), val acc %.4f vs "
-             "fp32 %.4f (within %.0f point): %s", report["val_images"], 100 * report["agreement"],
-             100 * AGREEMENT, report["int8_acc"], report["fp32_acc"], 100 * ACCURACY_DROP,
-             f"kept {target}" if report["kept"] else "failed, int8 model not kept")
+             "fp32 %.4f (within %.0f point): %s", report.val_images, 100 * report.agreement,
+             100 * AGREEMENT, report.int8_acc, report.fp32_acc, 100 * ACCURACY_DROP,
+             f"kept {target}" if report.kept else "failed, int8 model not kept")
     return report
 
 
@@ -136,45 +160,50 @@ def sample_batch(dataset, transform, count: int = 16) -> torch.Tensor:
     return torch.from_numpy(np.stack([image for image, _ in pairs]))
 
 
-def export_model_dir(model_dir: str, data: str, tolerance: float = 1e-4,
-                     int8: bool = False) -> tuple[Path, float, dict | None]:
-    loaded = load_model(model_dir)
-    folder = find_model_file(model_dir).parent
-    bundle = build_datasets(data, loaded.image_size)
+@dataclass
+class ExportConfig:
+    """Export a model folder to ONNX, parity-checked against torch; optionally a gated int8
+    model."""
+
+    model_dir: str = field(metadata={"help": "folder holding model.pt"})
+    data: str = field(metadata={"help": "ImageFolder: val/ for parity and the int8 gate, train/ "
+                                        "to calibrate"})
+    tolerance: float = field(default=1e-4, metadata={"help": "max |onnx - torch| logit"})
+    int8: bool = field(default=False, metadata={"help": "also write the gated int8 model"})
+
+
+def export_model_dir(cfg: ExportConfig) -> Exported:
+    loaded = load_model(cfg.model_dir)
+    folder = find_model_file(cfg.model_dir).parent
+    bundle = build_datasets(cfg.data, loaded.image_size)
     if bundle.classes != loaded.classes:
-        raise DataError(f"{data}: classes {bundle.classes} differ from the model's "
+        raise DataError(f"{cfg.data}: classes {bundle.classes} differ from the model's "
                         f"{loaded.classes}")
     path = folder / ONNX_FILE
     difference = export_onnx(loaded.model, sample_batch(bundle.val, loaded.transform), path,
-                             tolerance)
+                             cfg.tolerance)
     checkpoint.record_file(folder, ONNX_FILE)
-    report = quantize_int8(folder, bundle, loaded.transform) if int8 else None
-    if report and report["kept"]:
+    report = quantize_int8(folder, bundle, loaded.transform) if cfg.int8 else None
+    if report and report.kept:
         checkpoint.record_file(folder, INT8_FILE)
-    return path, difference, report
+    return Exported(path, difference, report)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="Export a model folder to ONNX (parity-checked).")
-    parser.add_argument("--model_dir", required=True, help="folder holding model.pt")
-    parser.add_argument("--data", required=True, help="ImageFolder: val/ for parity and the "
-                        "int8 gate, train/ to calibrate")
-    parser.add_argument("--tolerance", type=float, default=1e-4, help="max |onnx - torch| logit")
-    parser.add_argument("--int8", action="store_true", help="also write the gated int8 model")
-    return parser
+    """The command line: one flag per field of ExportConfig (validation checks specs against it)."""
+    return config_parser(ExportConfig)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    cfg = parse(ExportConfig, argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
     try:
-        path, difference, _ = export_model_dir(args.model_dir, args.data, args.tolerance,
-                                               args.int8)
+        exported = export_model_dir(cfg)
     except (DataError, FileNotFoundError, ParityError) as err:
         log.error("%s", err)
         return 2
     log.info("wrote %s; parity on real images: max |onnxruntime - torch| = %.2e (<= %.0e)",
-             path, difference, args.tolerance)
+             exported.path, exported.difference, cfg.tolerance)
     return 0
 
 

@@ -19,7 +19,7 @@ class LoadedModel:
     classes: list[str]
     image_size: int
     transform: object
-    metadata: dict
+    metadata: dict[str, object]
 
 
 def find_model_file(root: str | os.PathLike) -> Path:
@@ -41,7 +41,7 @@ def find_model_file(root: str | os.PathLike) -> Path:
 def load_model(root: str | os.PathLike) -> LoadedModel:
     """Rebuild through the training builders; weights_only loading never unpickles code."""
     ckpt = checkpoint.load(find_model_file(root))
-    model = build_model(ckpt["arch"], len(ckpt["classes"]), "none",
+    model = build_model(ckpt["arch"], len(ckpt["classes"]), weights="none",
                         image_size=ckpt["image_size"])
     model.load_state_dict(ckpt["model"])
     model.eval()

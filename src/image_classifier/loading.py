@@ -17,18 +17,13 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, DistributedSampler, Subset, default_collate
+from torch.utils.data import default_collate
 
-from .distributed import DistContext, usable_cores
+from .distributed import usable_cores
 from .images import Limits, open_image
-
-if TYPE_CHECKING:  # annotations only (data.py imports this module)
-    from .config import TrainConfig
-    from .data import DataBundle
 
 log = logging.getLogger(__name__)
 CHECK_SIDE = 32  # without a cache, the check decodes JPEGs at their smallest draft scale
@@ -98,27 +93,3 @@ def collate(batch: list) -> tuple[torch.Tensor, torch.Tensor, list[Problem]]:
         return torch.empty(0), torch.empty(0, dtype=torch.long), problems
     images, targets = default_collate(good)
     return images, targets, problems
-
-
-@dataclass
-class Loaders:
-    train: DataLoader
-    val: DataLoader
-    sampler: DistributedSampler  # set_epoch() reshuffles the training shards
-
-
-def build_loaders(bundle: DataBundle, cfg: TrainConfig, ctx: DistContext,
-                  workers: int) -> Loaders:
-    # drop_last keeps rank shards disjoint (no padding duplicates); no effect with one process.
-    sampler = DistributedSampler(bundle.train, num_replicas=ctx.world_size, rank=ctx.rank,
-                                 shuffle=True, seed=cfg.seed, drop_last=True)
-    # A last batch of one image breaks BatchNorm (one value per channel at small sizes): drop
-    # it; the shuffle gives that image a place in another epoch.
-    lone = len(sampler) % cfg.batch_size == 1 and len(sampler) > 1
-    # Validation is sharded without padding so every image counts exactly once in the sums.
-    val_shard = Subset(bundle.val, range(ctx.rank, len(bundle.val), ctx.world_size))
-    common = {"batch_size": cfg.batch_size, "num_workers": workers, "collate_fn": collate,
-              "pin_memory": ctx.device.type == "cuda"}
-    train = DataLoader(bundle.train, sampler=sampler, drop_last=lone, **common)
-    val = DataLoader(val_shard, shuffle=False, **common)
-    return Loaders(train, val, sampler)

@@ -69,7 +69,7 @@ def _find_head(model: nn.Module) -> tuple[nn.Module, str, nn.Module]:
     return model.get_submodule(parent_name), attr, head
 
 
-def _imagenet_state_dict(arch: str) -> dict:
+def _imagenet_state_dict(arch: str) -> dict[str, torch.Tensor]:
     weights = models.get_model_weights(arch).DEFAULT
     previous = socket.getdefaulttimeout()
     socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)  # urllib waits forever on a black-holed network
@@ -85,7 +85,7 @@ def _imagenet_state_dict(arch: str) -> dict:
         socket.setdefaulttimeout(previous)
 
 
-def _file_state_dict(path: str) -> dict:
+def _file_state_dict(path: str) -> dict[str, torch.Tensor]:
     if not Path(path).is_file():
         raise ModelError(f"--weights {path}: no such file; use 'none', 'imagenet' or a file path.")
     state = torch.load(path, map_location="cpu", weights_only=True)
@@ -94,7 +94,7 @@ def _file_state_dict(path: str) -> dict:
     return state
 
 
-def _constructor_args(arch: str, image_size: int | None) -> dict:
+def _constructor_args(arch: str, image_size: int | None) -> dict[str, object]:
     if image_size and arch.startswith("vit_"):
         return {"image_size": image_size}
     if image_size and arch.startswith("maxvit"):
@@ -110,7 +110,7 @@ def _drop_aux_heads(model: nn.Module, arch: str) -> None:
             setattr(model, attr, None)
 
 
-def build_model(arch: str, num_classes: int, weights: str = "none",
+def build_model(arch: str, num_classes: int, *, weights: str = "none",
                 freeze_backbone: bool = False, image_size: int | None = None) -> nn.Module:
     """Build ``arch``, load backbone weights (none / imagenet / state-dict path), new head."""
     if arch not in models.list_models(module=models):

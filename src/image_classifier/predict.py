@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +29,8 @@ BACKENDS = ("auto", "torch", "onnx", "int8")
 class Service:
     """The loaded model: classes, eval transform, and a batch -> probabilities function."""
 
-    def __init__(self, model_dir: str | os.PathLike, backend: str = "auto",
-                 threads: int | None = None):
+    def __init__(self, model_dir: str | os.PathLike, backend: str = "auto", threads: int = 0):
+        """`threads`: per forward pass (0: the library's default, every core)."""
         folder = find_model_file(model_dir).parent
         if backend not in BACKENDS:
             raise ValueError(f"SCORE_BACKEND={backend}: use one of {', '.join(BACKENDS)}")
@@ -37,8 +38,6 @@ class Service:
             backend = next((name for name, file in (("int8", INT8_FILE), ("onnx", ONNX_FILE))
                             if (folder / file).is_file()), "torch")
         self.backend, self.wide_session = backend, None
-        if threads is None:  # per forward pass; 0: the library's default (every core)
-            threads = int(os.environ.get("SCORE_THREADS", "0"))
         if threads:
             torch.set_num_threads(threads)
         if backend == "torch":
@@ -76,6 +75,16 @@ class Service:
         return shifted / shifted.sum(axis=1, keepdims=True)
 
 
+@dataclass
+class Waiting:
+    """A part of a request's batch, waiting for a lane; the lane fills in its rows or error."""
+
+    batch: torch.Tensor
+    done: threading.Event = field(default_factory=threading.Event)
+    rows: np.ndarray | None = None
+    error: Exception | None = None
+
+
 class Batcher:
     """Runs the forward passes of concurrent requests together (dynamic batching).
 
@@ -90,57 +99,57 @@ class Batcher:
     def __init__(self, service: Service, max_images: int = 64, lanes: int = 1):
         self.service, self.max_images, self.lanes, self.idle = service, max_images, lanes, 0
         self.ready = threading.Condition()
-        self.waiting: list[dict] = []
+        self.waiting: list[Waiting] = []
         for lane in range(lanes):
             threading.Thread(target=self._loop, name=f"batcher-{lane}", daemon=True).start()
 
     def __call__(self, batch: torch.Tensor) -> np.ndarray:
         # parts, so that idle lanes share a lone request; under load _take merges them again
-        items = [{"batch": part, "done": threading.Event(), "rows": None, "error": None}
+        items = [Waiting(part)
                  for part in torch.tensor_split(batch, max(1, min(self.lanes, len(batch))))]
         with self.ready:
             self.waiting.extend(items)
             self.ready.notify_all()
         for item in items:
-            item["done"].wait()
-            if item["error"] is not None:
-                raise item["error"]
-        return np.concatenate([item["rows"] for item in items])
+            item.done.wait()
+            if item.error is not None:
+                raise item.error
+        return np.concatenate([item.rows for item in items])
 
-    def _take(self) -> tuple[list[dict], bool]:
+    def _take(self) -> tuple[list[Waiting], bool]:
         """What waits, shared fairly with the other idle lanes, up to max_images; and whether
         this pass runs alone (every other lane idle, nothing left waiting)."""
         with self.ready:
             self.idle += 1
             while not self.waiting:
                 self.ready.wait()
-            waiting = sum(len(item["batch"]) for item in self.waiting)
+            waiting = sum(len(item.batch) for item in self.waiting)
             share = min(self.max_images, -(-waiting // self.idle))
             self.idle -= 1
             taken, count = [], 0
-            while self.waiting and (not taken or count + len(self.waiting[0]["batch"]) <= share):
+            while self.waiting and (not taken or count + len(self.waiting[0].batch) <= share):
                 item = self.waiting.pop(0)
                 taken.append(item)
-                count += len(item["batch"])
+                count += len(item.batch)
             return taken, self.idle == self.lanes - 1 and not self.waiting
 
     def _loop(self) -> None:
         while True:
             taken, alone = self._take()
             try:
-                rows = self.service.probabilities(torch.cat([i["batch"] for i in taken]), alone)
+                rows = self.service.probabilities(torch.cat([i.batch for i in taken]), alone)
                 start = 0
                 for item in taken:
-                    item["rows"] = rows[start:start + len(item["batch"])]
-                    start += len(item["batch"])
+                    item.rows = rows[start:start + len(item.batch)]
+                    start += len(item.batch)
             except Exception as err:  # noqa: BLE001 - every waiting request gets the error
                 for item in taken:
-                    item["error"] = err
+                    item.error = err
             for item in taken:
-                item["done"].set()
+                item.done.set()
 
 
-def check_consistent(folder: Path, meta: dict, session, model_file: Path) -> None:
+def check_consistent(folder: Path, meta: dict[str, object], session, model_file: Path) -> None:
     """An ONNX graph is served with model.json's classes, size and normalization: they must be
     the weights' (model.pt beside it) and fit the graph's input and output, else a reversed
     class list swaps every label and a wrong size fails every request."""
@@ -173,7 +182,7 @@ def _session(path: Path, threads: int):
 
 
 def predict_tensor(service: Service, batch: torch.Tensor, batcher: Batcher | None = None
-                   ) -> list[dict]:
+                   ) -> list[dict[str, object]]:
     """A preprocessed N x 3 x S x S batch -> one {label, probabilities} per image."""
     rows = batcher(batch) if batcher is not None else service.probabilities(batch)
     return [{"label": service.classes[int(row.argmax())],
@@ -182,7 +191,8 @@ def predict_tensor(service: Service, batch: torch.Tensor, batcher: Batcher | Non
             for row in rows]
 
 
-def predict(service: Service, images: list, batcher: Batcher | None = None) -> list[dict]:
+def predict(service: Service, images: list, batcher: Batcher | None = None
+            ) -> list[dict[str, object]]:
     """Decoded PIL images -> labels and probabilities, in one forward pass."""
     return predict_tensor(service, torch.stack([service.transform(image) for image in images]),
                           batcher)

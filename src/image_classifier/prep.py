@@ -13,12 +13,14 @@ import argparse
 import json
 import logging
 import sys
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from PIL import Image
 
 from . import exit_with
-from .config import str2bool
+from .config import build_parser as config_parser
+from .config import parse
 from .data import DataError, build_datasets, resize_size
 from .images import ImageError
 
@@ -33,12 +35,36 @@ def resize_shorter_side(image: Image.Image, side: int) -> Image.Image:
     return image.resize(size, Image.Resampling.BICUBIC, reducing_gap=2.0)
 
 
-def prep(data: str, output: Path, image_size: int, skip_bad_images: bool) -> dict:
+@dataclass
+class PrepConfig:
+    """Check every image and resize it once to the training size."""
+
+    data: str = field(metadata={"help": "ImageFolder with train/ and val/, its parent, or a .zip"})
+    output: str = field(metadata={"help": "folder for the resized ImageFolder and its report"})
+    image_size: int = field(default=224, metadata={"help": "training crop size in pixels"})
+    skip_bad_images: bool = field(
+        default=False, metadata={"help": "skip (and count) unreadable images instead of failing"})
+
+
+@dataclass(frozen=True)
+class PrepReport:
+    """prep_report.json: what was read, the size written, and how many images each split got."""
+
+    source: str
+    image_size: int
+    shorter_side: int
+    classes: list[str]
+    counts: dict[str, dict[str, int]]  # split -> class -> images written
+    skipped_unreadable: int
+
+
+def prep(cfg: PrepConfig) -> PrepReport:
     """Every image is decoded for real by the check in build_datasets (the same decoder as
     training and serving); one that fails only now is skipped with --skip_bad_images, else an
     error naming it."""
-    bundle = build_datasets(data, image_size, skip_bad_images)
-    side = resize_size(image_size)
+    output = Path(cfg.output)
+    bundle = build_datasets(cfg.data, cfg.image_size, skip_bad_images=cfg.skip_bad_images)
+    side = resize_size(cfg.image_size)
     counts: dict[str, dict[str, int]] = {}
     skipped = bundle.skipped
     for split, dataset in (("train", bundle.train), ("val", bundle.val)):
@@ -48,7 +74,7 @@ def prep(data: str, output: Path, image_size: int, skip_bad_images: bool) -> dic
             try:
                 image = dataset.loader(path)
             except ImageError as err:
-                if not skip_bad_images:
+                if not cfg.skip_bad_images:
                     raise DataError(f"{path}: {err}. Remove or replace it, or pass "
                                     "--skip_bad_images True") from None
                 skipped += 1
@@ -57,30 +83,25 @@ def prep(data: str, output: Path, image_size: int, skip_bad_images: bool) -> dic
             destination.parent.mkdir(parents=True, exist_ok=True)
             resize_shorter_side(image, side).save(destination, quality=95)
             counts[split][label] += 1
-    report = {"source": str(bundle.root), "image_size": image_size, "shorter_side": side,
-              "classes": bundle.classes, "counts": counts, "skipped_unreadable": skipped}
-    (output / "prep_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    report = PrepReport(str(bundle.root), cfg.image_size, side, bundle.classes, counts, skipped)
+    (output / "prep_report.json").write_text(json.dumps(asdict(report), indent=2) + "\n")
     return report
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="Check images and resize them once.")
-    parser.add_argument("--data", required=True, help="ImageFolder, its parent, or a .zip")
-    parser.add_argument("--output", required=True, help="folder for the resized ImageFolder")
-    parser.add_argument("--image_size", type=int, default=224, help="training crop size")
-    parser.add_argument("--skip_bad_images", type=str2bool, nargs="?", const=True, default=False)
-    return parser
+    """The command line: one flag per field of PrepConfig (validation checks specs against it)."""
+    return config_parser(PrepConfig)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    cfg = parse(PrepConfig, argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
     try:
-        report = prep(args.data, Path(args.output), args.image_size, args.skip_bad_images)
+        report = prep(cfg)
     except DataError as err:
         log.error("%s", err)
         return 2
-    log.info("prepared %s -> %s: %s", report["source"], args.output, report["counts"])
+    log.info("prepared %s -> %s: %s", report.source, cfg.output, report.counts)
     return 0
 
 

@@ -15,6 +15,7 @@ ratio, and the pixels a request would decode) before any is decoded; every decod
 4xx (src/image_classifier/images.py, the decoder training uses too). init() loads model.pt with
 weights_only=True, or model.onnx / model.int8.onnx with onnxruntime (SCORE_BACKEND=auto|torch|
 onnx|int8; auto serves the int8 model when export kept it, else fp32 ONNX, else torch).
+Its settings (score_config.py) are read once, in init().
 The inference server loads this file by path: imports are absolute (code: ../src is the root).
 """
 
@@ -24,7 +25,6 @@ import base64
 import binascii
 import json
 import logging
-import os
 import sys
 import time
 
@@ -34,10 +34,8 @@ import torch
 from image_classifier.distributed import usable_cores
 from image_classifier.images import ImageError, Limits, inspect, open_image
 from image_classifier.predict import Batcher, Service, predict, predict_tensor
+from image_classifier.score_config import ScoreConfig
 
-MAX_IMAGES = int(os.environ.get("SCORE_MAX_IMAGES", "16"))
-MAX_BODY_BYTES = int(os.environ.get("SCORE_MAX_BODY_BYTES", str(16 * 2**20)))
-MAX_REQUEST_PIXELS = int(os.environ.get("SCORE_MAX_REQUEST_PIXELS", str(64_000_000)))
 LIMITS = Limits()
 IMAGE_TYPES = {"image/jpeg", "image/jpg", "image/png", "image/webp", "image/tiff", "image/bmp",
                "image/x-portable-pixmap", "image/mpo", "application/octet-stream"}
@@ -45,6 +43,7 @@ USAGE = ('POST {"images": ["<base64 image>", ...]} or {"data": [N x 3 x S x S fl
          "application/json, a raw image body (Content-Type: image/jpeg or image/png), or "
          "multipart/form-data files")
 log = logging.getLogger("image_classifier.score")
+_config = ScoreConfig()  # init() reads the deployment's settings
 _service: Service | None = None
 _batcher: Batcher | None = None
 
@@ -65,38 +64,18 @@ def _log_to_stdout() -> None:
         log.propagate = False
 
 
-def lanes_and_threads(environ=os.environ, cores: int | None = None) -> tuple[int, int]:
-    """Forward passes at once in this worker, and threads for each.
-
-    Default: one single-threaded lane per core the worker owns (cores / WORKER_COUNT, the
-    server's worker setting). Measured side by side on 2 cores (make bench-score): under
-    concurrent load two one-thread lanes serve 1.1-1.3x the images/s of one two-thread pass,
-    because a multi-threaded pass waits at every layer for a thread whose core a request thread
-    took to decode an image. A pass that runs alone still gets every core (ONNX models; see
-    Service.widen), so a lone request stays quick. SCORE_LANES=1 gives one pass on every core
-    always; SCORE_THREADS sets threads per pass; SCORE_BATCHING=0 runs each request alone.
-    """
-    cores = cores or usable_cores()
-    share = max(1, cores // max(1, int(environ.get("WORKER_COUNT", "1"))))
-    batching = environ.get("SCORE_BATCHING", "1") != "0"
-    lanes = (int(environ.get("SCORE_LANES", "0")) or share) if batching else 1
-    threads = int(environ.get("SCORE_THREADS", "0")) or max(1, share // lanes)
-    return max(1, lanes), threads
-
-
 def init() -> None:
-    global _service, _batcher
+    global _config, _service, _batcher
     _log_to_stdout()
-    model_dir = os.environ.get("AZUREML_MODEL_DIR", "")
-    lanes, threads = lanes_and_threads()
-    _service = Service(model_dir, os.environ.get("SCORE_BACKEND", "auto"), threads)
+    _config = ScoreConfig.from_env()
+    lanes, threads = _config.lanes_and_threads(usable_cores())
+    _service = Service(_config.model_dir, _config.backend, threads)
     # concurrent requests of this worker share forward passes (SCORE_BATCHING=0: one each)
-    batching = os.environ.get("SCORE_BATCHING", "1") != "0"
-    _batcher = Batcher(_service, lanes=lanes) if batching else None
+    _batcher = Batcher(_service, lanes=lanes) if _config.batching else None
     if lanes > 1:
         _service.widen(lanes * threads)
     log.info("loaded %s model (%s) for %s from %s; %d lane(s) x %d thread(s)", _service.backend,
-             _service.model_file, _service.classes, model_dir, lanes, threads)
+             _service.model_file, _service.classes, _config.model_dir, lanes, threads)
 
 
 def _json_body(raw: bytes):
@@ -116,8 +95,9 @@ def _json_body(raw: bytes):
 def _base64_images(items) -> list[bytes]:
     if not isinstance(items, list) or not items:
         raise RequestError(400, f"'images' must be a non-empty list. {USAGE}")
-    if len(items) > MAX_IMAGES:
-        raise RequestError(413, f"{len(items)} images in one request; the limit is {MAX_IMAGES}")
+    if len(items) > _config.max_images:
+        raise RequestError(413, f"{len(items)} images in one request; the limit is "
+                                f"{_config.max_images}")
     decoded = []
     for index, item in enumerate(items):
         if not isinstance(item, str):
@@ -135,8 +115,9 @@ def _tensor(data, size: int) -> torch.Tensor:
     """{"data": N x 3 x S x S}: checked for shape, count and finite numbers before any work."""
     if not isinstance(data, list) or not data:
         raise RequestError(400, f"'data' must be a non-empty N x 3 x {size} x {size} list")
-    if len(data) > MAX_IMAGES:
-        raise RequestError(413, f"{len(data)} images in one request; the limit is {MAX_IMAGES}")
+    if len(data) > _config.max_images:
+        raise RequestError(413, f"{len(data)} images in one request; the limit is "
+                                f"{_config.max_images}")
     try:
         array = np.asarray(data, dtype=np.float32)
     except (ValueError, TypeError):
@@ -144,8 +125,8 @@ def _tensor(data, size: int) -> torch.Tensor:
                                 "non-numeric list was sent)") from None
     if array.ndim != 4 or array.shape[1:] != (3, size, size):
         raise RequestError(400, f"'data' has shape {list(array.shape)}; this model takes "
-                                f"[N, 3, {size}, {size}] (N up to {MAX_IMAGES}), normalized as "
-                                "in training")
+                                f"[N, 3, {size}, {size}] (N up to {_config.max_images}), "
+                                "normalized as in training")
     if not np.isfinite(array).all():
         raise RequestError(400, "'data' holds NaN or infinite values")
     return torch.from_numpy(array)
@@ -155,15 +136,15 @@ def parse(request) -> list[bytes] | torch.Tensor:
     """The request -> image bytes to decode, or an already preprocessed batch."""
     if request.method != "POST":
         raise RequestError(405, f"use POST. {USAGE}")
-    request.max_content_length = MAX_BODY_BYTES
+    request.max_content_length = _config.max_body_bytes
     mimetype = (request.mimetype or "").lower()
     if mimetype == "multipart/form-data":
-        files = [f.read(MAX_BODY_BYTES + 1) for f in request.files.values()]
+        files = [f.read(_config.max_body_bytes + 1) for f in request.files.values()]
         if not files:
             raise RequestError(400, f"the multipart request holds no file. {USAGE}")
-        if len(files) > MAX_IMAGES:
+        if len(files) > _config.max_images:
             raise RequestError(413, f"{len(files)} images in one request; the limit is "
-                                    f"{MAX_IMAGES}")
+                                    f"{_config.max_images}")
         return files
     body = request.get_data(cache=False)
     if mimetype in IMAGE_TYPES:
@@ -188,9 +169,10 @@ def decode(blobs: list[bytes]) -> list:
             cost += inspect(blob, side, LIMITS)
         except ImageError as err:
             raise RequestError(err.status, f"images[{index}] {err}") from None
-    if cost > MAX_REQUEST_PIXELS:
+    if cost > _config.max_request_pixels:
         raise RequestError(413, f"the images would decode to {cost} pixels; the limit per "
-                                f"request is {MAX_REQUEST_PIXELS}. Send fewer or smaller images")
+                                f"request is {_config.max_request_pixels}. Send fewer or "
+                                "smaller images")
     try:
         return [open_image(blob, side, LIMITS) for blob in blobs]
     except ImageError as err:

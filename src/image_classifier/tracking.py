@@ -24,11 +24,11 @@ log = logging.getLogger(__name__)
 class NullTracker:
     run_id: str | None = None
 
-    def complete(self, params: dict, history: list[dict]) -> None: ...
-    def log_params(self, params: dict) -> None: ...
-    def log_metrics(self, metrics: dict, step: int) -> None: ...
-    def log_dict(self, data: dict, name: str) -> None: ...
-    def set_tags(self, tags: dict) -> None: ...
+    def complete(self, params: dict[str, object], history: list[dict[str, float]]) -> None: ...
+    def log_params(self, params: dict[str, object]) -> None: ...
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+    def log_dict(self, data: dict[str, object], name: str) -> None: ...
+    def set_tags(self, tags: dict[str, str]) -> None: ...
     def log_figure(self, figure, name: str) -> None: ...
     def register_model(self, model, model_dir: Path, name: str) -> None: ...
     def close(self, ok: bool) -> None: ...
@@ -50,7 +50,7 @@ class MlflowTracker(NullTracker):
         self.run_id = run.info.run_id
         log.info("MLflow run %s (tracking URI %s)", self.run_id, mlflow.get_tracking_uri())
 
-    def complete(self, params: dict, history: list[dict]) -> None:
+    def complete(self, params: dict[str, object], history: list[dict[str, float]]) -> None:
         """Log the params if the run has none; re-log any epoch of `history` the run lacks (a
         kill between the checkpoint and the metrics, or a run that is new to this checkpoint)."""
         from mlflow.entities import Metric
@@ -71,16 +71,16 @@ class MlflowTracker(NullTracker):
             log.info("MLflow run %s: logged %d metric value(s) of earlier epochs it lacked",
                      self.run_id, len(missing))
 
-    def log_params(self, params: dict) -> None:
+    def log_params(self, params: dict[str, object]) -> None:
         self._mlflow.log_params(params)
 
-    def log_metrics(self, metrics: dict, step: int) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self._mlflow.log_metrics(metrics, step=step)
 
-    def log_dict(self, data: dict, name: str) -> None:
+    def log_dict(self, data: dict[str, object], name: str) -> None:
         self._mlflow.log_dict(data, name)
 
-    def set_tags(self, tags: dict) -> None:
+    def set_tags(self, tags: dict[str, str]) -> None:
         self._mlflow.set_tags(tags)
 
     def log_figure(self, figure, name: str) -> None:
@@ -115,7 +115,7 @@ def model_requirements() -> list[str]:
     return [f"{name}=={version(name).split('+')[0]}" for name in MODEL_PACKAGES]
 
 
-def curves_figure(history: list[dict]):
+def curves_figure(history: list[dict[str, float]]):
     epochs = [row["epoch"] for row in history]
     figure, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(9, 3.5))
     for split in ("train", "val"):

@@ -14,7 +14,6 @@ import os
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -30,10 +29,17 @@ from .data import (
     DataBundle,
     DataError,
     build_datasets,
+    build_loaders,
     build_transforms,
 )
-from .engine import BadSampleError, evaluate, seed_epoch, train_one_epoch
-from .loading import Loaders, build_loaders
+from .engine import (
+    BadSampleError,
+    Fast,
+    Training,
+    evaluate,
+    seed_epoch,
+    train_one_epoch,
+)
 from .model import ModelError, build_model
 from .precision import grad_scaler, resolve_channels_last, resolve_precision
 from .tracking import MlflowTracker, NullTracker, confusion_figure, curves_figure
@@ -70,32 +76,6 @@ def cache_mb(cfg: TrainConfig, workers: int) -> int:
     return cfg.cache_images_mb
 
 
-@dataclass
-class Training:
-    """Everything one training run works on, built once by setup()."""
-
-    bundle: DataBundle
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    scaler: object  # torch.amp.GradScaler, or None in full precision
-    loaders: Loaders
-    state: TrainState
-    precision: str
-    channels_last: bool
-    ddp: nn.Module | None = None  # the model wrapped for DistributedDataParallel (or itself)
-    criterion: nn.Module = field(default_factory=nn.CrossEntropyLoss)
-
-    @property
-    def fast(self) -> tuple[str, bool]:
-        return self.precision, self.channels_last
-
-    def parts(self) -> dict:
-        """What a checkpoint saves and restores."""
-        return {"model": self.model, "optimizer": self.optimizer, "scheduler": self.scheduler,
-                "scaler": self.scaler}
-
-
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.SGD(params, lr=cfg.learning_rate, momentum=cfg.momentum,
@@ -109,7 +89,7 @@ def weights_digest(model: nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
-def run_epoch(epoch: int, cfg: TrainConfig, ctx: distributed.DistContext, run: Training,
+def run_epoch(epoch: int, cfg: TrainConfig, *, ctx: distributed.DistContext, run: Training,
               tracker) -> None:
     state, loaders = run.state, run.loaders
     seed_epoch(cfg.seed, epoch, ctx.rank)
@@ -120,13 +100,12 @@ def run_epoch(epoch: int, cfg: TrainConfig, ctx: distributed.DistContext, run: T
     show = ctx.is_main and sys.stderr.isatty()
     bar = _progress(len(loaders.train), f"epoch {epoch}/{cfg.epochs}") if show else nullcontext()
     with bar as progress:
-        train = train_one_epoch(run.ddp, loaders.train, run.optimizer, run.criterion, ctx,
-                                *run.fast, progress, cfg.skip_bad_images, run.scaler)
+        train = train_one_epoch(run, cfg, ctx, progress)
     lr = run.optimizer.param_groups[0]["lr"]
     run.scheduler.step()  # after the optimizer, once per epoch
     distributed.sync_buffers(run.model, ctx)
-    val = evaluate(run.model, loaders.val, run.criterion, ctx, len(run.bundle.classes),
-                   *run.fast, cfg.skip_bad_images)
+    val = evaluate(run.model, loaders.val, ctx, num_classes=len(run.bundle.classes),
+                   fast=run.fast, skip_bad=cfg.skip_bad_images)
     seconds = time.perf_counter() - started
     state.epoch = epoch
     improved = val.acc > state.best_val_acc
@@ -138,8 +117,8 @@ def run_epoch(epoch: int, cfg: TrainConfig, ctx: distributed.DistContext, run: T
            "skipped_images": train.skipped + val.skipped}
     state.history.append(row)
     if ctx.is_main:
-        ckpt = make_checkpoint(run.parts(), state, cfg, run.bundle.classes, IMAGENET_MEAN,
-                               IMAGENET_STD)
+        ckpt = make_checkpoint(run.parts(), state, cfg=cfg, classes=run.bundle.classes,
+                               mean=IMAGENET_MEAN, std=IMAGENET_STD)
         folder = checkpoint.checkpoint_dir(cfg.output_dir)
         if improved:  # best before last: last is the commit point a resume starts from
             checkpoint.atomic_save(ckpt, folder / checkpoint.BEST)
@@ -157,7 +136,7 @@ def _progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
 
 
-def export(model, best: dict, bundle: DataBundle, model_dir, int8: bool) -> None:
+def export(model, best: dict[str, object], *, bundle: DataBundle, model_dir, int8: bool) -> None:
     """model.onnx beside model.pt, checked against torch on real validation images; with int8,
     the gated int8 model too (export.py)."""
     from .export import export_onnx, quantize_int8, sample_batch
@@ -170,17 +149,17 @@ def export(model, best: dict, bundle: DataBundle, model_dir, int8: bool) -> None
     checkpoint.record_file(model_dir, ONNX_FILE)
     log.info("wrote %s; parity max |onnxruntime - torch| = %.2e", model_dir / ONNX_FILE,
              difference)
-    if int8 and quantize_int8(model_dir, bundle, transform)["kept"]:
+    if int8 and quantize_int8(model_dir, bundle, transform).kept:
         checkpoint.record_file(model_dir, INT8_FILE)
 
 
-def finalize(cfg: TrainConfig, model, state: TrainState, bundle: DataBundle, tracker) -> None:
+def finalize(cfg: TrainConfig, model, *, state: TrainState, bundle: DataBundle, tracker) -> None:
     """Rank 0: the servable model folder, plots, and (optionally) ONNX and an MLflow model."""
     classes = bundle.classes
     best = checkpoint.load(checkpoint.checkpoint_dir(cfg.output_dir) / checkpoint.BEST)
     model_dir = checkpoint.write_model_dir(best, cfg.resolved_model_dir)
     if cfg.export_onnx or cfg.export_int8:
-        export(model, best, bundle, model_dir, cfg.export_int8)
+        export(model, best, bundle=bundle, model_dir=model_dir, int8=cfg.export_int8)
     tracker.log_figure(curves_figure(state.history), "training_curves.png")
     tracker.log_figure(confusion_figure(np.array(state.best_confusion), classes),
                        "confusion_matrix.png")
@@ -193,13 +172,13 @@ def finalize(cfg: TrainConfig, model, state: TrainState, bundle: DataBundle, tra
         log.info("MLflow run %s; browse with: make mlflow-ui", tracker.run_id)
 
 
-def finalize_on_rank0(cfg, ctx, model, state, bundle, tracker) -> None:
+def finalize_on_rank0(cfg, ctx, *, model, state, bundle, tracker) -> None:
     """Rank 0 finalizes; every rank learns the outcome, whatever it was (a full disk, the ONNX
     exporter's RuntimeError, an MLflow error), so none waits on a rank 0 that failed."""
     error = None
     if ctx.is_main:
         try:
-            finalize(cfg, model, state, bundle, tracker)
+            finalize(cfg, model, state=state, bundle=bundle, tracker=tracker)
         except Exception as err:  # noqa: BLE001 - broadcast first, then re-raise it as it was
             error = err
     failure = distributed.broadcast_object(f"{type(error).__name__}: {error}" if error else "",
@@ -219,7 +198,7 @@ def log_run_config(tracker, cfg: TrainConfig, state: TrainState) -> None:
         tracker.set_tags({f"resumed_at_epoch_{state.epoch}": json.dumps(changed)})
 
 
-def resume(cfg: TrainConfig, parts: dict, classes: list[str]) -> TrainState:
+def resume(cfg: TrainConfig, parts: dict[str, object], classes: list[str]) -> TrainState:
     """The state of the last checkpoint; a damaged one is named, and training resumes from
     best.pt instead, else starts afresh (a checkpoint is checked whole before any of it loads)."""
     last = checkpoint.find_resumable(cfg.output_dir)
@@ -242,15 +221,15 @@ def resume(cfg: TrainConfig, parts: dict, classes: list[str]) -> TrainState:
 def setup(cfg: TrainConfig, ctx: distributed.DistContext) -> Training:
     """Data, model, optimizer and the fast path for this hardware, restored from a checkpoint."""
     workers = cfg.num_workers if cfg.num_workers >= 0 else default_num_workers(ctx)
-    bundle = build_datasets(cfg.data, cfg.image_size, cfg.skip_bad_images,
+    bundle = build_datasets(cfg.data, cfg.image_size, skip_bad_images=cfg.skip_bad_images,
                             cache_images_mb=cache_mb(cfg, workers))
     log.info("data %s: %d train / %d val images, classes %s, %d unreadable skipped",
              bundle.root, len(bundle.train), len(bundle.val), bundle.classes, bundle.skipped)
     precision, why = resolve_precision(cfg.precision, ctx.device)
     channels_last = resolve_channels_last(cfg.channels_last, precision, ctx.device)
     log.info("precision %s, channels_last %s (%s)", precision, channels_last, why)
-    model = build_model(cfg.arch, len(bundle.classes), cfg.weights, cfg.freeze_backbone,
-                        cfg.image_size)
+    model = build_model(cfg.arch, len(bundle.classes), weights=cfg.weights,
+                        freeze_backbone=cfg.freeze_backbone, image_size=cfg.image_size)
     model.to(ctx.device, memory_format=torch.channels_last if channels_last else
              torch.contiguous_format)
     optimizer = build_optimizer(model, cfg)
@@ -259,7 +238,8 @@ def setup(cfg: TrainConfig, ctx: distributed.DistContext) -> Training:
     state = resume(cfg, {"model": model, "optimizer": optimizer, "scheduler": scheduler,
                          "scaler": scaler}, bundle.classes)
     return Training(bundle, model, optimizer, scheduler, scaler,
-                    build_loaders(bundle, cfg, ctx, workers), state, precision, channels_last)
+                    build_loaders(bundle, cfg, ctx, workers), state,
+                    Fast(precision, channels_last))
 
 
 def train(cfg: TrainConfig, ctx: distributed.DistContext) -> TrainState:
@@ -274,10 +254,10 @@ def train(cfg: TrainConfig, ctx: distributed.DistContext) -> TrainState:
     try:
         log_run_config(tracker, cfg, state)
         for epoch in range(state.epoch + 1, cfg.epochs + 1):
-            run_epoch(epoch, cfg, ctx, run, tracker)
+            run_epoch(epoch, cfg, ctx=ctx, run=run, tracker=tracker)
         if ctx.is_distributed:
             log.info("rank %d final weights digest %s", ctx.rank, weights_digest(model))
-        finalize_on_rank0(cfg, ctx, model, state, run.bundle, tracker)
+        finalize_on_rank0(cfg, ctx, model=model, state=state, bundle=run.bundle, tracker=tracker)
         ok = True
     finally:
         tracker.close(ok)

@@ -6,6 +6,7 @@ import errno
 import os
 import shutil
 import zipfile
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,12 +14,12 @@ from support import SMALL_ARCH, huge_jpeg_header, jpeg_bytes, train_args
 from torch.utils.data import DataLoader
 
 from image_classifier import loading
+from image_classifier.config import TrainConfig
 from image_classifier.data import DataError, build_datasets, extract_zip
 from image_classifier.distributed import DistContext
 from image_classifier.engine import BadSampleError, train_one_epoch
 from image_classifier.loading import collate
-from image_classifier.model import build_model
-from image_classifier.train import main
+from image_classifier.train import main, setup
 
 CPU = DistContext(0, 1, 0, torch.device("cpu"))
 
@@ -47,18 +48,17 @@ def test_a_200_megapixel_jpeg_is_refused_by_name_before_decoding(data):
     assert build_datasets(data, 32, skip_bad_images=True).skipped == 1
 
 
-def test_a_decode_error_during_training_names_the_file_or_is_counted(data):
-    bundle = build_datasets(data, 32, cache_images_mb=0)
-    victim = bundle.train.samples[0][0]
+def test_a_decode_error_during_training_names_the_file_or_is_counted(data, tmp_path):
+    cfg = TrainConfig(data=str(data), output_dir=str(tmp_path / "out"), arch=SMALL_ARCH,
+                      weights="none", image_size=32, batch_size=8, cache_images_mb=0)
+    run = setup(cfg, CPU)  # the trainer's own setup: data checked, model, loaders
+    victim = run.bundle.train.samples[0][0]
     open(victim, "wb").close()  # the file breaks after the check, under a running job
-    model = build_model(SMALL_ARCH, 2)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(bundle.train, batch_size=8, collate_fn=collate)
     with pytest.raises(BadSampleError, match=f"{victim}: is not a readable image"):
-        train_one_epoch(model, loader, optimizer, torch.nn.CrossEntropyLoss(), CPU)
-    result = train_one_epoch(model, loader, optimizer, torch.nn.CrossEntropyLoss(), CPU,
-                             skip_bad=True)
-    assert result.skipped == 1 and result.count == len(bundle.train) - 1
+        train_one_epoch(run, cfg, CPU)
+    skipping = replace(cfg, skip_bad_images=True)
+    result = train_one_epoch(run, skipping, CPU)
+    assert result.skipped == 1 and result.count == len(run.bundle.train) - 1
 
 
 def test_a_symlink_loop_neither_multiplies_nor_mislabels_images(data):

@@ -30,9 +30,9 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def debug_env(mlflow_store, tmp_path_factory, monkeypatch):
-    """debugpy is installed once per session into a tools folder of the shared layer cache."""
-    monkeypatch.setenv("LOCAL_ENVS_DIR", str(tmp_path_factory.getbasetemp().parent / "envs"))
+def debug_env(mlflow_store):
+    """debugpy is installed once into the tools folder of the environment cache local runs use
+    (LOCAL_ENVS_DIR, else .cache/envs), as a user's first DEBUG= run installs it."""
 
 
 def run_local(spec, run_dir, *args) -> subprocess.Popen:
@@ -63,6 +63,7 @@ def debugged(job: subprocess.Popen, port: int, source, line: int, wait: float = 
     return (*stopped, out)
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_command_job_stops_at_a_breakpoint_on_its_source_file(debug_env, tmp_path):
     port = free_port()
     job = run_local(FIXTURES / "job.yml", tmp_path / "debugged", "--set", "inputs.n=5",
@@ -79,6 +80,7 @@ def test_a_command_job_stops_at_a_breakpoint_on_its_source_file(debug_env, tmp_p
         (tmp_path / "plain" / result).read_text() == "15"
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_pipeline_step_is_debugged_by_name_and_the_others_run_as_usual(debug_env, tmp_path):
     port = free_port()
     job = run_local(FIXTURES / "pipeline.yml", tmp_path / "run", "--debug", "total",
@@ -91,6 +93,7 @@ def test_a_pipeline_step_is_debugged_by_name_and_the_others_run_as_usual(debug_e
 
 
 @pytest.mark.heavy  # a Spark start of its own: make test keeps to one shared Spark run
+@pytest.mark.network
 def test_the_spark_driver_stops_at_a_breakpoint_on_its_entry_file(debug_env, tmp_path):
     """The driver is the first process that runs the job's code: it takes the debugger, the
     JVM and the executors' Python workers run as usual."""
@@ -117,11 +120,13 @@ def test_a_step_name_the_pipeline_lacks_is_refused_with_its_steps(debug_env, tmp
     assert not (tmp_path / "run").exists()  # refused before anything ran
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_the_local_endpoint_stops_in_run_and_answers_after(debug_env, tmp_path, monkeypatch):
     monkeypatch.setattr(online, "STATE", tmp_path / "serve-local")
     port, debug_port = free_port(), free_port()
     request = DebugRequest.parse("1", debug_port)
-    assert online.start(FIXTURES / "endpoint" / "deployment.yml", None, port, debug=request) == 0
+    assert online.start(online.ServeRequest(
+        deployment=FIXTURES / "endpoint" / "deployment.yml", port=port, debug=request)) == 0
     client = DapClient(debug_port)
     answers = []
     try:
@@ -142,6 +147,7 @@ def test_the_local_endpoint_stops_in_run_and_answers_after(debug_env, tmp_path, 
     assert answers == [{"shifted": [11, 12]}]
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_pdb_takes_the_terminal_at_the_first_line_of_the_jobs_code(debug_env, tmp_path):
     """DEBUG=pdb: the job's process under pdb on a (pseudo-)terminal, stopped at its first line;
     a breakpoint, the locals, then on to the end."""
@@ -184,6 +190,7 @@ def test_pdb_takes_the_terminal_at_the_first_line_of_the_jobs_code(debug_env, tm
     assert (tmp_path / "run" / "outputs" / "result" / "total.txt").read_text() == "6"
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_batch_worker_holds_a_mini_batch_while_it_waits_for_its_debugger(
         debug_env, tmp_path, tiny_data, model_dir):
     """DEBUG=worker:1: the other worker runs as usual, and cannot take every mini-batch before

@@ -139,6 +139,7 @@ def test_an_mlflow_batch_deployment_without_code_writes_azures_predictions_file(
 
 
 @pytest.mark.heavy
+@pytest.mark.network
 def test_a_deployment_pinning_another_scikit_learn_serves_in_that_environment(
         deployments, served, tmp_path):
     """The conda file pins scikit-learn 1.5.2 (.venv has another): the environment is built as a

@@ -34,12 +34,12 @@ def _finalize_failures(rank: int, ports: list[int], results) -> None:
         kind, args = FAILURES[failure]
         kind = MlflowException if kind == "mlflow" else kind
 
-        def fail(*ignored, kind=kind, args=args):
+        def fail(*ignored, kind=kind, args=args, **keywords):
             raise kind(*args)
 
         trainer.finalize = fail
         try:
-            trainer.finalize_on_rank0(None, ctx, None, None, None, None)
+            trainer.finalize_on_rank0(None, ctx, model=None, state=None, bundle=None, tracker=None)
             outcome = "returned"
         except Exception as err:  # noqa: BLE001 - the test reports whatever each rank raised
             outcome = f"{type(err).__name__}: {err}"
@@ -51,27 +51,24 @@ def _finalize_failures(rank: int, ports: list[int], results) -> None:
 def _bad_sample(rank: int, port: int, results, data: str) -> None:
     """Both ranks train one epoch over data in which one file breaks after the check."""
     import torch
-    from torch.utils.data import DataLoader, DistributedSampler
 
     from image_classifier import distributed
-    from image_classifier.data import build_datasets
+    from image_classifier.config import TrainConfig
     from image_classifier.engine import train_one_epoch
-    from image_classifier.loading import collate
-    from image_classifier.model import build_model
+    from image_classifier.train import setup
 
     ctx = _join(rank, port)
     started = time.monotonic()
-    bundle = build_datasets(data, 32)
+    cfg = TrainConfig(data=data, output_dir=f"{data}/../out-{rank}", arch=SMALL_ARCH,
+                      weights="none", image_size=32, batch_size=4, cache_images_mb=0)
+    run = setup(cfg, ctx)  # the trainer's own setup: every file checked on both ranks
     torch.distributed.barrier()  # both ranks have checked every file (a slow rank 1 would
     if rank == 0:                # otherwise find the broken file in its check)
-        open(bundle.train.samples[5][0], "wb").close()
+        open(run.bundle.train.samples[5][0], "wb").close()
     torch.distributed.barrier()
-    sampler = DistributedSampler(bundle.train, 2, rank, shuffle=False, drop_last=True)
-    loader = DataLoader(bundle.train, batch_size=4, sampler=sampler, collate_fn=collate)
-    model = torch.nn.parallel.DistributedDataParallel(build_model(SMALL_ARCH, 2))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    run.ddp = torch.nn.parallel.DistributedDataParallel(run.model)
     try:
-        train_one_epoch(model, loader, optimizer, torch.nn.CrossEntropyLoss(), ctx)
+        train_one_epoch(run, cfg, ctx)
         outcome = "returned"
     except Exception as err:  # noqa: BLE001
         outcome = f"{type(err).__name__}: {err}"

@@ -73,7 +73,8 @@ def test_the_local_endpoint_refuses_to_start_on_a_damaged_model(model_copy, tmp_
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    assert online.start(ROOT / "endpoints" / "blue.yml", str(model_copy), port) == 1
+    assert online.start(online.ServeRequest(
+        deployment=ROOT / "endpoints" / "blue.yml", model=str(model_copy), port=port)) == 1
     log = (tmp_path / "serve-local" / "log.txt").read_text()  # as the server sees the file:
     assert "/azureml-models/" in log and "model/model.onnx is damaged" in log  # Azure's layout
 

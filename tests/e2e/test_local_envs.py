@@ -38,6 +38,7 @@ def run(spec: Path, run_dir: Path, envs: Path | None = None) -> int:
     return local.main(argv)
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_an_inline_conda_file_gets_its_own_pins_and_leaves_venv_alone(tmp_path, capsys):
     assert importlib.metadata.version("six") != "1.16.0"  # the fixture needs a different pin
     before = freeze()
@@ -49,6 +50,7 @@ def test_an_inline_conda_file_gets_its_own_pins_and_leaves_venv_alone(tmp_path, 
     assert freeze() == before
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_what_a_job_installs_lands_in_its_throwaway_layer(tmp_path, monkeypatch):
     before = freeze()
     monkeypatch.setenv("KEEP_ENV", "1")
@@ -61,6 +63,7 @@ def test_what_a_job_installs_lands_in_its_throwaway_layer(tmp_path, monkeypatch)
         importlib.metadata.version("pyjokes")
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_curated_name_through_the_mapping_file(tmp_path):
     mapping = tmp_path / "local-envs.yml"
     mapping.write_text(yaml.safe_dump({"azureml:AzureML-tiny-test": ["six==1.16.0"]}))
@@ -93,6 +96,7 @@ def test_a_module_missing_because_the_environment_was_not_found_is_explained(tmp
     assert "'azureml://registries/azureml/environments/not-mapped-anywhere: [<package>" in err
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_docker_context_installs_what_its_dockerfile_pip_installs(tmp_path):
     assert run(ENVS / "docker-build.yml", tmp_path / "run") == 0
     assert (tmp_path / "run/outputs/seen/six.txt").read_text().strip() == "1.16.0"
@@ -143,6 +147,7 @@ def test_a_requirement_this_machine_cannot_fetch_is_skipped_and_the_rest_built(
     assert run.info.run_name == "GPU check (NCCL tests)"
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_workspace_environment_registered_from_the_jobs_own_repository(tmp_path, capsys):
     """`azureml:<name>@latest` / `:<version>` whose spec lives in the job's own repository (a
     conda file, or a Docker build context) is built from that spec, and the notice names it."""
@@ -162,6 +167,7 @@ def test_a_workspace_environment_registered_from_the_jobs_own_repository(tmp_pat
     assert f"pyjokes from {os.environ['LOCAL_ENVS_DIR']}/" in (tmp_path / "b/log.txt").read_text()
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_an_environment_for_another_python_moves_as_one_set_with_one_warning_each(
         tmp_path, capsys):
     """A conda file for Python 3.8 (numpy 1.21.2, pandas 1.3.5: no wheels for this Python):
@@ -179,6 +185,7 @@ def test_an_environment_for_another_python_moves_as_one_set_with_one_warning_eac
     assert freeze() == before
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_the_environment_decides_its_mlflow_and_a_2x_client_logs_to_the_local_server(
         tmp_path, capsys):
     """An environment pinning mlflow-skinny 2.x gets it alone (no .venv MLflow 3 beside it),
@@ -233,6 +240,7 @@ def test_a_dockerfile_from_a_curated_image_adds_to_that_images_packages_and_pyth
 
 
 @pytest.mark.heavy
+@pytest.mark.network
 def test_a_curated_base_with_unpinned_mlflow_saves_a_torch_model_as_on_azure(tmp_path, capsys):
     """The retired Python 3.8 scikit-learn image plus `mlflow` unpinned: Azure's build takes
     MLflow 2.17.2 (the last for 3.8), whose save_model needs no input example."""
@@ -245,6 +253,7 @@ def test_a_curated_base_with_unpinned_mlflow_saves_a_torch_model_as_on_azure(tmp
 
 
 @pytest.mark.heavy
+@pytest.mark.network
 def test_a_release_built_for_numpy_1_gets_numpy_1_as_azures_conda_build_gives_it(tmp_path):
     """scikit-learn 1.2.2 asks pip only for numpy>=1.17.3, and fails to import under NumPy 2
     ("numpy.dtype size changed"); conda-forge pairs it with numpy<2, so the layer does too."""
@@ -282,6 +291,7 @@ CLOSURES = [  # a fixture of each shape, what its job prints, and a warning line
 
 
 @pytest.mark.heavy
+@pytest.mark.network
 @pytest.mark.parametrize(("name", "printed", "warned"), CLOSURES, ids=[c[0] for c in CLOSURES])
 def test_an_environment_for_an_old_python_completes_as_its_closure_does_on_azure(
         name, printed, warned, tmp_path, capsys):

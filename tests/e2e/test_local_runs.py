@@ -207,6 +207,7 @@ def test_failing_pipeline_step_stops_and_shows_its_log(tmp_path, assets, mlflow_
     assert not (tmp_path / "run/steps/evaluate").exists()
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_third_party_sweep_with_choice_and_uniform(tmp_path, mlflow_store):
     assert run(HELLO / "hello-sweep.yml", tmp_path / "run") == 0
     summary = json.loads((tmp_path / "run/sweep_summary.json").read_text())
@@ -217,6 +218,7 @@ def test_third_party_sweep_with_choice_and_uniform(tmp_path, mlflow_store):
         assert trial["intervals"] == 4
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_grid_enumerates_and_bandit_stops_weak_trials_while_they_run(tmp_path, mlflow_store):
     assert run(HELLO / "hello-grid.yml", tmp_path / "run", max_procs=4) == 0
     trials = json.loads((tmp_path / "run/sweep_summary.json").read_text())["trials"]
@@ -229,6 +231,7 @@ def test_grid_enumerates_and_bandit_stops_weak_trials_while_they_run(tmp_path, m
             assert trial["status"] == "Completed" and trial["intervals"] == 10
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_command_job_gets_environment_variables_and_outputs(tmp_path, mlflow_store):
     assert run(HELLO / "hello-command.yml", tmp_path / "run") == 0
     assert (tmp_path / "run/outputs/result/greeting").read_text() == "hi"

@@ -18,15 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
+from support import until
 
 from mlops import run as local
-from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.checks.validation import validate
-from mlops.errors import LocalRunError
 from mlops.runtime import launch
 from mlops.runtime.mlflow_runs import Tracking
-from mlops.runtime.uris import lookup
-from mlops.runtime.values import render_command
 from mlops.specs import ROOT
 
 TP = ROOT / "tests" / "fixtures" / "thirdparty"
@@ -72,6 +69,7 @@ def test_outputs_and_logs_folders_are_created_kept_and_uploaded(tmp_path):
     assert {"outputs/note.txt", "logs/trace.log", "user_logs/log.txt"} <= uploaded
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_inline_pipeline_nodes_with_empty_output_declarations(tmp_path):
     assert run(TP / "inline-pipeline.yml", tmp_path / "run") == 0
     copy = tmp_path / "run/steps/consume/outputs/copy/copy.txt"
@@ -104,6 +102,7 @@ def test_an_unmapped_wasbs_input_names_the_uri_and_the_file_and_leaves_nothing(t
     assert not (tmp_path / "run").exists()  # nothing started: no run folder
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_pipeline_sweep_node_passes_its_best_trial_downstream(tmp_path, monkeypatch):
     # on 4 cores, the 2 trials that run at once get 2 threads each
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -119,6 +118,7 @@ def test_pipeline_sweep_node_passes_its_best_trial_downstream(tmp_path, monkeypa
     assert len(folders) == 2  # every trial in its own folder, own snapshot
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_distributed_node_runs_any_command_once_per_process(tmp_path, monkeypatch):
     # a machine with GPUs 3 and 5 visible: each simulated node gets its own, so LOCAL_RANK 0
     # picks a different device on each (on Azure, each node's own first GPU)
@@ -133,14 +133,7 @@ def test_distributed_node_runs_any_command_once_per_process(tmp_path, monkeypatc
                      ["rank=1", "local=0", "world=2", "node=1", "gpus=5", "threads=2"]]
 
 
-def test_processes_share_the_cores_unless_told_otherwise(monkeypatch):
-    monkeypatch.setattr(launch, "usable_cores", lambda: 2)
-    for processes, env, threads in ((2, {}, "1"), (8, {}, "1"), (1, {}, None),
-                                    (2, {"OMP_NUM_THREADS": "2"}, "2")):
-        launch.share_cores(env, processes)
-        assert env.get("OMP_NUM_THREADS") == threads, (processes, env)
-
-
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_mpi_and_tensorflow_distribution_variables(tmp_path):
     assert run(TP / "distributed-mpi.yml", tmp_path / "mpi") == 0  # no $schema: typed by type
     mpi = [json.loads(p.read_text()) for p in sorted((tmp_path / "mpi/outputs/env").iterdir())]
@@ -154,6 +147,7 @@ def test_mpi_and_tensorflow_distribution_variables(tmp_path):
     assert len(tf[0]["cluster"]["worker"]) == 2
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_mpi_distribution_with_mpi4py_runs_under_a_real_mpirun(tmp_path, monkeypatch):
     """2 nodes x 2 processes, an environment with mpi4py: the layer gets Open MPI from PyPI and
     one mpirun starts every process, so MPI.COMM_WORLD spans them and all-reduces."""
@@ -172,12 +166,14 @@ def test_a_dying_launcher_takes_its_workers_with_it(tmp_path):
         os.kill(worker, 0)
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_crash_ends_every_mlflow_run_the_job_opened(tmp_path):
     assert run(TP / "crash.yml", tmp_path / "run") == 1
     statuses = {r.info.run_name: r.info.status for r in runs("thirdparty-crash")}
     assert statuses == {"crash": "FAILED", "inner": "FAILED"}
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_step_past_its_limits_timeout_is_canceled_and_nothing_after_it_runs(tmp_path, capsys):
     started = time.monotonic()
     assert run(TP / "timeout-pipeline.yml", tmp_path / "run") == 128 + signal.SIGTERM
@@ -189,6 +185,7 @@ def test_a_step_past_its_limits_timeout_is_canceled_and_nothing_after_it_runs(tm
         "KILLED"
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_command_jobs_limits_timeout_cancels_it_and_a_job_that_ends_in_time_completes(
         tmp_path, capsys):
     sets = ("command=sleep 600", "limits.timeout=1")
@@ -199,6 +196,7 @@ def test_a_command_jobs_limits_timeout_cancels_it_and_a_job_that_ends_in_time_co
                "limits.timeout=60") == 0
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_failure_inside_a_package_built_for_another_python_says_so_once(tmp_path, capsys):
     # the hello environment asks for Python 3.9; a package raising AttributeError is what a
     # release made for another Python does, the job's own ZeroDivisionError is not
@@ -210,6 +208,7 @@ def test_a_failure_inside_a_package_built_for_another_python_says_so_once(tmp_pa
     assert note not in capsys.readouterr().err
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_sweep_whose_metric_is_never_logged_names_what_was(tmp_path, capsys):
     assert run(TP / "sweep-wrong-metric.yml", tmp_path / "run") == 1
     summary = json.loads((tmp_path / "run/sweep_summary.json").read_text())
@@ -244,6 +243,7 @@ def test_what_azure_refuses_is_refused_by_validate_and_locally(tmp_path, capsys)
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_warnings_are_printed_and_never_block_a_run(tmp_path, capsys):
     sets = ["inputs.epochs=1", "limits.max_total_trials=1", "early_termination.type=bandit",
             "early_termination.slack_factor=0.2", "early_termination.delay_evaluation=3"]
@@ -254,6 +254,7 @@ def test_warnings_are_printed_and_never_block_a_run(tmp_path, capsys):
     assert "warning: inputs.epochs: input 'epochs' is declared but never passed" in err
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_what_the_loader_accepts_the_schema_layer_never_refuses(tmp_path):
     """A pipeline sweep node with name: and display_name: loads and validates in azure-ai-ml;
     the generated schema is stricter. The loader decides, for every fixture spec."""
@@ -272,12 +273,14 @@ def test_a_spec_without_schema_line_is_typed_by_its_type():
     assert validate([TP / "no-schema-line.yml", TP / "distributed-tf.yml"]) == []
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_rerunning_a_sweep_into_its_folder_is_refused(tmp_path, capsys):
     assert run(HELLO / "hello-sweep.yml", tmp_path / "run", "limits.max_total_trials=1") == 0
     assert run(HELLO / "hello-sweep.yml", tmp_path / "run", "limits.max_total_trials=1") == 2
     assert "a sweep cannot be resumed" in capsys.readouterr().err
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_rerun_appends_to_the_log(tmp_path):
     for _ in range(2):
         assert run(TP / "distributed-tf.yml", tmp_path / "run") == 0
@@ -285,18 +288,7 @@ def test_a_rerun_appends_to_the_log(tmp_path):
     assert log.count("==== attempt at") == 1
 
 
-def test_the_runner_catches_every_signal_that_stops_a_terminal_job():
-    """SIGINT (Ctrl-C), SIGTERM (kill) and SIGHUP (the terminal closed) take the same handler,
-    so the end-to-end test below sends two of them."""
-    previous = launch.install_signal_handlers()
-    try:
-        handlers = {signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM,
-                                                      signal.SIGHUP)}
-        assert len(handlers) == 1 and callable(handlers.pop())
-    finally:
-        launch.restore_signal_handlers(previous)
-
-
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signals_stop_the_whole_job_and_mark_it_killed(tmp_path, sig):
     runner = subprocess.Popen(
@@ -334,6 +326,7 @@ def _gone(pid: int, seconds: float) -> bool:
     return False
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_launcher_killed_without_warning_takes_its_job_with_it(tmp_path):
     """SIGKILL cannot be caught: the watchdog stops the job, records it Canceled, ends its MLflow
     run KILLED, and a rerun into the folder reopens that run instead of leaving a ghost."""
@@ -375,6 +368,7 @@ def _left_running(folder: Path, pid: int) -> tuple[str, str]:
     return parent, inner
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_rerun_ends_what_a_dead_runner_left_running_and_reopens_its_run(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -396,81 +390,12 @@ def test_a_folder_a_live_runner_uses_is_refused(tmp_path, capsys):
     assert not (tmp_path / "run/wd").exists()
 
 
-def test_render_substitutes_raw_values_and_drops_unset_optional_segments():
-    command = "python t.py --a '${{inputs.a}}' $[[--b ${{inputs.b}}]] --o ${{outputs.o}}"
-    values = {"inputs": {"a": "x y", "b": None}, "outputs": {"o": "/tmp/o"}}
-    assert render_command(command, values, "s.yml") == "python t.py --a 'x y'  --o /tmp/o"
-    values["inputs"]["a"] = None
-    with pytest.raises(LocalRunError, match=r"\$\{\{inputs.a\}\} has no value"):
-        render_command(command, values, "s.yml")
-
-
-def test_set_passes_raw_strings_as_the_cli_does():
-    data = {"inputs": {"epochs": 10, "data": "azureml:fowl@latest"}}
-    apply_sets(data, parse_sets(["inputs.epochs=1", "limits.timeout=60", "a.b=x=y"],
-                                Path("s.yml")), Path("s.yml"))
-    assert data["inputs"]["epochs"] == "1" and data["limits"]["timeout"] == "60"
-    assert data["a"]["b"] == "x=y"
-    with pytest.raises(LocalRunError, match="defined by reference strings"):
-        apply_sets(data, [{"inputs.data.path": "/x"}], Path("s.yml"))
-
-
-SET_CASES = [
-    ({"inputs": {"epochs": 10}}, [{"inputs.epochs": "1"}]),
-    ({}, [{"limits.timeout": "60"}, {"a.b.c": "x=y"}]),  # missing levels are created
-    ({"jobs": {"train": {"inputs": {"lr": 0.1}}}}, [{"jobs.train.inputs.lr": "0.5"}]),
-    ({"inputs": {"data": "azureml:fowl@latest"}}, [{"inputs.data.path": "/x"}]),  # refused
-    ({"inputs": {"data": "azureml:fowl@latest"}}, [{"inputs.data": "azureml:other:2"}]),
-    ({"environment_variables": None}, [{"environment_variables.X": "1"}]),
-    ({"list": [{"a": 1}]}, [{"list.0.a": "2"}]),
-    ({"tags": {"k": "v"}}, [{"tags": "flat"}, {"tags2.k": "true"}]),
-]
-
-
-@pytest.mark.parametrize("data,overrides", SET_CASES)
-def test_set_matches_azure_ai_mls_own_override_hook(data, overrides):
-    """apply_sets mirrors azure-ai-ml's PathAwareSchema.add_param_overrides (what az ml job create
-    runs on --set) without importing the SDK on every rerun; this holds it to the original."""
-    import copy
-    from types import SimpleNamespace
-
-    from azure.ai.ml._schema.core.schema import PathAwareSchema
-    from azure.ai.ml.constants._common import PARAMS_OVERRIDE_KEY
-    from azure.ai.ml.exceptions import MlException
-
-    theirs, ours = copy.deepcopy(data), copy.deepcopy(data)
-    hook = SimpleNamespace(context={PARAMS_OVERRIDE_KEY: overrides})
-    try:
-        PathAwareSchema.add_param_overrides(hook, theirs)
-        refused = None
-    except (MlException, AttributeError) as err:  # the CLI fails on either
-        refused = str(err)
-    if refused:
-        expected = "has no attribute 'get'" if "no attribute" in refused else \
-            "defined by reference strings"
-        with pytest.raises(LocalRunError, match=expected):
-            apply_sets(ours, overrides, Path("s.yml"))
-    else:
-        assert apply_sets(ours, overrides, Path("s.yml")) == theirs
-
-
-def test_reference_lookup_by_asset_name_prefix_and_long_datastore_form():
-    mapping = {"azureml:fowl": "data/fowl",
-               "azureml://datastores/blob/paths/": "data/blob/"}
-    assert lookup("azureml:fowl:3", mapping) == "data/fowl"
-    assert lookup("azureml:fowl@latest", mapping) == "data/fowl"
-    assert lookup("azureml://datastores/blob/paths/a/b.csv", mapping) == "data/blob/a/b.csv"
-    long_form = ("azureml://subscriptions/s/resourcegroups/g/workspaces/w/datastores/blob/"
-                 "paths/a/b.csv")
-    assert lookup(long_form, mapping) == "data/blob/a/b.csv"
-    assert lookup("https://example.com/x.csv", mapping) is None
-
-
 def test_an_unsafe_run_folder_is_refused_clearly(tmp_path, capsys):
     assert run(TP / "distributed-tf.yml", tmp_path / "my runs" / "x") == 2
     assert "characters a shell would split" in capsys.readouterr().err
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_job_cannot_write_into_its_mounted_inputs_as_on_azure(tmp_path):
     """ro_mount (the default) refuses every write with Azure's error, and an uncaught one fails
     the job; a `mode: download` copy may change; the user's files never do."""
@@ -485,19 +410,7 @@ def test_a_job_cannot_write_into_its_mounted_inputs_as_on_azure(tmp_path):
     assert sorted(p.name for p in (TP / "ro-data").iterdir()) == ["notes.txt"]
 
 
-def test_read_only_places_follow_the_input_mode(tmp_path):
-    from mlops.runtime.binding import read_only
-    from mlops.runtime.values import Value
-
-    data, task = tmp_path / "data", tmp_path / "runs" / "job"
-    inputs = {"a": Value(path=data, type="uri_folder"), "b": Value(path=data, mode="download"),
-              "c": Value(path=data / "f.csv", type="uri_file", mode="ro_mount"),
-              "n": Value(text="3"), "whole": Value(path=tmp_path, type="uri_folder")}
-    assert read_only(inputs, task) == [
-        str(task / "inputs/a"), str(data), str(task / "inputs/c"), str(data / "f.csv"),
-        str(task / "inputs/whole")]  # not tmp_path itself: the job's own folder is inside it
-
-
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_two_runs_into_one_folder_at_once_one_runs_and_the_other_touches_nothing(tmp_path):
     """Two `make local RUN_DIR=x` started together: one holds the folder, the other is refused at
     once (exit 2) and its cleanup leaves the running job's folder alone."""
@@ -513,6 +426,20 @@ def test_two_runs_into_one_folder_at_once_one_runs_and_the_other_touches_nothing
     assert json.loads((folder / "status.json").read_text())["status"] == "Completed"
 
 
+def watchdogs_of(folder: Path) -> list[int]:
+    """The watchdogs guarding the task in `folder` (their command line names it)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            line = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(line) > 2 and line[1].endswith(b"watchdog.py") and line[2] == bytes(folder):
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_pipeline_launcher_killed_without_warning_ends_its_root_run(tmp_path):
     """kill -9 of a pipeline's launcher: the step's watchdog ends the step, the root's ends the
     pipeline's own MLflow run, so nothing stays RUNNING."""
@@ -521,11 +448,8 @@ def test_a_pipeline_launcher_killed_without_warning_ends_its_root_run(tmp_path):
         [sys.executable, "-m", "mlops.run", str(HELLO / "hello-pipeline.yml"), "--run-dir",
          str(folder), "--set", "jobs.prep.command=sleep 60"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    status = folder / "steps" / "prep" / "status.json"
-    deadline = time.monotonic() + 120
-    while not status.is_file() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1)  # the step's own watchdog is up
+    step = folder / "steps" / "prep"
+    until(lambda: watchdogs_of(step), 120, "the step's watchdog")
     runner.kill()
     runner.wait()
     deadline = time.monotonic() + 60
@@ -549,6 +473,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_full_disk_leaves_a_true_status_and_no_traceback(tmp_path, small_disk):
     """The job's output fills the run folder's disk: the runner says so, keeps echoing, and
     status.json holds the outcome (never Running), written in the space its first record

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 from mlops import run as local
-from mlops.errors import LocalRunError
-from mlops.orchestrators.parallel import batch_size
 from mlops.specs import ROOT
 
 PARALLEL = ROOT / "tests" / "fixtures" / "parallel"
@@ -22,6 +20,7 @@ def run(spec: str, folder: Path, *sets: str) -> int:
     return local.main(argv + [x for s in sets for x in ("--set", s)])
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_file_mini_batches_retry_count_failures_and_append_rows_in_order(tmp_path):
     assert run("files-pipeline.yml", tmp_path / "run") == 0
     step = tmp_path / "run/steps/score"
@@ -33,11 +32,13 @@ def test_file_mini_batches_retry_count_failures_and_append_rows_in_order(tmp_pat
     assert "ValueError: cannot score item_7.txt" in log
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_an_exceeded_error_threshold_fails_the_node(tmp_path, capsys):
     assert run("files-pipeline.yml", tmp_path / "run", "jobs.score.error_threshold=0") != 0
     assert "error_threshold 0 exceeded" in capsys.readouterr().out
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_table_rows_are_dataframes_in_size_bounded_mini_batches(tmp_path):
     assert run("table-pipeline.yml", tmp_path / "run") == 0
     with open(PARALLEL / "table/flowers.csv") as source:
@@ -47,10 +48,3 @@ def test_table_rows_are_dataframes_in_size_bounded_mini_batches(tmp_path):
     assert rows.splitlines() == expected
     batches = list((tmp_path / "run/steps/score/work/tables").glob("*.csv"))
     assert 1 < len(batches) < 24
-
-
-def test_mini_batch_sizes_are_counts_or_sizes():
-    assert batch_size("5", False, "x") == 5 and batch_size(None, False, "x") == 10
-    assert batch_size("10kb", True, "x") == 10240 and batch_size("1MB", True, "x") == 1 << 20
-    with pytest.raises(LocalRunError, match="mini_batch_size"):
-        batch_size("ten", False, "x")

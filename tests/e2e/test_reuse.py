@@ -31,6 +31,7 @@ def result(folder: Path, step: str, output: str) -> str:
     return (folder / "steps" / step / "outputs" / output / "result.txt").read_text()
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_an_unchanged_pipeline_reuses_every_step_and_a_changed_input_reruns_only_its_step(
         tmp_path, capsys):
     from mlflow.tracking import MlflowClient
@@ -54,6 +55,7 @@ def test_an_unchanged_pipeline_reuses_every_step_and_a_changed_input_reruns_only
                                             "register": "Completed"}
 
 
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_nothing_is_reused_when_forced_or_not_deterministic(tmp_path):
     assert run(tmp_path / "first")[0] == 0
     assert statuses(run_and(tmp_path / "forced", "--force-rerun")) == \

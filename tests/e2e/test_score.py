@@ -23,12 +23,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from support import until
 from werkzeug.test import EnvironBuilder
 from werkzeug.wrappers import Request
 
 from image_classifier import score
-from image_classifier.export import export_model_dir
-from mlops.endpoints.online import launch_server, prepare
+from image_classifier.export import ExportConfig, export_model_dir
+from mlops.endpoints.online import ServeRequest, launch_server, prepare
 from mlops.runtime.service import stop_service
 from mlops.specs import ROOT
 
@@ -128,21 +129,23 @@ def test_onnx_and_int8_are_served_and_agree_with_torch(model_dir, tiny_data, mon
                                                        tmp_path, caplog):
     caplog.set_level("INFO", logger="image_classifier.export")
     folder = shutil.copytree(model_dir, tmp_path / "model")
-    path, difference, report = export_model_dir(str(folder), str(tiny_data), int8=True)
+    exported = export_model_dir(ExportConfig(model_dir=str(folder), data=str(tiny_data),
+                                             int8=True))
+    path, difference, report = exported.path, exported.difference, exported.int8
     assert path.name == "model.onnx" and difference <= 1e-4
     assert "int8 gate on 16 val images: top-1 agreement" in caplog.text
-    assert (folder / "model.int8.onnx").is_file() == report["kept"]
+    assert (folder / "model.int8.onnx").is_file() == report.kept
     body = json.dumps({"images": [b64(p.read_bytes()) for p in images_of(tiny_data, 4)]})
     monkeypatch.setenv("AZUREML_MODEL_DIR", str(folder))
     results = {}
-    for backend in ("torch", "onnx") + (("int8",) if report["kept"] else ()):
+    for backend in ("torch", "onnx") + (("int8",) if report.kept else ()):
         monkeypatch.setenv("SCORE_BACKEND", backend)
         score.init()
         assert score._service.backend == backend
         results[backend] = [[p["probabilities"][c] for c in ("chickens", "turkeys")]
                             for p in answer(score.run(request(body)))[1]["predictions"]]
     assert np.allclose(results["torch"], results["onnx"], atol=1e-4)
-    if report["kept"]:
+    if report.kept:
         agree = np.argmax(results["torch"], 1) == np.argmax(results["int8"], 1)
         assert agree.all()
 
@@ -158,7 +161,7 @@ def test_the_int8_gate_removes_a_model_that_fails_it(model_dir, tiny_data, tmp_p
     loaded = load_model(folder)
     bundle = build_datasets(str(tiny_data), loaded.image_size)
     report = export.quantize_int8(folder, bundle, loaded.transform)
-    assert report["kept"] is False and not (folder / "model.int8.onnx").exists()
+    assert report.kept is False and not (folder / "model.int8.onnx").exists()
     monkeypatch.setenv("AZUREML_MODEL_DIR", str(folder))
     monkeypatch.setenv("SCORE_BACKEND", "int8")
     with pytest.raises(FileNotFoundError, match="model.int8.onnx does not exist"):
@@ -250,8 +253,9 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
     port = _free_port()
-    plan = prepare(ROOT / "endpoints" / "blue.yml", str(model_dir),
-                   tmp_path_factory.mktemp("state"), port,
+    plan = prepare(ServeRequest(deployment=ROOT / "endpoints" / "blue.yml",
+                                model=str(model_dir), port=port),
+                   state=tmp_path_factory.mktemp("state"),
                    extra={"SCORE_BACKEND": "torch", "FRONT_HEAD_TIMEOUT_S": "3"})
     service = launch_server(plan, port)  # through the runtime, as make serve-local starts it
     try:
@@ -394,9 +398,8 @@ def test_fifty_pipelined_requests_on_one_connection_are_all_answered(server):
 def test_the_scoring_scripts_log_lines_reach_the_server_log(server):
     url, _, log_path = server
     assert post(url, SAMPLE.read_text())[0] == 200
-    time.sleep(0.5)
-    text = log_path.read_text()
-    assert "loaded torch model" in text and "scored 1 image(s)" in text
+    until(lambda: "scored 1 image(s)" in log_path.read_text(), 10, "the scored line in the log")
+    assert "loaded torch model" in log_path.read_text()
 
 
 @pytest.mark.slow

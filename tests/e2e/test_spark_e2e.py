@@ -20,6 +20,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from support import built_once, copied_store
 
+from mlops.environments.layers import cache_dir
 from mlops.specs import ROOT
 
 SPARK = ROOT / "tests" / "fixtures" / "spark"
@@ -42,13 +43,33 @@ def run_spec(spec: Path, folder: Path, store: str, envs: Path, *args: str) -> su
 
 
 @pytest.fixture(scope="session")
-def spark_envs(tmp_path_factory) -> Path:
-    """The layer cache every session shares (the Spark layer is built once, not per session)."""
-    return tmp_path_factory.getbasetemp().parent / "envs"
+def spark_envs() -> Path:
+    """The environment cache local runs use (LOCAL_ENVS_DIR, else .cache/envs): a Spark layer
+    make test-heavy or a local Spark run built is reused, never built again per session."""
+    return cache_dir()
+
+
+def spark_layer_cached(envs: Path, line: str = "3.4") -> bool:
+    """Whether the layer of the default Spark line is built in `envs` (one that was built
+    whole: its layer.json is written last)."""
+    for record in envs.glob("*/layer.json") if envs.is_dir() else []:
+        try:
+            built = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        if f"pyspark=={line}.*" in built.get("requirements", []):
+            return True
+    return False
 
 
 @pytest.fixture(scope="session")
 def spark_pipeline(tmp_path_factory, empty_mlflow_store, spark_envs) -> SparkRun:
+    """The one real Spark run of make test, where the Spark layer is cached already: its first
+    build downloads pyspark and a JDK (about 700 MB), which make test-heavy does."""
+    if not spark_layer_cached(spark_envs):
+        pytest.skip(f"the Spark 3.4 layer is not cached in {spark_envs} yet: make test-heavy "
+                    "builds it (a download of about 700 MB), then make test runs Spark too")
+
     def build(folder: Path) -> None:
         store = copied_store(empty_mlflow_store, folder)
         job = run_spec(SPARK / "spark-pipeline.yml", folder / "runs" / "first", store,
@@ -102,9 +123,10 @@ def test_a_second_run_reuses_the_spark_step(spark_pipeline, spark_envs, tmp_path
     assert "reused 2 step(s): totals, report" in out
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a second Spark start: make test keeps to one shared run
+@pytest.mark.network
 def test_a_failing_spark_entry_ends_failed_with_its_traceback(
-        spark_pipeline, spark_envs, empty_mlflow_store, tmp_path):
+        spark_envs, empty_mlflow_store, tmp_path):
     store = copied_store(empty_mlflow_store, tmp_path)
     job = run_spec(SPARK / "spark-broken.yml", tmp_path / "run", store, spark_envs)
     out, _ = job.communicate(timeout=300)
@@ -132,9 +154,9 @@ def processes_under(folder: Path) -> list[str]:
     return found
 
 
-@pytest.mark.heavy  # a second Spark start: make test keeps to one shared run and one failure
-def test_a_killed_run_leaves_no_jvm_behind(spark_pipeline, spark_envs, empty_mlflow_store,
-                                           tmp_path):
+@pytest.mark.heavy  # a second Spark start: make test keeps to one shared run
+@pytest.mark.network
+def test_a_killed_run_leaves_no_jvm_behind(spark_envs, empty_mlflow_store, tmp_path):
     store = copied_store(empty_mlflow_store, tmp_path)
     folder = tmp_path / "run"
     job = run_spec(SPARK / "spark-job.yml", folder, store, spark_envs, "--assets",
@@ -153,6 +175,7 @@ def test_a_killed_run_leaves_no_jvm_behind(spark_pipeline, spark_envs, empty_mlf
 
 
 @pytest.mark.heavy  # downloads each Spark line (pyspark, a JDK, the runtime's packages): minutes
+@pytest.mark.network
 @pytest.mark.parametrize("version", ["3.1", "3.2", "3.3", "3.4", "3.5"])
 def test_every_spark_line_builds_and_runs_from_empty_caches(version, empty_mlflow_store,
                                                            tmp_path):

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
 import torch
+from support import until
 
 from image_classifier.predict import Batcher
-from image_classifier.score import lanes_and_threads
+from image_classifier.score_config import ScoreConfig
 
 
 class Recorder:
-    """A stand-in for Service: each row is its image's id; every pass is recorded."""
+    """A stand-in for Service: each row is its image's id; every pass is recorded. `hold`: a
+    pass waits for it; `meet`: a pass waits until that many passes run at once."""
 
-    def __init__(self, hold: threading.Event | None = None, fail_on: int | None = None):
+    def __init__(self, hold: threading.Event | None = None, fail_on: int | None = None,
+                 meet: int = 0):
         self.passes: list[tuple[str, list[int]]] = []
         self.alone: list[bool] = []
         self.hold, self.fail_on = hold, fail_on
+        self.meeting = threading.Barrier(meet, timeout=10) if meet else None
         self.lock = threading.Lock()
 
     def probabilities(self, batch: torch.Tensor, alone: bool = False) -> np.ndarray:
@@ -29,7 +32,8 @@ class Recorder:
             self.alone.append(alone)
         if self.hold is not None:
             self.hold.wait(timeout=10)
-        time.sleep(0.05)  # long enough for another lane to start
+        if self.meeting is not None:
+            self.meeting.wait()  # BrokenBarrierError if the passes never ran side by side
         if self.fail_on in ids:
             raise RuntimeError("forward pass failed")
         return batch.numpy().copy()
@@ -39,7 +43,15 @@ def ids(*values: int) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32).reshape(-1, 1)
 
 
-def in_threads(batcher: Batcher, batches: list[torch.Tensor]) -> list:
+def idle(batcher: Batcher) -> None:
+    until(lambda: batcher.idle == batcher.lanes, 10, "every lane idle")
+
+
+def in_threads(batcher: Batcher, service: Recorder, batches: list[torch.Tensor],
+               hold: threading.Event | None = None, ready=None) -> list:
+    """The first request starts a pass (held there when `hold`), the others queue behind it,
+    then, once `ready()` holds too, the hold is let go; each request's result (or error), in
+    order."""
     results: list = [None] * len(batches)
 
     def call(index: int) -> None:
@@ -49,18 +61,25 @@ def in_threads(batcher: Batcher, batches: list[torch.Tensor]) -> list:
             results[index] = err
 
     threads = [threading.Thread(target=call, args=(i,)) for i in range(len(batches))]
-    for thread in threads:
+    threads[0].start()
+    until(lambda: service.passes, 10, "the first request's pass")
+    for number, thread in enumerate(threads[1:], start=1):  # each queued before the next
         thread.start()
-        time.sleep(0.01)
+        until(lambda n=number: len(batcher.waiting) + len(service.passes) - 1 >= n, 10,
+              f"request {number} queued or taken")
+    if ready is not None:
+        until(ready, 10, "the state the test sets up")
+    if hold is not None:
+        hold.set()
     for thread in threads:
         thread.join(timeout=20)
     return results
 
 
 def test_a_lone_request_is_shared_by_the_idle_lanes_and_keeps_its_order():
-    service = Recorder()
+    service = Recorder(meet=2)  # its two passes must run side by side, one per lane
     batcher = Batcher(service, lanes=2)
-    time.sleep(0.05)  # both lanes idle
+    idle(batcher)
     rows = batcher(ids(*range(8)))
     assert rows[:, 0].tolist() == list(range(8))
     assert sorted(len(p) for _, p in service.passes) == [4, 4]
@@ -71,14 +90,16 @@ def test_a_lone_request_is_shared_by_the_idle_lanes_and_keeps_its_order():
 def test_a_pass_with_the_other_lanes_idle_runs_alone_on_every_core():
     service = Recorder()
     batcher = Batcher(service, lanes=2)
-    time.sleep(0.05)
+    idle(batcher)
     batcher(ids(0))
     assert service.alone == [True]
     service.alone.clear()
+    service.passes.clear()
     hold = threading.Event()
     service.hold = hold  # the first pass blocks; the next one runs beside it, not alone
-    threading.Timer(0.3, hold.set).start()
-    in_threads(batcher, [ids(1), ids(2)])
+    idle(batcher)
+    in_threads(batcher, service, [ids(1), ids(2)], hold,
+               ready=lambda: len(service.passes) == 2)  # the second taken beside the first
     assert service.alone == [True, False]
 
 
@@ -86,8 +107,7 @@ def test_waiting_requests_are_merged_into_one_pass_and_each_gets_its_rows():
     hold = threading.Event()
     service = Recorder(hold)
     batcher = Batcher(service, lanes=1)
-    threading.Timer(0.3, hold.set).start()  # the first pass blocks while three more queue up
-    results = in_threads(batcher, [ids(0), ids(1, 2), ids(3), ids(4, 5, 6)])
+    results = in_threads(batcher, service, [ids(0), ids(1, 2), ids(3), ids(4, 5, 6)], hold)
     assert [r[:, 0].tolist() for r in results] == [[0], [1, 2], [3], [4, 5, 6]]
     assert [p for _, p in service.passes] == [[0], [1, 2, 3, 4, 5, 6]]
 
@@ -96,8 +116,7 @@ def test_a_pass_never_exceeds_max_images():
     hold = threading.Event()
     service = Recorder(hold)
     batcher = Batcher(service, max_images=3, lanes=1)
-    threading.Timer(0.3, hold.set).start()
-    results = in_threads(batcher, [ids(0), ids(1, 2), ids(3, 4), ids(5)])
+    results = in_threads(batcher, service, [ids(0), ids(1, 2), ids(3, 4), ids(5)], hold)
     assert [r[:, 0].tolist() for r in results] == [[0], [1, 2], [3, 4], [5]]
     assert all(len(p) <= 3 for _, p in service.passes)
 
@@ -120,4 +139,4 @@ def test_a_failed_pass_fails_its_requests_only_and_the_lanes_keep_serving():
     ({"SCORE_BATCHING": "0"}, 4, (1, 4)),              # each request runs its own pass
 ])
 def test_lanes_and_threads_follow_the_cores_and_the_settings(environ, cores, expected):
-    assert lanes_and_threads(environ, cores) == expected
+    assert ScoreConfig.from_env(environ).lanes_and_threads(cores) == expected

@@ -68,7 +68,7 @@ def test_this_projects_own_model_unmapped_is_the_newest_trained_one_and_says_so(
     source = model_source("azureml:mine@latest", tmp_path, "d.yml", asset_file=assets)
     assert source.path == trained and "newest trained model" in source.describe()
     assert model_source(None, tmp_path, "d.yml").path == trained  # a spec with no model
-    override = model_source("azureml:mine@latest", tmp_path, "d.yml", str(tmp_path))
+    override = model_source("azureml:mine@latest", tmp_path, "d.yml", override=str(tmp_path))
     assert (override.path, override.origin) == (tmp_path, "MODEL_DIR")
 
 

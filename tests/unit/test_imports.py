@@ -71,3 +71,73 @@ def test_the_rooms_import_no_circle_at_load_time():
         tuple(TopologicalSorter(graph).static_order())
     except CycleError as err:
         pytest.fail(f"import circle: {' -> '.join(err.args[1])}")
+
+
+SHIPPED = ROOT / "src" / "image_classifier"
+
+
+def load_time_imports(path: Path, package: str) -> set[str]:
+    """The package's modules a file imports outside functions: at load time, and under `if
+    TYPE_CHECKING:` too (a circle there is still two modules that need each other)."""
+    tree = ast.parse(path.read_text())
+    found, todo = set(), list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {f"{package}.{node.module}"} if node.module else \
+                {f"{package}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package):
+            found.add(node.module)
+        todo += list(ast.iter_child_nodes(node))
+    return found
+
+
+def test_the_shipped_package_has_no_import_circle():
+    graph = {f"image_classifier.{p.stem}": load_time_imports(p, "image_classifier") -
+             {f"image_classifier.{p.stem}"} for p in SHIPPED.glob("*.py") if p.stem != "__init__"}
+    try:
+        tuple(TopologicalSorter(graph).static_order())
+    except CycleError as err:
+        pytest.fail(f"import circle: {' -> '.join(err.args[1])}")
+
+
+HOUSE = sorted([*PACKAGE.rglob("*.py"), *SHIPPED.rglob("*.py")])
+MAX_FUNCTION_LINES = 40
+MAX_PARAMETERS = 6
+
+
+def functions(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def bare_dicts(path: Path) -> list[int]:
+    """Lines of annotations that say `dict` without its key and value types."""
+    tree = ast.parse(path.read_text())
+    typed = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Subscript)}
+    annotations = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            annotations += [a.annotation for a in args.posonlyargs + args.args +
+                            args.kwonlyargs if a.annotation] + [node.returns]
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+    return [name.lineno for ann in annotations if ann is not None for name in ast.walk(ann)
+            if isinstance(name, ast.Name) and name.id == "dict" and id(name) not in typed]
+
+
+@pytest.mark.parametrize("path", HOUSE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_functions_are_short_take_few_parameters_and_say_their_types(path):
+    for node in functions(path):
+        lines = node.end_lineno - node.lineno + 1
+        args = node.args
+        names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+        count = len(names) - (1 if names[:1] in (["self"], ["cls"]) else 0)
+        where = f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"
+        assert lines <= MAX_FUNCTION_LINES, f"{where}: {lines} lines; split it"
+        assert count <= MAX_PARAMETERS, f"{where}: {count} parameters; group them in a dataclass"
+    assert not bare_dicts(path), f"{path.relative_to(ROOT)}: bare dict at {bare_dicts(path)}"

@@ -23,7 +23,7 @@ from image_classifier.precision import (
 ])
 def test_size_rules_are_explained_before_anything_is_built(arch, size, weights, message):
     with pytest.raises(ModelError, match=message):
-        build_model(arch, 2, weights, image_size=size)
+        build_model(arch, 2, weights=weights, image_size=size)
 
 
 def test_each_rank_augments_from_its_own_reproducible_stream():

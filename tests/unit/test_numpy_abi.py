@@ -39,7 +39,8 @@ def paired(monkeypatch, stale: list[str], numpy_1_installs: bool = True):
 
     monkeypatch.setattr(closures, "_built", built)
     monkeypatch.setattr(abi, "built_for_numpy_1", lambda python, site: stale)
-    kept = closures._paired(Path("layer"), ["scikit-learn==1.2.2"], "3.11", "env", ())
+    kept = closures._paired(Path("layer"), ["scikit-learn==1.2.2"], python="3.11", label="env",
+                            adds=())
     return calls, kept
 
 

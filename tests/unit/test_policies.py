@@ -9,7 +9,7 @@ def first_stop(policy, trial, others=(), finished=(), maximize=True):
     """The interval at which the trial is stopped when it reports its curve one value at a time,
     the other trials having reported theirs already; None if it runs to the end."""
     for n in range(1, len(trial) + 1):
-        if should_stop(policy, trial[:n], others, finished, maximize):
+        if should_stop(policy, trial[:n], others=others, finished=finished, maximize=maximize):
             return n
     return None
 
@@ -76,9 +76,9 @@ def test_truncation_selection_can_exclude_finished_trials():
     policy = Policy("truncation_selection", evaluation_interval=1, truncation_percentage=50,
                     exclude_finished_jobs=True)
     finished = [[0.9], [0.95], [0.99]]
-    assert not should_stop(policy, [0.5], [], finished)
+    assert not should_stop(policy, [0.5], others=[], finished=finished)
     policy_all = Policy("truncation_selection", evaluation_interval=1, truncation_percentage=50)
-    assert should_stop(policy_all, [0.5], [], finished)
+    assert should_stop(policy_all, [0.5], others=[], finished=finished)
 
 
 def test_from_spec_and_unknown_policy():
@@ -86,4 +86,4 @@ def test_from_spec_and_unknown_policy():
                                "delay_evaluation": 3})
     assert policy.type == "bandit" and policy.delay_evaluation == 3
     with pytest.raises(ValueError, match="not supported locally"):
-        should_stop(Policy("asha"), [0.1], [], [])
+        should_stop(Policy("asha"), [0.1], others=[], finished=[])

@@ -204,7 +204,8 @@ def test_a_package_that_does_not_build_here_is_moved_to_a_wheel_else_named(monke
     monkeypatch.setattr(closures, "_install", install)
     monkeypatch.setattr(closures, "_shadowed", lambda folder: frozenset())
     monkeypatch.setattr(closures, "make_venv", lambda folder, lower: folder)
-    built = closures._built(tmp_path / "layer", ["pyarrow==9.0.0"], "3.11", "env", ())
+    built = closures._built(tmp_path / "layer", ["pyarrow==9.0.0"], python="3.11", label="env",
+                            adds=())
     assert built.installed == {"pyarrow": "10.0.1"} and moves == [frozenset(),
                                                                   frozenset({"pyarrow"})]
 
@@ -214,4 +215,4 @@ def test_a_package_that_does_not_build_here_is_moved_to_a_wheel_else_named(monke
     monkeypatch.setattr(closures, "_install", never)
     with pytest.raises(LocalRunError, match=r"pyarrow 10.0.1 failed to build(.|\n)*Fix: pin a "
                                             "release of pyarrow that publishes a wheel"):
-        closures._built(tmp_path / "layer", ["pyarrow==9.0.0"], "3.11", "env", ())
+        closures._built(tmp_path / "layer", ["pyarrow==9.0.0"], python="3.11", label="env", adds=())

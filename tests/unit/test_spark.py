@@ -141,7 +141,8 @@ def test_a_spark_node_takes_its_components_definition_with_the_nodes_overrides(t
     raw = copy.deepcopy(pipeline["jobs"]["totals"])
     raw["conf"] = {"spark.executor.instances": 1}
     raw["args"] = "--visits ${{inputs.visits}} --summary ${{outputs.summary}}"
-    node = load_node("totals", raw, SPARK, AssetMap(SPARK / "local-paths.yml"), "p: jobs.totals")
+    node = load_node("totals", raw, base=SPARK, assets=AssetMap(SPARK / "local-paths.yml"),
+                     where="p: jobs.totals")
     merged = definition_for(node)
     assert node.kind == "spark" and merged["entry"] == {"file": "wrangle.py"}
     assert merged["conf"]["spark.executor.instances"] == 1
@@ -152,7 +153,8 @@ def test_a_spark_node_takes_its_components_definition_with_the_nodes_overrides(t
 
 def test_an_inline_spark_node_is_its_own_definition():
     raw = {"type": "spark", "code": "src", "entry": {"file": "wrangle.py"}}
-    node = load_node("inline", raw, SPARK, AssetMap(SPARK / "local-paths.yml"), "p: jobs.x")
+    node = load_node("inline", raw, base=SPARK, assets=AssetMap(SPARK / "local-paths.yml"),
+                     where="p: jobs.x")
     assert node.inline and node.definition is raw
 
 

@@ -30,7 +30,7 @@ def init():
         "python_function", {}).get("loader_module", "?"))
 
 
-def as_mlflow_request(body: dict) -> dict:
+def as_mlflow_request(body: dict[str, object]) -> dict[str, object]:
     """Azure's `input_data` envelope in the vocabulary of MLflow's scoring server."""
     if not isinstance(body, dict):
         raise ValueError("the request is a JSON object with an input_data key")

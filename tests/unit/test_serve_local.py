@@ -1,11 +1,11 @@
-"""The local endpoint: a taken port is an error, and the default model is one that exists."""
+"""The local endpoint's rules that need no server: a taken port is an error, and the default model
+is one that exists."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import socket
-import time
 
 import pytest
 
@@ -15,23 +15,25 @@ from mlops.errors import LocalRunError
 from mlops.specs import ROOT
 
 
-def test_a_port_another_process_holds_is_an_error_not_a_healthy_server(capsys):
+def test_a_port_another_process_holds_is_an_error_not_a_healthy_server(tmp_path, monkeypatch):
+    monkeypatch.setattr(online, "STATE", tmp_path / "serve-local")  # never the user's server
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1]
         with pytest.raises(LocalRunError, match=f"port {port} on 127.0.0.1 is already in use"):
-            online.start(ROOT / "endpoints" / "blue.yml", None, port)
+            online.start(online.ServeRequest(deployment=ROOT / "endpoints" / "blue.yml",
+                                             port=port))
 
 
 def test_the_default_model_is_the_newest_folder_that_holds_one(tmp_path):
     older = tmp_path / "train-1" / "outputs" / "model"
     older.mkdir(parents=True)
     (older / "model.pt").write_bytes(b"x")
-    time.sleep(0.01)
+    os.utime(older / "model.pt", (1_000, 1_000))
     empty = tmp_path / "train-2" / "outputs" / "model"  # a failed run's empty model folder
     empty.mkdir(parents=True)
-    os.utime(empty)
+    os.utime(empty, (2_000, 2_000))
     assert newest_trained("test", tmp_path).path == older
     with pytest.raises(LocalRunError, match="no trained model"):
         newest_trained("test", tmp_path / "nothing-here")
@@ -43,10 +45,10 @@ def test_a_deployments_copy_of_a_model_is_not_taken_for_a_trained_one(tmp_path):
     trained = tmp_path / "train-1" / "outputs" / "model"
     trained.mkdir(parents=True)
     (trained / "model.pt").write_bytes(b"x")
-    time.sleep(0.01)
+    os.utime(trained / "model.pt", (1_000, 1_000))
     copy = tmp_path / "batch-other-1" / "azureml-models" / "mnist" / "1" / "model"
     copy.mkdir(parents=True)
-    (copy / "model.pt").write_bytes(b"not ours")
+    (copy / "model.pt").write_bytes(b"not ours")  # newer: a layout is written at serve time
     assert newest_trained("test", tmp_path).path == trained
     shutil.rmtree(tmp_path / "train-1")
     with pytest.raises(LocalRunError, match="run `make train-local` first"):

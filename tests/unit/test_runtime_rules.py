@@ -1,0 +1,127 @@
+"""Rules of the local runtime that need no process: how --set edits a spec (held to azure-ai-ml's
+own override hook), how a command is rendered, how references map to local paths, which places a
+job may not write, how processes share the cores, and which signals stop a run."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from mlops.checks.overrides import apply_sets, parse_sets
+from mlops.errors import LocalRunError
+from mlops.orchestrators.parallel import batch_size
+from mlops.runtime import launch
+from mlops.runtime.uris import lookup
+from mlops.runtime.values import render_command
+
+
+def test_processes_share_the_cores_unless_told_otherwise(monkeypatch):
+    monkeypatch.setattr(launch, "usable_cores", lambda: 2)
+    for processes, env, threads in ((2, {}, "1"), (8, {}, "1"), (1, {}, None),
+                                    (2, {"OMP_NUM_THREADS": "2"}, "2")):
+        launch.share_cores(env, processes)
+        assert env.get("OMP_NUM_THREADS") == threads, (processes, env)
+
+
+def test_the_runner_catches_every_signal_that_stops_a_terminal_job():
+    """SIGINT (Ctrl-C), SIGTERM (kill) and SIGHUP (the terminal closed) take the same handler,
+    so the end-to-end test below sends two of them."""
+    previous = launch.install_signal_handlers()
+    try:
+        handlers = {signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM,
+                                                      signal.SIGHUP)}
+        assert len(handlers) == 1 and callable(handlers.pop())
+    finally:
+        launch.restore_signal_handlers(previous)
+
+
+def test_render_substitutes_raw_values_and_drops_unset_optional_segments():
+    command = "python t.py --a '${{inputs.a}}' $[[--b ${{inputs.b}}]] --o ${{outputs.o}}"
+    values = {"inputs": {"a": "x y", "b": None}, "outputs": {"o": "/tmp/o"}}
+    assert render_command(command, values, "s.yml") == "python t.py --a 'x y'  --o /tmp/o"
+    values["inputs"]["a"] = None
+    with pytest.raises(LocalRunError, match=r"\$\{\{inputs.a\}\} has no value"):
+        render_command(command, values, "s.yml")
+
+
+def test_set_passes_raw_strings_as_the_cli_does():
+    data = {"inputs": {"epochs": 10, "data": "azureml:fowl@latest"}}
+    apply_sets(data, parse_sets(["inputs.epochs=1", "limits.timeout=60", "a.b=x=y"],
+                                Path("s.yml")), Path("s.yml"))
+    assert data["inputs"]["epochs"] == "1" and data["limits"]["timeout"] == "60"
+    assert data["a"]["b"] == "x=y"
+    with pytest.raises(LocalRunError, match="defined by reference strings"):
+        apply_sets(data, [{"inputs.data.path": "/x"}], Path("s.yml"))
+
+
+SET_CASES = [
+    ({"inputs": {"epochs": 10}}, [{"inputs.epochs": "1"}]),
+    ({}, [{"limits.timeout": "60"}, {"a.b.c": "x=y"}]),  # missing levels are created
+    ({"jobs": {"train": {"inputs": {"lr": 0.1}}}}, [{"jobs.train.inputs.lr": "0.5"}]),
+    ({"inputs": {"data": "azureml:fowl@latest"}}, [{"inputs.data.path": "/x"}]),  # refused
+    ({"inputs": {"data": "azureml:fowl@latest"}}, [{"inputs.data": "azureml:other:2"}]),
+    ({"environment_variables": None}, [{"environment_variables.X": "1"}]),
+    ({"list": [{"a": 1}]}, [{"list.0.a": "2"}]),
+    ({"tags": {"k": "v"}}, [{"tags": "flat"}, {"tags2.k": "true"}]),
+]
+
+
+@pytest.mark.parametrize("data,overrides", SET_CASES)
+def test_set_matches_azure_ai_mls_own_override_hook(data, overrides):
+    """apply_sets mirrors azure-ai-ml's PathAwareSchema.add_param_overrides (what az ml job create
+    runs on --set) without importing the SDK on every rerun; this holds it to the original."""
+    import copy
+    from types import SimpleNamespace
+
+    from azure.ai.ml._schema.core.schema import PathAwareSchema
+    from azure.ai.ml.constants._common import PARAMS_OVERRIDE_KEY
+    from azure.ai.ml.exceptions import MlException
+
+    theirs, ours = copy.deepcopy(data), copy.deepcopy(data)
+    hook = SimpleNamespace(context={PARAMS_OVERRIDE_KEY: overrides})
+    try:
+        PathAwareSchema.add_param_overrides(hook, theirs)
+        refused = None
+    except (MlException, AttributeError) as err:  # the CLI fails on either
+        refused = str(err)
+    if refused:
+        expected = "has no attribute 'get'" if "no attribute" in refused else \
+            "defined by reference strings"
+        with pytest.raises(LocalRunError, match=expected):
+            apply_sets(ours, overrides, Path("s.yml"))
+    else:
+        assert apply_sets(ours, overrides, Path("s.yml")) == theirs
+
+
+def test_reference_lookup_by_asset_name_prefix_and_long_datastore_form():
+    mapping = {"azureml:fowl": "data/fowl",
+               "azureml://datastores/blob/paths/": "data/blob/"}
+    assert lookup("azureml:fowl:3", mapping) == "data/fowl"
+    assert lookup("azureml:fowl@latest", mapping) == "data/fowl"
+    assert lookup("azureml://datastores/blob/paths/a/b.csv", mapping) == "data/blob/a/b.csv"
+    long_form = ("azureml://subscriptions/s/resourcegroups/g/workspaces/w/datastores/blob/"
+                 "paths/a/b.csv")
+    assert lookup(long_form, mapping) == "data/blob/a/b.csv"
+    assert lookup("https://example.com/x.csv", mapping) is None
+
+
+def test_read_only_places_follow_the_input_mode(tmp_path):
+    from mlops.runtime.binding import read_only
+    from mlops.runtime.values import Value
+
+    data, task = tmp_path / "data", tmp_path / "runs" / "job"
+    inputs = {"a": Value(path=data, type="uri_folder"), "b": Value(path=data, mode="download"),
+              "c": Value(path=data / "f.csv", type="uri_file", mode="ro_mount"),
+              "n": Value(text="3"), "whole": Value(path=tmp_path, type="uri_folder")}
+    assert read_only(inputs, task) == [
+        str(task / "inputs/a"), str(data), str(task / "inputs/c"), str(data / "f.csv"),
+        str(task / "inputs/whole")]  # not tmp_path itself: the job's own folder is inside it
+
+
+def test_mini_batch_sizes_are_counts_or_sizes():
+    assert batch_size("5", False, "x") == 5 and batch_size(None, False, "x") == 10
+    assert batch_size("10kb", True, "x") == 10240 and batch_size("1MB", True, "x") == 1 << 20
+    with pytest.raises(LocalRunError, match="mini_batch_size"):
+        batch_size("ten", False, "x")
