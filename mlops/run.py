@@ -11,6 +11,7 @@ exit code is the job's; 2 when the spec cannot run; 128 + the signal number when
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from mlops import exit_code, exit_with
@@ -26,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("spec", help="a command, sweep or pipeline job spec")
     parser.add_argument("--set", action="append", nargs="+", default=[], metavar="KEY=VALUE",
                         help="override a spec value, as az ml job create --set does")
+    parser.add_argument("--sets", default="", metavar="'KEY=VALUE ...'",
+                        help="overrides in one string, split as a shell splits words "
+                             "(make's SET=\"inputs.title='two words' inputs.epochs=1\")")
     parser.add_argument("--remove", action="append", default=[], metavar="KEY",
                         help="delete a spec key, as az's generic --remove does")
     parser.add_argument("--assets", dest="asset_file", type=Path, default=ASSET_MAP,
@@ -42,8 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    request = JobRequest(spec=args.spec, sets=[s for group in args.set for s in group],
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        joined = shlex.split(args.sets)
+    except ValueError as err:
+        parser.error(f"--sets (SET=): {err}: close the quote")
+    request = JobRequest(spec=args.spec, sets=[s for group in args.set for s in group] + joined,
                          removes=args.remove, asset_file=args.asset_file, env_file=args.env_file,
                          run_dir=args.run_dir, force_rerun=args.force_rerun,
                          max_procs=args.max_procs,

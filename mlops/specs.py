@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from mlops import yaml_limits
 from mlops.errors import LocalRunError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,6 +98,7 @@ class Spec:
     lines: dict[tuple, int] = field(default_factory=dict)
     role: str = ""  # "job", "component", "online-deployment", "batch-deployment" when the
     # caller knows: it types a spec without $schema (and a deployment by its `type:`)
+    duplicates: list[Duplicate] = field(default_factory=list)  # keys given twice
 
     @property
     def kind(self) -> str:
@@ -147,7 +149,9 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def read_yaml(text: str):
-    """yaml.safe_load, through libyaml when available."""
+    """yaml.safe_load, through libyaml when available, of a text that passes the safe reader's
+    limits (yaml_limits.py: YamlTooLarge, a LocalRunError, otherwise)."""
+    yaml_limits.check(text)
     return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
 
 
@@ -161,6 +165,7 @@ class Parsed:
 
 def _parse(text: str) -> Parsed:
     """What yaml.compose and yaml.safe_load each do, with the node built once."""
+    yaml_limits.check(text)
     loader = _LOADER(text)
     try:
         node = loader.get_single_node()
@@ -169,17 +174,40 @@ def _parse(text: str) -> Parsed:
         loader.dispose()
 
 
-def _line_map(node, prefix: tuple, out: dict[tuple[str, ...], int]) -> None:
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            path = (*prefix, str(key_node.value))
-            out[path] = key_node.start_mark.line + 1
-            _line_map(value_node, path, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            path = (*prefix, str(index))
-            out[path] = item.start_mark.line + 1
-            _line_map(item, path, out)
+@dataclass(frozen=True)
+class Duplicate:
+    """A key given twice in one mapping: YAML loaders (azure-ai-ml's too) keep the second."""
+
+    key: tuple[str, ...]
+    first: int  # line numbers
+    second: int
+
+
+def _line_map(root, out: dict[tuple[str, ...], int]) -> list[Duplicate]:
+    """The line of every key path, walking the node tree once, never into an alias again (an
+    alias is the node it names: its lines are that node's); the keys given twice."""
+    duplicates, seen, todo = [], set(), [(root, ())]
+    while todo:
+        node, prefix = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        children = []
+        if isinstance(node, yaml.MappingNode):
+            lines: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                key, line = str(key_node.value), key_node.start_mark.line + 1
+                if key in lines and key != "<<":
+                    duplicates.append(Duplicate((*prefix, key), lines[key], line))
+                lines[key] = line
+                out.setdefault((*prefix, key), line)
+                children.append((value_node, (*prefix, key)))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                out.setdefault((*prefix, str(index)), item.start_mark.line + 1)
+                children.append((item, (*prefix, str(index))))
+        todo += reversed(children)  # in document order: an anchor before its aliases
+    return duplicates
 
 
 def flag(value, default: bool = False) -> bool:
@@ -206,15 +234,18 @@ def load_spec(path: str | Path, role: str = "") -> Spec:
     except OSError as err:
         raise SpecError(Finding(path, "", f"cannot read the file ({err.strerror})",
                                 "check the path")) from err
+    except yaml_limits.YamlTooLarge as err:
+        raise SpecError(Finding(path, "", f"refused: {err}", "shrink the file", err.line)
+                        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         raise SpecError(Finding(path, "", f"not valid YAML ({getattr(err, 'problem', err)})",
                                 "fix the YAML syntax", mark.line + 1 if mark else 0)) from err
     if not isinstance(data, dict):
         raise SpecError(Finding(path, "", "not a YAML mapping", "a spec is a mapping of keys"))
-    lines: dict[tuple, int] = {}
-    _line_map(node, (), lines)
-    return Spec(path, data, lines, role)
+    lines: dict[tuple[str, ...], int] = {}
+    duplicates = _line_map(node, lines)
+    return Spec(path, data, lines, role, duplicates)
 
 
 def discover(root: Path = ROOT) -> list[Path]:

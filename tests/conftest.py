@@ -30,9 +30,14 @@ def no_repository_store(tmp_path_factory) -> Iterator[None]:
     """A test that tracks without a store of its own (mlflow_store) tracks into one of the
     session's, never into the repository's mlflow.db and mlruns/ (make exports
     MLFLOW_TRACKING_URI). The file is created by the first test that uses it."""
+    from mlops.project import cache_root
+
     uri = f"sqlite:///{tmp_path_factory.mktemp('default-store') / 'mlflow.db'}"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", uri)
+        # the caches a user's runs share (environment layers, debugpy): tests that point
+        # XDG_CACHE_HOME at a folder of their own (the trainer's zip cache) still share them
+        patch.setenv("MLOPS_CACHE_DIR", str(cache_root()))
         yield
 
 

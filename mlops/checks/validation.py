@@ -11,6 +11,7 @@ probably a mistake: they never block a run.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -24,6 +25,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from mlops.checks import lint, lint_assets, sdk_findings
+from mlops.project import cache_root
 from mlops.specs import ROOT, SCHEMA_DIR, Finding, Spec, SpecError, load_spec
 
 KINDS = ("commandJob", "sweepJob", "pipelineJob", "sparkJob", "commandComponent",
@@ -215,10 +217,17 @@ def check(spec: Spec, for_run: bool = False) -> list[Finding]:
     for_run: what a local run needs before it starts (azure-ai-ml's verdict is remembered for a
     spec it already passed, so a rerun skips importing the SDK)."""
     spec, notes = with_endpoint(spec)
-    found = _layers(spec, for_run)
+    found = duplicate_keys(spec) + _layers(spec, for_run)
     if notes:  # the stand-in name is not the author's: no finding about it
         found = [f for f in found if f.key != "endpoint_name"]
     return notes + found
+
+
+def duplicate_keys(spec: Spec) -> list[Finding]:
+    """A key given twice: YAML loaders, azure-ai-ml's included, keep the second silently."""
+    return [Finding(spec.path, ".".join(d.key), f"given twice (lines {d.first} and {d.second}); "
+                    "azure-ai-ml reads the second and drops the first",
+                    "keep one of them", d.second, "warning") for d in spec.duplicates]
 
 
 def _layers(spec: Spec, for_run: bool) -> list[Finding]:
@@ -240,13 +249,14 @@ def sdk_cached(spec: Spec) -> list[Finding]:
 
     text = json.dumps([str(spec.path.resolve()), spec.data, version("azure-ai-ml")],
                       sort_keys=True, default=str)
-    marker = ROOT / ".cache" / "validated" / hashlib.sha256(text.encode()).hexdigest()[:24]
+    marker = cache_root() / "validated" / hashlib.sha256(text.encode()).hexdigest()[:24]
     if marker.is_file():
         return []
     found = sdk_layer(spec)
     if not found:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
+        with contextlib.suppress(OSError):  # a cache that cannot be written is not remembered
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
     return found
 
 

@@ -9,7 +9,8 @@ environment layers, MLflow run, process handling). A mini-batch that raises or t
 retried per retry_settings; the files run() does not return a row for count as failed, and the
 run stops once more than error_threshold have (-1: never). With output_action append_row the rows
 go to output_file_name in the run folder's outputs/, in mini-batch order. A .zip input is
-extracted first (on Azure, register the folder as a data asset).
+extracted first, within limits (runtime/archives.py; on Azure, register the folder as a data
+asset).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from mlops.environments.activation import Environments
 from mlops.environments.envspec import ENV_MAP
 from mlops.errors import LocalRunError
 from mlops.project import project
-from mlops.runtime import engine, launch, minibatch
+from mlops.runtime import archives, engine, launch, minibatch
+from mlops.runtime.aliases import safe_root
 from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.mlflow_runs import Tracking, tracking_uri
 from mlops.runtime.mlflow_server import Server
@@ -62,10 +64,10 @@ def input_files(source: Path, folder: Path) -> minibatch.Listing:
     if source.is_file():
         if not zipfile.is_zipfile(source):
             raise LocalRunError(f"--input {source}: give a folder of images, or a .zip of one")
-        target = folder / "inputs" / "data"
-        with zipfile.ZipFile(source) as archive:
-            archive.extractall(target)
-        source = target
+        extracted = archives.extract(source, folder / "inputs" / "data")
+        if extracted.renamed:
+            print(extracted.notice(), file=sys.stderr)
+        source = extracted.folder
     listing = minibatch.list_files(source)
     if not listing.files:
         raise LocalRunError(f"--input {source}: holds no files")
@@ -152,8 +154,9 @@ def run_local(request: BatchRequest) -> int:
             raise LocalRunError(f"{folder} is not empty: use a new --run-dir")
         if request.debug is not None:
             request.debug.check([()])
-        rt = engine.Runtime(folder, max(1, request.max_procs), Tracking(server),
-                             Environments(request.env_file), debug=request.debug)
+        folder.mkdir(parents=True, exist_ok=True)
+        rt = engine.Runtime(safe_root(folder), max(1, request.max_procs), Tracking(server),
+                            Environments(request.env_file), debug=request.debug)
         return run_batch(deployment, request.input, rt)
     finally:
         server.close()

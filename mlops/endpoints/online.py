@@ -31,6 +31,7 @@ from mlops.environments.activation import Environments
 from mlops.environments.envspec import ENV_MAP
 from mlops.errors import LocalRunError
 from mlops.project import project
+from mlops.runtime.aliases import safe_root
 from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.engine import Runtime, start_service
 from mlops.runtime.launch import free_port
@@ -179,7 +180,8 @@ def start(request: ServeRequest) -> int:
     if port_taken(port):
         raise LocalRunError(f"port {port} on 127.0.0.1 is already in use by another process: "
                             "stop it, or pick another port (PORT=5002)")
-    plan = prepare(request, state=STATE)
+    STATE.mkdir(parents=True, exist_ok=True)
+    plan = prepare(request, state=safe_root(STATE))
     print("\n".join(plan.about), flush=True)
     try:
         service = launch_server(plan, port)

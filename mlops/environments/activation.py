@@ -114,6 +114,7 @@ class Environments:
         self.labels: dict[str, str] = {}  # where -> the environment it named, for logs
         self.caveats: dict[str, str] = {}  # where -> why a failure may be this machine's alone
         self.undefined: dict[str, str] = {}  # where -> the environment nothing here defines
+        self.conda_variables: dict[str, dict[str, str]] = {}  # where -> its conda `variables:`
 
     def _say(self, line: str) -> None:
         if line not in self.said:
@@ -147,6 +148,7 @@ class Environments:
         packages the image itself brings when the environment lacks them (a serving image's
         server)."""
         plan = plan_for(ref.value, ref.base, self.env_map, where)
+        self.conda_variables[where] = plan.variables
         self._on_image(plan, ref)
         self._fix(plan, ref)
         named = {name_of(line) for line in plan.requirements}
@@ -203,7 +205,8 @@ class Environments:
         """Build (or reuse) the layers and a fresh top layer; the variables that select them."""
         lower = self.layers(ref, where)
         self.labels[where] += f" ({', '.join(str(p) for p in lower) or '.venv'})"
-        return Activation(self._variables(lower, folder), top_site(folder), self.labels[where])
+        variables = {**self.conda_variables.get(where, {}), **self._variables(lower, folder)}
+        return Activation(variables, top_site(folder), self.labels[where])
 
     def _variables(self, lower: list[Path], folder: Path) -> dict[str, str]:
         """A fresh top layer over `lower`; the variables that select the layers."""

@@ -213,8 +213,8 @@ def _uv_install(folder: Path, wanted: dict[str, resolve.Locked], label: str) -> 
             failed = resolve.build_failure(result.stderr)
             if failed is not None:
                 raise failed
-            raise LocalRunError(f"environment {label}: installing its packages failed:\n"
-                                f"{resolve.tail(result.stderr)}")
+            raise resolve.uv_failure(result.stderr, f"environment {label}: installing its "
+                                     "packages")
     site = folder / "lib" / PY / "site-packages"
     site.mkdir(parents=True, exist_ok=True)
     return {name: locked.version for name, locked in sorted(wanted.items())}

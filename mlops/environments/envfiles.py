@@ -37,6 +37,7 @@ class EnvPlan:
     notice: str | None = None  # why this machine runs it in .venv (or only partly)
     undefined: str = ""  # the mapping-file key that would define it, when nothing does
     skipped: list[str] = field(default_factory=list)  # conda packages with no PyPI equivalent
+    variables: dict[str, str] = field(default_factory=dict)  # a conda file's `variables:`
 
 
 def _conda_spec(entry: str) -> str | None:
@@ -68,7 +69,12 @@ def read_conda(path: Path, plan: EnvPlan) -> None:
 
 
 def read_conda_data(data: SpecData, base: Path, plan: EnvPlan) -> None:
-    """pip entries as they are; conda packages by their PyPI names; python's version noted."""
+    """pip entries as they are; conda packages by their PyPI names; python's version noted;
+    `variables:`, which conda sets when it activates the environment (as Azure's image runs
+    the job: activated)."""
+    variables = data.get("variables") or {}
+    if isinstance(variables, dict):
+        plan.variables.update({str(k): "" if v is None else str(v) for k, v in variables.items()})
     for entry in data.get("dependencies") or []:
         if isinstance(entry, dict):
             for line in entry.get("pip") or []:

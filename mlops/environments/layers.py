@@ -23,7 +23,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from mlops.environments.requirements import canonical
-from mlops.specs import ROOT
+from mlops.project import cache_root
 
 VENV_BIN = Path(sys.executable).parent
 BASE_SITE = Path(sysconfig.get_paths()["purelib"])
@@ -31,8 +31,9 @@ PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def cache_dir() -> Path:
-    """Where cached layers live (LOCAL_ENVS_DIR overrides; make clean-envs empties it)."""
-    return Path(os.environ.get("LOCAL_ENVS_DIR") or ROOT / ".cache" / "envs")
+    """Where cached layers live: LOCAL_ENVS_DIR, else <cache root>/envs (project.cache_root;
+    make clean-envs empties it)."""
+    return Path(os.environ.get("LOCAL_ENVS_DIR") or cache_root() / "envs")
 
 
 def make_venv(folder: Path, lower: list[Path]) -> Path:
@@ -93,17 +94,62 @@ def layer_key(requirements: list[str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+MANIFEST = "manifest.json"
+NOT_CONTENT = {"layer.json", MANIFEST, "used_by.txt"}  # the cache's own records
+
+
+def contents(folder: Path) -> dict[str, int]:
+    """Every file (and link) a layer holds, by its path in the layer, with its size; Python's
+    bytecode caches, which its users write, are not the layer's content."""
+    found = {}
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            path = os.path.join(root, name)
+            relative = os.path.relpath(path, folder)
+            if relative not in NOT_CONTENT:
+                found[relative] = os.lstat(path).st_size
+    return found
+
+
+def write_manifest(folder: Path) -> None:
+    (folder / MANIFEST).write_text(json.dumps(contents(folder), sort_keys=True))
+
+
+def damage(folder: Path) -> list[str]:
+    """What a cached layer lost or had changed since it was built ("" when whole). A layer from
+    before manifests gets one now."""
+    try:
+        recorded = json.loads((folder / MANIFEST).read_text())
+    except FileNotFoundError:
+        write_manifest(folder)
+        return []
+    except (OSError, ValueError):
+        return [f"its {MANIFEST} is unreadable"]
+    now = contents(folder)
+    return [f"{path} {'missing' if path not in now else 'changed'}"
+            for path, size in sorted(recorded.items()) if now.get(path) != size]
+
+
 def cached_layer(folder: Path, build: Callable[[Path], None]) -> Path:
-    """`folder`, built once by `build` (which writes its layer.json last): a lock keeps
-    concurrent runs out, and a build that died half-way is started afresh."""
-    if (folder / "layer.json").is_file():
+    """`folder`, built once by `build` (which writes its layer.json last) and checked before
+    every use against the manifest written after it: a lock keeps concurrent runs out, and a
+    build that died half-way, or a layer damaged since, is built afresh."""
+    if (folder / "layer.json").is_file() and not damage(folder):
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (folder / "layer.json").is_file():
+        broken = damage(folder) if (folder / "layer.json").is_file() else []
+        if broken:
+            shown = ", ".join(broken[:3]) + (f" and {len(broken) - 3} more" if
+                                             len(broken) > 3 else "")
+            print(f"warning: the cached environment {folder} is damaged ({shown}); building "
+                  "it again", file=sys.stderr, flush=True)
+        if broken or not (folder / "layer.json").is_file():
             shutil.rmtree(folder, ignore_errors=True)
             build(folder)
+            write_manifest(folder)
     return folder
 
 

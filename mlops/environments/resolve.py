@@ -64,6 +64,28 @@ class NoSet(LocalRunError):
     """No set of releases satisfies the requirements for the environment's own Python."""
 
 
+NO_SOLUTION = "No solution found when resolving"
+UNWRITABLE = re.compile(r"(Permission denied|Read-only file system|No space left on device)")
+CACHE_PATH = re.compile(r"(?:cache|directory)[^`]*`([^`]+)`", re.IGNORECASE)
+
+
+class UvFailed(LocalRunError):
+    """uv could not run at all: the reason is this machine's, not the environment's."""
+
+
+def uv_failure(stderr: str, doing: str) -> UvFailed:
+    """What stopped uv, in its words, with what to do when it is its cache folder."""
+    words = tail(stderr)
+    if UNWRITABLE.search(stderr) and "cache" in stderr.lower():
+        where = CACHE_PATH.search(stderr)
+        folder = where.group(1) if where else os.environ.get("UV_CACHE_DIR", "uv's cache")
+        return UvFailed(f"{doing}: uv's cache folder {folder} cannot be written "
+                        f"({UNWRITABLE.search(stderr).group(1)}): set UV_CACHE_DIR to a "
+                        f"writable folder (or MLOPS_STATE_DIR, which holds the caches too) and "
+                        f"run again; uv said:\n{words}")
+    return UvFailed(f"{doing}: uv failed (its words):\n{words}")
+
+
 class BuildFailed(LocalRunError):
     """A package built from its source distribution failed to build on this machine."""
 
@@ -129,10 +151,13 @@ def compile_set(lines: list[str], python: list[str], only_binary: set[str],
             if result.returncode == 0:
                 return _locked(lock)
             failed = {canonical(m) for m, _ in BUILD_FAILED.findall(result.stderr)} - no_build
+            if not failed and NO_SOLUTION in result.stderr:
+                raise NoSet(tail(result.stderr))  # the one failure Azure's build has too
             if not failed:
-                raise NoSet(tail(result.stderr))
+                raise uv_failure(result.stderr, "resolving the environment")
             no_build |= failed
-    raise NoSet(tail(result.stderr))
+    raise uv_failure(result.stderr, f"resolving the environment ({ROUNDS} source "
+                     "distributions failed to build)")
 
 
 def uv_env() -> dict[str, str]:

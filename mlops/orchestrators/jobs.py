@@ -11,6 +11,7 @@ from pathlib import Path
 from mlops.checks.prepare import prepare_job
 from mlops.environments.activation import Environments
 from mlops.runtime import engine, launch
+from mlops.runtime.aliases import safe_root
 from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.job import Job, locked, run_folder, write_record
 from mlops.runtime.mlflow_runs import Tracking, tracking_uri
@@ -105,8 +106,8 @@ def run_local(request: JobRequest) -> int:
         with locked(folder):
             rt = None
             try:
-                rt = engine.Runtime(folder, max(1, request.max_procs), Tracking(server),
-                                    Environments(request.env_file),
+                rt = engine.Runtime(safe_root(folder), max(1, request.max_procs),
+                                    Tracking(server), Environments(request.env_file),
                                     force_rerun=request.force_rerun, debug=request.debug)
                 return run_job(job, rt)
             except BaseException:

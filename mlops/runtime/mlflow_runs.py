@@ -17,10 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+from mlops.project import state_dir
 from mlops.runtime.records import RunStatus, Status
-from mlops.specs import ROOT
 
-DEFAULT_URI = f"sqlite:///{ROOT / 'mlflow.db'}"
 # Runs closed this close to the job's end were closed by its exit hook. A process still tears
 # down for seconds after MLflow's hook on a loaded machine (torch's finalizers, other atexit
 # hooks), so 2 s misjudged a crash's nested run as finished on purpose.
@@ -39,7 +38,7 @@ def sqlite_file(uri: str) -> Path | None:
 def tracking_uri() -> str:
     """The store every process of a run shares; a relative sqlite path is made absolute, because
     jobs run in their own working directory."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{state_dir() / 'mlflow.db'}"
     path = sqlite_file(uri)
     return f"{SQLITE}{path.resolve()}" if path and not path.is_absolute() else uri
 

@@ -60,6 +60,23 @@ def _remove_stale_extractions(cache: Path) -> None:
             continue  # alive, someone else's
 
 
+def check_archive(zip_path: Path, members: list[zipfile.ZipInfo]) -> None:
+    """A zip bomb is refused from its directory before a byte is written: more members, more
+    inflated bytes, or a higher inflated/stored ratio than the limits (ARCHIVE_MAX_MEMBERS,
+    ARCHIVE_MAX_BYTES, ARCHIVE_MAX_RATIO raise them). zipfile stops any member at its stated
+    size."""
+    files = [m for m in members if not m.is_dir()]
+    total, stored = sum(m.file_size for m in files), sum(m.compress_size for m in files)
+    for name, value, default in (("ARCHIVE_MAX_MEMBERS", len(files), 200_000),
+                                 ("ARCHIVE_MAX_BYTES", total, 10 * 2**30),
+                                 ("ARCHIVE_MAX_RATIO", total // max(1, stored) if total > 2**20
+                                  else 0, 200)):
+        limit = int(os.environ.get(name) or default)
+        if value > limit:
+            raise DataError(f"{zip_path}: refused as a zip bomb: {name.split('_', 2)[2].lower()} "
+                            f"{value:,} is over the limit {limit:,} ({name}=<n> raises it).")
+
+
 def extract_zip(zip_path: Path, cache_root: Path | None = None) -> Path:
     """Extract once per zip content version; concurrent ranks race safely via an atomic rename."""
     stat = zip_path.stat()
@@ -74,6 +91,7 @@ def extract_zip(zip_path: Path, cache_root: Path | None = None) -> Path:
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
     try:
         with zipfile.ZipFile(zip_path) as archive:
+            check_archive(zip_path, archive.infolist())
             archive.extractall(tmp)  # zipfile strips absolute and '..' members
     except zipfile.BadZipFile as err:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -277,3 +277,18 @@ def test_register_refuses_a_model_below_the_gate(passing_pipeline, mlflow_store,
     assert record["registered"] is False and record["min_val_acc"] == 1.01
     assert "below --min_val_acc" in capsys.readouterr().err
     assert not MlflowClient().search_registered_models()
+
+
+def test_a_conda_files_variables_are_set_for_the_job_and_the_spec_wins(tmp_path, mlflow_store):
+    """conda sets an environment's `variables:` when it activates it, as Azure's image runs the
+    job; the spec's environment_variables are set over them."""
+    spec = tmp_path / "job.yml"
+    spec.write_text(yaml.safe_dump({
+        "$schema": "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json",
+        "type": "command", "command": "echo \"greeting=$GREETING retries=$RETRIES\"",
+        "environment": {"image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04",
+                        "conda_file": {"dependencies": ["python=3.11"],
+                                       "variables": {"GREETING": "hi", "RETRIES": 3}}},
+        "environment_variables": {"RETRIES": "5"}}))
+    assert run(spec, tmp_path / "run") == 0
+    assert "greeting=hi retries=5" in (tmp_path / "run" / "log.txt").read_text()

@@ -390,9 +390,17 @@ def test_a_folder_a_live_runner_uses_is_refused(tmp_path, capsys):
     assert not (tmp_path / "run/wd").exists()
 
 
-def test_an_unsafe_run_folder_is_refused_clearly(tmp_path, capsys):
-    assert run(TP / "distributed-tf.yml", tmp_path / "my runs" / "x") == 2
-    assert "characters a shell would split" in capsys.readouterr().err
+@pytest.mark.network  # a cold cache: its environment layer from the registry
+def test_a_run_folder_a_shell_would_split_runs_through_a_safe_link(tmp_path, capsys):
+    """A checkout under `rel 4 ü/`: Azure substitutes paths unquoted, so the commands see the
+    folder through a link of safe characters, and every file lands in the real folder."""
+    folder = tmp_path / "my runs ü" / "x;y"
+    assert run(TP / "distributed-tf.yml", folder) == 0
+    err = capsys.readouterr().err
+    assert f"note: {folder} has characters a shell would split" in err
+    assert len(list((folder / "outputs" / "env").iterdir())) == 2  # in the real folder
+    command = (folder / "command.sh").read_text()
+    assert "mlops-links-" in command and " " not in command.split("dump_env.py ")[1].strip()
 
 
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry

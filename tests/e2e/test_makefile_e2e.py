@@ -10,7 +10,7 @@ import pytest
 from mlops.specs import ROOT
 
 WS = ["SUBSCRIPTION=sub-id", "GROUP=rg", "WORKSPACE=ws"]
-WS_ARGS = "--subscription sub-id --resource-group rg --workspace-name ws"
+WS_ARGS = "--subscription 'sub-id' --resource-group 'rg' --workspace-name 'ws'"  # quoted: q
 
 
 def make_n(*args: str) -> str:
@@ -20,7 +20,7 @@ def make_n(*args: str) -> str:
 
 
 @pytest.mark.parametrize(("target", "expected"), [
-    ("train", "az ml job create --file jobs/train.yml --set experiment_name=fowl-classifier"),
+    ("train", "az ml job create --file jobs/train.yml --set experiment_name='fowl-classifier'"),
     ("train-distributed", "az ml job create --file jobs/train-distributed.yml"),
     ("sweep", "az ml job create --file jobs/sweep.yml"),
     ("pipeline", "az ml job create --file jobs/pipeline.yml"),
@@ -42,9 +42,9 @@ def test_job_targets_wait_and_report_the_studio_url():
 
 
 @pytest.mark.parametrize(("target", "expected"), [
-    ("stream", "az ml job stream --name job-1"),
-    ("download", "az ml job download --name job-1 --all --download-path downloads/job-1"),
-    ("register", "az ml model create --name fowl-classifier --type custom_model --path "
+    ("stream", "az ml job stream --name 'job-1'"),
+    ("download", "az ml job download --name 'job-1' --all --download-path 'downloads'/'job-1'"),
+    ("register", "az ml model create --name 'fowl-classifier' --type custom_model --path "
                  "azureml://jobs/$job/outputs/model"),
 ])
 def test_job_name_targets(target, expected):
@@ -110,3 +110,52 @@ def test_register_gates_the_model_on_the_pipelines_bar_before_creating_it():
     assert gate < create and "|| exit 1" in out[gate:create]
     pipeline = yaml.safe_load((ROOT / "jobs" / "pipeline.yml").read_text())
     assert f"--min {pipeline['inputs']['min_val_acc']}" in out
+
+
+HOSTILE = "/tmp/my data ü/x;y 'z'.zip"
+
+
+def argv_of(*args: str, tmp_path) -> list[str]:
+    """What a local target's program gets, word by word: $(PY) prints its argv instead."""
+    import json
+
+    printer = tmp_path / "argv.py"
+    printer.write_text("import json, sys\nprint('ARGV ' + json.dumps(sys.argv[1:]))\n")
+    result = subprocess.run(["make", "-s", *args, f"PY=python3 {printer}"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("ARGV "))
+    return json.loads(line[5:])
+
+
+@pytest.mark.parametrize("target", ["train-local", "local", "pipeline-local"])
+def test_every_value_reaches_the_program_as_one_argument_whatever_it_holds(target, tmp_path):
+    """Spaces, quotes, `;` and non-ASCII letters in DATA, RUN_DIR, JOB, SET and the numbers:
+    one argument each, never run by the shell."""
+    argv = argv_of(target, f"DATA={HOSTILE}", "RUN_DIR=/tmp/run dir ü", "EPOCHS=2; echo x",
+                   "JOB=jobs/my job.yml", "SET=inputs.title='a b;c' inputs.n=1",
+                   tmp_path=tmp_path)
+    assert "--run-dir" in argv and argv[argv.index("--run-dir") + 1] == "/tmp/run dir ü"
+    assert argv[argv.index("--sets") + 1] == "inputs.title='a b;c' inputs.n=1"
+    if target == "local":
+        assert argv[2] == "jobs/my job.yml"
+    else:
+        assert f"inputs.data.path={HOSTILE}" in argv and "inputs.data.type=uri_file" in argv
+        assert "inputs.epochs=2; echo x" in argv
+
+
+def test_a_relative_data_path_is_the_checkouts_and_a_folder_is_a_uri_folder(tmp_path):
+    argv = argv_of("train-local", "DATA=some data/folder", tmp_path=tmp_path)
+    assert f"inputs.data.path={ROOT}/some data/folder" in argv
+    assert "inputs.data.type=uri_folder" in argv
+
+
+def test_the_endpoint_and_batch_targets_quote_their_paths_too(tmp_path):
+    serve = argv_of("serve-local", "DEPLOYMENT=endpoints/my blue.yml", "MODEL_DIR=/m d/ü",
+                    tmp_path=tmp_path)
+    assert serve[serve.index("--deployment") + 1] == "endpoints/my blue.yml"
+    assert serve[serve.index("--model") + 1] == "/m d/ü"
+    batch = argv_of("batch-local", f"INPUT={HOSTILE}", tmp_path=tmp_path)
+    assert batch[batch.index("--input") + 1] == HOSTILE
+    invoke = argv_of("invoke-local", "REQUEST=my request.json", tmp_path=tmp_path)
+    assert invoke[invoke.index("--request") + 1] == "my request.json"

@@ -58,3 +58,14 @@ def test_a_curated_environment_named_with_a_version_gets_that_versions_packages(
     own = plan_for("azureml:AzureML-tabular:4", tmp_path,
                    EnvMap(tmp_path / "own.yml", tmp_path / "curated.yml"))
     assert "pandas==0.25.3" in own.requirements  # a hand-written entry wins over history
+
+
+def test_a_conda_files_variables_are_part_of_its_plan(tmp_path):
+    from mlops.environments.envspec import EnvMap, plan_for
+
+    conda = tmp_path / "conda.yml"
+    conda.write_text("name: x\ndependencies:\n  - python=3.11\nvariables:\n  GREETING: hi\n"
+                     "  RETRIES: 3\n")
+    plan = plan_for({"image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04",
+                     "conda_file": "conda.yml"}, tmp_path, EnvMap(tmp_path / "none.yml"))
+    assert plan.variables == {"GREETING": "hi", "RETRIES": "3"}

@@ -216,3 +216,35 @@ def test_a_package_that_does_not_build_here_is_moved_to_a_wheel_else_named(monke
     with pytest.raises(LocalRunError, match=r"pyarrow 10.0.1 failed to build(.|\n)*Fix: pin a "
                                             "release of pyarrow that publishes a wheel"):
         closures._built(tmp_path / "layer", ["pyarrow==9.0.0"], python="3.11", label="env", adds=())
+
+
+UNWRITABLE_CACHE = """error: Failed to initialize cache at `/home/ana/.cache/uv`
+  Caused by: failed to create directory `/home/ana/.cache/uv`: Read-only file system (os error 30)
+"""
+
+
+def test_an_unwritable_uv_cache_is_named_as_such_never_as_azures_failure(monkeypatch):
+    """A read-only HOME stops uv before it resolves anything: the reason is this machine's
+    cache folder, and nothing may say Azure's build would fail."""
+    def run(argv, **kwargs):
+        return subprocess.CompletedProcess(argv, 2, "", UNWRITABLE_CACHE)
+
+    monkeypatch.setattr(resolve.subprocess, "run", run)
+    monkeypatch.setattr(resolve, "uv_binary", lambda: "uv")
+    with pytest.raises(resolve.UvFailed) as failed:
+        resolve.compile_set(["six==1.17.0"], ["--python-version", "3.8"], set())
+    message = str(failed.value)
+    assert "uv's cache folder /home/ana/.cache/uv cannot be written (Read-only file system)" \
+        in message and "set UV_CACHE_DIR" in message
+    assert "fails too" not in message and not isinstance(failed.value, resolve.NoSet)
+
+
+def test_only_a_resolution_that_ran_and_found_no_set_is_said_to_fail_on_azure(monkeypatch):
+    def run(argv, **kwargs):
+        return subprocess.CompletedProcess(argv, 1, "", "  × No solution found when resolving "
+                                           "dependencies:\n  ╰─▶ Because nope==9 ...")
+
+    monkeypatch.setattr(resolve.subprocess, "run", run)
+    monkeypatch.setattr(resolve, "uv_binary", lambda: "uv")
+    with pytest.raises(resolve.NoSet, match="No solution found"):
+        resolve.compile_set(["nope==9"], ["--python-version", "3.8"], set())

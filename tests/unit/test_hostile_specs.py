@@ -1,0 +1,92 @@
+"""Specs an unfriendly user writes: read with bounded memory and time, refused at their line,
+never a traceback (mlops/yaml_limits.py), and a key given twice named with both its lines."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+
+import pytest
+
+from mlops.checks.validation import check
+from mlops.errors import LocalRunError
+from mlops.specs import SpecError, load_spec, read_yaml
+
+HEAD = ("$schema: https://azuremlschemas.azureedge.net/latest/commandJob.schema.json\n"
+        "type: command\ncommand: echo hi\n")
+
+
+def bomb(levels: int = 9, width: int = 9) -> str:
+    """The billion laughs: `width` ** `levels` values in under a kilobyte."""
+    lines = ["a0: &a0 [" + ",".join(['"lol"'] * width) + "]"]
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]"
+              for i in range(1, levels + 1)]
+    return HEAD + "\n".join(lines) + "\n"
+
+
+def bounded(read, *args) -> float:
+    """Peak Python memory (MB) of `read(*args)`, which must end within 5 seconds."""
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        read(*args)
+    except LocalRunError:
+        pass
+    finally:
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    assert time.monotonic() - started < 5
+    return peak
+
+
+def test_an_alias_bomb_is_refused_at_its_line_before_it_expands(tmp_path):
+    spec = tmp_path / "bomb.yml"
+    spec.write_text(bomb())
+    assert len(spec.read_bytes()) < 1024
+    with pytest.raises(SpecError, match=r"bomb.yml:\d+: refused: it expands to more than "
+                                        r"1,000,000 values through its aliases") as refused:
+        load_spec(spec, role="job")
+    assert refused.value.finding.line > 4
+    assert bounded(load_spec, spec, "job") < 200
+
+
+def test_a_value_nested_twenty_thousand_deep_is_refused_without_a_recursion_error(tmp_path):
+    spec = tmp_path / "deep.yml"
+    spec.write_text(HEAD + "x: " + "[" * 20_000 + "]" * 20_000 + "\n")
+    with pytest.raises(SpecError, match=r"deep.yml:4: refused: it nests more than 256 levels"):
+        load_spec(spec)
+    assert bounded(load_spec, spec) < 200
+
+
+def test_every_yaml_the_runtime_reads_is_bounded_a_conda_file_too():
+    with pytest.raises(LocalRunError, match="expands to more than"):
+        read_yaml(bomb())
+
+
+def test_a_spec_of_a_megabyte_loads_within_the_limits(tmp_path):
+    """Limits that refuse a bomb still take a large honest spec: a megabyte of inputs."""
+    spec = tmp_path / "big.yml"
+    inputs = "".join(f"  input_{n:05d}: {n}\n" for n in range(48_000))
+    spec.write_text(HEAD + "inputs:\n" + inputs)
+    assert 0.9e6 < spec.stat().st_size < 1.1e6
+    loaded = load_spec(spec, role="job")
+    assert len(loaded.data["inputs"]) == 48_000 and loaded.line("inputs.input_47999") == 48_004
+    assert bounded(load_spec, spec, "job") < 200
+
+
+def test_aliases_share_their_lines_and_are_walked_once(tmp_path):
+    spec = tmp_path / "aliases.yml"
+    spec.write_text(HEAD + "base: &base\n  cores: 2\nother: *base\n")
+    loaded = load_spec(spec)
+    assert loaded.data["other"] == {"cores": 2}
+    assert loaded.line("base.cores") == 5 and loaded.line("other") == 6
+
+
+def test_a_key_given_twice_is_a_warning_with_both_lines(tmp_path):
+    spec = tmp_path / "twice.yml"
+    spec.write_text(HEAD + "code: .\ncommand: echo two\n")
+    loaded = load_spec(spec, role="job")
+    assert loaded.data["command"] == "echo two"  # what azure-ai-ml loads too
+    (finding,) = [f for f in check(loaded) if "given twice" in f.problem]
+    assert not finding.is_error and finding.key == "command" and finding.line == 5
+    assert "(lines 3 and 5)" in str(finding) and ": warning: " in str(finding)
