@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import sys
 import time
@@ -73,7 +74,8 @@ def server_command(port: int, workers: int = 1, threads: int | None = None,
     timeout = 0 if debug else int(os.environ.get("WORKER_TIMEOUT", "300"))
     hook = " --config python:_mlops_debug" if debug else ""
     inner = free_port()
-    return (f"python {FRONT} {port} {inner} -- python -m gunicorn --bind 127.0.0.1:{inner} "
+    return (f"python {shlex.quote(str(FRONT))} {port} {inner} -- python -m gunicorn --bind "
+            f"127.0.0.1:{inner} "
             f"--workers {1 if debug else workers} --worker-class gthread --threads {threads} "
             f"--timeout {timeout}{hook} --access-logfile - {APP}")
 

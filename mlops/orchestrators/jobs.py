@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,13 +69,13 @@ def run_command_job(job: Job, rt: engine.Runtime) -> int:
             print(note, file=sys.stderr)
     else:
         task = command_task(source)
-    print(f"{job.name}: running in {rt.root / 'wd'}")
+    print(f"{job.name}: running in {rt.shown / 'wd'}")
     if note := services_note(job.data, rt.root / "wd"):
         print(note, file=sys.stderr)
     result = engine.run(task, rt)
     status = result.status if result.code == 0 else \
         f"{result.status} (exit {result.code}; log {result.log})"
-    print(f"{job.name}: {status}\n  outputs: {rt.root / 'outputs'}\n  MLflow run: {result.run_id}")
+    print(f"{job.name}: {status}\n  outputs: {rt.shown / 'outputs'}\n  MLflow run: {result.run_id}")
     return result.code
 
 
@@ -91,6 +93,17 @@ def run_job(job: Job, rt: engine.Runtime) -> int:
     return run_command_job(job, rt)
 
 
+@contextlib.contextmanager
+def in_folder(folder: Path) -> Iterator[None]:
+    """A write the machine refused without naming its file names the run folder."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None:
+            err.filename = str(folder)
+        raise
+
+
 def run_local(request: JobRequest) -> int:
     """Resolve, run, and leave nothing behind when nothing started (a refused spec, Ctrl-C
     while an environment builds). Raises LocalRunError for input errors."""
@@ -103,7 +116,7 @@ def run_local(request: JobRequest) -> int:
         launch.check_interrupt()
         folder = run_folder(job, request.run_dir)
         created = not folder.exists()
-        with locked(folder):
+        with in_folder(folder), locked(folder):
             rt = None
             try:
                 rt = engine.Runtime(safe_root(folder), max(1, request.max_procs),

@@ -203,13 +203,13 @@ def run_pipeline_job(job: Job, rt: engine.Runtime) -> int:
                       experiment=experiment, assets=job.assets, base=path.parent,
                       continue_on_failure=flag(settings.get("continue_on_step_failure")),
                       force_rerun=flag(settings.get("force_rerun")))
-        print(f"{job.name}: steps {' -> '.join(n.name for n in nodes)}; run folder {rt.root}")
+        print(f"{job.name}: steps {' -> '.join(n.name for n in nodes)}; run folder {rt.shown}")
         with watchdog.guarding(rt.root, run.run_id, rt.tracking.uri):
             code = run_graph(nodes, scope, rt)
             run.close(RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
     status = "Completed" if code == 0 else f"Failed (exit {code})"
     if scope.reused:
         status += f"; reused {len(scope.reused)} step(s): {', '.join(scope.reused)}"
-    print(f"{job.name}: {status}\n  outputs: {rt.root / 'outputs'}\n  steps: {rt.root / 'steps'}"
+    print(f"{job.name}: {status}\n  outputs: {rt.shown / 'outputs'}\n  steps: {rt.shown / 'steps'}"
           f"\n  MLflow run: {run.run_id}")
     return code

@@ -331,5 +331,5 @@ def run_sweep_job(job: Job, rt: engine.Runtime) -> int:
         if best:
             publish(best.folder, outputs, rt.root)
         run.close(RunStatus.FINISHED if best else RunStatus.FAILED)
-    print(f"summary: {rt.root / 'sweep_summary.json'}")
+    print(f"summary: {rt.shown / 'sweep_summary.json'}")
     return 0 if best else 1

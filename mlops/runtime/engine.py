@@ -57,6 +57,11 @@ class Runtime:
     debug: debugging.DebugRequest | None = None  # DEBUG=: the one process to debug
     debug_taken: bool = False  # that process started: no later task takes it
 
+    @property
+    def shown(self) -> Path:
+        """The run folder as its user knows it (`root` may be a link to it: aliases.py)."""
+        return self.root.resolve()
+
     def __post_init__(self) -> None:
         if not is_safe(self.root):  # front doors pass aliases.safe_root(): never seen
             raise LocalRunError(f"the run folder {self.root} has characters a shell would split "

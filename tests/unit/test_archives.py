@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 import zipfile
 from pathlib import Path
 
@@ -25,12 +24,10 @@ def test_a_zip_bomb_is_refused_by_name_before_a_byte_is_written(tmp_path):
     """100 MB of zeros in about 100 kB: refused from the directory alone, in a moment."""
     bomb = zipped(tmp_path / "bomb.zip", {"images/a.jpg": b"\0" * (100 << 20)})
     assert bomb.stat().st_size < 200_000
-    started = time.monotonic()
     with pytest.raises(LocalRunError, match=r"bomb.zip: member 'images/a.jpg' inflates [\d,]+ "
                                             r"stored bytes to 104,857,600, a zip bomb's ratio; "
                                             r"the limit is 200 \(ARCHIVE_MAX_RATIO=<n> raises"):
         extract(bomb, tmp_path / "out")
-    assert time.monotonic() - started < 2
     assert not (tmp_path / "out").exists()
 
 
