@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -74,8 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=96, help="image side in pixels")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    out = generate(Path(args.out), args.train_per_class, val_per_class=args.val_per_class,
-                   size=args.size, seed=args.seed)
+    try:
+        out = generate(Path(args.out), args.train_per_class, val_per_class=args.val_per_class,
+                       size=args.size, seed=args.seed)
+    except OSError as err:
+        print(f"error: {err.filename or args.out}: {err.strerror}; for a read-only checkout, "
+              "point what runs write elsewhere: MLOPS_STATE_DIR=<a writable folder>",
+              file=sys.stderr)
+        return 1
     print(f"wrote synthetic two-class ImageFolder to {out}")
     return 0
 

@@ -68,3 +68,28 @@ def test_a_code_folder_past_the_bound_is_refused_before_copying(tmp_path, monkey
     with pytest.raises(LocalRunError, match=r"holds 5 files.*at most 3 files.*\.amlignore"):
         snapshot.take(code, tmp_path / "wd")
     assert not any((tmp_path / "wd").glob("*.py"))
+
+
+def test_one_setting_moves_everything_a_run_writes_out_of_the_checkout(tmp_path, monkeypatch):
+    """MLOPS_STATE_DIR: run folders, the MLflow store and the caches (a read-only checkout);
+    without it, caches still never go into the sources."""
+    from mlops.environments.layers import cache_dir
+    from mlops.project import cache_root, project, state_dir
+    from mlops.runtime.mlflow_runs import tracking_uri
+    from mlops.specs import ROOT
+
+    for name in ("MLOPS_CACHE_DIR", "LOCAL_ENVS_DIR", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "mlops-local"
+    assert ROOT not in cache_dir().parents
+    monkeypatch.setenv("MLOPS_STATE_DIR", str(tmp_path / "state"))
+    project.cache_clear()
+    try:
+        assert state_dir() == tmp_path / "state"
+        assert project().runs_dir == tmp_path / "state" / "runs"
+        assert tracking_uri() == f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}"
+        assert cache_dir() == tmp_path / "state" / "cache" / "envs"
+    finally:
+        monkeypatch.delenv("MLOPS_STATE_DIR")
+        project.cache_clear()
