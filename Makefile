@@ -36,6 +36,12 @@ MLFLOW_PORT ?= 5000
 # holds a model.pt).
 PORT ?= 5001
 DEPLOYMENT ?= endpoints/blue.yml
+# The endpoint spec that holds DEPLOYMENT (empty: the one beside it that its endpoint_name
+# names); AUTH=none serves without auth, as `az ml ... --local`; ALL_TRAFFIC: 1 gives the
+# deployment all traffic (--all-traffic), 0 none, auto all when no deployment takes any yet.
+ENDPOINT_SPEC ?=
+AUTH ?=
+ALL_TRAFFIC ?= auto
 REQUEST ?= endpoints/sample-request.json
 MODEL_DIR ?=
 PYTEST_ARGS ?=
@@ -90,6 +96,9 @@ STAMP := $(VENV)/.installed
 # A value as one shell word, whatever it holds (spaces, quotes, ;, non-ASCII): single-quoted,
 # each ' in it written '"'"'.
 q = '$(subst ','"'"',$(1))'
+# The local endpoint a command names: ENDPOINT when given on the command line or in the
+# environment, else the one that runs.
+LOCAL_ENDPOINT = $(if $(filter command line environment%,$(origin ENDPOINT)),--endpoint $(call q,$(ENDPOINT)))
 AZ_ARGS = $(if $(SUBSCRIPTION),--subscription $(call q,$(SUBSCRIPTION))) \
 	$(if $(GROUP),--resource-group $(call q,$(GROUP))) \
 	$(if $(WORKSPACE),--workspace-name $(call q,$(WORKSPACE)))
@@ -121,7 +130,8 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(call q,$(EPOCHS)) \
 	--set inputs.weights=$(call q,$(WEIGHTS))
 
 .DEFAULT_GOAL := help
-.PHONY: export-onnx serve-local invoke-local stop-local bench-score bench-reuse endpoint deploy-blue \
+.PHONY: export-onnx serve-local invoke-local stop-local serve-green-local invoke-green-local \
+	mirror-green-local shift-local rollback-local credentials-local endpoint-show-local bench-score bench-endpoint bench-reuse endpoint deploy-blue \
 	deploy-green invoke-green mirror-green shift rollback endpoint-logs endpoint-show \
 	delete-deployment \
 	delete-endpoint invoke slots batch-local bench-batch batch-endpoint batch-deploy batch-invoke
@@ -186,15 +196,43 @@ export-onnx: $(STAMP) $(DATA_DEP) ## Write model.onnx and the gated model.int8.o
 	@model=$(call q,$(MODEL_DIR)); [ -n "$$model" ] || model=$$($(PY) -m mlops.serve latest) || \
 		exit 1; $(PY) -m image_classifier.export --model_dir "$$model" --data "$(ABS_DATA)" --int8
 
-serve-local: $(STAMP) ## Local endpoint from DEPLOYMENT's spec on 127.0.0.1:PORT (MODEL_DIR=)
+serve-local: $(STAMP) ## Add DEPLOYMENT's spec to its local endpoint on 127.0.0.1:PORT (MODEL_DIR= AUTH=none)
 	$(PY) -m mlops.serve start --deployment $(call q,$(DEPLOYMENT)) --port $(call q,$(PORT)) \
+		--all-traffic $(call q,$(ALL_TRAFFIC)) $(if $(AUTH),--auth $(call q,$(AUTH))) \
+		$(if $(ENDPOINT_SPEC),--endpoint-spec $(call q,$(ENDPOINT_SPEC))) \
 		$(if $(MODEL_DIR),--model $(call q,$(MODEL_DIR))) $(DEBUG_ARGS)
 
-invoke-local: $(STAMP) ## POST REQUEST (a JSON file; default endpoints/sample-request.json) to the local endpoint
-	$(PY) -m mlops.serve invoke --port $(call q,$(PORT)) --request $(call q,$(REQUEST))
+serve-green-local: $(STAMP) ## deploy-green's twin: CANDIDATE's spec beside LIVE at 0% traffic
+	$(PY) -m mlops.serve start --deployment $(call q,endpoints/$(CANDIDATE).yml) \
+		--port $(call q,$(PORT)) --all-traffic 0 $(if $(AUTH),--auth $(call q,$(AUTH))) \
+		$(if $(MODEL_DIR),--model $(call q,$(MODEL_DIR))) $(DEBUG_ARGS)
 
-stop-local: $(STAMP) ## Stop the local endpoint
-	$(PY) -m mlops.serve stop
+invoke-local: $(STAMP) ## POST REQUEST (default endpoints/sample-request.json) to the local endpoint, with its key
+	$(PY) -m mlops.serve invoke --request $(call q,$(REQUEST)) $(LOCAL_ENDPOINT)
+
+invoke-green-local: $(STAMP) ## invoke-green's twin: call CANDIDATE by the deployment header
+	$(PY) -m mlops.serve invoke --deployment-name $(call q,$(CANDIDATE)) \
+		--request $(call q,$(REQUEST)) $(LOCAL_ENDPOINT)
+
+mirror-green-local: $(STAMP) ## mirror-green's twin: copy MIRROR% of live traffic to CANDIDATE
+	$(PY) -m mlops.serve mirror $(call q,$(CANDIDATE)=$(MIRROR)) $(LOCAL_ENDPOINT)
+
+shift-local: $(STAMP) ## shift's twin: GREEN_TRAFFIC% to CANDIDATE, the rest to LIVE
+	$(PY) -m mlops.serve traffic \
+		$(call q,$(LIVE)=$(shell expr 100 - $(GREEN_TRAFFIC)) $(CANDIDATE)=$(GREEN_TRAFFIC)) $(LOCAL_ENDPOINT)
+
+rollback-local: $(STAMP) ## rollback's twin: all traffic back to LIVE, no mirroring
+	$(PY) -m mlops.serve traffic $(call q,$(LIVE)=100 $(CANDIDATE)=0) \
+		--mirror-traffic $(call q,$(CANDIDATE)=0) $(LOCAL_ENDPOINT)
+
+credentials-local: $(STAMP) ## get-credentials' twin: the local endpoint's keys (or token) as JSON
+	$(PY) -m mlops.serve credentials $(LOCAL_ENDPOINT)
+
+endpoint-show-local: $(STAMP) ## endpoint-show's twin: the local endpoint, its traffic and servers
+	$(PY) -m mlops.serve show $(LOCAL_ENDPOINT)
+
+stop-local: $(STAMP) ## Stop the local endpoint (it answers what it accepted first)
+	$(PY) -m mlops.serve stop $(LOCAL_ENDPOINT)
 
 batch-local: $(STAMP) ## Run the batch deployment spec locally over INPUT=<folder|zip> (MODEL_DIR=)
 	$(if $(INPUT),,$(error set INPUT=<folder of images or .zip>))
@@ -272,6 +310,9 @@ bench-sweep: $(STAMP) ## Benchmark a local sweep with vs without the bandit poli
 
 bench-score: $(STAMP) $(DATA_DEP) ## Benchmark scoring through the real server on loopback
 	$(PY) scripts/bench_score.py --data $(call q,$(BENCH_DATA))
+
+bench-endpoint: $(STAMP) ## Benchmark the local endpoint's front against its deployment's server alone
+	$(PY) scripts/bench_endpoint.py
 
 bench-batch: $(STAMP) ## Benchmark batch-local against the in-process compute-bound rate (BENCH_DATA=)
 	$(PY) scripts/bench_batch.py --data $(call q,$(BENCH_DATA))

@@ -17,7 +17,6 @@ import argparse
 import base64
 import json
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from image_classifier.distributed import usable_cores  # noqa: E402
 from image_classifier.export import export_onnx, quantize_int8  # noqa: E402
 from image_classifier.model import build_model  # noqa: E402
 from image_classifier.predict import ONNX_FILE  # noqa: E402
-from mlops.endpoints.online import ServeRequest, launch_server, prepare  # noqa: E402
+from mlops.endpoints import online  # noqa: E402
 from mlops.runtime.service import stop_service  # noqa: E402
 
 
@@ -56,28 +55,25 @@ def make_model_dir(folder: Path, val_batch: torch.Tensor, bundle) -> Path:
     return folder
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Server:
+    """blue's server alone (no endpoint front: the server's own rate), through the runtime as
+    serve-local starts it."""
+
     def __init__(self, model_dir: Path, env: dict, script: str | None = None):
-        self.port = free_port()
-        spec = ROOT / "endpoints" / "blue.yml"
         extra = dict(env)
         if script:
             extra.update({"AML_APP_ROOT": str(ROOT / "scripts" / "bench"),
                           "AZUREML_ENTRY_SCRIPT": script, "PYTHONPATH": str(ROOT / "src")})
         self.state = Path(tempfile.mkdtemp(prefix="bench-score-"))
-        plan = prepare(ServeRequest(deployment=spec, model=str(model_dir), port=self.port),
-                       state=self.state, extra=extra)
-        self.service = launch_server(plan, self.port)  # through the runtime, as serve-local
-        self.url = f"http://127.0.0.1:{self.port}"
+        request = online.ServeRequest(deployment=ROOT / "endpoints" / "blue.yml",
+                                      model=str(model_dir))
+        plan = online.prepare(request, online.load_deployment(request), folder=self.state,
+                              extra=extra)
+        self.slot = online.launch_server(plan)
+        self.url = f"http://127.0.0.1:{self.slot.port}"
 
     def close(self) -> None:
-        stop_service(self.service.pid, grace=30)
+        stop_service(self.slot.pid, grace=30)
         shutil.rmtree(self.state, ignore_errors=True)
 
 

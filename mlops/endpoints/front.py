@@ -1,178 +1,251 @@
-"""The local endpoint's front, as Azure's proxy fronts a deployment's server: it holds the
-clients, so slow or stalled ones never tie up the scoring threads.
+"""The local endpoint's front: what Azure's endpoint does before a request reaches a deployment.
 
-    python mlops/endpoints/front.py <listen port> <server port> -- <server command ...>
+    python mlops/endpoints/front.py <endpoint folder>
 
-It starts the server (gunicorn) as its child on the second port and answers on the first. Per
-connection: a request's head must arrive within HEAD_S seconds of its first byte and its body
-within BODY_S (else 408, and the connection closes); an idle keep-alive connection closes after
-IDLE_S. A complete request goes to the server on a connection of its own; pipelined requests
-are answered in order, each of them. Standard library only: it runs in the deployment's
-environment, as the server does, and starts by its file's path.
+It listens on the endpoint's port (endpoint.json, re-read whenever it changes) and, for each
+request, in Azure's order:
+  1. auth: `Authorization: Bearer <key or token>` (401 without it or with a wrong one);
+  2. a deployment: the one the `azureml-model-deployment` header names, or one drawn by the
+     endpoint's traffic weights (404 when no deployment has weight); a drawn request is copied
+     to the mirror deployment at its mirror percentage, and that answer is dropped;
+  3. at most 2 * max_concurrent_requests_per_instance * instance_count requests at once for the
+     deployment (429 past it);
+  4. the body, refused (413) past the deployment's limit as it arrives, held in a spool;
+  5. the deployment's answer within request_timeout_ms (408 past it); a status other than 200
+     becomes 424 with ms-azureml-model-error-statuscode/-reason; `azureml-model-deployment`
+     names who answered.
+It holds slow clients (head and body deadlines, answered 408), so a stalled client never holds
+one of a server's threads. SIGTERM: it stops accepting, answers every request it accepted, then
+exits. Standard library only: it starts by its path, in any environment's Python.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import random
 import signal
-import subprocess
+import socket
 import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
-HEAD_S = float(os.environ.get("FRONT_HEAD_TIMEOUT_S", "10"))
-BODY_S = float(os.environ.get("FRONT_BODY_TIMEOUT_S", "60"))
-IDLE_S = float(os.environ.get("FRONT_IDLE_TIMEOUT_S", "5"))
-MAX_HEAD = 64 * 1024
+if __package__:
+    from mlops.endpoints import front_wire as wire
+    from mlops.endpoints.endpoint_state import STATE_FILE, AuthMode, EndpointState, Slot
+else:  # started by its path: this folder is first on sys.path
+    import front_wire as wire  # type: ignore[no-redef]
+    from endpoint_state import STATE_FILE, AuthMode, EndpointState, Slot  # type: ignore
+
 HOST = "127.0.0.1"
+LINGER_S = 2.0  # how long a refused client may go on sending
+# Azure's 401 bodies for key auth, as clients see them (a missing or malformed header, a wrong
+# key); Azure documents no body for the token modes, so theirs read the same way locally.
+UNAUTHORIZED = {AuthMode.KEY: ("key_auth_bad_header_forbidden", "key_auth_access_denied"),
+                AuthMode.AML_TOKEN: ("aml_token_auth_bad_header_forbidden",
+                                     "aml_token_auth_access_denied"),
+                AuthMode.AAD_TOKEN: ("aad_token_auth_bad_header_forbidden",
+                                     "aad_token_auth_access_denied")}
 
 
-class Refused(Exception):
-    def __init__(self, status: str):
-        super().__init__(status)
-        self.status = status
+@dataclass
+class Route:
+    slot: Slot
+    mirror: Slot | None = None
 
 
-def headers_of(head: bytes) -> dict[str, str]:
-    lines = head.decode("latin-1").split("\r\n")[1:]
-    return {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines
-                                                         if ":" in line)}
+class Router:
+    """The endpoint's state as endpoint.json says it now, and the requests in flight."""
 
+    def __init__(self, folder: Path):
+        self.file = folder / STATE_FILE
+        self.seen: tuple[int, int] = (0, 0)
+        self.state = EndpointState(name="?")
+        self.pending: dict[str, int] = {}
+        self.current()
 
-async def read_head(reader: asyncio.StreamReader) -> bytes | None:
-    """A request's head; None when the client closed (or sat idle) between requests."""
-    try:
-        first = await asyncio.wait_for(reader.read(1), IDLE_S)
-    except TimeoutError:
-        return None
-    if not first:
-        return None
-    try:
-        rest = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_S)
-    except TimeoutError:
-        raise Refused("408 Request Timeout") from None
-    except asyncio.LimitOverrunError:
-        raise Refused("431 Request Header Fields Too Large") from None
-    except asyncio.IncompleteReadError:
-        return None
-    return first + rest
+    def current(self) -> EndpointState:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # keep the last good
+            stat = self.file.stat()
+            if (stat.st_mtime_ns, stat.st_ino) != self.seen:
+                self.state = EndpointState.read(self.file.parent) or self.state
+                self.seen = (stat.st_mtime_ns, stat.st_ino)
+        return self.state
 
+    def authorize(self, head: wire.Head) -> None:
+        state = self.current()
+        if state.auth_mode == AuthMode.NONE:
+            return
+        missing, wrong = UNAUTHORIZED[state.auth_mode]
+        scheme, _, bearer = head.fields.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not bearer.strip():
+            raise wire.Refused(401, missing, text=True)
+        if not state.accepts(bearer.strip()):
+            raise wire.Refused(401, wrong, text=True)
 
-async def read_body(reader: asyncio.StreamReader, fields: dict[str, str]) -> bytes:
-    async def body() -> bytes:
-        if "chunked" in fields.get("transfer-encoding", "").lower():
-            parts = []
-            while True:
-                line = await reader.readuntil(b"\r\n")
-                parts.append(line)
-                size = int(line.split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while (trailer := await reader.readuntil(b"\r\n")) != b"\r\n":
-                        parts.append(trailer)
-                    return b"".join(parts) + b"\r\n"
-                parts.append(await reader.readexactly(size + 2))
-        return await reader.readexactly(int(fields.get("content-length", "0") or 0))
+    def route(self, head: wire.Head) -> Route:
+        state = self.current()
+        named = head.fields.get("azureml-model-deployment")
+        if named:  # straight to it, whatever the weights; never mirrored
+            if named not in state.deployments:
+                raise wire.Refused(404, f"endpoint {state.name} has no deployment {named!r}")
+            return Route(state.deployments[named])
+        live = [(n, p) for n, p in state.traffic.items() if p > 0 and n in state.deployments]
+        if not live:
+            raise wire.Refused(404, f"endpoint {state.name} doesn't have any valid deployment "
+                                    "with positive weight")
+        name = random.choices([n for n, _ in live], [p for _, p in live])[0]
+        mirror = next((state.deployments[n] for n, p in state.mirror_traffic.items()
+                       if n in state.deployments and random.random() * 100 < p), None)
+        return Route(state.deployments[name], mirror)
 
-    try:
-        return await asyncio.wait_for(body(), BODY_S)
-    except TimeoutError:
-        raise Refused("408 Request Timeout") from None
-    except (ValueError, asyncio.IncompleteReadError):
-        raise Refused("400 Bad Request") from None
-
-
-async def read_all(reader: asyncio.StreamReader) -> bytes:
-    """Everything the server sends until it closes, even when it resets the connection."""
-    chunks = []
-    while True:
+    @contextlib.contextmanager
+    def admitted(self, slot: Slot):
+        if self.pending.get(slot.name, 0) >= slot.max_pending:
+            raise wire.Refused(429, f"too many pending requests for {slot.name}: at most "
+                                    f"{slot.max_pending} at once (2 * max_concurrent_requests_"
+                                    "per_instance * instance_count)")
+        self.pending[slot.name] = self.pending.get(slot.name, 0) + 1
         try:
-            chunk = await reader.read(1 << 16)
-        except ConnectionError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
+            yield
+        finally:
+            self.pending[slot.name] -= 1
 
 
-async def forward(head: bytes, body: bytes, upstream: int) -> tuple[bytes, bool]:
-    """The server's answer, and whether the client's connection may stay open after it."""
-    request_line, _, rest = head.partition(b"\r\n")
-    kept = [line for line in rest.split(b"\r\n") if line and
-            not line.lower().startswith((b"connection:", b"keep-alive:", b"expect:"))]
-    head = b"\r\n".join([request_line, *kept, b"Connection: close", b"", b""])
-    reader, writer = await asyncio.open_connection(HOST, upstream)
-    answering = asyncio.create_task(read_all(reader))  # read while sending: the server may
-    try:  # answer (413) and close before it read the whole body, and its answer still counts
-        with contextlib.suppress(ConnectionError):
-            writer.write(head + body)
-            await writer.drain()
-        answer = await answering
-    finally:
-        writer.close()
-    if not answer:
-        raise Refused("502 Bad Gateway")
-    answer_head, _, _ = answer.partition(b"\r\n\r\n")
-    fields = headers_of(answer_head)
-    framed = "content-length" in fields or "chunked" in fields.get("transfer-encoding", "")
-    return answer, framed
+async def answer(router: Router, slot: Slot, head: wire.Head, body) -> bytes:
+    spool, length = body
+    upstream = head.upstream(length, [])
+    timeout = slot.timeout_ms / 1000 or None
+    with router.admitted(slot):
+        try:
+            raw = await asyncio.wait_for(wire.exchange(slot.port, upstream, spool), timeout)
+        except TimeoutError:
+            raise wire.Refused(408, f"{slot.name} took longer than its request_timeout_ms "
+                                    f"({slot.timeout_ms})") from None
+        except OSError:
+            raw = b""
+    if not raw:
+        raise wire.Refused(502, f"deployment {slot.name} closed the connection unanswered")
+    return raw
 
 
-def relabel(answer: bytes, closing: bool) -> bytes:
-    """The server's answer with the client's connection header, not the server's."""
-    head, _, body = answer.partition(b"\r\n\r\n")
-    status, *lines = head.split(b"\r\n")
-    kept = [line for line in lines if not line.lower().startswith(b"connection:")]
-    state = b"close" if closing else b"keep-alive"
-    return b"\r\n".join([status, *kept, b"Connection: " + state]) + b"\r\n\r\n" + body
-
-
-async def serve(reader, writer, upstream: int) -> None:
+async def mirrored(router: Router, slot: Slot, head: wire.Head, body) -> None:
+    """A copy for the mirror deployment; its answer (or failure) is dropped, as Azure drops it."""
     try:
-        while (head := await read_head(reader)) is not None:
-            fields = headers_of(head)
-            if fields.get("expect", "").lower() == "100-continue":
-                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                await writer.drain()
-            body = await read_body(reader, fields)
-            answer, framed = await forward(head, body, upstream)
-            closing = fields.get("connection", "").lower() == "close" or not framed or \
-                head.split(b"\r\n", 1)[0].endswith(b"HTTP/1.0")
-            writer.write(relabel(answer, closing))
-            await writer.drain()
-            if closing:
-                break
-    except Refused as refused:
-        writer.write(f"HTTP/1.1 {refused.status}\r\nContent-Length: 0\r\n"
-                     "Connection: close\r\n\r\n".encode())
-    except (ConnectionError, asyncio.IncompleteReadError, OSError):
-        pass
+        with contextlib.suppress(wire.Refused, OSError):
+            await answer(router, slot, head, body)
+            print(f"mirror -> {slot.name}", flush=True)
     finally:
-        writer.close()
+        body[0].close()
 
 
-async def run(port: int, upstream: int, server: subprocess.Popen) -> int:
-    listener = await asyncio.start_server(lambda r, w: serve(r, w, upstream), HOST, port,
-                                          limit=MAX_HEAD, backlog=1024)
-    stop = asyncio.Event()
+async def linger(reader) -> None:
+    """Read and drop what the client still sends after a refusal until it closes: closing on
+    unread data resets the connection, and a reset can discard the answer before it is read."""
+    while await reader.read(1 << 16):
+        pass
+
+
+class Front:
+    def __init__(self, folder: Path):
+        self.router = Router(folder)
+        self.stopping = asyncio.Event()
+        self.connections: set[asyncio.Task] = set()
+        self.background: set[asyncio.Task] = set()
+
+    async def one(self, reader, writer, head: wire.Head) -> bool:
+        """Answer one request; whether the connection stays open."""
+        self.router.authorize(head)
+        route = self.router.route(head)
+        if head.fields.get("expect", "").lower() == "100-continue":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        body = await wire.read_body(reader, head, route.slot.max_body)
+        started = time.monotonic()
+        try:
+            raw = await answer(self.router, route.slot, head, body)
+        finally:
+            if route.mirror is None:
+                body[0].close()
+            else:
+                task = asyncio.ensure_future(mirrored(self.router, route.mirror, head, body))
+                self.background.add(task)
+                task.add_done_callback(self.background.discard)
+        closing = head.closes or not wire.framed(raw) or self.stopping.is_set()
+        writer.write(wire.relabel(raw, closing=closing, deployment=route.slot.name))
+        await writer.drain()
+        print(f"{head.request_line.decode('latin-1')} -> {route.slot.name} "
+              f"{raw[9:12].decode('latin-1')} {1000 * (time.monotonic() - started):.0f} ms",
+              flush=True)
+        return not closing
+
+    async def serve(self, reader, writer) -> None:
+        try:
+            while (head := await wire.read_head(reader, self.stopping)) is not None:
+                if not await self.one(reader, writer, head):
+                    break
+        except wire.Refused as refused:
+            writer.write(refused.answer())
+            with contextlib.suppress(ConnectionError, TimeoutError, OSError):
+                await writer.drain()
+                writer.write_eof()
+                await asyncio.wait_for(linger(reader), LINGER_S)
+        except (ConnectionError, asyncio.IncompleteReadError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    def take(self, conn: socket.socket) -> None:
+        async def handle() -> None:
+            reader, writer = await asyncio.open_connection(sock=conn, limit=wire.MAX_HEAD)
+            await self.serve(reader, writer)
+
+        task = asyncio.ensure_future(handle())
+        self.connections.add(task)
+        task.add_done_callback(self.connections.discard)
+
+    async def run(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.ensure_future(self.stopping.wait())
+        while not self.stopping.is_set():
+            accept = asyncio.ensure_future(loop.sock_accept(listener))
+            await asyncio.wait({accept, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if accept.done() and not accept.cancelled():
+                self.take(accept.result()[0])
+            else:
+                accept.cancel()
+        with contextlib.suppress(BlockingIOError, InterruptedError):  # accepted by the kernel
+            while True:  # before the stop: they are served too
+                self.take(listener.accept()[0])
+        listener.close()
+        while self.connections or self.background:
+            await asyncio.wait(self.connections | self.background)
+
+
+def listen(port: int) -> socket.socket:
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((HOST, port))
+    listener.listen(1024)
+    listener.setblocking(False)
+    return listener
+
+
+async def main_async(folder: Path) -> int:
+    front = Front(folder)
+    listener = listen(front.router.current().port)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with listener:
-        while not stop.is_set() and server.poll() is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.5)
-    if server.poll() is None:
-        server.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            server.wait(timeout=10)
-    return server.returncode or 0
+        loop.add_signal_handler(sig, front.stopping.set)
+    print(f"front: endpoint {front.router.state.name} on http://{HOST}:"
+          f"{front.router.state.port}", flush=True)
+    await front.run(listener)
+    print("front: stopped; every accepted request was answered", flush=True)
+    return 0
 
 
 def main(argv: list[str]) -> int:
-    port, upstream, command = int(argv[0]), int(argv[1]), argv[argv.index("--") + 1:]
-    server = subprocess.Popen(command)  # the same process group: stopped with this one
-    return asyncio.run(run(port, upstream, server))
+    return asyncio.run(main_async(Path(argv[0])))
 
 
 if __name__ == "__main__":

@@ -13,10 +13,8 @@ import urllib.request
 
 import pytest
 from dap import DapClient
+from endpoint_client import use_root
 from support import ROOT
-
-from mlops.endpoints import online
-from mlops.runtime.debugging import DebugRequest
 
 FIXTURES = ROOT / "tests" / "fixtures" / "debug"
 TALLY = FIXTURES / "src" / "tally.py"
@@ -122,18 +120,18 @@ def test_a_step_name_the_pipeline_lacks_is_refused_with_its_steps(debug_env, tmp
 
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_the_local_endpoint_stops_in_run_and_answers_after(debug_env, tmp_path, monkeypatch):
-    monkeypatch.setattr(online, "STATE", tmp_path / "serve-local")
-    port, debug_port = free_port(), free_port()
-    request = DebugRequest.parse("1", debug_port)
-    assert online.start(online.ServeRequest(
-        deployment=FIXTURES / "endpoint" / "deployment.yml", port=port, debug=request)) == 0
+    endpoints = use_root(monkeypatch, tmp_path / "endpoints")
+    debug_port = free_port()
+    url = endpoints.start(FIXTURES / "endpoint" / "deployment.yml", "--debug", "1",
+                          "--debug-port", str(debug_port))
     client = DapClient(debug_port)
     answers = []
     try:
         client.attach_and_break(FIXTURES / "endpoint" / "score.py", 18)
-        call = urllib.request.Request(f"http://127.0.0.1:{port}/score", method="POST",
+        call = urllib.request.Request(url, method="POST",
                                       data=json.dumps({"data": [1, 2]}).encode(),
-                                      headers={"Content-Type": "application/json"})
+                                      headers={"Content-Type": "application/json",
+                                               **endpoints.headers()})
         caller = threading.Thread(target=lambda: answers.append(
             json.loads(urllib.request.urlopen(call, timeout=120).read())))
         caller.start()
@@ -143,7 +141,7 @@ def test_the_local_endpoint_stops_in_run_and_answers_after(debug_env, tmp_path, 
         caller.join(timeout=60)
     finally:
         client.close()
-        online.stop()
+        endpoints.stop()
     assert answers == [{"shifted": [11, 12]}]
 
 

@@ -7,18 +7,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+from endpoint_client import Endpoints, use_root
+from endpoint_client import post as client_post
 from support import built_once
 
-from mlops import batch, serve
-from mlops.endpoints import online
+from mlops import batch
 from mlops.specs import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "deployments"
@@ -44,78 +42,72 @@ def deployments(tmp_path_factory):
     return built_once(tmp_path_factory, "deployments", make) / "deployments"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def served(tmp_path, monkeypatch):
-    """Start the local endpoint for a spec (serve.main, as make serve-local), stop it after."""
-    monkeypatch.setattr(online, "STATE", tmp_path / "serve-local")
-    port = _free_port()
-
-    def start(spec: Path) -> str:
-        assert serve.main(["start", "--deployment", str(spec), "--port", str(port)]) == 0
-        return f"http://127.0.0.1:{port}/score"
-
-    yield start
-    online.stop()
+    """Local endpoints of this test (serve.main start, as make serve-local), stopped after it."""
+    endpoints = use_root(monkeypatch, tmp_path / "endpoints")
+    yield endpoints
+    endpoints.stop()
 
 
-def post(url: str, body) -> tuple[int, object]:
+def post(endpoints: Endpoints, body) -> tuple[int, object]:
+    """The scorer's status and answer, through the endpoint with its key (a scorer's error
+    comes back as Azure sends it: 424, the scorer's status in a header)."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    call = urllib.request.Request(url, data=data, method="POST",
-                                  headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(call, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"null")
+    answer = client_post(f"http://127.0.0.1:{endpoints.port}/score", data, endpoints.headers())
+    status = answer.status
+    if status == 424:
+        status = int(answer.headers["ms-azureml-model-error-statuscode"])
+    return status, answer.body
 
 
-def server_log() -> str:
-    return (online.STATE / "log.txt").read_text()
+def server(endpoints: Endpoints) -> Path:
+    """The folder of the endpoint's one deployment server."""
+    (slot,) = endpoints.state().deployments.values()
+    return Path(slot.folder)
+
+
+def server_log(endpoints: Endpoints) -> str:
+    return (server(endpoints) / "log.txt").read_text()
 
 
 @pytest.mark.parametrize("spec", ["folder-deployment.yml", "file-deployment.yml",
                                   "kubernetes-deployment.yml"])
 def test_a_custom_scoring_script_reads_the_model_where_azure_mounts_it(deployments, served, spec):
-    url = served(deployments / "regressor" / spec)
+    served.start(deployments / "regressor" / spec)
     request = json.loads((deployments / "regressor" / "sample-request.json").read_text())
-    status, answer = post(url, request)
+    status, answer = post(served, request)
     assert status == 200 and answer == pytest.approx(expected(request["data"]))
-    log = server_log()
+    log = server_log(served)
     assert f"from {deployments / 'regressor' / 'model'}" in log and "environment: " in log
-    model_dir = online.STATE / "app" / "azureml-models"
+    model_dir = server(served) / "app" / "azureml-models"
     assert model_dir.is_dir() and (deployments / "regressor" / "model" / "regressor.pkl").is_file()
 
 
 def test_an_mlflow_model_without_code_answers_azures_and_mlflows_request_formats(
         deployments, served):
-    url = served(deployments / "mlflow" / "online-deployment.yml")
-    assert "no-code MLflow scoring" in server_log()
+    served.start(deployments / "mlflow" / "online-deployment.yml")
+    assert "no-code MLflow scoring" in server_log(served)
     split = json.loads((deployments / "mlflow" / "sample-request.json").read_text())
-    assert post(url, split) == (200, pytest.approx(expected(split["input_data"]["data"])))
+    assert post(served, split) == (200, pytest.approx(expected(split["input_data"]["data"])))
     records = [{"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 0.5, "b": 0.0, "c": 1.0}]
     want = pytest.approx(expected([[1, 2, 3], [0.5, 0, 1]]))
     for body in ({"input_data": records}, {"dataframe_records": records},
                  {"dataframe_split": {"columns": ["a", "b", "c"],
                                       "data": [[1, 2, 3], [0.5, 0, 1]]}}):
-        assert post(url, body) == (200, want)
-    status, answer = post(url, {"input_data": {"columns": ["a", "b"], "index": [0],
+        assert post(served, body) == (200, want)
+    status, answer = post(served, {"input_data": {"columns": ["a", "b"], "index": [0],
                                                "data": [[1, 2]]}})
     assert status == 400 and "missing inputs ['c']" in answer["error"]
-    assert post(url, b"not json")[0] == 400
-    assert post(url, {"something": "else"})[0] == 400
+    assert post(served, b"not json")[0] == 400
+    assert post(served, {"something": "else"})[0] == 400
 
 
 def test_an_mlflow_tensor_model_takes_arrays(deployments, served):
-    url = served(deployments / "mlflow" / "tensor-deployment.yml")
-    assert post(url, {"input_data": [[1, 2, 3], [0, 0, 0]]}) == (
+    served.start(deployments / "mlflow" / "tensor-deployment.yml")
+    assert post(served, {"input_data": [[1, 2, 3], [0, 0, 0]]}) == (
         200, pytest.approx(expected([[1, 2, 3], [0, 0, 0]])))
-    status, answer = post(url, {"input_data": [[1, 2]]})
+    status, answer = post(served, {"input_data": [[1, 2]]})
     assert status == 400 and "does not match expected shape" in answer["error"]
 
 
@@ -153,10 +145,10 @@ def test_a_deployment_pinning_another_scikit_learn_serves_in_that_environment(
     subprocess.run([str(tmp_path / "maker" / "env" / "bin" / "python"), str(MAKE_MODELS),
                     str(deployments), "--only", "pinned"], check=True,
                    env={**os.environ, **env.variables})
-    url = served(pinned / "deployment.yml")
+    served.start(pinned / "deployment.yml")
     request = json.loads((pinned / "sample-request.json").read_text())
-    status, answer = post(url, request)
+    status, answer = post(served, request)
     assert status == 200 and answer["scikit_learn"] == "1.5.2"
     assert answer["predictions"] == pytest.approx(expected(request["data"]))
-    log = server_log()
+    log = server_log(served)
     assert "scikit-learn 1.5.2 serves LinearRegression" in log and ".cache/envs/" in log

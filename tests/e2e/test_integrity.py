@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 
 import pytest
+from endpoint_client import free_port, use_root
 from support import SMALL_ARCH, train_args
 
 from image_classifier import checkpoint
 from image_classifier.predict import Service, _session, check_consistent
 from image_classifier.train import main as train_main
-from mlops.endpoints import online
+from mlops import serve
 from mlops.specs import ROOT
 
 
@@ -68,14 +68,12 @@ def test_without_weights_beside_it_the_onnx_graph_itself_is_checked(model_copy):
 
 def test_the_local_endpoint_refuses_to_start_on_a_damaged_model(model_copy, tmp_path,
                                                                 monkeypatch):
-    monkeypatch.setattr(online, "STATE", tmp_path / "serve-local")
+    use_root(monkeypatch, tmp_path / "endpoints")
     flip(model_copy / "model.onnx")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    assert online.start(online.ServeRequest(
-        deployment=ROOT / "endpoints" / "blue.yml", model=str(model_copy), port=port)) == 1
-    log = (tmp_path / "serve-local" / "log.txt").read_text()  # as the server sees the file:
+    assert serve.main(["start", "--deployment", str(ROOT / "endpoints" / "blue.yml"),
+                       "--model", str(model_copy), "--port", str(free_port())]) == 1
+    (log_path,) = (tmp_path / "endpoints" / "fowl-classifier").glob("blue-*/log.txt")
+    log = log_path.read_text()  # as the server sees the file:
     assert "/azureml-models/" in log and "model/model.onnx is damaged" in log  # Azure's layout
 
 

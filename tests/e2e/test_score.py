@@ -18,10 +18,12 @@ import threading
 import time
 import urllib.request
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+from endpoint_client import use_root
 from PIL import Image
 from support import until
 from werkzeug.test import EnvironBuilder
@@ -29,8 +31,6 @@ from werkzeug.wrappers import Request
 
 from image_classifier import score
 from image_classifier.export import ExportConfig, export_model_dir
-from mlops.endpoints.online import ServeRequest, launch_server, prepare
-from mlops.runtime.service import stop_service
 from mlops.specs import ROOT
 
 SAMPLE = ROOT / "endpoints" / "sample-request.json"
@@ -244,54 +244,63 @@ def test_hostile_requests_get_a_4xx_with_a_message_in_process(service, case):
 
 # ---- the real inference server (gunicorn + azureml-inference-server-http) on loopback ----
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@dataclass
+class Served:
+    """The endpoint (its front, with its key) and blue's server behind it."""
+
+    url: str  # http://127.0.0.1:<front port>
+    headers: dict[str, str]  # its key
+    pid: int  # blue's server (gunicorn's master)
+    log: Path
+    direct: str  # blue's server itself, for its health
 
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    port = _free_port()
-    plan = prepare(ServeRequest(deployment=ROOT / "endpoints" / "blue.yml",
-                                model=str(model_dir), port=port),
-                   state=tmp_path_factory.mktemp("state"),
-                   extra={"SCORE_BACKEND": "torch", "FRONT_HEAD_TIMEOUT_S": "3"})
-    service = launch_server(plan, port)  # through the runtime, as make serve-local starts it
-    try:
-        yield f"http://127.0.0.1:{port}", service, service.log
-    finally:
-        stop_service(service.pid, grace=30)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("SCORE_BACKEND", "torch")
+        monkeypatch.setenv("FRONT_HEAD_TIMEOUT_S", "3")
+        endpoints = use_root(monkeypatch, tmp_path_factory.mktemp("endpoints"))
+        endpoints.start(ROOT / "endpoints" / "blue.yml", "--model", str(model_dir))
+        slot = endpoints.state().deployments["blue"]
+        try:
+            yield Served(f"http://127.0.0.1:{endpoints.port}", endpoints.headers(), slot.pid,
+                         slot.log, f"http://127.0.0.1:{slot.port}")
+        finally:
+            endpoints.stop()
 
 
-def post(url: str, body: bytes | str, content_type="application/json",
+def post(served: Served, body: bytes | str, content_type="application/json",
          timeout: float = 30) -> tuple[int, dict]:
-    """POST as curl does: a server may answer 413 and close before the upload ends, and the
-    answer is still read."""
+    """POST as curl does: the front may answer 413 and close before the upload ends, and the
+    answer is still read. The status is the scorer's: Azure answers its errors with 424 and
+    the scorer's status in ms-azureml-model-error-statuscode."""
     import http.client
 
     data = body.encode() if isinstance(body, str) else body
-    host, port = url.removeprefix("http://").split(":")
+    host, port = served.url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
         connection.putrequest("POST", "/score")
         connection.putheader("Content-Type", content_type)
         connection.putheader("Content-Length", str(len(data)))
+        for name, value in served.headers.items():
+            connection.putheader(name, value)
         connection.endheaders()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            connection.send(data)  # the server may refuse the body before it all arrives
+            connection.send(data)  # the front may refuse the body before it all arrives
         response = connection.getresponse()
-        return response.status, json.loads(response.read() or b"{}")
+        status = response.status
+        if status == 424:
+            status = int(response.getheader("ms-azureml-model-error-statuscode"))
+        return status, json.loads(response.read() or b"{}")
     finally:
         connection.close()
 
 
-def _worker(front: int) -> int:
-    """The scoring worker: the front's child is gunicorn's master, whose child it is."""
-    pid = front
-    for _ in range(2):
-        pid = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
-    return pid
+def _worker(master: int) -> int:
+    """The scoring worker: gunicorn's master's child."""
+    return int(Path(f"/proc/{master}/task/{master}/children").read_text().split()[0])
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -306,50 +315,46 @@ def _peak_rss_mb(pid: int) -> float:
 
 
 def test_http_round_trip_with_the_sample_request(server):
-    url, _, _ = server
     assert SAMPLE.stat().st_size < 64_000  # a small real JPEG, not a float tensor
-    status, body = post(url, SAMPLE.read_text())
+    status, body = post(server, SAMPLE.read_text())
     assert status == 200 and body["predictions"][0]["label"] in ("chickens", "turkeys")
 
 
 def test_every_documented_client_over_http(server, tiny_data):
-    url, _, _ = server
     path = images_of(tiny_data, 1)[0]
-    assert post(url, path.read_bytes(), "image/jpeg")[0] == 200  # curl --data-binary @img.jpg
+    assert post(server, path.read_bytes(), "image/jpeg")[0] == 200  # curl --data-binary @img.jpg
     boundary = "xYzBoundary"
     body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.jpg\""
             f"\r\nContent-Type: image/jpeg\r\n\r\n").encode() + path.read_bytes() + \
         f"\r\n--{boundary}--\r\n".encode()
-    status, out = post(url, body, f"multipart/form-data; boundary={boundary}")
+    status, out = post(server, body, f"multipart/form-data; boundary={boundary}")
     assert status == 200 and len(out["predictions"]) == 1
     tensor = [[[[0.0] * 32] * 32] * 3]
-    assert post(url, json.dumps({"data": tensor}))[0] == 200
+    assert post(server, json.dumps({"data": tensor}))[0] == 200
 
 
 def test_hostile_requests_over_http_cost_little_and_leave_the_worker_healthy(server):
-    url, master, _ = server
-    worker = _worker(master.pid)
-    assert post(url, SAMPLE.read_text())[0] == 200
+    worker = _worker(server.pid)
+    assert post(server, SAMPLE.read_text())[0] == 200
     baseline = _peak_rss_mb(worker)
     for case, (body, content_type, status, message) in HOSTILE.items():
         before = _cpu_seconds(worker)
-        got, out = post(url, body, content_type)
+        got, out = post(server, body, content_type)
         assert got == status and message in out.get("error", ""), (case, got, out)
         assert _cpu_seconds(worker) - before < 1.5, case  # ~1 s of one worker's CPU at most
-        with urllib.request.urlopen(f"{url}/", timeout=10) as response:
+        with urllib.request.urlopen(f"{server.direct}/", timeout=10) as response:
             assert response.status == 200
     assert _peak_rss_mb(worker) - baseline < 200
-    assert _worker(master.pid) == worker  # the same worker: none died or was recycled
-    assert post(url, SAMPLE.read_text())[0] == 200
+    assert _worker(server.pid) == worker  # the same worker: none died or was recycled
+    assert post(server, SAMPLE.read_text())[0] == 200
 
 
 def test_an_idle_connection_does_not_stall_other_clients(server):
-    url, _, _ = server
-    host, port = url.removeprefix("http://").split(":")
+    host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as idle:
         idle.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\n")  # and then nothing more
         started = time.monotonic()
-        assert post(url, SAMPLE.read_text(), timeout=20)[0] == 200
+        assert post(server, SAMPLE.read_text(), timeout=20)[0] == 200
         assert time.monotonic() - started < 10
 
 
@@ -357,8 +362,7 @@ def test_sixty_four_stalled_clients_stop_no_one_and_get_a_408(server):
     """More half-sent requests than the worker has threads (4): the front holds them, every
     real request is answered within 5 s meanwhile, and each stalled one gets a 408 once its
     head's deadline passes (3 s here)."""
-    url, _, _ = server
-    host, port = url.removeprefix("http://").split(":")
+    host, port = server.url.removeprefix("http://").split(":")
     stalled = [socket.create_connection((host, int(port)), timeout=15) for _ in range(64)]
     try:
         for sock in stalled:
@@ -366,7 +370,7 @@ def test_sixty_four_stalled_clients_stop_no_one_and_get_a_408(server):
         answered = 0
         for _ in range(8):
             started = time.monotonic()
-            status, _ = post(url, SAMPLE.read_text(), timeout=20)
+            status, _ = post(server, SAMPLE.read_text(), timeout=20)
             answered += status == 200 and time.monotonic() - started < 5
         assert answered == 8
         assert all(sock.recv(64).startswith(b"HTTP/1.1 408") for sock in stalled)
@@ -376,11 +380,11 @@ def test_sixty_four_stalled_clients_stop_no_one_and_get_a_408(server):
 
 
 def test_fifty_pipelined_requests_on_one_connection_are_all_answered(server):
-    url, _, _ = server
-    host, port = url.removeprefix("http://").split(":")
+    host, port = server.url.removeprefix("http://").split(":")
     body = SAMPLE.read_bytes()
+    key = server.headers["Authorization"].encode()
     request = (b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n" % len(body)) + body
+               b"Authorization: " + key + b"\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
     with socket.create_connection((host, int(port)), timeout=60) as sock:
         sock.sendall(request * 50)
         reader = sock.makefile("rb")
@@ -396,8 +400,8 @@ def test_fifty_pipelined_requests_on_one_connection_are_all_answered(server):
 
 
 def test_the_scoring_scripts_log_lines_reach_the_server_log(server):
-    url, _, log_path = server
-    assert post(url, SAMPLE.read_text())[0] == 200
+    log_path = server.log
+    assert post(server, SAMPLE.read_text())[0] == 200
     until(lambda: "scored 1 image(s)" in log_path.read_text(), 10, "the scored line in the log")
     assert "loaded torch model" in log_path.read_text()
 
@@ -405,14 +409,13 @@ def test_the_scoring_scripts_log_lines_reach_the_server_log(server):
 @pytest.mark.slow
 def test_load_smoke_four_clients_bounded_in_count_and_time(server):
     """Four clients at once, 10 requests each or 20 seconds, whichever ends first."""
-    url, _, _ = server
     body = SAMPLE.read_text()
     deadline = time.monotonic() + 20
     counts, failures = [0] * 4, []
 
     def client(index: int) -> None:
         while counts[index] < 10 and time.monotonic() < deadline:
-            status, answer_ = post(url, body)
+            status, answer_ = post(server, body)
             if status != 200 or "predictions" not in answer_:
                 failures.append(status)
             counts[index] += 1

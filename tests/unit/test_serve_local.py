@@ -9,21 +9,22 @@ import socket
 
 import pytest
 
-from mlops.endpoints import online
+from mlops.endpoints import local_endpoint, online
+from mlops.endpoints.endpoint_state import AuthMode
 from mlops.endpoints.models import newest_trained
 from mlops.errors import LocalRunError
-from mlops.specs import ROOT
 
 
 def test_a_port_another_process_holds_is_an_error_not_a_healthy_server(tmp_path, monkeypatch):
-    monkeypatch.setattr(online, "STATE", tmp_path / "serve-local")  # never the user's server
+    monkeypatch.setattr(local_endpoint, "ENDPOINTS", tmp_path)  # never the user's endpoints
+    spec = local_endpoint.EndpointSpec("fowl-classifier", AuthMode.KEY)
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1]
-        with pytest.raises(LocalRunError, match=f"port {port} on 127.0.0.1 is already in use"):
-            online.start(online.ServeRequest(deployment=ROOT / "endpoints" / "blue.yml",
-                                             port=port))
+        with pytest.raises(LocalRunError, match=f"port {port} on 127.0.0.1 is already in use "
+                                                "by another process"):
+            local_endpoint.open_state(tmp_path / "fowl-classifier", spec, port)
 
 
 def test_the_default_model_is_the_newest_folder_that_holds_one(tmp_path):

@@ -1,0 +1,225 @@
+"""What `make serve-local` and its twins do to a local endpoint (local_endpoint.py): start a
+deployment in it, stop it, set its traffic and mirror traffic, show it and its credentials, and
+invoke it with its key. Each is the local twin of an `az ml online-endpoint` or
+`online-deployment` command, and says so where they differ.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+
+from mlops.endpoints import online
+from mlops.endpoints.endpoint_state import AuthMode, EndpointState
+from mlops.endpoints.local_endpoint import (
+    alive,
+    checked_name,
+    endpoint_folder,
+    endpoint_folders,
+    endpoint_lock,
+    endpoint_spec,
+    ensure_front,
+    grace,
+    live_state,
+    next_folder,
+    open_state,
+    prune,
+    read_state,
+    retire,
+)
+from mlops.endpoints.traffic import (
+    NewTraffic,
+    add_deployment,
+    describe,
+    parse,
+    set_mirror,
+    set_traffic,
+)
+from mlops.errors import LocalRunError
+from mlops.runtime.aliases import safe_root
+from mlops.runtime.service import stop_service
+
+AUTH_NOTES = {AuthMode.NONE: "auth: none (AUTH=none, as `az ml ... --local`, which has no auth; "
+                             "on Azure this endpoint needs its key or token)",
+              AuthMode.AAD_TOKEN: "auth: aad_token, simulated: a token issued here stands in for "
+                                  "a Microsoft Entra token (make credentials-local)"}
+
+
+def start(request: online.ServeRequest) -> int:
+    """Add the deployment to its endpoint, or replace it there; 0 once it serves, 1 when its
+    server failed (the log's tail shown)."""
+    deployment = online.load_deployment(request)
+    spec = endpoint_spec(request, deployment)
+    name = checked_name(deployment.name, "deployment")
+    folder = endpoint_folder(spec.name)
+    with endpoint_lock(folder, f"serve-local {name}"):
+        state = open_state(folder, spec, request.port)
+        plan = online.prepare(request, deployment, folder=next_folder(safe_root(folder), name))
+        print("\n".join(plan.about), flush=True)
+        try:
+            slot = online.launch_server(plan)
+        except online.ServerFailed as err:
+            tail = (plan.task.folder / "log.txt").read_text(errors="replace").splitlines()[-25:]
+            print(f"error: {err}\n" + "\n".join(f"  | {line}" for line in tail),
+                  file=sys.stderr)
+            return 1
+        replaced = state.deployments.get(name)
+        state.deployments[name] = slot
+        decided = add_deployment(state, name, NewTraffic(request.all_traffic))
+        state.write(folder)  # the front starts from it
+        ensure_front(state, folder)
+        state.write(folder)
+        if replaced is not None:
+            print(f"replacing deployment {name}'s previous server (pid {replaced.pid}) once it "
+                  "has answered what it holds", flush=True)
+            retire(replaced)
+            prune(folder, name, keep=Path(replaced.folder))
+    auth = AUTH_NOTES.get(state.auth_mode,
+                          f"auth: {state.auth_mode.value} (make credentials-local)")
+    print(f"environment: {slot.environment}\n{decided}\n{auth}"
+          f"\nserving {name} in endpoint {spec.name} on http://127.0.0.1:{state.port}/score "
+          f"(log {slot.log}; stop: make stop-local)")
+    return 0
+
+
+def running_endpoints(*, partly: bool = False) -> list[Path]:
+    """The local endpoints whose front runs (partly: or any of whose servers runs)."""
+    found = []
+    for folder in endpoint_folders():
+        state = read_state(folder)
+        pids = [state.front_pid] + ([s.pid for s in state.deployments.values()] if partly else
+                                    []) if state else []
+        if any(alive(pid) for pid in pids):
+            found.append(folder)
+    return found
+
+
+def chosen(name: str | None) -> Path:
+    """The endpoint asked for, or the one that runs when none is named."""
+    if name:
+        return endpoint_folder(name)
+    running = running_endpoints()
+    if len(running) == 1:
+        return running[0]
+    if not running:
+        raise LocalRunError("no local endpoint is running: make serve-local first")
+    raise LocalRunError(f"{len(running)} local endpoints run ("
+                        f"{', '.join(f.name for f in running)}): name one, ENDPOINT=<name>")
+
+
+def running_state(folder: Path) -> EndpointState:
+    state = live_state(folder)
+    if state is None or not state.front_pid:
+        raise LocalRunError(f"local endpoint {folder.name} is not running: make serve-local")
+    return state
+
+
+def stop(name: str | None = None) -> int:
+    """Stop the front (it answers what it accepted first), then every deployment's server;
+    with no name, every local endpoint that runs."""
+    folders = [chosen(name)] if name else running_endpoints(partly=True)
+    if not folders:
+        print("no local endpoint running")
+    for folder in folders:
+        with endpoint_lock(folder, "stop-local"):
+            state = live_state(folder) or EndpointState(name=folder.name)
+            if state.front_pid:
+                drain = max((grace(s) for s in state.deployments.values()), default=5) + 10
+                stop_service(state.front_pid, folder / "front", grace=drain)
+            with ThreadPoolExecutor(max(len(state.deployments), 1)) as pool:  # all at once
+                list(pool.map(retire, state.deployments.values()))
+            stopped = ", ".join(f"{n} (pid {s.pid})" for n, s in state.deployments.items())
+            state.front_pid, state.deployments = 0, {}
+            state.traffic, state.mirror_traffic = {}, {}
+            state.write(folder)
+        print(f"stopped local endpoint {folder.name}: {stopped or 'no deployment'}")
+    return 0
+
+
+def update(name: str | None, *, traffic: str | None, mirror: str | None) -> int:
+    """`az ml online-endpoint update --traffic ... --mirror-traffic ...`, locally."""
+    folder = chosen(name)
+    with endpoint_lock(folder, "traffic update"):
+        state = running_state(folder)
+        if mirror is not None:
+            new_mirror = parse(mirror, "mirror_traffic")
+            state.mirror_traffic = {}
+        if traffic is not None:
+            set_traffic(state, parse(traffic, "traffic"))
+        if mirror is not None:
+            set_mirror(state, new_mirror)
+        state.write(folder)
+    print(f"endpoint {state.name}: {describe(state)}")
+    return 0
+
+
+def credentials(name: str | None) -> int:
+    """`az ml online-endpoint get-credentials`: the keys, or a token (a new one once the last is
+    past its refresh time), with the same JSON fields."""
+    folder = chosen(name)
+    with endpoint_lock(folder, "get-credentials"):
+        state = running_state(folder)
+        if state.auth_mode == AuthMode.NONE:
+            raise LocalRunError(f"endpoint {state.name} runs with AUTH=none: it takes no key")
+        state.ensure_credentials()
+        state.write(folder)
+    shown = state.keys if state.auth_mode == AuthMode.KEY else asdict(state.tokens[-1])
+    print(json.dumps(shown, indent=2))
+    return 0
+
+
+def show(name: str | None) -> int:
+    """`az ml online-endpoint show`, with each deployment's local server."""
+    state = running_state(chosen(name))
+    print(json.dumps({
+        "name": state.name, "auth_mode": state.auth_mode.value,
+        "scoring_uri": f"http://127.0.0.1:{state.port}/score", "provisioning_state": "Succeeded",
+        "traffic": state.traffic, "mirror_traffic": state.mirror_traffic,
+        "deployments": {n: {"spec": s.spec, "model": s.model, "pid": s.pid,
+                            "log": str(s.log), "request_timeout_ms": s.timeout_ms,
+                            "max_body_bytes": s.max_body, "max_pending": s.max_pending}
+                        for n, s in state.deployments.items()}}, indent=2))
+    return 0
+
+
+def invoke(request: Path, *, name: str | None = None, deployment: str | None = None) -> int:
+    """POST the request file to the endpoint's /score with its key (or token), to the named
+    deployment when one is given, as `az ml online-endpoint invoke` does."""
+    folder = chosen(name)
+    state = running_state(folder)
+    if state.auth_mode != AuthMode.KEY and state.auth_mode != AuthMode.NONE:
+        with endpoint_lock(folder, "invoke: token"):  # a fresh token once the last one ages
+            state.ensure_credentials()
+            state.write(folder)
+    headers = {"Content-Type": "application/json"}
+    if state.auth_mode != AuthMode.NONE:
+        headers["Authorization"] = f"Bearer {state.credential()}"
+    if deployment:
+        headers["azureml-model-deployment"] = deployment
+    call = urllib.request.Request(f"http://127.0.0.1:{state.port}/score", method="POST",
+                                  data=request.read_bytes(), headers=headers)
+    try:
+        with urllib.request.urlopen(call, timeout=120) as response:
+            answer = response.read()
+            who = response.headers.get("azureml-model-deployment", "?")
+    except urllib.error.HTTPError as err:
+        print(f"HTTP {err.code}: {err.read().decode(errors='replace')}", file=sys.stderr)
+        code = err.headers.get("ms-azureml-model-error-statuscode")
+        if code:
+            print(f"(the deployment answered {code} "
+                  f"{err.headers.get('ms-azureml-model-error-reason', '')})", file=sys.stderr)
+        return 1
+    except urllib.error.URLError as err:
+        print(f"cannot reach 127.0.0.1:{state.port} ({err.reason})", file=sys.stderr)
+        return 1
+    try:
+        print(json.dumps(json.loads(answer), indent=2))
+    except ValueError:
+        print(answer.decode(errors="replace"))
+    print(f"answered by deployment {who}", file=sys.stderr)
+    return 0

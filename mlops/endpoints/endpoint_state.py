@@ -1,0 +1,138 @@
+"""A local online endpoint's state, `endpoint.json` in its folder: what Azure keeps for an
+endpoint (auth mode, keys, tokens, traffic, mirror traffic) and, for each deployment, the server
+that runs it. The commands (local_endpoint.py) write it under the endpoint's lock; the front
+(front.py) reads it whenever it changes. Standard library only: the front imports it by path.
+
+Written whole to a temporary file and renamed over the old one, readable by this user alone
+(it holds the keys), so a reader sees the old state or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+STATE_FILE = "endpoint.json"
+TOKEN_TTL_S = float(os.environ.get("LOCAL_TOKEN_TTL_S", str(24 * 3600)))
+
+
+class DamagedState(ValueError):
+    """endpoint.json that cannot be read as an endpoint's state."""
+
+
+class AuthMode(StrEnum):
+    """An online endpoint's auth_mode (Azure's default: key), and NONE for AUTH=none."""
+
+    KEY = "key"
+    AML_TOKEN = "aml_token"
+    AAD_TOKEN = "aad_token"
+    NONE = "none"
+
+
+@dataclass
+class Token:
+    """An aml_token (or the local stand-in for a Microsoft Entra token), as get-credentials
+    shows one: times in seconds since the epoch, UTC."""
+
+    accessToken: str  # noqa: N815 - get-credentials' JSON field names
+    expiryTimeUtc: float  # noqa: N815
+    refreshAfterTimeUtc: float  # noqa: N815
+    tokenType: str = "Bearer"  # noqa: N815
+
+    @classmethod
+    def issue(cls, now: float | None = None, ttl: float = TOKEN_TTL_S) -> Token:
+        now = time.time() if now is None else now
+        return cls(secrets.token_urlsafe(48), now + ttl, now + ttl / 2)
+
+
+@dataclass
+class Slot:
+    """One deployment of the endpoint: its server, and the request rules the front applies."""
+
+    name: str
+    port: int  # its server's, on 127.0.0.1 (the front's port is the endpoint's)
+    pid: int  # the server's process group
+    folder: str  # its run folder: snapshot, environment layer, log.txt
+    spec: str  # the deployment spec it was started from
+    model: str  # what it serves, for `show`
+    environment: str  # the environment it runs in, as the log names it
+    max_body: int  # bytes; a longer body is answered 413 before it is read
+    timeout_ms: int  # request_settings.request_timeout_ms (0: none, while debugged)
+    max_pending: int  # 2 * max_concurrent_requests_per_instance * instance_count
+
+    @property
+    def log(self) -> Path:
+        return Path(self.folder) / "log.txt"
+
+
+@dataclass
+class EndpointState:
+    name: str
+    auth_mode: AuthMode = AuthMode.KEY
+    port: int = 0
+    spec: str = ""  # the endpoint spec, when one was found
+    front_pid: int = 0
+    keys: dict[str, str] = field(default_factory=dict)  # primaryKey, secondaryKey
+    tokens: list[Token] = field(default_factory=list)  # the valid ones, newest last
+    traffic: dict[str, int] = field(default_factory=dict)
+    mirror_traffic: dict[str, int] = field(default_factory=dict)
+    deployments: dict[str, Slot] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, folder: Path) -> EndpointState | None:
+        try:
+            data = json.loads((folder / STATE_FILE).read_text())
+            data["auth_mode"] = AuthMode(data["auth_mode"])
+            data["tokens"] = [Token(**t) for t in data.get("tokens", [])]
+            data["deployments"] = {k: Slot(**v) for k, v in data.get("deployments", {}).items()}
+            return cls(**data)
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            raise DamagedState(f"{folder / STATE_FILE} is damaged ({type(err).__name__}: {err}); "
+                               "remove it to start the endpoint afresh (servers it started may "
+                               "still run: their folders beside it hold their pids)") from None
+
+    def write(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        data = asdict(self)
+        data["auth_mode"] = self.auth_mode.value
+        tmp = folder / f".{STATE_FILE}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(data, out, indent=1)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, folder / STATE_FILE)
+
+    def ensure_credentials(self, now: float | None = None) -> None:
+        """Keys for key auth, kept for the endpoint's life (as Azure keeps them until they are
+        regenerated); a fresh token once the newest is past its refresh time."""
+        now = time.time() if now is None else now
+        if not self.keys:
+            self.keys = {"primaryKey": secrets.token_urlsafe(24),
+                         "secondaryKey": secrets.token_urlsafe(24)}
+        self.tokens = [t for t in self.tokens if t.expiryTimeUtc > now]
+        if not self.tokens or self.tokens[-1].refreshAfterTimeUtc <= now:
+            self.tokens.append(Token.issue(now))
+
+    def accepts(self, bearer: str, now: float | None = None) -> bool:
+        """Whether `bearer` (the Authorization header's token) opens the endpoint."""
+        if self.auth_mode == AuthMode.NONE:
+            return True
+        if self.auth_mode == AuthMode.KEY:
+            return any(secrets.compare_digest(bearer, key) for key in self.keys.values())
+        now = time.time() if now is None else now
+        return any(secrets.compare_digest(bearer, t.accessToken) for t in self.tokens
+                   if t.expiryTimeUtc > now)
+
+    def credential(self) -> str:
+        """What `make invoke-local` sends: the primary key, or the newest token."""
+        if self.auth_mode == AuthMode.KEY:
+            return self.keys.get("primaryKey", "")
+        return self.tokens[-1].accessToken if self.tokens else ""

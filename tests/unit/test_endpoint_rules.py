@@ -1,0 +1,262 @@
+"""The local endpoint's rules without a server: Azure's traffic and mirror rules, keys and
+tokens, which endpoint a deployment goes to, and the front's routing, auth, limits and answers."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import stat
+from pathlib import Path
+
+import pytest
+
+from mlops.endpoints import front_wire as wire
+from mlops.endpoints import local_endpoint, online
+from mlops.endpoints.deployment import load
+from mlops.endpoints.endpoint_state import AuthMode, EndpointState, Slot, Token
+from mlops.endpoints.front import Router
+from mlops.endpoints.traffic import NewTraffic, add_deployment, parse, set_mirror, set_traffic
+from mlops.errors import LocalRunError
+from mlops.specs import ROOT
+
+FIXTURE = ROOT / "tests" / "fixtures" / "endpoint"
+
+
+def slot(name: str, **rules) -> Slot:
+    base = {"max_body": 100, "timeout_ms": 1000, "max_pending": 2}
+    return Slot(name=name, port=1, pid=1, folder="/nowhere", spec="", model="", environment="",
+                **{**base, **rules})
+
+
+def endpoint(*names: str, **traffic: int) -> EndpointState:
+    state = EndpointState(name="e", deployments={n: slot(n) for n in names})
+    state.traffic = dict(traffic)
+    state.ensure_credentials()
+    return state
+
+
+# ---- traffic and mirror traffic ----
+
+def test_weights_are_read_as_the_cli_writes_them():
+    assert parse("blue=90 green=10", "traffic") == {"blue": 90, "green": 10}
+    assert parse("blue=90,green=10", "traffic") == {"blue": 90, "green": 10}
+    for bad in ("blue", "blue=ninety", "blue=101", "=5", "blue=-1"):
+        with pytest.raises(LocalRunError, match="<deployment>=<whole percentage"):
+            parse(bad, "traffic")
+
+
+def test_traffic_adds_up_to_100_or_0_over_deployments_the_endpoint_has():
+    state = endpoint("blue", "green", blue=100, green=0)
+    set_traffic(state, {"blue": 90, "green": 10})
+    assert state.traffic == {"blue": 90, "green": 10}
+    set_traffic(state, {"green": 100})  # the one not named gets 0
+    assert state.traffic == {"blue": 0, "green": 100}
+    set_traffic(state, {})
+    assert state.traffic == {"blue": 0, "green": 0}
+    with pytest.raises(LocalRunError, match="adds up to 110"):
+        set_traffic(state, {"blue": 90, "green": 20})
+    with pytest.raises(LocalRunError, match="has no deployment purple"):
+        set_traffic(state, {"purple": 100})
+
+
+def test_mirror_traffic_goes_to_one_deployment_at_most_half_never_a_live_one():
+    state = endpoint("blue", "green", "red", blue=100, green=0, red=0)
+    set_mirror(state, {"green": 50})
+    assert state.mirror_traffic == {"green": 50}
+    with pytest.raises(LocalRunError, match="at most 50"):
+        set_mirror(state, {"green": 51})
+    with pytest.raises(LocalRunError, match="one deployment at most"):
+        set_mirror(state, {"green": 10, "red": 10})
+    with pytest.raises(LocalRunError, match="takes 100 % of live traffic"):
+        set_mirror(state, {"blue": 10})
+    with pytest.raises(LocalRunError, match="live or mirrored traffic, not both"):
+        set_traffic(state, {"blue": 50, "green": 50})
+    set_mirror(state, {"green": 0})
+    assert state.mirror_traffic == {}
+
+
+def test_a_new_deployment_gets_all_traffic_only_as_asked():
+    state = endpoint("blue")
+    assert "blue=100" in add_deployment(state, "blue", NewTraffic.AUTO)
+    state.deployments["green"] = slot("green")
+    assert "green=0" in add_deployment(state, "green", NewTraffic.AUTO)
+    assert state.traffic == {"blue": 100, "green": 0}
+    assert "green=100 (--all-traffic)" in add_deployment(state, "green", NewTraffic.ALL)
+    assert state.traffic == {"blue": 0, "green": 100}
+    alone = endpoint("blue")
+    assert "404" in add_deployment(alone, "blue", NewTraffic.NONE)
+    assert alone.traffic == {"blue": 0}
+
+
+# ---- keys, tokens and the state file ----
+
+def test_the_state_file_is_the_users_alone_and_reads_back(tmp_path):
+    state = endpoint("blue", blue=100)
+    state.write(tmp_path)
+    assert stat.S_IMODE((tmp_path / "endpoint.json").stat().st_mode) == 0o600
+    assert EndpointState.read(tmp_path) == state
+    assert EndpointState.read(tmp_path / "none") is None
+
+
+def test_both_keys_open_a_key_endpoint_and_nothing_else_does():
+    state = endpoint("blue")
+    assert state.accepts(state.keys["primaryKey"]) and state.accepts(state.keys["secondaryKey"])
+    assert not state.accepts("") and not state.accepts(state.keys["primaryKey"] + "x")
+    assert not state.accepts(state.tokens[-1].accessToken)  # a token is not a key
+
+
+def test_a_token_opens_a_token_endpoint_until_it_expires():
+    state = endpoint("blue")
+    state.auth_mode = AuthMode.AML_TOKEN
+    state.tokens = [Token.issue(now=1000.0, ttl=100)]
+    token = state.tokens[0].accessToken
+    assert state.accepts(token, now=1050) and not state.accepts(token, now=1101)
+    assert not state.accepts(state.keys["primaryKey"], now=1050)
+    state.ensure_credentials(now=1060)  # past refresh-after (half the life): a new one
+    assert len(state.tokens) == 2 and state.credential() != token
+    assert state.accepts(token, now=1070)  # the old one still works until it expires
+    keys = dict(state.keys)
+    state.ensure_credentials(now=2000)
+    assert state.keys == keys and len(state.tokens) == 1  # keys stay; expired tokens go
+
+
+# ---- which endpoint ----
+
+def request(deployment: Path, **kw) -> online.ServeRequest:
+    return online.ServeRequest(deployment=deployment, **kw)
+
+
+def test_the_endpoint_spec_beside_the_deployment_names_it_and_its_auth():
+    spec = local_endpoint.endpoint_spec(request(FIXTURE / "blue.yml"),
+                                        load(FIXTURE / "blue.yml", "online-deployment"))
+    assert (spec.name, spec.auth_mode, spec.path) == ("rollout-local", AuthMode.KEY,
+                                                      FIXTURE / "endpoint.yml")
+    none = local_endpoint.endpoint_spec(request(FIXTURE / "blue.yml", auth="none"),
+                                        load(FIXTURE / "blue.yml", "online-deployment"))
+    assert none.auth_mode == AuthMode.NONE
+
+
+def test_without_an_endpoint_spec_the_endpoint_is_its_name_with_key_auth(tmp_path):
+    (tmp_path / "d.yml").write_text((FIXTURE / "blue.yml").read_text().replace(
+        "path: model/", f"path: {FIXTURE / 'model'}").replace(
+        "code: scoring/", f"code: {FIXTURE / 'scoring'}").replace(
+        "conda_file: conda.yml", f"conda_file: {FIXTURE / 'conda.yml'}"))
+    deployment = load(tmp_path / "d.yml", "online-deployment")
+    spec = local_endpoint.endpoint_spec(request(tmp_path / "d.yml"), deployment)
+    assert (spec.name, spec.auth_mode, spec.path) == ("rollout-local", AuthMode.KEY, None)
+    (tmp_path / "bad.yml").write_text("$schema: https://azuremlschemas.azureedge.net/latest/"
+                                      "managedOnlineEndpoint.schema.json\nname: rollout-local\n"
+                                      "auth_mode: password\n")
+    with pytest.raises(LocalRunError, match="auth_mode 'password'"):
+        local_endpoint.endpoint_spec(request(tmp_path / "d.yml"), deployment)
+
+
+def test_names_follow_azures_rule():
+    assert local_endpoint.checked_name("blue-2", "deployment") == "blue-2"
+    for bad in ("b", "2blue", "blue_2", "../x", "a" * 33, "blue-"):
+        with pytest.raises(LocalRunError, match="start with a letter"):
+            local_endpoint.checked_name(bad, "deployment")
+
+
+# ---- the front ----
+
+def router(tmp_path: Path, state: EndpointState) -> Router:
+    state.write(tmp_path)
+    return Router(tmp_path)
+
+
+def head(*lines: str) -> wire.Head:
+    return wire.Head.parse("\r\n".join(["POST /score HTTP/1.1", *lines, "", ""]).encode())
+
+
+def refusal(call) -> tuple[int, str]:
+    with pytest.raises(wire.Refused) as refused:
+        call()
+    return refused.value.status, refused.value.message
+
+
+def test_the_front_answers_401_as_azure_does(tmp_path):
+    state = endpoint("blue", blue=100)
+    front = router(tmp_path, state)
+    assert refusal(lambda: front.authorize(head())) == (401, "key_auth_bad_header_forbidden")
+    assert refusal(lambda: front.authorize(head("Authorization: Basic abc")))[0] == 401
+    assert refusal(lambda: front.authorize(head("Authorization: Bearer nope"))) == (
+        401, "key_auth_access_denied")
+    front.authorize(head(f"Authorization: Bearer {state.keys['secondaryKey']}"))
+
+
+def test_the_front_routes_by_header_then_by_weight_and_mirrors_only_drawn_requests(tmp_path):
+    state = endpoint("blue", "green", blue=90, green=10)
+    state.mirror_traffic = {"green": 0}
+    front = router(tmp_path, state)
+    assert front.route(head("azureml-model-deployment: green")).slot.name == "green"
+    assert refusal(lambda: front.route(head("azureml-model-deployment: red")))[0] == 404
+    random.seed(7)
+    drawn = [front.route(head()).slot.name for _ in range(2000)]
+    assert 0.87 < drawn.count("blue") / 2000 < 0.93
+    set_traffic(state, {"blue": 100})
+    set_mirror(state, {"green": 50})
+    state.write(tmp_path)
+    routes = [front.route(head()) for _ in range(400)]
+    assert {r.slot.name for r in routes} == {"blue"}
+    assert 150 < sum(r.mirror is not None for r in routes) < 250
+    assert front.route(head("azureml-model-deployment: blue")).mirror is None
+    set_mirror(state, {})
+    set_traffic(state, {})
+    state.write(tmp_path)
+    status, message = refusal(lambda: front.route(head()))
+    assert status == 404 and "valid deployment with positive weight" in message
+
+
+def test_the_front_takes_at_most_max_pending_requests_per_deployment(tmp_path):
+    front = router(tmp_path, endpoint("blue", blue=100))
+    blue = front.state.deployments["blue"]
+    with front.admitted(blue), front.admitted(blue):
+        assert refusal(lambda: front.admitted(blue).__enter__())[0] == 429
+    with front.admitted(blue):
+        pass
+
+
+def read_body(data: bytes, the_head: wire.Head, limit: int):
+    async def go():
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        spool, length = await wire.read_body(reader, the_head, limit)
+        return spool.read(), length
+    return asyncio.run(go())
+
+
+def test_a_body_is_refused_past_the_limit_as_it_arrives():
+    assert read_body(b"hello", head("Content-Length: 5"), 5) == (b"hello", 5)
+    assert refusal(lambda: read_body(b"", head("Content-Length: 6"), 5))[0] == 413
+    chunked = head("Transfer-Encoding: chunked")
+    assert read_body(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", chunked, 5) == (b"abcde", 5)
+    assert refusal(lambda: read_body(b"3\r\nabc\r\n3\r\n", chunked, 5))[0] == 413
+    assert refusal(lambda: read_body(b"zz\r\n", chunked, 5))[0] == 400
+    assert refusal(lambda: read_body(b"ab", head("Content-Length: 5"), 5))[0] == 400
+
+
+def test_a_deployments_answer_other_than_200_is_a_424_naming_its_status():
+    answer = b"HTTP/1.1 400 BAD REQUEST\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+    out = wire.relabel(answer, closing=False, deployment="blue")
+    head_, _, body = out.partition(b"\r\n\r\n")
+    assert head_.startswith(b"HTTP/1.1 424 ") and body == b"{}"
+    assert b"ms-azureml-model-error-statuscode: 400" in head_
+    assert b"ms-azureml-model-error-reason: BAD REQUEST" in head_
+    assert b"azureml-model-deployment: blue" in head_ and b"Connection: keep-alive" in head_
+    fine = wire.relabel(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", closing=True,
+                        deployment="g")
+    assert fine.startswith(b"HTTP/1.1 200 OK") and b"statuscode" not in fine
+
+
+def test_a_damaged_state_file_is_named_not_a_traceback(tmp_path, monkeypatch):
+    monkeypatch.setattr(local_endpoint, "ENDPOINTS", tmp_path)
+    (tmp_path / "e2e-endpoint").mkdir()
+    (tmp_path / "e2e-endpoint" / "endpoint.json").write_text('{"name": "x", "auth_mo')
+    with pytest.raises(LocalRunError, match="endpoint.json is damaged"):
+        local_endpoint.live_state(tmp_path / "e2e-endpoint")
+    front = Router.__new__(Router)  # the front keeps the last good state it read
+    front.file, front.seen = tmp_path / "e2e-endpoint" / "endpoint.json", (0, 0)
+    front.state = endpoint("blue", blue=100)
+    assert front.current().traffic == {"blue": 100}
