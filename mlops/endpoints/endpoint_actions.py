@@ -71,7 +71,11 @@ def start(request: online.ServeRequest) -> int:
         replaced = state.deployments.get(name)
         state.deployments[name] = slot
         decided = add_deployment(state, name, NewTraffic(request.all_traffic))
-        state.write(folder)  # the front starts from it
+        try:
+            state.write(folder)  # the front starts from it
+        except BaseException:  # not recorded (a full disk, Ctrl-C): not left running
+            retire(slot)
+            raise
         ensure_front(state, folder)
         state.write(folder)
         if replaced is not None:

@@ -206,7 +206,7 @@ def launch_server(plan: ServerPlan) -> Slot:
     try:
         wait_healthy(f"http://127.0.0.1:{plan.port}{plan.rules.ready_path}", service,
                      plan.rules.ready_s)
-    except ServerFailed:
+    except BaseException:  # failed, or interrupted (Ctrl-C): no server is left behind
         stop_service(service.pid, service.folder)
         raise
     rules = plan.rules
