@@ -87,7 +87,7 @@ def start(request: online.ServeRequest) -> int:
                           f"auth: {state.auth_mode.value} (make credentials-local)")
     print(f"environment: {slot.environment}\n{decided}\n{auth}"
           f"\nserving {name} in endpoint {spec.name} on http://127.0.0.1:{state.port}/score "
-          f"(log {slot.log}; stop: make stop-local)")
+          f"(log {slot.log.resolve()}; stop: make stop-local)")
     return 0
 
 
@@ -185,7 +185,7 @@ def show(name: str | None) -> int:
         "scoring_uri": f"http://127.0.0.1:{state.port}/score", "provisioning_state": "Succeeded",
         "traffic": state.traffic, "mirror_traffic": state.mirror_traffic,
         "deployments": {n: {"spec": s.spec, "model": s.model, "pid": s.pid,
-                            "log": str(s.log), "request_timeout_ms": s.timeout_ms,
+                            "log": str(s.log.resolve()), "request_timeout_ms": s.timeout_ms,
                             "max_body_bytes": s.max_body, "max_pending": s.max_pending}
                         for n, s in state.deployments.items()}}, indent=2))
     return 0
