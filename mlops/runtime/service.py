@@ -33,7 +33,19 @@ def running(service: Service) -> bool:
         os.kill(service.pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    except PermissionError:  # another user's process: it runs
+        return True
+    return not _zombie(service.pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A process that has exited but that no one has waited for yet (its parent gone, and no
+    init in a container to reap it) still answers kill(pid, 0): it does not run."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
 
 
 def stop_service(pid: int, folder: Path | None = None, grace: float = 5.0) -> None:
@@ -44,6 +56,8 @@ def stop_service(pid: int, folder: Path | None = None, grace: float = 5.0) -> No
         while time.monotonic() < deadline:
             _reap(pid)
             os.kill(pid, 0)
+            if _zombie(pid):  # exited; nobody here can wait for it
+                raise ProcessLookupError(pid)
             time.sleep(0.1)
         os.killpg(pid, signal.SIGKILL)
     _reap(pid)

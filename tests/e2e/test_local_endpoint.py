@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -203,18 +204,20 @@ def test_two_starts_at_once_leave_one_server_and_stop_stops_it(tmp_path):
                                 str(BLUE), "--port", port], env=env, cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
               for _ in range(2)]
-    outs = [p.communicate(timeout=120)[0] for p in starts]
-    assert [p.returncode for p in starts] == [0, 0], outs
-    assert any("is busy (pid" in out and "serve-local blue" in out for out in outs), outs
     folder = tmp_path / "runs" / "endpoints" / "rollout-local"
-    lines = _servers(folder)
-    assert sum("front.py" in line for line in lines) == 1, lines
-    assert len({line.split("--bind ")[1].split()[0] for line in lines if "gunicorn" in line}
-               ) == 1, lines  # one server (its master and worker share its address)
-    records = [TaskRecord.read(d) for d in folder.glob("blue-*")]  # the replaced one's kept
-    assert [r.status for r in records].count(Status.RUNNING) == 1, records  # for its log
-    stop = subprocess.run([sys.executable, "-m", "mlops.serve", "stop"], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in starts]
+        assert [p.returncode for p in starts] == [0, 0], outs
+        assert any("is busy (pid" in out and "serve-local blue" in out for out in outs), outs
+        lines = _servers(folder)
+        assert sum("front.py" in line for line in lines) == 1, lines
+        assert len({line.split("--bind ")[1].split()[0] for line in lines if "gunicorn" in line}
+                   ) == 1, lines  # one server (its master and worker share its address)
+        records = [TaskRecord.read(d) for d in folder.glob("blue-*")]  # the replaced one is
+        assert [r.status for r in records].count(Status.RUNNING) == 1, records  # kept: its log
+    finally:
+        stop = subprocess.run([sys.executable, "-m", "mlops.serve", "stop"], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
     assert stop.returncode == 0 and "stopped local endpoint rollout-local" in stop.stdout
     until(lambda: not _servers(folder), 10, "no server of the endpoint left")
 
@@ -245,3 +248,23 @@ def test_stop_under_load_answers_every_accepted_request(own):
         thread.join(60)
     assert not dropped, dropped
     assert len(done) >= 8 and len(refused) == 4
+
+
+def test_a_killed_front_is_started_again_by_the_next_start_and_stop_leaves_nothing(own):
+    url = own.start(BLUE)
+    front, headers = own.state().front_pid, own.headers()
+    os.killpg(front, signal.SIGKILL)  # its server runs on, unanswered
+    until(lambda: post_or_none(url, headers) is None, 10, "the front gone")
+    own.start(GREEN)
+    state = own.state()
+    assert state.front_pid != front and set(state.deployments) == {"blue", "green"}
+    assert post(url, {}, own.headers()).body == {"who": "blue"}
+    own.stop()
+    until(lambda: not _servers(own.root), 10, "no server of the endpoints left")
+
+
+def post_or_none(url: str, headers: dict[str, str]):
+    try:
+        return post(url, {}, headers, timeout=5)
+    except OSError:
+        return None
