@@ -17,54 +17,41 @@ import argparse
 import contextlib
 import http.client
 import socket
-import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench_load import concurrent_load  # noqa: E402
+
 from mlops.endpoints import endpoint_actions, local_endpoint, online  # noqa: E402
 from mlops.endpoints.endpoint_state import EndpointState  # noqa: E402
+from mlops.runtime.launch import free_port  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "endpoint"
 
 
 def load(port: int, headers: dict[str, str], clients: int, seconds: float) -> dict:
-    latencies, failures = [], [0]
-    deadline = time.monotonic() + seconds
+    """Each client on a kept-alive connection of its own (a new one after a failure)."""
 
-    def client() -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        while time.monotonic() < deadline:
-            started = time.perf_counter()
+    def make_client():
+        connection = [http.client.HTTPConnection("127.0.0.1", port, timeout=30)]
+
+        def call() -> bool:
             try:
-                connection.request("POST", "/score", body=b"{}", headers=headers)
-                response = connection.getresponse()
+                connection[0].request("POST", "/score", body=b"{}", headers=headers)
+                response = connection[0].getresponse()
                 response.read()
-                if response.status != 200:
-                    failures[0] += 1
-                    continue
             except (OSError, http.client.HTTPException):
-                failures[0] += 1
-                connection.close()
-                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-                continue
-            latencies.append(time.perf_counter() - started)
-        connection.close()
+                connection[0].close()
+                connection[0] = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                return False
+            return response.status == 200
+        return call
 
-    started = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    latencies.sort()
-    return {"rps": len(latencies) / (time.perf_counter() - started),
-            "p50": statistics.median(latencies) * 1e3,
-            "p99": latencies[int(len(latencies) * 0.99)] * 1e3, "failed": failures[0]}
+    return concurrent_load(make_client, clients, seconds)
 
 
 def peak_mb(pid: int) -> float:
@@ -99,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         local_endpoint.ENDPOINTS = Path(tmp)
-        port = online.free_port()
+        port = free_port()
         for spec in ("blue.yml", "green.yml"):
             request = online.ServeRequest(deployment=FIXTURE / spec, port=port)
             assert endpoint_actions.start(request) == 0

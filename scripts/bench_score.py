@@ -17,10 +17,8 @@ import argparse
 import base64
 import json
 import shutil
-import statistics
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench_common import compute_bound  # noqa: E402
+from bench_load import concurrent_load  # noqa: E402
 
 from image_classifier import checkpoint  # noqa: E402
 from image_classifier.data import IMAGENET_MEAN, IMAGENET_STD, build_datasets  # noqa: E402
@@ -78,32 +77,19 @@ class Server:
 
 
 def load(url: str, body: bytes, clients: int, seconds: float) -> dict:
-    latencies, failures = [], [0]
-    deadline = time.monotonic() + seconds
-
-    def client() -> None:
-        while time.monotonic() < deadline:
-            started = time.perf_counter()
+    def make_client():
+        def call() -> bool:
             request = urllib.request.Request(url + "/score", data=body, method="POST",
                                              headers={"Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(request, timeout=60) as response:
                     response.read()
-                latencies.append(time.perf_counter() - started)
             except (urllib.error.URLError, OSError):
-                failures[0] += 1
+                return False
+            return True
+        return call
 
-    started = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    latencies.sort()
-    return {"rps": len(latencies) / elapsed, "p50": statistics.median(latencies) * 1e3,
-            "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3,
-            "failed": failures[0], "requests": len(latencies)}
+    return concurrent_load(make_client, clients, seconds)
 
 
 def preprocessing_seconds(jpegs: list[bytes], transform, repeats: int = 5) -> float:

@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlops import serve
 from mlops.endpoints import endpoint_actions, local_endpoint
 from mlops.endpoints.endpoint_state import EndpointState
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from mlops.runtime.launch import free_port
 
 
 @dataclass

@@ -17,7 +17,6 @@ from pathlib import Path
 from mlops.endpoints import online
 from mlops.endpoints.endpoint_state import AuthMode, EndpointState
 from mlops.endpoints.local_endpoint import (
-    alive,
     checked_name,
     endpoint_folder,
     endpoint_folders,
@@ -42,7 +41,7 @@ from mlops.endpoints.traffic import (
 )
 from mlops.errors import LocalRunError
 from mlops.runtime.aliases import safe_root
-from mlops.runtime.service import stop_service
+from mlops.runtime.service import alive, stop_service
 
 AUTH_NOTES = {AuthMode.NONE: "auth: none (AUTH=none, as `az ml ... --local`, which has no auth; "
                              "on Azure this endpoint needs its key or token)",
@@ -196,7 +195,7 @@ def invoke(request: Path, *, name: str | None = None, deployment: str | None = N
     deployment when one is given, as `az ml online-endpoint invoke` does."""
     folder = chosen(name)
     state = running_state(folder)
-    if state.auth_mode != AuthMode.KEY and state.auth_mode != AuthMode.NONE:
+    if state.auth_mode not in (AuthMode.KEY, AuthMode.NONE):
         with endpoint_lock(folder, "invoke: token"):  # a fresh token once the last one ages
             state.ensure_credentials()
             state.write(folder)

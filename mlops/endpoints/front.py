@@ -115,7 +115,7 @@ class Router:
 
 async def answer(router: Router, slot: Slot, head: wire.Head, body) -> bytes:
     spool, length = body
-    upstream = head.upstream(length, [])
+    upstream = head.upstream(length)
     timeout = slot.timeout_ms / 1000 or None
     with router.admitted(slot):
         try:

@@ -66,11 +66,11 @@ class Head:
         return self.fields.get("connection", "").lower() == "close" or \
             self.request_line.endswith(b"HTTP/1.0")
 
-    def upstream(self, length: int, extra: list[bytes]) -> bytes:
+    def upstream(self, length: int) -> bytes:
         """The head the deployment's server gets: no hop-by-hop fields, the body's length."""
         kept = [line for line in self.raw.split(b"\r\n")[1:] if line and
                 not line.lower().startswith(HOP_BY_HOP)]
-        return b"\r\n".join([self.request_line, *kept, *extra,
+        return b"\r\n".join([self.request_line, *kept,
                              b"Content-Length: %d" % length, b"Connection: close", b"", b""])
 
 

@@ -34,7 +34,7 @@ from mlops.project import project
 from mlops.runtime.aliases import safe_root
 from mlops.runtime.engine import Runtime, start_service
 from mlops.runtime.records import Status, TaskRecord
-from mlops.runtime.service import Service, running, stop_service
+from mlops.runtime.service import Service, alive, running, stop_service
 from mlops.runtime.tasks import Task
 from mlops.specs import load_spec, schema_kind
 
@@ -135,10 +135,6 @@ def read_state(folder: Path) -> EndpointState | None:
         return EndpointState.read(folder)
     except DamagedState as err:
         raise LocalRunError(str(err)) from None
-
-
-def alive(pid: int) -> bool:
-    return pid > 0 and running(Service(pid, Path(), Path()))
 
 
 def live_state(folder: Path) -> EndpointState | None:

@@ -65,6 +65,7 @@ class ServerPlan:
     rules: Rules
     port: int
     model: str  # what it serves, as `show` names it
+    spec: Path  # the deployment spec
     debug: DebugRequest | None = None
 
 
@@ -195,7 +196,7 @@ def prepare(request: ServeRequest, deployment: Deployment, *, folder: Path,
              f"{task.env_vars['AZUREML_MODEL_DIR']}"]
     rules = rules_of(deployment, task.env_vars, debug)
     return ServerPlan(task, Environments(request.env_file), about, rules, port,
-                      deployment.model.describe(), request.debug)
+                      deployment.model.describe(), request.deployment, request.debug)
 
 
 def launch_server(plan: ServerPlan) -> Slot:
@@ -211,6 +212,6 @@ def launch_server(plan: ServerPlan) -> Slot:
         raise
     rules = plan.rules
     return Slot(name=plan.task.name, port=plan.port, pid=service.pid, folder=str(service.folder),
-                spec=str(plan.task.where.removesuffix(": environment")), model=plan.model,
+                spec=str(plan.spec), model=plan.model,
                 environment=service.environment, max_body=rules.max_body,
                 timeout_ms=rules.timeout_ms, max_pending=rules.max_pending)

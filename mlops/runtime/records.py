@@ -51,10 +51,6 @@ class Status(StrEnum):
                 Status.REUSED: RunStatus.FINISHED, Status.FAILED: RunStatus.FAILED}.get(
                     self, RunStatus.KILLED)
 
-    @property
-    def succeeded(self) -> bool:
-        return self in (Status.COMPLETED, Status.REUSED)
-
 
 def _padded(record: dict[str, object]) -> bytes:
     text = json.dumps(record, indent=2) + "\n"

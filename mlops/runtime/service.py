@@ -28,14 +28,21 @@ class Service:
 
 
 def running(service: Service) -> bool:
-    _reap(service.pid)
+    return alive(service.pid)
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a pid of 0 or less never does)."""
+    if pid <= 0:
+        return False
+    _reap(pid)
     try:
-        os.kill(service.pid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process: it runs
         return True
-    return not _zombie(service.pid)
+    return not _zombie(pid)
 
 
 def _zombie(pid: int) -> bool:
