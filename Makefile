@@ -16,6 +16,12 @@ SYNTHETIC_DATA ?= $(if $(MLOPS_STATE_DIR),$(MLOPS_STATE_DIR)/data/synthetic_fowl
 JOB ?= jobs/train.yml
 SET ?=
 RUN_DIR ?=
+# The local workspace (make asset-create-local and its twins; docs/workspace.md): an asset's YAML
+# spec, kind (model, data, environment, component), name and version.
+SPEC ?=
+KIND ?=
+NAME ?=
+VERSION ?=
 # FORCE=1: pipeline steps run again even where an earlier identical step could be reused.
 FORCE ?=
 # Debug one process of a local run (docs/debugging.md): DEBUG=1 (the job, rank 0, worker 0, the
@@ -239,6 +245,32 @@ batch-local: $(STAMP) ## Run the batch deployment spec locally over INPUT=<folde
 	$(PY) -m mlops.batch $(call q,$(BATCH_DEPLOYMENT)) --input $(call q,$(INPUT)) \
 		--max-procs $(call q,$(NPROC)) $(if $(MODEL_DIR),--model $(call q,$(MODEL_DIR))) \
 		$(if $(RUN_DIR),--run-dir $(call q,$(RUN_DIR))) $(DEBUG_ARGS)
+
+asset-create-local: $(STAMP) ## az ml <kind> create's twin: register SPEC=<asset yaml> in the local workspace (KIND= VERSION=)
+	$(if $(SPEC),,$(error set SPEC=<model, data, environment or component YAML>))
+	$(PY) -m mlops.assets create -f $(call q,$(SPEC)) $(if $(KIND),--kind $(call q,$(KIND))) \
+		$(if $(VERSION),--version $(call q,$(VERSION)))
+
+model-create-local: $(STAMP) ## Register MODEL_DIR (default: the newest trained model) as the next version of MODEL_NAME
+	@model=$(call q,$(MODEL_DIR)); [ -n "$$model" ] || model=$$($(PY) -m mlops.serve latest) || \
+		exit 1; $(PY) -m mlops.assets create model --name $(call q,$(MODEL_NAME)) --path "$$model" \
+		$(if $(VERSION),--version $(call q,$(VERSION)))
+
+assets-local: $(STAMP) ## List the local workspace's assets: the latest of each name, or NAME='s versions (KIND=)
+	$(PY) -m mlops.assets list $(if $(KIND),$(call q,$(KIND))) $(if $(NAME),--name $(call q,$(NAME)))
+
+asset-show-local: $(STAMP) ## Show KIND= NAME= at VERSION= (default: latest) from the local workspace
+	$(if $(KIND),,$(error set KIND=model|data|environment|component and NAME=))
+	$(PY) -m mlops.assets show $(call q,$(KIND)) $(call q,$(NAME)) \
+		$(if $(VERSION),--version $(call q,$(VERSION)))
+
+asset-archive-local: $(STAMP) ## Archive KIND= NAME= (VERSION=: one version): no longer @latest
+	$(PY) -m mlops.assets archive $(call q,$(KIND)) $(call q,$(NAME)) \
+		$(if $(VERSION),--version $(call q,$(VERSION)))
+
+asset-restore-local: $(STAMP) ## Restore what asset-archive-local archived
+	$(PY) -m mlops.assets restore $(call q,$(KIND)) $(call q,$(NAME)) \
+		$(if $(VERSION),--version $(call q,$(VERSION)))
 
 clean: ## Remove local runs, generated data and caches (keeps .venv and cached environments)
 	rm -rf runs outputs data/synthetic_fowl .pytest_cache .ruff_cache

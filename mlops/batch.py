@@ -1,6 +1,7 @@
 """Run a batch deployment spec locally, as `az ml batch-endpoint invoke` runs it (make batch-local).
 
-    python -m mlops.batch endpoints/batch/deployment.yml --input <folder|zip> [--model DIR]
+    python -m mlops.batch endpoints/batch/deployment.yml --input <folder|zip|azureml:..>
+                          [--model DIR]
 
 How it runs: mlops/endpoints/batch_deployment.py. Exit codes: 0 when every mini-batch completed;
 1 when the run failed; 2 for a spec or input error; 128 + the signal number when interrupted.
@@ -22,7 +23,8 @@ from mlops.runtime.uris import ASSET_MAP
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("deployment", type=Path, help="a model batch deployment spec")
-    parser.add_argument("--input", type=Path, required=True, help="a folder of images, or a zip")
+    parser.add_argument("--input", required=True, help="a folder of images, or a zip; or a "
+                        "data asset (azureml:<name>@latest), a job's output, a mapped URI")
     parser.add_argument("--model", help="model folder (default: as make serve-local picks it)")
     parser.add_argument("--run-dir", type=Path)
     parser.add_argument("--max-procs", type=int, default=usable_cores())

@@ -97,6 +97,22 @@ def _spec_at(local_path, spec: Spec) -> Spec:
         return spec
 
 
+UNRESOLVED_BINDING = re.compile(r"Failed to find referenced source for input binding "
+                                r"\$\{\{parent\.jobs\.([^.}]+)\.outputs\.")
+
+
+def needs_workspace(spec: Spec, message: str) -> bool:
+    """A binding to an output of a node whose component is registered (`azureml:<name>:<v>`):
+    offline, azure-ai-ml cannot see that component's outputs; `az ml job create` fetches the
+    component from the workspace before it validates, so Azure does not refuse it here."""
+    match = UNRESOLVED_BINDING.search(message)
+    if not match:
+        return False
+    node = (spec.data.get("jobs") or {}).get(match.group(1))
+    component = node.get("component") if isinstance(node, dict) else None
+    return isinstance(component, str) and component.startswith("azureml:")
+
+
 def from_diagnostics(spec: Spec, diagnostics) -> list[Finding]:
     found = []
     for diagnostic in diagnostics:

@@ -114,13 +114,17 @@ def sdk_layer(spec: Spec) -> list[Finding]:
             entity = job  # validate it as a job
         if isinstance(entity, PathAwareSchemaValidatableMixin):
             result = entity._validate()
-            if not result.passed:
-                return sdk_findings.from_diagnostics(spec, _diagnostics(result))
+            found = [d for d in _diagnostics(result)
+                     if not sdk_findings.needs_workspace(spec, str(d.message))]
+            if found:
+                return sdk_findings.from_diagnostics(spec, found)
         if job is not None and job is not entity:
             job._validate()  # a Spark job's own rules (input and output modes): they raise
     except LoaderError as err:
         return sdk_findings.from_loader(spec, err.messages)
     except Exception as err:  # noqa: BLE001 - the SDK raises many types; all mean "invalid"
+        if sdk_findings.needs_workspace(spec, str(err)):
+            return []  # the rest of its checks need the registered component too
         return sdk_findings.from_other(spec, err)
     return []
 

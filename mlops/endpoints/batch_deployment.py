@@ -36,7 +36,7 @@ from mlops.runtime.mlflow_server import Server
 from mlops.runtime.placement import Placement
 from mlops.runtime.records import Status
 from mlops.runtime.tasks import Task, variables
-from mlops.runtime.uris import ASSET_MAP
+from mlops.runtime.uris import ASSET_MAP, AssetMap
 from mlops.specs import SpecData
 
 RETRY = minibatch.Retry(max_retries=3, timeout=30)  # a batch deployment's retry_settings defaults
@@ -47,7 +47,8 @@ class BatchRequest:
     """What `make batch-local` asks for."""
 
     deployment: Path
-    input: Path  # a folder of files, or a .zip of one
+    input: str  # a folder of files, a .zip of one, or a reference (az ml batch-endpoint
+    # invoke --input azureml:<data>@latest): the local workspace, then the mapping file
     model: str | None = None  # a model folder (default: as make serve-local picks it)
     run_dir: Path | None = None
     max_procs: int = 1
@@ -148,6 +149,8 @@ def run_local(request: BatchRequest) -> int:
     try:
         deployment = load(request.deployment, "batch-deployment", request.model,
                           request.asset_file)
+        source = AssetMap(request.asset_file).local_path(str(request.input), "--input",
+                                                         Path.cwd(), must_exist=False)
         folder = (request.run_dir or project().runs_dir /
                   f"batch-{deployment.name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
         if folder.exists() and any(folder.iterdir()):
@@ -157,7 +160,7 @@ def run_local(request: BatchRequest) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         rt = engine.Runtime(safe_root(folder), max(1, request.max_procs), Tracking(server),
                             Environments(request.env_file), debug=request.debug)
-        return run_batch(deployment, request.input, rt)
+        return run_batch(deployment, source, rt)
     finally:
         server.close()
         launch.restore_signal_handlers(handlers)

@@ -4,11 +4,13 @@ Where from (online and batch deployments alike), first match wins:
 1. MODEL_DIR (--model): a local file or folder.
 2. the spec's `model:` - a local path (file or folder, relative to the spec), or a reference
    (`azureml:<name>:<version>`, `azureml:<name>@latest`, `azureml://registries/<r>/models/<name>/
-   ...`, `azureml://subscriptions/.../models/<name>/...`) mapped to a local path in
-   assets/local-paths.yml, by the whole reference or by `azureml:<name>`.
-3. a reference to one of this project's own models ([tool.mlops] own_models) that the mapping
-   file lacks, or a spec with no model at all: the newest model trained under runs/, named in
-   the log. Any other unmapped reference is an error that says which line to add.
+   ...`, `azureml://subscriptions/.../models/<name>/...`): the version the local workspace holds
+   (mlops/workspace: registered by the pipeline's register step, MLflow or `make
+   model-create-local`), else a local path assets/local-paths.yml maps it to, by the whole
+   reference or by `azureml:<name>`. A name neither knows is an error that says how to register
+   it; this project's own models ([tool.mlops] own_models) are never taken from an unregistered
+   training run, so a model the pipeline's quality gate refused is never served.
+3. a spec with no model at all: the newest model trained under runs/, named in the log.
 
 Layout, as Azure mounts a registered model (learn.microsoft.com/azure/machine-learning/
 concept-online-deployment-model-specification; the inference images set AZUREML_MODEL_DIR to
@@ -107,14 +109,35 @@ def _is_mlflow(path: Path, declared: str | None) -> bool:
     return declared == "mlflow_model" or (path.is_dir() and (path / "MLmodel").is_file())
 
 
+def _registered(reference: str) -> ModelSource | None:
+    """The version the local workspace holds under `reference`, its files checked."""
+    from mlops.workspace.records import AssetKind
+    from mlops.workspace.references import registered
+    from mlops.workspace.store import Workspace, workspace_root
+
+    workspace = Workspace(workspace_root())
+    record = registered(reference, AssetKind.MODEL, workspace)
+    if record is None:
+        return None
+    return ModelSource(workspace.checked(record), record.name, record.version,
+                       f"local workspace: {record.reference}",
+                       mlflow=record.type == "mlflow_model")
+
+
 def _mapped(reference: str, where: str, asset_file: Path) -> ModelSource:
+    held = _registered(reference)
+    if held is not None:
+        return held
     name, version = name_version(reference)
     mapping = load_map(asset_file)
     model_key = re.sub(r"/(versions|labels)/[^/]+/?$", "", reference)  # every version of it
     local = lookup(reference, mapping) or mapping.get(model_key) or mapping.get(f"azureml:{name}")
     if local is None:
         if name in project().own_models:
-            return newest_trained(f"{where}: {reference} is not mapped in {asset_file.name}")
+            hint = project().hints.get("register_model", "register one")
+            raise LocalRunError(f"{where}: model {reference}: the local workspace holds no "
+                                f"version of {name} ({hint}), and {asset_file.name} maps none;"
+                                " or pass MODEL_DIR=<model folder> to serve a folder")
         keys = " or ".join(dict.fromkeys([model_key if model_key != reference else
                                           candidates(reference)[-1], f"azureml:{name}"]))
         raise LocalRunError(f"{where}: model {reference} has no local stand-in. Add a line "
@@ -149,7 +172,7 @@ def model_source(model, base: Path, where: str, *, override: str | None = None,
         inline = model if isinstance(model, dict) else {}
         source = ModelSource(path, str(inline.get("name") or path.stem),
                              str(inline.get("version") or 1), f"{where}: model.path")
-    source.mlflow = _is_mlflow(source.path, declared)
+    source.mlflow = source.mlflow or _is_mlflow(source.path, declared)
     return source
 
 

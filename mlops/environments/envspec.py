@@ -1,8 +1,9 @@
 """What Python packages a spec's `environment:` stands for, read without Docker.
 
 Every form a spec can use resolves to a plan (a pip requirement list and a Python version):
-- `azureml:<name>@latest` / `azureml:<name>:<version>`: a workspace environment, found by name
-  among this repo's environments/*.yml, else in assets/local-envs.yml (curated ones);
+- `azureml:<name>@latest` / `azureml:<name>:<version>`: a workspace environment: the version
+  registered in the local workspace (mlops/workspace), else found by name among this repo's
+  environments/*.yml, else in assets/local-envs.yml (curated ones);
 - `azureml://registries/<registry>/environments/<name>/labels/<l>|versions/<v>`: local-envs.yml;
 - inline `image:` + `conda_file:`: the conda file (pip entries; conda packages through their
   PyPI names); `image:` alone: local-envs.yml by image name;
@@ -220,6 +221,10 @@ def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPl
     if registry:
         key = f"azureml://registries/{registry.group(1)}/environments/{registry.group(2)}"
         return from_map(key, reference, env_map, registry.group(3))
+    held = registered_environment(reference)
+    if held is not None:
+        return from_definition(read_yaml((held / "spec.yml").read_text()), held, reference,
+                               env_map)
     name, _, version = _name_version(reference)
     local = repo_environment(name)
     if local is not None:
@@ -233,6 +238,15 @@ def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPl
     plan = from_definition(own.data, own.file.parent, reference, env_map)
     plan.notice = plan.notice or f"{reference}: built from its spec {own.file}"
     return plan
+
+
+def registered_environment(reference: str) -> Path | None:
+    """The folder of the version the local workspace holds under `reference` (its spec and the
+    files it names, as registered), None when it holds no environment of that name."""
+    from mlops.workspace.records import AssetKind
+    from mlops.workspace.references import local_path
+
+    return local_path(reference, AssetKind.ENVIRONMENT)
 
 
 def from_file(reference: str, base: Path, env_map: EnvMap, where: str) -> EnvPlan:

@@ -18,6 +18,7 @@ from mlops.runtime.tasks import load_component
 from mlops.runtime.uris import AssetMap
 from mlops.runtime.values import (
     DATA_TYPES,
+    MODEL_TYPES,
     OutputSpec,
     Value,
     input_value,
@@ -143,7 +144,9 @@ def bind(binding, decl: SpecData, scope: Scope, key: str) -> Value:
         return Value(REF.sub(lambda m: str(bind("${{" + m.group(1) + "}}", {}, scope,
                                                 key).text or ""), binding))
     if kind in DATA_TYPES:
-        return Value(path=scope.assets.local_path(binding, key, scope.base, bare=True), type=kind)
+        asset = "model" if kind in MODEL_TYPES else "data"
+        return Value(path=scope.assets.local_path(binding, key, scope.base, bare=True,
+                                                  kind=asset), type=kind)
     return Value(binding)
 
 
@@ -176,7 +179,7 @@ def node_outputs(node: Node, scope: Scope) -> dict[str, OutputSpec]:
             spec = replace(spec, type=parent.type, filename=parent.filename,
                            target=parent.target, mode=parent.mode or spec.mode)
         elif isinstance(binding, dict) and binding.get("type"):
-            spec = replace(output_spec(binding), target=None)
+            spec = output_spec(binding, scope.assets)
         specs[name] = spec
     return specs
 

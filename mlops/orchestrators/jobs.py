@@ -14,6 +14,7 @@ from mlops.checks.prepare import prepare_job
 from mlops.environments.activation import Environments
 from mlops.runtime import engine, launch
 from mlops.runtime.aliases import safe_root
+from mlops.runtime.binding import slot
 from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.job import Job, locked, run_folder, write_record
 from mlops.runtime.mlflow_runs import Tracking, tracking_uri
@@ -21,6 +22,7 @@ from mlops.runtime.mlflow_server import Server
 from mlops.runtime.spark import spark_task
 from mlops.runtime.tasks import TaskSource, command_task, experiment_name
 from mlops.runtime.uris import AssetMap
+from mlops.runtime.values import job_outputs
 from mlops.specs import SpecData
 
 
@@ -80,8 +82,39 @@ def run_command_job(job: Job, rt: engine.Runtime) -> int:
 
 
 def run_job(job: Job, rt: engine.Runtime) -> int:
-    """The job's exit code, from the runner of its kind."""
+    """The job's exit code, from the runner of its kind; a job that completed is known to the
+    local workspace by name, with the outputs it declares with `name:` registered."""
     write_record(job, rt.root)
+    code = run_kind(job, rt)
+    return remember(job, rt.shown) if code == 0 else code
+
+
+def remember(job: Job, folder: Path) -> int:
+    """`azureml://jobs/<name>/outputs/<output>` for the next job, and named outputs registered
+    (mlops/workspace/jobs.py); 1 when the workspace refused one (a version that exists with
+    other content)."""
+    from mlops.errors import LocalRunError
+    from mlops.workspace.jobs import record_job, register_outputs
+    from mlops.workspace.store import Workspace, workspace_root
+
+    assets = None if job.spec.kind == "sweepJob" else job.assets  # a sweep publishes in folder
+    declared = job_outputs(job.data.get("outputs"), assets)
+    paths = {name: str(slot(name, spec, folder)) for name, spec in declared.items()}
+    workspace = Workspace(workspace_root())
+    try:
+        record_job(workspace, [str(job.data.get("name") or ""), folder.name], paths)
+        for record in register_outputs(workspace, job.data.get("outputs"), paths,
+                                       f"job {folder.name}"):
+            print(f"{job.name}: registered {record.kind.noun} {record.reference} in the local "
+                  f"workspace")
+    except (LocalRunError, OSError) as err:
+        print(f"error: {job.name} completed, but registering its outputs failed: {err}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_kind(job: Job, rt: engine.Runtime) -> int:
     if job.spec.kind == "sweepJob":
         from mlops.orchestrators.sweep import run_sweep_job  # optuna: 0.3 s, sweeps only
 

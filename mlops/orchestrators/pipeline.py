@@ -191,7 +191,7 @@ def run_pipeline_job(job: Job, rt: engine.Runtime) -> int:
         rt.debug.check(addresses(nodes, job.assets))
     experiment = experiment_name(data)
     outputs = {name: replace(spec, target=slot(name, spec, rt.root))
-               for name, spec in job_outputs(data.get("outputs")).items()}
+               for name, spec in job_outputs(data.get("outputs"), job.assets).items()}
     inputs = job_inputs(data.get("inputs"), path.parent, job.assets)
     earlier = read_record(rt.root)
     tags = {"mlops.spec": str(path), "mlops.local": "true"}

@@ -100,7 +100,9 @@ def load_component(ref, base: Path, assets: AssetMap, where: str) -> Component:
     ref = str(ref)
     if is_remote(ref):
         path = assets.local_path(ref, where, base, must_exist=False, bare=True,
-                                 what="local component .yml")
+                                 kind="component")
+        if path.is_dir() and (path / "spec.yml").is_file():  # registered in the workspace
+            path = path / "spec.yml"
         if not path.is_file():
             raise LocalRunError(f"{where}: {ref} is a registered component; map it to a local "
                                 f"component file in {assets.file} to run it here")
@@ -137,8 +139,9 @@ class TaskSource:
         return job_inputs(given, self.base, self.assets) if self.inputs is None else self.inputs
 
     def bound_outputs(self) -> dict[str, OutputSpec]:
-        return job_outputs(self.definition.get("outputs")) if self.outputs is None else \
-            self.outputs
+        if self.outputs is not None:
+            return self.outputs
+        return job_outputs(self.definition.get("outputs"), self.assets)
 
     def code(self, key: str = "code") -> Path | None:
         return code_path(self.definition.get(key), self.base, f"{self.where}.{key}")

@@ -5,8 +5,10 @@ Azure resolves `azureml:<asset>:<version>`, `azureml:<asset>@latest`, `azureml:/
 machine has none of them, so each needs a line in the mapping file. A key maps either one
 reference exactly, an asset by name (`azureml:<name>` covers every version and label), or, ending
 in `/`, every path under a prefix (`azureml://datastores/workspaceblobstore/paths/: data/blob/`).
-Values are local paths relative to the repository root. An unmapped reference is an error that
-names the reference and the file.
+Values are local paths relative to the repository root. The local workspace answers before the
+file: a version registered there (`azureml:<name>:<version>`, `@latest`, the long workspace URI)
+and a finished local job's output (`azureml://jobs/<name>/outputs/<output>`); see
+mlops/workspace. A reference neither knows is an error that names the reference and the file.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ ASSET_MAP = ROOT / "assets" / "local-paths.yml"
 REMOTE = re.compile(r"^(azureml:|https?://|wasbs?://|abfss?://|adl://|s3://|gs://|git\+)", re.I)
 LONG_DATASTORE = re.compile(r"^azureml://subscriptions/[^/]+/resource[gG]roups/[^/]+/"
                             r"(?:providers/[^/]+/)?workspaces/[^/]+/(datastores/.*)$")
+
+
+WHAT = {"component": "local component .yml", "model": "local file or folder"}
 
 
 def is_remote(reference) -> bool:
@@ -80,13 +85,35 @@ class AssetMap:
         self.file = Path(path)
         self.mapping = load_map(self.file)
 
+    def mapped_output(self, reference: str) -> Path | None:
+        """Where an output whose `path:` is `reference` is written: the local path the file
+        maps it to, None for a local path or a reference it does not map (the run folder)."""
+        if "${{" in reference or not is_remote(reference):
+            return None
+        local = lookup(reference, self.mapping)
+        return (ROOT / local).resolve() if local is not None else None
+
+    def registered(self, reference: str, kind: str) -> Path | None:
+        """What the local workspace holds under `reference` (a registered version, a local
+        job's output), None when it holds nothing of that name (the mapping file is next)."""
+        from mlops.workspace.records import AssetKind
+        from mlops.workspace.references import local_path
+
+        return local_path(reference, AssetKind.parse(kind))
+
     def local_path(self, reference, key: str, base: Path, *, must_exist: bool = True,
-                   bare: bool = False, what: str = "local path") -> Path:
+                   bare: bool = False, kind: str = "data") -> Path:
         """A local path for `reference`: remote ones through the map, others relative to base.
         bare: the reference is the key's whole value (`raw: azureml:x@latest`, `component:
-        azureml:x@latest`), not the `path:` of a mapping; `what` the map should point at."""
+        azureml:x@latest`), not the `path:` of a mapping; `kind` the workspace asset kind a
+        short `azureml:<name>` names there (data, model, component). The local workspace
+        answers first (mlops/workspace), then the mapping file."""
         reference = str(reference)
-        if is_remote(reference):
+        what = WHAT.get(kind, "local path")  # what a line of the mapping file should point at
+        registered = self.registered(reference, kind) if is_remote(reference) else None
+        if registered is not None:
+            path = registered
+        elif is_remote(reference):
             local = lookup(reference, self.mapping)
             if local is None:
                 named = reference.startswith("azureml:") and not reference.startswith("azureml://")
@@ -94,8 +121,10 @@ class AssetMap:
                 dotted = key.rsplit(": ", 1)[-1]  # key is "<spec file>: jobs.a.inputs.b"
                 dotted += "" if bare else ".path"
                 raise LocalRunError(
-                    f"{key}: {reference} has no local stand-in. Add a line '{suggestion}: <{what}>"
-                    f"' to {self.file}, or override it: --set {dotted}=<{what}>")
+                    f"{key}: {reference} has no local stand-in: neither the local workspace nor "
+                    f"{self.file} knows it. Register it (make asset-create-local SPEC=<its YAML>"
+                    f"), add a line '{suggestion}: <{what}>' to {self.file}, or override it: "
+                    f"--set {dotted}=<{what}>")
             path = (ROOT / local).resolve()
         else:
             path = (base / reference.removeprefix("file:")).resolve()

@@ -23,6 +23,7 @@ OPTIONAL = re.compile(r"\$\[\[(.*?)\]\]", re.DOTALL)
 DATA_TYPES = {"uri_file", "uri_folder", "mltable", "custom_model", "mlflow_model",
               "triton_model"}
 FILE_TYPES = {"uri_file"}
+MODEL_TYPES = {"custom_model", "mlflow_model", "triton_model"}
 
 
 @dataclass
@@ -60,7 +61,9 @@ def data_value(definition: SpecData, key: str, base: Path, assets: AssetMap) -> 
     path = definition.get("path")
     if path is None:
         return Value(type=kind, mode=definition.get("mode"))
-    return Value(path=assets.local_path(path, key, base), type=kind, mode=definition.get("mode"))
+    asset = "model" if kind in MODEL_TYPES else "data"
+    return Value(path=assets.local_path(path, key, base, kind=asset), type=kind,
+                 mode=definition.get("mode"))
 
 
 def input_value(value, key: str, base: Path, assets: AssetMap) -> Value:
@@ -80,21 +83,26 @@ def job_inputs(inputs: SpecData | None, base: Path, assets: AssetMap,
             for name, value in (inputs or {}).items()}
 
 
-def output_spec(value) -> OutputSpec:
+def output_spec(value, assets: AssetMap | None = None) -> OutputSpec:
+    """A declared output; one whose `path:` is a datastore URI (or any remote one) that the
+    mapping file maps is written where it maps it, as Azure writes it to the datastore, so the
+    next job reading that URI finds it."""
     if not isinstance(value, dict):
         return OutputSpec()
     kind = str(value.get("type") or "uri_folder")
+    declared = str(value.get("path") or "")
     filename = None
     if kind in FILE_TYPES:
-        declared = str(value.get("path") or "")
         filename = declared.rstrip("/").rsplit("/", 1)[-1] if declared else None
         filename = filename if filename and "${{" not in filename else None
     mode = str(value["mode"]).lower() if value.get("mode") else None
-    return OutputSpec(kind, filename, mode=mode)
+    target = assets.mapped_output(declared) if assets is not None and declared else None
+    return OutputSpec(kind, filename, target=target, mode=mode)
 
 
-def job_outputs(outputs: SpecData | None) -> dict[str, OutputSpec]:
-    return {name: output_spec(value) for name, value in (outputs or {}).items()}
+def job_outputs(outputs: SpecData | None,
+                assets: AssetMap | None = None) -> dict[str, OutputSpec]:
+    return {name: output_spec(value, assets) for name, value in (outputs or {}).items()}
 
 
 def render_command(command: str, values: dict[str, dict[str, str | None]], where: str) -> str:

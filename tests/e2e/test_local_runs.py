@@ -21,7 +21,8 @@ from mlflow.tracking import MlflowClient
 from support import SMALL_ARCH, built_once, copied_store, shared_folder
 
 from mlops import run as local
-from mlops.specs import ROOT
+from mlops.endpoints.models import model_source
+from mlops.specs import ROOT, load_spec
 
 HELLO = ROOT / "tests" / "fixtures" / "hello"
 TINY = ["inputs.epochs=1", "inputs.image_size=32", "inputs.weights=none", "inputs.batch_size=8",
@@ -265,18 +266,36 @@ def test_bad_specs_give_clear_errors(spec, sets, message, tmp_path, assets, mlfl
 
 
 @pytest.mark.slow  # last in the file: the shared passing run is most likely done by then
-def test_register_refuses_a_model_below_the_gate(passing_pipeline, mlflow_store, capsys):
-    folder = passing_pipeline.parent / "gate"  # no model reaches the gate: only register reruns
+def test_the_local_loop_registers_what_passes_the_gate_and_serves_it_by_name(
+        passing_pipeline, mlflow_store, capsys, tmp_path):
+    """train -> register -> serve by name, as on Azure: the register step registers version 1
+    through MLflow; a run whose model fails the gate registers nothing and the deployment still
+    serves 1; a later good run registers 2, `@latest` moves, and `:1` still serves 1. Only the
+    register step reruns (its threshold changed): the other steps are the passing run's."""
     assets = passing_pipeline.parent / "local-paths.yml"
-    sets = [*PIPELINE, "inputs.min_val_acc=1.01"]
-    assert run(ROOT / "jobs/pipeline.yml", folder, assets, sets) == 3
-    assert step_statuses(folder) == {"prep": "Reused", "train": "Reused", "evaluate": "Reused",
-                                     "register": "Failed"}
-    record = json.loads((folder / "steps/register/outputs/registration/"
+    folder = passing_pipeline.parent / f"loop-{tmp_path.name}"
+    served = load_spec(ROOT / "endpoints/blue.yml").data["model"]  # azureml:fowl-classifier@latest
+
+    def gate(threshold: float, name: str) -> int:
+        return run(ROOT / "jobs/pipeline.yml", folder / name, assets,
+                   [*PIPELINE, f"inputs.min_val_acc={threshold}"])
+
+    assert gate(0.001, "first") == 0
+    assert model_source(served, ROOT, "blue.yml").version == "1"
+    assert gate(1.01, "refused") == 3
+    assert step_statuses(folder / "refused") == {
+        "prep": "Reused", "train": "Reused", "evaluate": "Reused", "register": "Failed"}
+    record = json.loads((folder / "refused/steps/register/outputs/registration/"
                          "registration.json").read_text())
     assert record["registered"] is False and record["min_val_acc"] == 1.01
     assert "below --min_val_acc" in capsys.readouterr().err
-    assert not MlflowClient().search_registered_models()
+    assert model_source(served, ROOT, "blue.yml").version == "1"  # nothing new was registered
+    assert gate(0.002, "second") == 0
+    latest = model_source(served, ROOT, "blue.yml")
+    first = model_source("azureml:fowl-classifier:1", ROOT, "blue.yml")
+    assert (latest.version, first.version) == ("2", "1")
+    assert "local workspace" in latest.origin and (latest.path / "MLmodel").is_file()
+    assert len(MlflowClient().search_model_versions("name='fowl-classifier'")) == 2
 
 
 def test_a_conda_files_variables_are_set_for_the_job_and_the_spec_wins(tmp_path, mlflow_store):

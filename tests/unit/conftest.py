@@ -20,3 +20,11 @@ def no_processes(monkeypatch):
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
     monkeypatch.setattr(os, "fork", refuse)
+
+
+@pytest.fixture(autouse=True)
+def own_workspace(tmp_path, monkeypatch):
+    """A local workspace of the test's own (mlops/workspace), and no MLflow registry to take
+    models in from: MLflow's client starts a process to learn the platform."""
+    monkeypatch.setenv("MLOPS_WORKSPACE_DIR", str(tmp_path / "workspace"))
+    monkeypatch.setattr("mlops.workspace.mlflow_models._client", lambda: None)

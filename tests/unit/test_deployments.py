@@ -56,8 +56,9 @@ def test_an_unmapped_model_is_an_error_that_names_the_line_to_add(tmp_path):
         model_source("azureml:stranger@latest", tmp_path, "d.yml", asset_file=assets)
 
 
-def test_this_projects_own_model_unmapped_is_the_newest_trained_one_and_says_so(
-        tmp_path, monkeypatch):
+def test_this_projects_own_model_is_served_only_once_registered(tmp_path, monkeypatch):
+    """A trained model the registry never took (the pipeline's gate refused it, or nobody
+    registered it) is never served by name; a spec with no model serves the newest trained."""
     trained = tmp_path / "runs" / "train-1" / "outputs" / "model"
     trained.mkdir(parents=True)
     (trained / "model.pt").write_bytes(b"x")
@@ -65,8 +66,8 @@ def test_this_projects_own_model_unmapped_is_the_newest_trained_one_and_says_so(
                                                            tmp_path / "runs"))
     assets = tmp_path / "local-paths.yml"
     assets.write_text("{}\n")
-    source = model_source("azureml:mine@latest", tmp_path, "d.yml", asset_file=assets)
-    assert source.path == trained and "newest trained model" in source.describe()
+    with pytest.raises(LocalRunError, match="the local workspace holds no version of mine"):
+        model_source("azureml:mine@latest", tmp_path, "d.yml", asset_file=assets)
     assert model_source(None, tmp_path, "d.yml").path == trained  # a spec with no model
     override = model_source("azureml:mine@latest", tmp_path, "d.yml", override=str(tmp_path))
     assert (override.path, override.origin) == (tmp_path, "MODEL_DIR")

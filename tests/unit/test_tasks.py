@@ -38,22 +38,22 @@ def test_interactive_services_are_named_in_a_note_with_where_to_look_instead(tmp
     assert services_note({"command": "true"}, tmp_path) == ""
 
 
-@pytest.mark.parametrize(("key", "spec", "bare", "what"), [
+@pytest.mark.parametrize(("key", "spec", "bare", "kind", "what"), [
     ("jobs.a.inputs.raw", {"jobs": {"a": {"inputs": {"raw": {"type": "uri_folder",
                                                            "path": "azureml:raw@latest"}}}}},
-     False, "local path"),
+     False, "data", "local path"),
     ("jobs.a.inputs.raw", {"jobs": {"a": {"inputs": {"raw": "azureml:raw@latest"}}}},
-     True, "local path"),
+     True, "data", "local path"),
     ("jobs.a.component", {"jobs": {"a": {"component": "azureml:train@latest"}}},
-     True, "local component .yml"),
+     True, "component", "local component .yml"),
 ])
 def test_the_override_an_unmapped_reference_suggests_is_one_set_takes(tmp_path, key, spec, bare,
-                                                                      what):
+                                                                      kind, what):
     (tmp_path / "map.yml").write_text("{}\n")
     reference = "azureml:train@latest" if key.endswith("component") else "azureml:raw@latest"
     with pytest.raises(LocalRunError) as refused:
         AssetMap(tmp_path / "map.yml").local_path(reference, f"spec.yml: {key}", tmp_path,
-                                                  bare=bare, what=what)
+                                                  bare=bare, kind=kind)
     suggested = re.search(r"--set (\S+)=<(.+)>$", str(refused.value))
     assert suggested.group(2) == what
     data = apply_sets(spec, parse_sets([f"{suggested.group(1)}=here"], tmp_path), tmp_path)

@@ -1,0 +1,165 @@
+"""The local workspace: Azure's rules for registered versions (immutable, the next integer,
+`latest`, archive), references resolved from it before the mapping file, and damaged or
+hostile input refused by name."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from mlops.endpoints.models import lay_out, model_source
+from mlops.errors import LocalRunError
+from mlops.runtime.uris import AssetMap
+from mlops.workspace import jobs as workspace_jobs
+from mlops.workspace.records import RECORD, AssetKind, AssetVersion
+from mlops.workspace.references import AssetRef, local_path, parse
+from mlops.workspace.store import Draft, Workspace
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Workspace:
+    return Workspace(tmp_path / "workspace")  # the one tests/unit/conftest.py points at
+
+
+def folder_with(path, text: str):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "model.pt").write_text(text)
+    return path
+
+
+def model(name: str, source, version: str | None = None) -> Draft:
+    return Draft(AssetKind.MODEL, name, source, version=version, type="custom_model")
+
+
+def test_versions_count_up_latest_moves_archived_is_never_latest(workspace, tmp_path):
+    first = workspace.create(model("clf", folder_with(tmp_path / "a", "one")))
+    second = workspace.create(model("clf", folder_with(tmp_path / "b", "two")))
+    assert (first.version, second.version) == ("1", "2") and first.new
+    assert workspace.find(AssetKind.MODEL, "clf").version == "2"
+    workspace.set_archived(AssetKind.MODEL, "clf", "2", archived=True)
+    assert workspace.find(AssetKind.MODEL, "clf").version == "1"
+    assert workspace.find(AssetKind.MODEL, "clf", version="2").archived  # still by number
+    workspace.set_archived(AssetKind.MODEL, "clf", None, archived=True)
+    with pytest.raises(LocalRunError, match=r"no @latest .* holds versions 1 \(archived\), 2"):
+        workspace.find(AssetKind.MODEL, "clf")
+    assert workspace.find(AssetKind.MODEL, "other") is None  # not held: the map is next
+
+
+def test_a_version_is_immutable_the_same_content_is_a_no_op(workspace, tmp_path):
+    source = folder_with(tmp_path / "a", "one")
+    made = workspace.create(model("clf", source, version="v1"))
+    again = workspace.create(model("clf", source, version="v1"))
+    assert again.version == "v1" and not again.new
+    (source / "model.pt").write_text("changed")
+    with pytest.raises(LocalRunError, match="exists with other content; a version is immutable"):
+        workspace.create(model("clf", source, version="v1"))
+    assert (made.path / "model.pt").read_text() == "one"  # a copy, never the user's file
+    assert not (made.path / "model.pt").stat().st_mode & 0o222  # read-only
+    assert workspace.create(model("clf", source)).version == "1"  # "v1" is not an integer
+
+
+def test_damaged_content_and_records_are_named(workspace, tmp_path):
+    made = workspace.create(model("clf", folder_with(tmp_path / "a", "one")))
+    (made.path / "model.pt").chmod(0o644)
+    (made.path / "model.pt").write_text("rot")
+    with pytest.raises(LocalRunError, match="damaged"):
+        local_path("azureml:clf:1", AssetKind.MODEL, workspace)
+    (made.folder / RECORD).write_text("{not json")
+    with pytest.raises(ValueError, match="damaged asset record"):
+        workspace.versions(AssetKind.MODEL, "clf")
+
+
+@pytest.mark.parametrize("name", ["", "..", "a/b", "x\0y"])
+def test_hostile_names_and_versions_are_refused(workspace, tmp_path, name):
+    with pytest.raises(LocalRunError, match="not a valid"):
+        workspace.create(model(name or "", folder_with(tmp_path / "a", "one")))
+    with pytest.raises(LocalRunError, match="not a valid version"):
+        workspace.create(model("ok", tmp_path / "a", version=name or "."))
+
+
+def test_two_creates_at_once_get_two_versions(workspace, tmp_path):
+    sources = [folder_with(tmp_path / str(n), str(n)) for n in range(4)]
+    made = []
+    threads = [threading.Thread(target=lambda s=s: made.append(workspace.create(model("clf", s))))
+               for s in sources]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(int(r.version) for r in made) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(("reference", "expected"), [
+    ("azureml:clf:3", AssetRef(None, "clf", "3")),
+    ("azureml:clf@latest", AssetRef(None, "clf", label="latest")),
+    ("azureml:clf", AssetRef(None, "clf")),
+    ("azureml://locations/westeurope/workspaces/w1/models/clf/versions/2",
+     AssetRef(AssetKind.MODEL, "clf", "2")),
+    ("azureml://subscriptions/s/resourcegroups/g/workspaces/w/data/d/labels/latest",
+     AssetRef(AssetKind.DATA, "d", label="latest")),
+    ("azureml://registries/azureml/models/clf/versions/2", None),
+    ("azureml://datastores/blob/paths/x", None)])
+def test_references_name_the_asset(reference, expected):
+    assert parse(reference) == expected
+
+
+def test_references_resolve_from_the_workspace_before_the_mapping_file(workspace, tmp_path):
+    data = tmp_path / "images"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    workspace.create(Draft(AssetKind.DATA, "imgs", data, type="uri_folder"))
+    mapping = tmp_path / "local-paths.yml"
+    mapping.write_text(f"azureml:imgs: {tmp_path}\nazureml:elsewhere: {tmp_path}\n")
+    assets = AssetMap(mapping)
+    found = assets.local_path("azureml:imgs@latest", "job.yml: inputs.x", tmp_path)
+    assert found.name == "images" and (found / "a.txt").read_text() == "a"
+    assert assets.local_path("azureml:elsewhere:4", "k", tmp_path) == tmp_path
+    with pytest.raises(LocalRunError, match="holds versions 1"):
+        assets.local_path("azureml:imgs:9", "k", tmp_path)
+    with pytest.raises(LocalRunError, match="neither the local workspace nor"):
+        assets.local_path("azureml:nobody@latest", "job.yml: inputs.x", tmp_path)
+
+
+def test_a_job_output_resolves_by_the_jobs_name(workspace, tmp_path):
+    out = tmp_path / "run" / "outputs" / "o"
+    (out / "sub").mkdir(parents=True)
+    workspace_jobs.record_job(workspace, ["my-job", "run"], {"o": str(out)})
+    assert local_path("azureml://jobs/my-job/outputs/o", AssetKind.DATA, workspace) == out
+    assert local_path("azureml://jobs/run/outputs/o/paths/sub", AssetKind.DATA,
+                      workspace) == out / "sub"
+    with pytest.raises(LocalRunError, match="has no output 'x'"):
+        local_path("azureml://jobs/my-job/outputs/x", AssetKind.DATA, workspace)
+    with pytest.raises(LocalRunError, match="no finished local job of that name"):
+        local_path("azureml://jobs/nobody/outputs/o", AssetKind.DATA, workspace)
+
+
+def test_named_outputs_register_as_their_kind(workspace, tmp_path):
+    out = folder_with(tmp_path / "model", "m")
+    declared = {"model": {"type": "custom_model", "name": "clf", "version": 5},
+                "data": {"type": "uri_folder", "name": "d"}, "plain": {"type": "uri_folder"}}
+    made = workspace_jobs.register_outputs(workspace, declared, {"model": str(out),
+                                                                 "data": str(out)}, "job x")
+    assert [(r.kind, r.name, r.version) for r in made] == [
+        (AssetKind.MODEL, "clf", "5"), (AssetKind.DATA, "d", "1")]
+
+
+def test_a_registered_model_is_served_under_its_version(workspace, tmp_path):
+    workspace.create(model("clf", folder_with(tmp_path / "a" / "model", "one")))
+    workspace.create(model("clf", folder_with(tmp_path / "b" / "model", "two")))
+    latest = model_source("azureml:clf@latest", tmp_path, "d.yml")
+    first = model_source({"path": "azureml:clf:1"}, tmp_path, "d.yml")
+    assert (latest.version, first.version) == ("2", "1")
+    assert (first.path / "model.pt").read_text() == "one"
+    layout = lay_out(first, tmp_path / "app")
+    assert layout.root == tmp_path / "app" / "azureml-models" / "clf" / "1"
+    assert (layout.root / "model" / "model.pt").read_text() == "one"
+
+
+def test_records_round_trip(workspace, tmp_path):
+    made = workspace.create(Draft(AssetKind.DATA, "d", folder_with(tmp_path / "x", "1"),
+                                  tags={"a": "b"}, description="words"))
+    again = AssetVersion.read(made.folder)
+    assert (again.tags, again.description, again.digest) == ({"a": "b"}, "words", made.digest)
+    assert json.loads((made.folder / RECORD).read_text())["kind"] == "data"
