@@ -30,6 +30,7 @@ LONG_DATASTORE = re.compile(r"^azureml://subscriptions/[^/]+/resource[gG]roups/[
 
 
 WHAT = {"component": "local component .yml", "model": "local file or folder"}
+REGISTER = "Register it (make asset-create-local SPEC=<its YAML>), or: "
 
 
 def is_remote(reference) -> bool:
@@ -122,8 +123,8 @@ class AssetMap:
                 dotted += "" if bare else ".path"
                 raise LocalRunError(
                     f"{key}: {reference} has no local stand-in: neither the local workspace nor "
-                    f"{self.file} knows it. Register it (make asset-create-local SPEC=<its YAML>"
-                    f"), add a line '{suggestion}: <{what}>' to {self.file}, or override it: "
+                    f"{self.file} knows it. {REGISTER if named else ''}Add a line "
+                    f"'{suggestion}: <{what}>' to {self.file}, or override it: "
                     f"--set {dotted}=<{what}>")
             path = (ROOT / local).resolve()
         else:

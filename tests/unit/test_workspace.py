@@ -163,3 +163,16 @@ def test_records_round_trip(workspace, tmp_path):
     again = AssetVersion.read(made.folder)
     assert (again.tags, again.description, again.digest) == ({"a": "b"}, "words", made.digest)
     assert json.loads((made.folder / RECORD).read_text())["kind"] == "data"
+
+
+def test_a_create_killed_half_way_leaves_no_version_and_is_swept(workspace, tmp_path):
+    stale = workspace.root / "models" / "clf" / ".new-killed"
+    (stale / "content").mkdir(parents=True)
+    assert workspace.versions(AssetKind.MODEL, "clf") == []  # never taken for a version
+    source = folder_with(tmp_path / "a", "one")
+    (source / "linked.txt").symlink_to(tmp_path / "outside.txt")
+    (tmp_path / "outside.txt").write_text("kept as a copy")
+    made = workspace.create(model("clf", source))
+    assert not stale.exists() and (made.path / "linked.txt").read_text() == "kept as a copy"
+    assert not (made.path / "linked.txt").is_symlink()
+    assert workspace.create(model("clf", source, version="1")).digest == made.digest
