@@ -174,12 +174,22 @@ def test_names_that_are_not_utf8_fifos_and_link_loops_lose_nothing(tiny_data, mo
 
 
 def test_the_flat_batch_deployment_layout_azure_ai_ml_still_loads_scores_a_folder(
-        tiny_data, model_dir, tmp_path, capsys):
+        tiny_data, model_dir, tmp_path, capsys, monkeypatch):
     """No `type:`, the settings at the top level ($schema batchDeployment): azure-ai-ml loads it
-    as a BatchDeployment, so it validates and runs here with those settings."""
+    as a BatchDeployment, so it validates and runs here with those settings. Its input is a
+    data asset of the local workspace, as `az ml batch-endpoint invoke --input
+    azureml:<name>@latest` names one."""
+    from mlops.workspace.records import AssetKind
+    from mlops.workspace.store import Draft, Workspace
+
+    monkeypatch.setenv("MLOPS_WORKSPACE_DIR", str(tmp_path / "workspace"))
+    Workspace(tmp_path / "workspace").create(Draft(AssetKind.DATA, "val-images",
+                                                   tiny_data / "val", type="uri_folder"))
     spec = FIXTURES / "flat-deployment.yml"
     assert [f for f in validate([spec]) if f.is_error] == []
-    assert run(spec, tiny_data / "val", model_dir, tmp_path / "run") == 0, capsys.readouterr()
+    assert batch.main([str(spec), "--input", "azureml:val-images@latest", "--model",
+                       str(model_dir), "--run-dir", str(tmp_path / "run"), "--max-procs",
+                       "2"]) == 0, capsys.readouterr()
     rows = (tmp_path / "run" / "outputs" / "flat-rows.csv").read_text().splitlines()
     assert len(rows) == 16
     assert "in 4 mini-batch(es), 1 process(es)" in capsys.readouterr().out

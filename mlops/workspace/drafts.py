@@ -1,0 +1,136 @@
+"""An asset spec (the YAML `az ml <kind> create -f` takes) as the version to register.
+
+- model, data: `path:` is the content: a local file or folder (relative to the spec), a local
+  job's output (`azureml://jobs/<name>/outputs/<output>/paths/...`), or a reference the mapping
+  file maps (datastores, URLs);
+- environment: the spec with the files it names (its conda file, its build context), so the
+  registered version is built from what was registered, not from files that changed since;
+- component: the spec with its `code:` folder (and its `additional_includes`, merged into it as
+  Azure merges them when it registers the component), likewise.
+The spec is checked as `make validate` checks it before anything is registered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import yaml
+
+from mlops.errors import LocalRunError
+from mlops.runtime.uris import AssetMap, is_remote
+from mlops.specs import Spec, SpecError, load_spec
+from mlops.workspace.records import AssetKind
+from mlops.workspace.store import Draft
+
+SPEC_FILE = "spec.yml"
+KINDS = {"model": AssetKind.MODEL, "data": AssetKind.DATA,
+         "environment": AssetKind.ENVIRONMENT}
+
+
+def kind_of(spec: Spec, hint: str | None) -> AssetKind:
+    if hint:
+        try:
+            return AssetKind.parse(hint)
+        except ValueError as err:
+            raise LocalRunError(str(err)) from None
+    declared = spec.declared
+    if declared in KINDS:
+        return KINDS[declared]
+    if declared.endswith("Component"):
+        return AssetKind.COMPONENT
+    raise LocalRunError(f"{spec.path}: its $schema names no asset kind (model, data, "
+                        "environment, component): say which with KIND=<kind>")
+
+
+def read_asset_spec(path: Path, hint: str | None) -> tuple[Spec, AssetKind]:
+    from mlops.checks.validation import check
+
+    try:
+        spec = load_spec(path)
+        kind = kind_of(spec, hint)
+        if kind == AssetKind.COMPONENT:
+            spec = load_spec(path, role="component")
+    except SpecError as err:
+        raise LocalRunError(str(err)) from None
+    errors = [f for f in check(spec) if f.is_error]
+    if errors:
+        raise LocalRunError("\n".join(str(f) for f in errors))
+    if not spec.data.get("name"):
+        raise LocalRunError(f"{path}: an asset needs a name (Azure refuses one without)")
+    return spec, kind
+
+
+def content_path(reference: str, spec: Spec, assets: AssetMap) -> Path:
+    """A model's or data asset's `path:` as a local file or folder."""
+    if is_remote(reference):
+        from mlops.workspace.references import JOB_OUTPUT, local_path
+
+        if JOB_OUTPUT.match(reference):
+            found = local_path(reference, AssetKind.DATA)
+            if found is not None and found.exists():
+                return found
+            raise LocalRunError(f"{spec.path}: path {reference}: {found} does not exist")
+    return assets.local_path(reference, f"{spec.path}: path", spec.path.parent)
+
+
+@contextlib.contextmanager
+def draft_of(path: Path, *, kind: str | None, assets: AssetMap,
+             version: str | None = None) -> Iterator[Draft]:
+    """The draft for the spec at `path` (version: the command line's, over the spec's)."""
+    spec, asset_kind = read_asset_spec(path, kind)
+    data = spec.data
+    draft = Draft(asset_kind, str(data["name"]), None,
+                  version=str(version or data.get("version") or "") or None,
+                  type=str(data.get("type") or _default_type(asset_kind)),
+                  description=str(data.get("description") or ""),
+                  tags={str(k): str(v) for k, v in (data.get("tags") or {}).items()},
+                  properties={str(k): str(v) for k, v in (data.get("properties") or {}).items()},
+                  stage=str(data.get("stage") or ""), origin=str(path.resolve()))
+    if asset_kind in (AssetKind.MODEL, AssetKind.DATA):
+        if not data.get("path"):
+            raise LocalRunError(f"{path}: a {asset_kind.noun} needs a path")
+        draft.source = content_path(str(data["path"]).rstrip("/") or "/", spec, assets)
+        yield draft
+        return
+    with tempfile.TemporaryDirectory(prefix="mlops-asset-") as staging:
+        draft.source = _bundle(spec, asset_kind, Path(staging) / asset_kind.value.rstrip("s"))
+        yield draft
+
+
+def _default_type(kind: AssetKind) -> str:
+    return {AssetKind.MODEL: "custom_model", AssetKind.DATA: "uri_folder"}.get(kind, "")
+
+
+def _bundle(spec: Spec, kind: AssetKind, folder: Path) -> Path:
+    """The spec and the files it names, in one folder, the spec's paths pointing inside it."""
+    folder.mkdir(parents=True)
+    data = dict(spec.data)
+    base = spec.path.parent
+    if kind == AssetKind.ENVIRONMENT:
+        if data.get("conda_file") and isinstance(data["conda_file"], str):
+            data["conda_file"] = _take(base, data["conda_file"], folder, "conda")
+        build = data.get("build")
+        if isinstance(build, dict) and build.get("path") and not is_remote(str(build["path"])):
+            data["build"] = {**build, "path": _take(base, str(build["path"]), folder, "context")}
+    elif data.get("code") and not is_remote(str(data["code"])):
+        data["code"] = _take(base, str(data["code"]), folder, "code")
+        for include in data.pop("additional_includes", None) or []:  # merged into the code
+            _take(base, str(include), folder / "code", Path(str(include)).name)  # as Azure does
+    (folder / SPEC_FILE).write_text(yaml.safe_dump(data, sort_keys=False))
+    return folder
+
+
+def _take(base: Path, relative: str, folder: Path, name: str) -> str:
+    source = (base / relative.removeprefix("file:")).resolve()
+    if not source.exists():
+        raise LocalRunError(f"{base}: {relative} does not exist ({source})")
+    target = folder / (name if source.is_dir() else f"{name}{source.suffix}")
+    if source.is_dir():
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    else:
+        shutil.copyfile(source, target)
+    return target.name
