@@ -91,27 +91,17 @@ def run_job(job: Job, rt: engine.Runtime) -> int:
 
 def remember(job: Job, folder: Path) -> int:
     """`azureml://jobs/<name>/outputs/<output>` for the next job, and named outputs registered
-    (mlops/workspace/jobs.py); 1 when the workspace refused one (a version that exists with
-    other content)."""
-    from mlops.errors import LocalRunError
-    from mlops.workspace.jobs import record_job, register_outputs
+    (mlops/workspace/jobs.py); 1 when the workspace refused one."""
+    from mlops.workspace.jobs import record_job, register_named
     from mlops.workspace.store import Workspace, workspace_root
 
     assets = None if job.spec.kind == "sweepJob" else job.assets  # a sweep publishes in folder
     declared = job_outputs(job.data.get("outputs"), assets)
     paths = {name: str(slot(name, spec, folder)) for name, spec in declared.items()}
-    workspace = Workspace(workspace_root())
-    try:
-        record_job(workspace, [str(job.data.get("name") or ""), folder.name], paths)
-        for record in register_outputs(workspace, job.data.get("outputs"), paths,
-                                       f"job {folder.name}"):
-            print(f"{job.name}: registered {record.kind.noun} {record.reference} in the local "
-                  f"workspace")
-    except (LocalRunError, OSError) as err:
-        print(f"error: {job.name} completed, but registering its outputs failed: {err}",
-              file=sys.stderr)
-        return 1
-    return 0
+    record_job(Workspace(workspace_root()), [str(job.data.get("name") or ""), folder.name],
+               paths)
+    return register_named(job.data.get("outputs"), paths, origin=f"job {folder.name}",
+                          label=job.name)
 
 
 def run_kind(job: Job, rt: engine.Runtime) -> int:

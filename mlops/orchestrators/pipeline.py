@@ -159,12 +159,24 @@ def run_graph(nodes: list[Node], scope: Scope, rt: engine.Runtime) -> int:
             failed.add(node.name)
             continue
         code = RUNNERS[node.kind](node, scope, rt)
+        if code == 0:
+            code = register_node_outputs(node, scope)
         if code != 0:
             failed.add(node.name)
             first_code = first_code or code
             if not scope.continue_on_failure:
                 break
     return first_code or (1 if failed else 0)
+
+
+def register_node_outputs(node: Node, scope: Scope) -> int:
+    """A node's outputs declared with `name:` (and `version:`), registered when the step
+    completes, as Azure registers them (mlops/workspace/jobs.py)."""
+    from mlops.workspace.jobs import register_named
+
+    declared = {k: v for k, v in (node.raw.get("outputs") or {}).items() if isinstance(v, dict)}
+    paths = {k: str(made.path) for k, made in scope.steps.get(node.name, {}).items()}
+    return register_named(declared, paths, origin=f"step {node.name}", label=f"step {node.name}")
 
 
 def addresses(nodes: list[Node], assets: AssetMap, above: tuple[str, ...] = ()

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from mlops.errors import LocalRunError
 from mlops.runtime.values import MODEL_TYPES
 from mlops.specs import SpecData
 from mlops.workspace.records import AssetKind, AssetVersion
-from mlops.workspace.store import Draft, Workspace
+from mlops.workspace.store import Draft, Workspace, workspace_root
 
 
 def _index(workspace: Workspace) -> Path:
@@ -68,3 +69,20 @@ def register_outputs(workspace: Workspace, declared: SpecData | None,
             version=None if version is None else str(version), type=kind,
             description=str(spec.get("description") or ""), origin=f"{origin}: {output}")))
     return done
+
+
+def register_named(declared: SpecData | None, paths: dict[str, str], *, origin: str,
+                   label: str) -> int:
+    """register_outputs in the workspace of this checkout, each registration on a line; 1 when
+    the workspace refused one (a version that exists with other content), with the reason."""
+    if not any(isinstance(v, dict) and v.get("name") for v in (declared or {}).values()):
+        return 0
+    try:
+        for record in register_outputs(Workspace(workspace_root()), declared, paths, origin):
+            print(f"{label}: registered {record.kind.noun} {record.reference} in the local "
+                  "workspace", flush=True)
+    except (LocalRunError, OSError) as err:
+        print(f"error: {label} completed, but registering its outputs failed: {err}",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -159,3 +159,15 @@ def test_the_endpoint_and_batch_targets_quote_their_paths_too(tmp_path):
     assert batch[batch.index("--input") + 1] == HOSTILE
     invoke = argv_of("invoke-local", "REQUEST=my request.json", tmp_path=tmp_path)
     assert invoke[invoke.index("--request") + 1] == "my request.json"
+
+
+def test_the_workspace_targets_quote_their_values_too(tmp_path):
+    create = argv_of("asset-create-local", f"SPEC={HOSTILE}", "KIND=data", "VERSION=2; x",
+                     tmp_path=tmp_path)
+    assert create[create.index("-f") + 1] == HOSTILE and "2; x" in create
+    model = argv_of("model-create-local", "MODEL_DIR=/m d/ü", "MODEL_NAME=my model",
+                    tmp_path=tmp_path)
+    assert model[model.index("--path") + 1] == "/m d/ü"
+    assert model[model.index("--name") + 1] == "my model"
+    show = argv_of("asset-show-local", "KIND=model", "NAME=a b", "VERSION=1", tmp_path=tmp_path)
+    assert show[-4:] == ["model", "a b", "--version", "1"]

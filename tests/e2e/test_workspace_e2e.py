@@ -77,7 +77,8 @@ def test_a_registered_component_and_environment_run_as_registered(tmp_path, mlfl
                                                                    capsys):
     """`component: azureml:<name>:<version>` in a pipeline and `environment: azureml:<name>:1`
     resolve to what was registered (the spec and its code as they were then), not to the files
-    as they are now."""
+    as they are now; a node output declared with `name:` is registered when its step
+    completes."""
     code = tmp_path / "code"
     code.mkdir()
     (code / "step.py").write_text("import sys, pathlib\n"
@@ -98,10 +99,12 @@ def test_a_registered_component_and_environment_run_as_registered(tmp_path, mlfl
     pipeline.write_text(yaml.safe_dump({
         "$schema": SCHEMA + "pipelineJob.schema.json", "type": "pipeline",
         "settings": {"default_compute": "azureml:cpu-cluster"},
-        "jobs": {"say": {"type": "command", "component": "azureml:sayer:1"},
+        "jobs": {"say": {"type": "command", "component": "azureml:sayer:1",
+                         "outputs": {"said": {"type": "uri_folder", "name": "said-files"}}},
                  "read": {"type": "command", "command": "cat ${{inputs.said}}/said.txt",
                           "inputs": {"said": "${{parent.jobs.say.outputs.said}}"},
                           "environment": "azureml:image-classifier@latest"}}}))
     capsys.readouterr()
     assert local.main([str(pipeline), "--run-dir", str(tmp_path / "run")]) == 0
     assert "v1" in (tmp_path / "run/steps/read/log.txt").read_text()
+    assert "step say: registered data asset azureml:said-files:1" in capsys.readouterr().out
