@@ -19,8 +19,6 @@ from pathlib import Path
 from . import exit_with
 from .config import build_parser as config_parser
 from .config import parse
-from .inference import find_model_file, load_model
-from .tracking import MlflowTracker
 
 log = logging.getLogger("image_classifier.register")
 
@@ -68,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         log.error("val acc %.4f is below --min_val_acc %.4f: not registering %s", val_acc,
                   cfg.min_val_acc, cfg.model_name)
         return 3
+    from .inference import find_model_file, load_model  # torch: only past the gate
+    from .tracking import MlflowTracker
+
     loaded = load_model(cfg.model)
     tracker = MlflowTracker()
     try:
