@@ -98,10 +98,24 @@ def remember(job: Job, folder: Path) -> int:
     assets = None if job.spec.kind == "sweepJob" else job.assets  # a sweep publishes in folder
     declared = job_outputs(job.data.get("outputs"), assets)
     paths = {name: str(slot(name, spec, folder)) for name, spec in declared.items()}
-    record_job(Workspace(workspace_root()), [str(job.data.get("name") or ""), folder.name],
-               paths)
+    try:
+        record_job(Workspace(workspace_root()), [str(job.data.get("name") or ""), folder.name],
+                   folder, paths)
+    except OSError as err:
+        print(f"error: {job.name} completed, but the local workspace could not record it: "
+              f"{err}", file=sys.stderr)
+        return 1
     return register_named(job.data.get("outputs"), paths, origin=f"job {folder.name}",
                           label=job.name)
+
+
+def claim(job: Job, folder: Path) -> None:
+    """The spec's `name:`, unique in the workspace as on Azure (mlops/workspace/jobs.py)."""
+    if job.data.get("name"):
+        from mlops.workspace.jobs import claim_name
+        from mlops.workspace.store import Workspace, workspace_root
+
+        claim_name(Workspace(workspace_root()), str(job.data["name"]), folder.resolve())
 
 
 def run_kind(job: Job, rt: engine.Runtime) -> int:
@@ -142,6 +156,7 @@ def run_local(request: JobRequest) -> int:
         with in_folder(folder), locked(folder):
             rt = None
             try:
+                claim(job, folder)
                 rt = engine.Runtime(safe_root(folder), max(1, request.max_procs),
                                     Tracking(server), Environments(request.env_file),
                                     force_rerun=request.force_rerun, debug=request.debug)

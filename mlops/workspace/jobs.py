@@ -2,12 +2,14 @@
 job declares with `name:` (and `version:`), registered when it completes, as Azure registers
 them (a model type as a model, any other as a data asset).
 
-A job's name is its spec's `name:` (Azure's job name), else its run folder's name (Azure would
-generate one). `<root>/jobs/<name>.json` maps each output to its local path.
+A job's name is its spec's `name:` (Azure's job name, unique in a workspace: claimed when the
+job starts), else its run folder's name (Azure would generate one). `<root>/jobs/<name>.json`
+holds its run folder and, once it completed, each output's local path.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -24,27 +26,67 @@ def _index(workspace: Workspace) -> Path:
     return workspace.root / "jobs"
 
 
-def record_job(workspace: Workspace, names: list[str], outputs: dict[str, str]) -> None:
-    folder = _index(workspace)
-    folder.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"outputs": outputs}, indent=2) + "\n"
-    for name in dict.fromkeys(n for n in names if n and "/" not in n and not n.startswith(".")):
-        tmp = folder / f".{name}.{os.getpid()}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, folder / f"{name}.json")
+def _entry(path: Path) -> dict[str, object] | None:
+    try:
+        entry = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise LocalRunError(f"{path}: damaged job record ({err})") from None
+    if not isinstance(entry, dict) or not isinstance(entry.get("outputs"), dict):
+        raise LocalRunError(f"{path}: damaged job record (no outputs)")
+    return entry
+
+
+def _write(folder: Path, name: str, entry: dict[str, object]) -> None:
+    tmp = folder / f".{name}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(entry, indent=2) + "\n")
+    os.replace(tmp, folder / f"{name}.json")
+
+
+def _valid(name: str) -> bool:
+    return bool(name) and "/" not in name and "\0" not in name and not name.startswith(".")
+
+
+def claim_name(workspace: Workspace, name: str, run_folder: Path) -> None:
+    """A spec's `name:` taken for `run_folder` before the job runs: a job name is unique in a
+    workspace, so Azure refuses a second job of that name (a run into the same folder resumes
+    it; a name whose run folder is gone is free again here)."""
+    if not _valid(name):
+        raise LocalRunError(f"job name {name!r}: not a name Azure takes")
+    index = _index(workspace)
+    index.mkdir(parents=True, exist_ok=True)
+    with open(index / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entry = _entry(index / f"{name}.json")
+        if entry is not None and Path(str(entry.get("folder"))) != run_folder and \
+                Path(str(entry.get("folder"))).exists():
+            raise LocalRunError(f"job name {name!r} is taken by the local run "
+                                f"{entry.get('folder')}: names are unique in a workspace, and "
+                                "Azure refuses a second job of the same name. Give another "
+                                "`name:` (or --set name=...), or leave it out")
+        _write(index, name, {"folder": str(run_folder), "outputs": {}, "completed": False})
+
+
+def record_job(workspace: Workspace, names: list[str], run_folder: Path,
+               outputs: dict[str, str]) -> None:
+    """A completed job's outputs, by its spec's name and its run folder's name."""
+    index = _index(workspace)
+    index.mkdir(parents=True, exist_ok=True)
+    for name in dict.fromkeys(n for n in names if _valid(n)):
+        _write(index, name, {"folder": str(run_folder), "outputs": outputs, "completed": True})
 
 
 def job_output(workspace: Workspace, job: str, output: str, subpath: str | None) -> Path:
-    path = _index(workspace) / f"{job}.json"
-    try:
-        outputs = json.loads(path.read_text())["outputs"]
-    except FileNotFoundError:
+    entry = _entry(_index(workspace) / f"{job}.json")
+    if entry is None:
         known = sorted(p.stem for p in _index(workspace).glob("*.json"))[-10:]
         raise LocalRunError(f"azureml://jobs/{job}: no finished local job of that name in "
-                            f"{workspace.root} (the newest: {', '.join(known) or 'none'})"
-                            ) from None
-    except (OSError, ValueError, KeyError) as err:
-        raise LocalRunError(f"{path}: damaged job record ({err})") from None
+                            f"{workspace.root} (the newest: {', '.join(known) or 'none'})")
+    if not entry.get("completed"):
+        raise LocalRunError(f"azureml://jobs/{job}: the local job of that name has not "
+                            f"completed (its run: {entry.get('folder')})")
+    outputs = entry["outputs"]
     if output not in outputs:
         raise LocalRunError(f"azureml://jobs/{job}: it has no output {output!r} (it has "
                             f"{', '.join(sorted(outputs)) or 'none'})")

@@ -65,11 +65,17 @@ def test_assets_and_outputs_flow_between_jobs_by_name(tmp_path, mlflow_store, ca
     assert (tmp_path / "two/outputs/out/all.txt").read_text() == \
         "from the data asset\nfrom the data asset\nvia-datastore\n"
 
-    again = local.main([str(first), "--run-dir", str(tmp_path / "three"), *argv])
+    capsys.readouterr()
+    assert local.main([str(first), "--run-dir", str(tmp_path / "taken"), *argv]) == 2
+    assert "job name 'first-job' is taken by the local run" in capsys.readouterr().err
+    assert not (tmp_path / "taken").exists()  # refused before anything ran
+    again = local.main([str(first), "--run-dir", str(tmp_path / "three"), *argv,
+                        "--set", "name=first-job-2"])
     assert again == 0  # the same content under copied:7 again: Azure's no-op
     (tmp_path / "files" / "a.txt").write_text("changed\n")
     assert assets_front.main(["create", "-f", str(data_spec)]) == 0  # version 2
-    assert local.main([str(first), "--run-dir", str(tmp_path / "four"), *argv]) == 1
+    assert local.main([str(first), "--run-dir", str(tmp_path / "four"), *argv,
+                       "--set", "name=first-job-3"]) == 1
     assert "copied:7 exists with other content" in capsys.readouterr().err
 
 

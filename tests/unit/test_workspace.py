@@ -125,7 +125,15 @@ def test_references_resolve_from_the_workspace_before_the_mapping_file(workspace
 def test_a_job_output_resolves_by_the_jobs_name(workspace, tmp_path):
     out = tmp_path / "run" / "outputs" / "o"
     (out / "sub").mkdir(parents=True)
-    workspace_jobs.record_job(workspace, ["my-job", "run"], {"o": str(out)})
+    with pytest.raises(LocalRunError, match="no finished local job"):
+        local_path("azureml://jobs/my-job/outputs/o", AssetKind.DATA, workspace)
+    workspace_jobs.claim_name(workspace, "my-job", tmp_path / "run")
+    with pytest.raises(LocalRunError, match="has not completed"):
+        local_path("azureml://jobs/my-job/outputs/o", AssetKind.DATA, workspace)
+    workspace_jobs.claim_name(workspace, "my-job", tmp_path / "run")  # the same run: resumed
+    with pytest.raises(LocalRunError, match="is taken by the local run"):
+        workspace_jobs.claim_name(workspace, "my-job", tmp_path / "other")
+    workspace_jobs.record_job(workspace, ["my-job", "run"], tmp_path / "run", {"o": str(out)})
     assert local_path("azureml://jobs/my-job/outputs/o", AssetKind.DATA, workspace) == out
     assert local_path("azureml://jobs/run/outputs/o/paths/sub", AssetKind.DATA,
                       workspace) == out / "sub"
