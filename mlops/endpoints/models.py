@@ -96,8 +96,8 @@ def newest_trained(why: str, runs: Path | None = None) -> ModelSource:
     config = project()
     runs = runs or config.runs_dir
     found = sorted((path for path in runs.glob(f"**/{config.model_file}")
-                    if LAYOUT not in path.relative_to(runs).parts),  # a deployment's copy
-                   key=lambda p: p.stat().st_mtime)
+                    if not {LAYOUT, "inputs"} & set(path.relative_to(runs).parts)),
+                   key=lambda p: p.stat().st_mtime)  # not a deployment's copy, nor an input
     if not found:
         raise LocalRunError(f"{why}, and there is no trained model under {runs}: "
                             "run `make train-local` first, or pass MODEL_DIR=<model folder>")

@@ -42,7 +42,8 @@ def test_the_default_model_is_the_newest_folder_that_holds_one(tmp_path):
 
 def test_a_deployments_copy_of_a_model_is_not_taken_for_a_trained_one(tmp_path):
     """A local deployment lays out any model it serves under runs/ (an MLflow or third-party
-    one too): the newest trained model is still the one training wrote."""
+    one too), and a pipeline step's inputs link to an earlier step's model: the newest trained
+    model is still the one training wrote."""
     trained = tmp_path / "train-1" / "outputs" / "model"
     trained.mkdir(parents=True)
     (trained / "model.pt").write_bytes(b"x")
@@ -50,6 +51,9 @@ def test_a_deployments_copy_of_a_model_is_not_taken_for_a_trained_one(tmp_path):
     copy = tmp_path / "batch-other-1" / "azureml-models" / "mnist" / "1" / "model"
     copy.mkdir(parents=True)
     (copy / "model.pt").write_bytes(b"not ours")  # newer: a layout is written at serve time
+    step_input = tmp_path / "pipeline-1" / "steps" / "register" / "inputs" / "model"
+    step_input.mkdir(parents=True)
+    (step_input / "model.pt").write_bytes(b"a step's input: another run's model")
     assert newest_trained("test", tmp_path).path == trained
     shutil.rmtree(tmp_path / "train-1")
     with pytest.raises(LocalRunError, match="run `make train-local` first"):
