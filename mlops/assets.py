@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-n", "--name", dest="name_option", help="the asset's name")
     parser.add_argument("-v", "--version", help="a version (create: over the spec's)")
     parser.add_argument("-l", "--label", help="show: a label (latest)")
-    parser.add_argument("-p", "--path", type=Path, help="create without a spec: the content")
+    parser.add_argument("-p", "--path", help="create without a spec: the content (a local "
+                        "path, azureml://jobs/<name>/outputs/<output>, a mapped URI)")
     parser.add_argument("-t", "--type", help="create without a spec: custom_model, uri_folder..")
     parser.add_argument("-d", "--description", default="", help="create without a spec")
     parser.add_argument("--archived", action="store_true", help="list: archived ones too")
@@ -63,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         if kind not in (AssetKind.MODEL, AssetKind.DATA) or not name or args.path is None:
             parser.error("create needs -f <asset spec>, or a kind (model or data), --name and "
                          "--path")
-        draft = Draft(kind, name, args.path.resolve(), version=args.version,
-                      type=args.type or "", description=args.description,
-                      origin=str(args.path.resolve()))
-        return exit_code(lambda: actions.create_from(draft))
+        draft = Draft(kind, name, None, version=args.version, type=args.type or "",
+                      description=args.description, origin=args.path)
+        return exit_code(lambda: actions.create_from(draft, path=args.path,
+                                                     asset_file=args.asset_file))
     if args.action == "list":
         return exit_code(lambda: actions.listed(kind, name, args.archived))
     if kind is None or not name:

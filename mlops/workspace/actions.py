@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlops.runtime.uris import AssetMap
-from mlops.workspace.drafts import draft_of
+from mlops.workspace.drafts import draft_of, resolve_path
 from mlops.workspace.records import AssetKind, AssetVersion
 from mlops.workspace.store import LATEST, Draft, Workspace, workspace_root
 
@@ -38,9 +38,12 @@ def create(spec: Path, *, kind: str | None, version: str | None, asset_file: Pat
         return create_from(draft)
 
 
-def create_from(draft: Draft) -> int:
-    """Register `draft` (`az ml model create --name --path`); a new model is registered in
-    MLflow too (mlflow_models.py)."""
+def create_from(draft: Draft, *, path: str | None = None,
+                asset_file: Path | None = None) -> int:
+    """Register `draft` (`az ml model create --name --path`: `path` a local one, a job's
+    output or a mapped URI); a new model is registered in MLflow too (mlflow_models.py)."""
+    if path is not None:
+        draft.source = resolve_path(path, asset_file)
     if not draft.type:
         draft.type = {AssetKind.MODEL: "custom_model", AssetKind.DATA: "uri_folder"}.get(
             draft.kind, "")

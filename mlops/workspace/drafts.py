@@ -64,8 +64,9 @@ def read_asset_spec(path: Path, hint: str | None) -> tuple[Spec, AssetKind]:
     return spec, kind
 
 
-def content_path(reference: str, spec: Spec, assets: AssetMap) -> Path:
-    """A model's or data asset's `path:` as a local file or folder."""
+def content_path(reference: str, where: str, base: Path, assets: AssetMap) -> Path:
+    """A model's or data asset's `path:` as a local file or folder: a local path (relative to
+    `base`), a local job's output, or a reference the mapping file maps."""
     if is_remote(reference):
         from mlops.workspace.references import JOB_OUTPUT, local_path
 
@@ -73,8 +74,14 @@ def content_path(reference: str, spec: Spec, assets: AssetMap) -> Path:
             found = local_path(reference, AssetKind.DATA)
             if found is not None and found.exists():
                 return found
-            raise LocalRunError(f"{spec.path}: path {reference}: {found} does not exist")
-    return assets.local_path(reference, f"{spec.path}: path", spec.path.parent)
+            raise LocalRunError(f"{where}: {reference}: {found} does not exist")
+    return assets.local_path(reference, where, base)
+
+
+def resolve_path(path: str, asset_file: Path | None) -> Path:
+    """`--path` of `az ml model|data create` without a spec, from the current folder."""
+    assets = AssetMap(asset_file) if asset_file is not None else AssetMap()
+    return content_path(path.rstrip("/") or "/", "--path", Path.cwd(), assets)
 
 
 @contextlib.contextmanager
@@ -93,7 +100,8 @@ def draft_of(path: Path, *, kind: str | None, assets: AssetMap,
     if asset_kind in (AssetKind.MODEL, AssetKind.DATA):
         if not data.get("path"):
             raise LocalRunError(f"{path}: a {asset_kind.noun} needs a path")
-        draft.source = content_path(str(data["path"]).rstrip("/") or "/", spec, assets)
+        draft.source = content_path(str(data["path"]).rstrip("/") or "/", f"{spec.path}: path",
+                                    spec.path.parent, assets)
         yield draft
         return
     with tempfile.TemporaryDirectory(prefix="mlops-asset-") as staging:
