@@ -137,7 +137,7 @@ def resolve(task: Task, rt: Runtime) -> Resolved:
 
 def take_snapshot(task: Task, resolved: Resolved) -> None:
     """`code:` into the working directory, as Azure uploads it."""
-    snapshot.take(task.code, resolved.code_at)
+    snapshot.take(task.code, resolved.code_at, includes=task.includes)
 
 
 def environment(task: Task, rt: Runtime, resolved: Resolved) -> Activation:

@@ -139,6 +139,7 @@ class StepIndex:
         outputs = {name: {k: v for k, v in asdict(spec).items() if k != "target"}
                    for name, spec in task.outputs.items()}
         identity = {"command": task.command, "code": code_digest(task.code, self.hashes),
+                    "includes": [code_digest(p, self.hashes) for p in task.includes],
                     "environment": [sorted(plan.requirements), plan.python,
                                     sorted(task.environment.adds),
                                     sorted(task.environment.fixed)],

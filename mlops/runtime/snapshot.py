@@ -14,8 +14,10 @@ keeps data and environments out of the code).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from mlops.errors import LocalRunError
@@ -73,8 +75,12 @@ def _size(path: Path) -> int:
         return 0
 
 
-def take(code: Path | None, wd: Path) -> int:
-    """Fill `wd` (recreated empty) with a copy of `code`; return the number of files copied."""
+def take(code: Path | None, wd: Path, *, includes: list[Path] | None = None) -> int:
+    """Fill `wd` (recreated empty) with a copy of `code` (merged with its additional_includes);
+    return the number of files copied."""
+    if includes:
+        with merged(code, includes) as folder:
+            return take(folder, wd)
     if wd.exists():
         shutil.rmtree(wd)
     wd.mkdir(parents=True)
@@ -96,3 +102,23 @@ def take(code: Path | None, wd: Path) -> int:
         (wd / name).mkdir(exist_ok=True)
     return count
 
+
+
+@contextlib.contextmanager
+def merged(code: Path | None, includes: list[Path]) -> Iterator[Path]:
+    """`code` with `includes` merged in, by azure-ai-ml's own AdditionalIncludes (what `az ml`
+    uploads: each include under its own name at the code's root, a `<folder>.zip` that does not
+    exist zipped from `<folder>`), in a temporary folder removed afterwards."""
+    from azure.ai.ml.entities._component._additional_includes import AdditionalIncludes
+
+    for path in includes:
+        if not path.exists() and not (path.suffix == ".zip" and path.with_suffix("").is_dir()):
+            raise LocalRunError(f"additional_includes: {path} does not exist (az ml would "
+                                "refuse it)")
+    merger = AdditionalIncludes(origin_code_value=None if code is None else str(code),
+                                base_path=Path("/"), configs=[str(p) for p in includes])
+    with merger.merge_local_code_and_additional_includes() as folder:
+        try:
+            yield Path(folder)
+        finally:
+            shutil.rmtree(Path(folder).parent, ignore_errors=True)  # azure-ai-ml's mkdtemp

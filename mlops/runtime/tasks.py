@@ -35,6 +35,7 @@ class Task:
     where: str  # "jobs/train.yml: command", for messages
     folder: Path
     code: Path | None = None
+    includes: list[Path] = field(default_factory=list)  # additional_includes, merged into code
     inputs: dict[str, Value] = field(default_factory=dict)
     outputs: dict[str, OutputSpec] = field(default_factory=dict)
     environment: EnvironmentRef = field(default_factory=EnvironmentRef)
@@ -146,6 +147,18 @@ class TaskSource:
     def code(self, key: str = "code") -> Path | None:
         return code_path(self.definition.get(key), self.base, f"{self.where}.{key}")
 
+    def includes(self) -> list[Path]:
+        """`additional_includes`: local files and folders, relative to the spec, that Azure
+        merges into the code it uploads. An Azure DevOps artifact cannot be fetched here."""
+        found = []
+        for item in self.definition.get("additional_includes") or []:
+            if not isinstance(item, str):
+                raise LocalRunError(f"{self.where}.additional_includes: {item!r} is an Azure "
+                                    "DevOps artifact; this machine cannot fetch it: list a "
+                                    "local copy instead")
+            found.append((self.base / item).resolve())
+        return found
+
 
 def command_task(source: TaskSource) -> Task:
     """A command job (or component, or inline node, or trial) as one task."""
@@ -154,7 +167,8 @@ def command_task(source: TaskSource) -> Task:
         raise LocalRunError(f"{where}: no command to run")
     return Task(
         name=source.name, command=str(data["command"]), where=where, folder=source.folder,
-        code=source.code(), inputs=source.bound_inputs(), outputs=source.bound_outputs(),
+        code=source.code(), includes=source.includes(), inputs=source.bound_inputs(),
+        outputs=source.bound_outputs(),
         environment=EnvironmentRef(data.get("environment"), source.base),
         env_vars=variables(data.get("environment_variables")),
         placement=Placement.from_spec(data, where), timeout=time_limit(data, where),

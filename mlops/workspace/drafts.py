@@ -124,10 +124,16 @@ def _bundle(spec: Spec, kind: AssetKind, folder: Path) -> Path:
         build = data.get("build")
         if isinstance(build, dict) and build.get("path") and not is_remote(str(build["path"])):
             data["build"] = {**build, "path": _take(base, str(build["path"]), folder, "context")}
+    elif data.get("additional_includes"):  # merged into the code, as Azure registers it
+        from mlops.runtime.snapshot import merged
+
+        code = (base / str(data["code"]).removeprefix("file:")).resolve() \
+            if data.get("code") else None
+        includes = [(base / str(i)).resolve() for i in data.pop("additional_includes")]
+        with merged(code, includes) as code_folder:
+            data["code"] = _take(code_folder, ".", folder, "code")
     elif data.get("code") and not is_remote(str(data["code"])):
         data["code"] = _take(base, str(data["code"]), folder, "code")
-        for include in data.pop("additional_includes", None) or []:  # merged into the code
-            _take(base, str(include), folder / "code", Path(str(include)).name)  # as Azure does
     (folder / SPEC_FILE).write_text(yaml.safe_dump(data, sort_keys=False))
     return folder
 

@@ -93,3 +93,29 @@ def test_one_setting_moves_everything_a_run_writes_out_of_the_checkout(tmp_path,
     finally:
         monkeypatch.delenv("MLOPS_STATE_DIR")
         project.cache_clear()
+
+
+def test_additional_includes_are_merged_into_the_snapshot_as_az_ml_uploads_them(tmp_path,
+                                                                              monkeypatch):
+    """Each include at the code's root under its own name; `<folder>.zip` that does not exist
+    is `<folder>` zipped (azure-ai-ml's AdditionalIncludes); a missing one is refused."""
+    import tempfile
+    import zipfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    code, shared, lib = tmp_path / "src", tmp_path / "common" / "shared", tmp_path / "lib"
+    for folder in (code, shared, lib):
+        folder.mkdir(parents=True)
+    (code / "main.py").write_text("from shared import x\n")
+    (shared / "x.py").write_text("x = 1\n")
+    (lib / "data.txt").write_text("d")
+    (tmp_path / "notes.txt").write_text("n")
+    wd = tmp_path / "wd"
+    includes = [shared, tmp_path / "notes.txt", tmp_path / "lib.zip"]
+    assert snapshot.take(code, wd, includes=includes) == 4
+    assert (wd / "shared" / "x.py").read_text() == "x = 1\n" and (wd / "notes.txt").is_file()
+    assert "lib/data.txt" in zipfile.ZipFile(wd / "lib.zip").namelist()
+    assert (wd / "outputs").is_dir() and not list((tmp_path / "tmp").iterdir())  # cleaned up
+    with pytest.raises(LocalRunError, match="gone does not exist"):
+        snapshot.take(code, wd, includes=[tmp_path / "gone"])
