@@ -1,8 +1,8 @@
 """One registered asset version, as `asset.json` beside its content.
 
-Standard library only. A record is written once, whole, by rename; archiving rewrites it the same
-way. The content digest (sha256 over every file's relative path and bytes) is taken when the
-version is created and checked before the content is used.
+Standard library only (and the tooling's error). A record is written once, whole, by rename;
+archiving rewrites it the same way. The content digest (sha256 over every file's relative path
+and bytes) is taken when the version is created and checked before the content is used.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
+
+from mlops.errors import LocalRunError
 
 RECORD = "asset.json"
 CONTENT = "content"
@@ -80,7 +82,7 @@ class AssetVersion:
 
     @classmethod
     def read(cls, folder: Path) -> AssetVersion:
-        """The record in `folder`; ValueError naming the file when it is damaged."""
+        """The record in `folder`; a LocalRunError naming the file when it is damaged."""
         path = folder / RECORD
         try:
             data = json.loads(path.read_text())
@@ -88,7 +90,8 @@ class AssetVersion:
             known = {f.name for f in fields(cls)} - TRANSIENT
             return cls(**{k: v for k, v in data.items() if k in known}, folder=folder)
         except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ValueError(f"{path}: damaged asset record ({err})") from None
+            raise LocalRunError(f"{path}: damaged asset record ({err}); restore it, or remove "
+                                f"{folder} (that version is then gone)") from None
 
     def summary(self) -> dict[str, object]:
         shown = asdict(self)

@@ -67,7 +67,7 @@ def test_damaged_content_and_records_are_named(workspace, tmp_path):
     with pytest.raises(LocalRunError, match="damaged"):
         local_path("azureml:clf:1", AssetKind.MODEL, workspace)
     (made.folder / RECORD).write_text("{not json")
-    with pytest.raises(ValueError, match="damaged asset record"):
+    with pytest.raises(LocalRunError, match="damaged asset record"):
         workspace.versions(AssetKind.MODEL, "clf")
 
 
