@@ -66,7 +66,7 @@ def base_view(hidden: set[str], shadowed: frozenset[str] = frozenset()) -> Path:
     if not hidden and not shadowed:
         return BASE_SITE
     key = hashlib.sha256(f"{sorted(hidden)}{sorted(shadowed)}{BASE_SITE}"
-                         f"{BASE_SITE.stat().st_mtime_ns}".encode())
+                         f"{base_identity()}".encode())
     view = cache_dir() / f"view-{key.hexdigest()[:16]}"
     if (view / ".complete").is_file():
         return view
@@ -88,8 +88,17 @@ def base_view(hidden: set[str], shadowed: frozenset[str] = frozenset()) -> Path:
     return view
 
 
+def base_identity() -> str:
+    """What .venv holds, as the layers over it depend on it: its distributions and their
+    versions (the names of its .dist-info folders) and its top-level entries. Not the folder's
+    modification time, which moves whenever anything writes beside the packages (a layer
+    built on an unchanged .venv was then built again)."""
+    names = sorted(entry.name for entry in BASE_SITE.iterdir() if entry.name != "__pycache__")
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+
+
 def layer_key(requirements: list[str]) -> str:
-    base = BASE_SITE.stat().st_mtime_ns  # .venv changed: layers built on it are rebuilt
+    base = base_identity()  # .venv changed: layers built on it are rebuilt
     text = "\n".join(sorted(requirements)) + f"\n{BASE_SITE}\n{base}\n{PY}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
