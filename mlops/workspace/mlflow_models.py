@@ -28,14 +28,16 @@ ORIGIN = "mlflow"
 
 def _client():
     """MLflow's client for the local store, None where there is none to read."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    from mlops.runtime.mlflow_runs import tracking_uri
+
+    uri = tracking_uri()  # the store local runs use (never MLflow's own default in this folder)
     if uri.startswith(("azureml:", "databricks")):
         return None
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         return None  # no store yet, so no registration: reading never creates one
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(uri or None)
+    return MlflowClient(uri)
 
 
 def _mlflow_versions(client, name: str) -> list:
