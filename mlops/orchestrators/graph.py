@@ -18,9 +18,9 @@ from mlops.runtime.tasks import load_component
 from mlops.runtime.uris import AssetMap
 from mlops.runtime.values import (
     DATA_TYPES,
-    MODEL_TYPES,
     OutputSpec,
     Value,
+    asset_kind,
     input_value,
     output_spec,
 )
@@ -144,9 +144,8 @@ def bind(binding, decl: SpecData, scope: Scope, key: str) -> Value:
         return Value(REF.sub(lambda m: str(bind("${{" + m.group(1) + "}}", {}, scope,
                                                 key).text or ""), binding))
     if kind in DATA_TYPES:
-        asset = "model" if kind in MODEL_TYPES else "data"
         return Value(path=scope.assets.local_path(binding, key, scope.base, bare=True,
-                                                  kind=asset), type=kind)
+                                                  kind=asset_kind(kind)), type=kind)
     return Value(binding)
 
 

@@ -116,6 +116,19 @@ def load_component(ref, base: Path, assets: AssetMap, where: str) -> Component:
     return Component(spec.data, path.parent)
 
 
+def include_paths(items, base: Path, where: str) -> list[Path]:
+    """`additional_includes`: local files and folders, relative to the spec, that Azure merges
+    into the code it uploads. An Azure DevOps artifact cannot be fetched here."""
+    found = []
+    for item in items or []:
+        if not isinstance(item, str):
+            raise LocalRunError(f"{where}.additional_includes: {item!r} is an Azure DevOps "
+                                "artifact; this machine cannot fetch it: list a local copy "
+                                "instead")
+        found.append((base / item).resolve())
+    return found
+
+
 @dataclass(frozen=True, kw_only=True)
 class TaskSource:
     """What every spec-to-Task builder (command, Spark, parallel node) reads: the definition (a
@@ -148,16 +161,7 @@ class TaskSource:
         return code_path(self.definition.get(key), self.base, f"{self.where}.{key}")
 
     def includes(self) -> list[Path]:
-        """`additional_includes`: local files and folders, relative to the spec, that Azure
-        merges into the code it uploads. An Azure DevOps artifact cannot be fetched here."""
-        found = []
-        for item in self.definition.get("additional_includes") or []:
-            if not isinstance(item, str):
-                raise LocalRunError(f"{self.where}.additional_includes: {item!r} is an Azure "
-                                    "DevOps artifact; this machine cannot fetch it: list a "
-                                    "local copy instead")
-            found.append((self.base / item).resolve())
-        return found
+        return include_paths(self.definition.get("additional_includes"), self.base, self.where)
 
 
 def command_task(source: TaskSource) -> Task:

@@ -50,6 +50,11 @@ class OutputSpec:
     mode: str | None = None  # direct: Azure hands over the URI and creates nothing there
 
 
+def asset_kind(data_type: str) -> str:
+    """The workspace asset kind an input of `data_type` names by `azureml:<name>`."""
+    return "model" if data_type in MODEL_TYPES else "data"
+
+
 def render_literal(value) -> str:
     if isinstance(value, bool):
         return "True" if value else "False"  # as Azure ML passes booleans
@@ -61,8 +66,7 @@ def data_value(definition: SpecData, key: str, base: Path, assets: AssetMap) -> 
     path = definition.get("path")
     if path is None:
         return Value(type=kind, mode=definition.get("mode"))
-    asset = "model" if kind in MODEL_TYPES else "data"
-    return Value(path=assets.local_path(path, key, base, kind=asset), type=kind,
+    return Value(path=assets.local_path(path, key, base, kind=asset_kind(kind)), type=kind,
                  mode=definition.get("mode"))
 
 

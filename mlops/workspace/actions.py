@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlops.runtime.uris import AssetMap
-from mlops.workspace.drafts import draft_of, resolve_path
+from mlops.workspace.drafts import default_type, draft_of, resolve_path
 from mlops.workspace.records import AssetKind, AssetVersion
 from mlops.workspace.store import LATEST, Draft, Workspace, workspace_root
 
@@ -44,9 +44,7 @@ def create_from(draft: Draft, *, path: str | None = None,
     output or a mapped URI); a new model is registered in MLflow too (mlflow_models.py)."""
     if path is not None:
         draft.source = resolve_path(path, asset_file)
-    if not draft.type:
-        draft.type = {AssetKind.MODEL: "custom_model", AssetKind.DATA: "uri_folder"}.get(
-            draft.kind, "")
+    draft.type = draft.type or default_type(draft.kind)
     record = _workspace().create(draft)
     if draft.kind == AssetKind.MODEL and record.new:
         from mlops.workspace.mlflow_models import register_in_mlflow

@@ -64,24 +64,11 @@ def read_asset_spec(path: Path, hint: str | None) -> tuple[Spec, AssetKind]:
     return spec, kind
 
 
-def content_path(reference: str, where: str, base: Path, assets: AssetMap) -> Path:
-    """A model's or data asset's `path:` as a local file or folder: a local path (relative to
-    `base`), a local job's output, or a reference the mapping file maps."""
-    if is_remote(reference):
-        from mlops.workspace.references import JOB_OUTPUT, local_path
-
-        if JOB_OUTPUT.match(reference):
-            found = local_path(reference, AssetKind.DATA)
-            if found is not None and found.exists():
-                return found
-            raise LocalRunError(f"{where}: {reference}: {found} does not exist")
-    return assets.local_path(reference, where, base)
-
-
 def resolve_path(path: str, asset_file: Path | None) -> Path:
-    """`--path` of `az ml model|data create` without a spec, from the current folder."""
+    """`--path` of `az ml model|data create` without a spec, from the current folder: a local
+    path, a local job's output or a mapped reference (AssetMap.local_path answers all three)."""
     assets = AssetMap(asset_file) if asset_file is not None else AssetMap()
-    return content_path(path.rstrip("/") or "/", "--path", Path.cwd(), assets)
+    return assets.local_path(path.rstrip("/") or "/", "--path", Path.cwd())
 
 
 @contextlib.contextmanager
@@ -92,7 +79,7 @@ def draft_of(path: Path, *, kind: str | None, assets: AssetMap,
     data = spec.data
     draft = Draft(asset_kind, str(data["name"]), None,
                   version=str(version or data.get("version") or "") or None,
-                  type=str(data.get("type") or _default_type(asset_kind)),
+                  type=str(data.get("type") or default_type(asset_kind)),
                   description=str(data.get("description") or ""),
                   tags={str(k): str(v) for k, v in (data.get("tags") or {}).items()},
                   properties={str(k): str(v) for k, v in (data.get("properties") or {}).items()},
@@ -100,8 +87,8 @@ def draft_of(path: Path, *, kind: str | None, assets: AssetMap,
     if asset_kind in (AssetKind.MODEL, AssetKind.DATA):
         if not data.get("path"):
             raise LocalRunError(f"{path}: a {asset_kind.noun} needs a path")
-        draft.source = content_path(str(data["path"]).rstrip("/") or "/", f"{spec.path}: path",
-                                    spec.path.parent, assets)
+        draft.source = assets.local_path(str(data["path"]).rstrip("/") or "/",
+                                         f"{spec.path}: path", spec.path.parent)
         yield draft
         return
     with tempfile.TemporaryDirectory(prefix="mlops-asset-") as staging:
@@ -109,7 +96,8 @@ def draft_of(path: Path, *, kind: str | None, assets: AssetMap,
         yield draft
 
 
-def _default_type(kind: AssetKind) -> str:
+def default_type(kind: AssetKind) -> str:
+    """Azure's type for a model or data asset that names none."""
     return {AssetKind.MODEL: "custom_model", AssetKind.DATA: "uri_folder"}.get(kind, "")
 
 
@@ -126,10 +114,11 @@ def _bundle(spec: Spec, kind: AssetKind, folder: Path) -> Path:
             data["build"] = {**build, "path": _take(base, str(build["path"]), folder, "context")}
     elif data.get("additional_includes"):  # merged into the code, as Azure registers it
         from mlops.runtime.snapshot import merged
+        from mlops.runtime.tasks import include_paths
 
         code = (base / str(data["code"]).removeprefix("file:")).resolve() \
             if data.get("code") else None
-        includes = [(base / str(i)).resolve() for i in data.pop("additional_includes")]
+        includes = include_paths(data.pop("additional_includes"), base, str(spec.path))
         with merged(code, includes) as code_folder:
             data["code"] = _take(code_folder, ".", folder, "code")
     elif data.get("code") and not is_remote(str(data["code"])):

@@ -9,16 +9,14 @@ holds its run folder and, once it completed, each output's local path.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import sys
 from pathlib import Path
 
 from mlops.errors import LocalRunError
-from mlops.runtime.values import MODEL_TYPES
+from mlops.runtime.values import asset_kind
 from mlops.specs import SpecData
-from mlops.workspace.records import AssetKind, AssetVersion
+from mlops.workspace.records import AssetKind, AssetVersion, held, write_atomic
 from mlops.workspace.store import Draft, Workspace, workspace_root
 
 
@@ -39,9 +37,7 @@ def _entry(path: Path) -> dict[str, object] | None:
 
 
 def _write(folder: Path, name: str, entry: dict[str, object]) -> None:
-    tmp = folder / f".{name}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(entry, indent=2) + "\n")
-    os.replace(tmp, folder / f"{name}.json")
+    write_atomic(folder / f"{name}.json", json.dumps(entry, indent=2) + "\n")
 
 
 def _valid(name: str) -> bool:
@@ -56,8 +52,7 @@ def claim_name(workspace: Workspace, name: str, run_folder: Path) -> None:
         raise LocalRunError(f"job name {name!r}: not a name Azure takes")
     index = _index(workspace)
     index.mkdir(parents=True, exist_ok=True)
-    with open(index / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with held(index / ".lock"):
         entry = _entry(index / f"{name}.json")
         if entry is not None and Path(str(entry.get("folder"))) != run_folder and \
                 Path(str(entry.get("folder"))).exists():
@@ -107,7 +102,7 @@ def register_outputs(workspace: Workspace, declared: SpecData | None,
             continue
         version = spec.get("version")
         done.append(workspace.create(Draft(
-            AssetKind.MODEL if kind in MODEL_TYPES else AssetKind.DATA, str(spec["name"]), source,
+            AssetKind.parse(asset_kind(kind)), str(spec["name"]), source,
             version=None if version is None else str(version), type=kind,
             description=str(spec.get("description") or ""), origin=f"{origin}: {output}")))
     return done

@@ -13,13 +13,12 @@ one counter does and `models:/<name>/<n>` loads it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from mlops.workspace.records import AssetKind, AssetVersion
+from mlops.workspace.records import AssetKind, AssetVersion, held
 from mlops.workspace.store import Draft, Workspace
 
 WORKSPACE_TAG = "mlops.workspace_version"
@@ -73,11 +72,10 @@ def take_in(workspace: Workspace, name: str) -> list[AssetVersion]:
     if not pending:
         return []
     workspace.root.mkdir(parents=True, exist_ok=True)
-    with open(workspace.root / ".mlflow.lock", "w") as lock:  # one taker at a time
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        held = {r.origin for r in workspace.versions(AssetKind.MODEL, name)}
+    with held(workspace.root / ".mlflow.lock"):  # one taker at a time
+        taken = {r.origin for r in workspace.versions(AssetKind.MODEL, name)}
         return [_copy_in(workspace, name, version, f"{ORIGIN}:{name}/{version.version}")
-                for version in pending if f"{ORIGIN}:{name}/{version.version}" not in held]
+                for version in pending if f"{ORIGIN}:{name}/{version.version}" not in taken]
 
 
 def _copy_in(workspace: Workspace, name: str, version, origin: str) -> AssetVersion:

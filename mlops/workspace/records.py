@@ -7,9 +7,12 @@ and bytes) is taken when the version is created and checked before the content i
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
@@ -75,10 +78,7 @@ class AssetVersion:
 
     def write(self) -> None:
         record = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in TRANSIENT}
-        text = json.dumps(record, indent=2, default=str) + "\n"
-        tmp = self.folder / f".{RECORD}.{os.getpid()}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, self.folder / RECORD)
+        write_atomic(self.folder / RECORD, json.dumps(record, indent=2, default=str) + "\n")
 
     @classmethod
     def read(cls, folder: Path) -> AssetVersion:
@@ -100,6 +100,22 @@ class AssetVersion:
         shown["kind"] = self.kind.noun
         shown["path"] = str(self.path)
         return shown
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """`text` into `path` whole: a reader sees the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def held(lock: Path) -> Iterator[None]:
+    """An exclusive lock on the file `lock`, waited for; let go on exit (or when the process
+    dies)."""
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def tree_digest(path: Path) -> str:

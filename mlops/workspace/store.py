@@ -14,7 +14,6 @@ versions, a killed create leaves no version behind.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import stat
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlops.errors import LocalRunError
-from mlops.workspace.records import CONTENT, AssetKind, AssetVersion, tree_digest
+from mlops.workspace.records import CONTENT, AssetKind, AssetVersion, held, tree_digest
 
 LATEST = "latest"
 
@@ -61,8 +60,7 @@ class Workspace:
     def locked(self, kind: AssetKind, name: str) -> Iterator[Path]:
         folder = self._name_folder(kind, name)
         folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with held(folder / ".lock"):
             yield folder
 
     def versions(self, kind: AssetKind, name: str) -> list[AssetVersion]:
