@@ -16,7 +16,11 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 
 
 def lint(*paths: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "lint-workflows", f"WORKFLOWS={' '.join(map(str, paths))}"],
+    """make lint-workflows on `paths`: WORKFLOWS is a make list (split at blanks), so a file in
+    the checkout is named relative to it, as the target's default does (a checkout path may hold
+    blanks)."""
+    named = [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in paths]
+    return subprocess.run(["make", "lint-workflows", f"WORKFLOWS={' '.join(named)}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
