@@ -151,4 +151,6 @@ def test_a_deployment_pinning_another_scikit_learn_serves_in_that_environment(
     assert status == 200 and answer["scikit_learn"] == "1.5.2"
     assert answer["predictions"] == pytest.approx(expected(request["data"]))
     log = server_log(served)
-    assert "scikit-learn 1.5.2 serves LinearRegression" in log and ".cache/envs/" in log
+    from mlops.environments.layers import cache_dir  # the environment cache, wherever it is
+
+    assert "scikit-learn 1.5.2 serves LinearRegression" in log and f"{cache_dir()}/" in log
