@@ -22,8 +22,10 @@ mlops/            run, validate, serve, batch, envs, workflow_lint: the front do
                   az ml job create checks it), lint, lint_assets, skus, overrides (--set /
                   --remove), sdk_findings (azure-ai-ml's verdicts at their file and line)
   environments/   envspec and envfiles (reading environment definitions), requirements and
-                  pins (what a layer installs), layers (building them), activation (the layers
-                  a task runs in), cache (listing and removing them)
+                  pins (what a layer installs), resolve and closures (Azure's resolution of an
+                  environment), interpreters (the Python an environment asks for), own_python
+                  (an environment of that interpreter), layers (building them), activation
+                  (what a task runs in), cache (listing and removing them)
   endpoints/      deployment (a deployment spec's kind, code, environment), models (its model and
                   the AZUREML_MODEL_DIR layout), online (the local online endpoint),
                   batch_deployment (a batch deployment over a folder), nocode/ (Azure's scoring

@@ -27,6 +27,8 @@ class Project:
     # entry module -> the metric names it logs
     metrics: dict[str, set[str]] = field(default_factory=dict)
     hints: dict[str, str] = field(default_factory=dict)  # texts that name this project's targets
+    # "3.8" -> an interpreter of that version for environments that ask for it (interpreters.py)
+    pythons: dict[str, str] = field(default_factory=dict)
 
 
 @cache
@@ -40,7 +42,9 @@ def project(pyproject: Path = ROOT / "pyproject.toml") -> Project:
                    runs_dir=state_dir() / str(table.get("runs_dir", "runs")),
                    entry_packages=tuple(table.get("entry_packages", ())),
                    metrics={k: set(v) for k, v in (table.get("metrics") or {}).items()},
-                   hints=dict(table.get("hints") or {}))
+                   hints=dict(table.get("hints") or {}),
+                   pythons={str(k): os.path.expanduser(str(v))
+                            for k, v in (table.get("pythons") or {}).items()})
 
 
 def state_dir() -> Path:

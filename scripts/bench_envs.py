@@ -2,7 +2,8 @@
 
     python scripts/bench_envs.py [--environment NAME_OR_SPEC ...] [--repeat 5]
 
-For each environment (default: the curated scikit-learn 1.5 image from the generated catalogue,
+For each environment (an environment or job spec, or a name; default: the curated scikit-learn
+1.5 image from the generated catalogue, on its own Python 3.10,
 tests/fixtures/envs/repo-env.yml, a repository environment with 44 pins, and `spark:3.4`, what
 a Spark job on runtime 3.4 with no environment of its own gets: pyspark, a JDK and the runtime's
 pandas/numpy/pyarrow/scipy), in a fresh cache:
@@ -37,8 +38,9 @@ def timed(fn) -> float:
 
 
 def environment(value: str):
-    """A curated or registry name as it is, an environment spec file as its definition, or
-    `spark:<runtime_version>` as a Spark job with no environment."""
+    """A curated or registry name as it is, an environment spec file as its definition (a job
+    spec: the environment it names), or `spark:<runtime_version>` as a Spark job with no
+    environment."""
     from mlops.environments.envspec import EnvironmentRef
 
     if value.startswith("spark:"):
@@ -50,7 +52,10 @@ def environment(value: str):
     if value.endswith((".yml", ".yaml")) and path.is_file():
         import yaml
 
-        return EnvironmentRef(yaml.safe_load(path.read_text()), path.parent)
+        data = yaml.safe_load(path.read_text())
+        if isinstance(data, dict) and "command" in data:  # a job spec: the environment it names
+            data = data.get("environment")
+        return EnvironmentRef(data, path.parent)
     return EnvironmentRef(value, ROOT)
 
 

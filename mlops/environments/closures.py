@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mlops.environments import abi, resolve
+from mlops.environments.interpreters import HERE, Python
 from mlops.environments.layers import (
     BASE_SITE,
     PY,
@@ -69,7 +70,7 @@ class Built(NamedTuple):
 
 def _built(folder: Path, lines: list[str], *, python: str, label: str,
            adds: tuple[str, ...]) -> Built:
-    target = _target_set(lines, python, label, adds)
+    target = target_for(lines, python, label, adds)
     no_build: frozenset[str] = frozenset()
     while True:
         moved = _moved(target, python, label, no_build)
@@ -86,7 +87,7 @@ def _built(folder: Path, lines: list[str], *, python: str, label: str,
     hidden = _under(shadowed, set(moved.here) - set(installed))
     if hidden:  # .venv's copies (same versions) are hidden with the entry: the layer's own
         extra = {name: moved.here[name] for name in hidden}
-        installed = dict(sorted({**installed, **_uv_install(folder, extra, label)}.items()))
+        installed = dict(sorted({**installed, **install_set(folder, extra, label)}.items()))
         shadowed = _shadowed(folder)
     below = base_view(hidden_families(list(installed)), shadowed)
     make_venv(folder, [below])  # .venv as the layer sees it, now that the layer is known
@@ -115,7 +116,10 @@ def _paired(folder: Path, lines: list[str], *, python: str, label: str,
     return paired
 
 
-def _target_set(lines: list[str], python: str, label: str, adds: tuple[str, ...]):
+def target_for(lines: list[str], python: str, label: str,
+               adds: tuple[str, ...]) -> dict[str, resolve.Locked]:
+    """What Azure's image build installs for Python `python` (the version as the spec names
+    it), else the error that says no set exists, in the resolver's words."""
     try:
         return _target(lines, python, adds)
     except resolve.NoSet as err:
@@ -137,7 +141,7 @@ def _moved(target, python: str, label: str,
 
 def _resolved(lines: list[str], python: str, label: str, adds: tuple[str, ...]):
     """The environment's closure for `python`, moved to this Python."""
-    return _moved(_target_set(lines, python, label, adds), python, label)
+    return _moved(target_for(lines, python, label, adds), python, label)
 
 
 def build_error(failed: resolve.BuildFailed, label: str, python: str) -> LocalRunError:
@@ -196,16 +200,18 @@ def _install(folder: Path, moved: resolve.Moved, label: str) -> dict[str, str]:
     wanted = {name: locked for name, locked in moved.here.items()
               if resolve.venv_version(name) != locked.version}
     make_venv(folder, [base_view(hidden_families(list(wanted)))])
-    return _uv_install(folder, wanted, label)
+    return install_set(folder, wanted, label)
 
 
-def _uv_install(folder: Path, wanted: dict[str, resolve.Locked], label: str) -> dict[str, str]:
-    """`wanted` into the layer (compiled packages as wheels only); name -> version."""
+def install_set(folder: Path, wanted: dict[str, resolve.Locked], label: str, *,
+                python: Python = HERE, wheels_only: bool = True) -> dict[str, str]:
+    """`wanted` into the venv at `folder`, as resolved (no dependency of its own is followed;
+    with `wheels_only`, compiled packages as wheels only); name -> version."""
     if wanted:
         argv = [resolve.uv_binary(), "pip", "install", "--python",
                 str(folder / "bin" / "python"), "--no-deps", "--quiet",
                 *[f"{name}=={locked.version}" for name, locked in sorted(wanted.items())]]
-        for name in sorted(n for n, locked in wanted.items() if locked.compiled):
+        for name in sorted(n for n, locked in wanted.items() if locked.compiled and wheels_only):
             argv += ["--only-binary", name]
         result = resolve.run_uv(argv)
         if result.returncode != 0:
@@ -215,6 +221,5 @@ def _uv_install(folder: Path, wanted: dict[str, resolve.Locked], label: str) -> 
                 raise failed
             raise resolve.uv_failure(result.stderr, f"environment {label}: installing its "
                                      "packages")
-    site = folder / "lib" / PY / "site-packages"
-    site.mkdir(parents=True, exist_ok=True)
+    python.site(folder).mkdir(parents=True, exist_ok=True)
     return {name: locked.version for name, locked in sorted(wanted.items())}

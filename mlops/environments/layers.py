@@ -13,7 +13,6 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import platform
 import shutil
 import sys
 import sysconfig
@@ -22,12 +21,13 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from mlops.environments.interpreters import HERE, Python
 from mlops.environments.requirements import canonical
 from mlops.project import cache_root
 
 VENV_BIN = Path(sys.executable).parent
 BASE_SITE = Path(sysconfig.get_paths()["purelib"])
-PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
+PY = HERE.lib
 
 
 def cache_dir() -> Path:
@@ -36,15 +36,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("LOCAL_ENVS_DIR") or cache_root() / "envs")
 
 
-def make_venv(folder: Path, lower: list[Path]) -> Path:
-    """A bare venv (no copy of pip: the shims run the lower layers' pip into this one)."""
-    site = folder / "lib" / PY / "site-packages"
+def make_venv(folder: Path, lower: list[Path], python: Python = HERE) -> Path:
+    """A bare venv of `python` (no copy of pip: the shims run the lower layers' pip into this
+    one)."""
+    site = python.site(folder)
     (folder / "bin").mkdir(parents=True, exist_ok=True)
     site.mkdir(parents=True, exist_ok=True)
-    real = Path(os.path.realpath(sys.executable))
+    real = python.executable
     (folder / "pyvenv.cfg").write_text(f"home = {real.parent}\ninclude-system-site-packages = "
-                                       f"false\nversion = {platform.python_version()}\n")
-    for name in ("python", "python3", PY):
+                                       f"false\nversion = {python.version}\n")
+    for name in ("python", "python3", python.lib):
         link = folder / "bin" / name
         if not link.is_symlink():
             link.symlink_to(real)

@@ -15,6 +15,8 @@ worker from gunicorn's post_fork (-c python:_mlops_debug). Modes:
 Standard library only, besides debugpy itself: it runs in every environment's Python.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
@@ -23,6 +25,7 @@ import time
 VARIABLE = "MLOPS_DEBUG"
 ACTIVE = "MLOPS_DEBUGGING"  # set once a debugger is in: the runtime's timeouts stand aside
 REMIND_S = 60
+TOOLS_FILE = "_mlops_debug_tools.txt"  # written beside this hook: where its debugpy is
 
 
 def _settings() -> dict[str, object]:
@@ -32,10 +35,22 @@ def _settings() -> dict[str, object]:
         return {}
 
 
+def _command_line() -> list[str]:
+    """The interpreter's arguments as given (sys.orig_argv from 3.10; before, the kernel's copy
+    of them; where there is none, sys.argv, which holds a script's path as given)."""
+    if hasattr(sys, "orig_argv"):
+        return list(sys.orig_argv)[1:]
+    try:
+        with open("/proc/self/cmdline", "rb") as cmdline:
+            return [os.fsdecode(arg) for arg in cmdline.read().split(b"\0") if arg][1:]
+    except OSError:
+        return list(sys.argv)
+
+
 def _runs_snapshot_code(wd: str) -> bool:
     """The process runs a script or module from the snapshot (not pip, not a tool of the
     image)."""
-    argv = list(getattr(sys, "orig_argv", []))[1:]
+    argv = _command_line()
     while argv and argv[0].startswith("-") and argv[0] not in ("-m", "-c"):
         argv.pop(0)
     if not argv or argv[0] == "-c":
@@ -72,12 +87,17 @@ def _debugpy(settings: dict[str, object], wait: bool) -> None:
     if settings.get("source"):  # pydevd reads the mapping when it is imported
         os.environ["PATHS_FROM_ECLIPSE_TO_PYTHON"] = json.dumps(
             [[settings["source"], settings["code"]]])
-    sys.path.append(settings["tools"])
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), TOOLS_FILE)) as found:
+        sys.path.append(found.read().strip())  # debugpy for this Python (debugging.tools)
     import debugpy
 
     # in-process adapter: no second process to start (a second of start-up) or to outlive the
-    # job (it held the job's output open after the job ended)
-    debugpy.listen(("127.0.0.1", int(settings["port"])), in_process_debug_adapter=True)
+    # job (it held the job's output open after the job ended); debugpy 1.7 (Python 3.7) has none
+    address = ("127.0.0.1", int(settings["port"]))
+    try:
+        debugpy.listen(address, in_process_debug_adapter=True)
+    except TypeError:
+        debugpy.listen(address)
     where = f"127.0.0.1:{settings['port']}"
     print(f"debug: pid {os.getpid()} listens on {where}", file=sys.stderr, flush=True)
     if not wait:

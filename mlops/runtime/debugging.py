@@ -21,16 +21,20 @@ import os
 import re
 import shutil
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlops.environments import resolve
+from mlops.environments.interpreters import HERE, Python
 from mlops.environments.layers import cache_dir
 from mlops.errors import LocalRunError
 from mlops.runtime import debug_hook
 
-DEBUGPY = "debugpy==1.8.22"
+# the newest release up to this one that supports the environment's Python (1.8.22 wants 3.10;
+# 3.8 and 3.9 get 1.8.21, 3.7 gets 1.7.0)
+DEBUGPY = "debugpy<=1.8.22"
+TOOLS_FILE = debug_hook.TOOLS_FILE
 HOOK = Path(debug_hook.__file__)
 YES = {"1", "true", "yes", "on"}
 PROCESS = re.compile(r"^(rank|worker):(\d+)$")
@@ -135,21 +139,24 @@ def plan(request: DebugRequest, processes: int, *, wd: Path, code: Path,
                             f"process(es): ranks or workers 0 to {processes - 1}")
     port = free_or_refuse(request.port)
     settings = {"port": port, "mode": request.mode, "wd": str(wd), "code": str(code),
-                "source": str(source) if source and source.is_dir() else "",
-                "tools": str(tools())}
+                "source": str(source) if source and source.is_dir() else ""}
     return DebugPlan(request.process, {debug_hook.VARIABLE: json.dumps(settings)}, port,
                      request.mode)
 
 
-def install_hook(site: Path) -> None:
-    """The hook in a run's top layer: it does nothing unless MLOPS_DEBUG names its process."""
+def install_hook(site: Path, python: Python, debug: DebugPlan) -> None:
+    """The hook in a run's top layer (it does nothing unless MLOPS_DEBUG names its process), and
+    for debugpy, where the release for the environment's Python is."""
     shutil.copyfile(HOOK, site / "_mlops_debug.py")
     (site / "zz_debug.pth").write_text("import _mlops_debug; _mlops_debug.install()\n")
+    if debug.mode == "debugpy":
+        (site / TOOLS_FILE).write_text(str(tools(python)))
 
 
-def tools() -> Path:
-    """debugpy, installed once into a folder of its own beside the cached layers."""
-    folder = cache_dir() / "tools" / DEBUGPY.replace("==", "-")
+def tools(python: Python = HERE) -> Path:
+    """debugpy for `python`, installed once into a folder of its own beside the cached layers
+    (never into an environment)."""
+    folder = cache_dir() / "tools" / f"debugpy-upto-1.8.22-py{python.minor}"
     if (folder / "debugpy").is_dir():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -157,15 +164,16 @@ def tools() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (folder / "debugpy").is_dir():
             return folder
-        print(f"debug: installing {DEBUGPY} (once) into {folder}", file=sys.stderr, flush=True)
+        print(f"debug: installing {DEBUGPY} for Python {python.minor} (once) into {folder}",
+              file=sys.stderr, flush=True)
         staging = folder.with_name(folder.name + f".{os.getpid()}.tmp")
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-input",
-                               "--disable-pip-version-check", "--target", str(staging),
-                               DEBUGPY], capture_output=True, text=True)
+        done = resolve.run_uv([resolve.uv_binary(), "pip", "install", "--quiet", "--python",
+                               str(python.executable), "--target", str(staging), DEBUGPY])
         if done.returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
-            raise LocalRunError(f"DEBUG: pip could not install {DEBUGPY} from the package "
-                                f"registry:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+            raise LocalRunError(f"DEBUG: uv could not install {DEBUGPY} for Python "
+                                f"{python.minor} from the package registry:\n"
+                                f"{resolve.tail(done.stderr)}")
         os.replace(staging, folder)
     return folder
 

@@ -145,7 +145,7 @@ def environment(task: Task, rt: Runtime, resolved: Resolved) -> Activation:
     task's processes is debugged)."""
     activation = rt.environments.activate(task.environment, task.folder, task.where)
     if resolved.debug is not None:
-        debugging.install_hook(activation.top_site)
+        debugging.install_hook(activation.top_site, activation.python, resolved.debug)
     return activation
 
 

@@ -131,7 +131,7 @@ class Driven:
 def worker_command(work: Path, script: str, retry: Retry, arguments: str = "") -> str:
     """The command each process runs: the worker around the script (`arguments`: the script's
     own command line, a parallel job's program_arguments)."""
-    command = (f"python -m mlops.runtime.minibatch_worker {work} {shlex.quote(script)} "
+    command = (f"python -m _mlops_minibatch_worker {work} {shlex.quote(script)} "
                f"--retries {retry.max_retries} --timeout {retry.timeout}")
     return f"{command} -- {arguments}".strip() if arguments else command
 

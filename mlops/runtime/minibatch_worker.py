@@ -1,8 +1,11 @@
 """The worker in each process of the mini-batch driver (minibatch.py), as Azure's batch driver
 runs a scoring or entry script.
 
-    python -m mlops.runtime.minibatch_worker <work folder> <scoring script>
+    python -m _mlops_minibatch_worker <work folder> <scoring script>
         [--retries 3] [--timeout 300] [-- <the script's own arguments>]
+
+Standard library only, and Python 3.7's syntax: it is copied into each task's top layer
+(environments/activation.py) and runs in the environment's own Python, whichever that is.
 
 It imports the deployment's scoring script from the working directory (the snapshot of
 code_configuration.code), calls init() once, then claims mini-batches from <work>/todo (an atomic
@@ -14,6 +17,7 @@ files count as failed. Results go to <work>/results/<id>.txt (the rows) and <id>
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import os
@@ -22,8 +26,6 @@ import sys
 import time
 import traceback
 from pathlib import Path
-
-from mlops import exit_with
 
 
 def load_script(path: Path):
@@ -135,11 +137,17 @@ def main(argv: list[str] | None = None) -> int:
     take_debugger()
     module = load_script(args.script)
     module.init()
-    while item is not None or (item := claim(args.work)) is not None:
+    if item is None:
+        item = claim(args.work)
+    while item is not None:
         score_item(module, item, args)
-        item = None
+        item = claim(args.work)
     return 0
 
 
 if __name__ == "__main__":
-    exit_with(main)
+    try:
+        code = main()
+    finally:
+        gc.freeze()  # no cycle scan of the script's objects at exit (mlops.exit_with's reason)
+    sys.exit(code)

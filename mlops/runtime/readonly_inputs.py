@@ -8,8 +8,11 @@ own files, so a write would change them. This module is copied into every task's
 names paths, an audit hook (PEP 578) refuses each write under them with that same error.
 It covers what Python itself does (open, os, shutil, and libraries that write through them);
 native code writing with its own C calls is not seen. Standard library only: it runs in every
-environment's Python.
+environment's Python, 3.7 included (which has no audit hooks: there nothing is caught, and the
+runtime says so when it activates such an environment).
 """
+
+from __future__ import annotations
 
 import errno
 import os
@@ -65,6 +68,6 @@ def _hook(roots: tuple[str, ...]):
 
 def install() -> None:
     roots = _roots()
-    if roots:
+    if roots and hasattr(sys, "addaudithook"):
         sys.addaudithook(_hook(roots))
 

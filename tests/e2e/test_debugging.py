@@ -18,7 +18,7 @@ from support import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "debug"
 TALLY = FIXTURES / "src" / "tally.py"
-ADD_LINE = 10  # `subtotal += number`
+ADD_LINE = 11  # `subtotal += number`
 
 
 def free_port() -> int:
@@ -172,7 +172,7 @@ def test_pdb_takes_the_terminal_at_the_first_line_of_the_jobs_code(debug_env, tm
 
     try:
         until(b"tally.py(1)<module>()")
-        os.write(terminal, b"b 10\nc\n")
+        os.write(terminal, f"b {ADD_LINE}\nc\n".encode())
         until(b"-> subtotal += number")
         os.write(terminal, b"p numbers\n")
         until(b"[1, 2, 3]")

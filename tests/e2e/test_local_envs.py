@@ -1,4 +1,6 @@
-"""Each spec runs in the environment it names, built as layers over .venv; .venv is never written.
+"""Each spec runs in the environment it names: for .venv's Python, built as layers over .venv;
+for another Python, a complete environment of an interpreter of that version. .venv is never
+written.
 
 These install small packages from PyPI (six, pyjokes: a few kB each) into a cached layer in a
 temporary folder, so each CI run builds them from scratch.
@@ -16,6 +18,7 @@ import yaml
 
 from mlops import run as local
 from mlops.environments.envspec import EnvMap, image_key, plan_for
+from mlops.environments.interpreters import find, how_to_get
 from mlops.project import project
 from mlops.specs import ROOT
 
@@ -45,7 +48,7 @@ def test_an_inline_conda_file_gets_its_own_pins_and_leaves_venv_alone(tmp_path, 
     assert run(ENVS / "pinned-conda.yml", tmp_path / "run") == 0
     version, prefix = (tmp_path / "run/outputs/seen/six.txt").read_text().split()
     assert version == "1.16.0" and prefix == str(tmp_path / "run" / "env")  # the top layer
-    assert "asks for Python 3.10" in capsys.readouterr().err  # one warning, not a failure
+    assert "runs on Python 3.10." in capsys.readouterr().err  # its own interpreter, said once
     assert not (tmp_path / "run/env").exists()  # the top layer went with the run
     assert freeze() == before
 
@@ -167,21 +170,39 @@ def test_a_workspace_environment_registered_from_the_jobs_own_repository(tmp_pat
     assert f"pyjokes from {os.environ['LOCAL_ENVS_DIR']}/" in (tmp_path / "b/log.txt").read_text()
 
 
-@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
-def test_an_environment_for_another_python_moves_as_one_set_with_one_warning_each(
-        tmp_path, capsys):
-    """A conda file for Python 3.8 (numpy 1.21.2, pandas 1.3.5: no wheels for this Python):
-    its closure for 3.8 moves to the lowest releases that install here together, one warning
-    line per moved package; a second run resolves nothing."""
+@pytest.mark.network  # a cold cache: its environment from the registry
+def test_an_environment_for_another_python_runs_on_that_python_as_resolved(tmp_path, capsys):
+    """A conda file for Python 3.8 (numpy 1.21.2, pandas 1.3.5: no wheels for 3.11) runs on an
+    interpreter of 3.8 with exactly those releases, and a second run resolves nothing."""
+    if find("3.8") is None:
+        pytest.skip(f"no Python 3.8 on this machine: {how_to_get('3.8')}")
     before = freeze()
     assert local.main([str(ENVS / "old-python-pins.yml"), "--run-dir", str(tmp_path / "r")]) == 0
     err = capsys.readouterr().err
+    assert f"runs on Python {find('3.8').version} ({find('3.8').executable})" in err
+    assert "numpy 1.21.2 pandas 1.3.5 float 1.5" in (tmp_path / "r/log.txt").read_text()
+    assert local.main([str(ENVS / "old-python-pins.yml"), "--run-dir", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    assert "resolving" not in out and "environment ready" not in out
+    assert freeze() == before
+
+
+@pytest.mark.network  # a cold cache: its environment layer from the registry
+def test_without_an_interpreter_of_its_python_the_closure_moves_here_with_one_line_each(
+        tmp_path, capsys, monkeypatch):
+    """No interpreter of Python 3.8 to be had: its closure for 3.8 moves to the lowest releases
+    that install here together, one line says why and how to get one, one warning line per
+    moved package."""
+    from mlops.environments import activation
+
+    monkeypatch.setattr(activation, "find", lambda minor: None)
+    before = freeze()
+    assert local.main([str(ENVS / "old-python-pins.yml"), "--run-dir", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert "no interpreter of Python 3.8 is on this machine" in err and "uv python install" in err
     assert "command: numpy 1.21.2 -> 1.23." in err and "command: pandas 1.3.5 -> 1.5." in err
     assert "Azure's image build for that Python fails" not in err
     assert "float 1.5" in (tmp_path / "r/log.txt").read_text()
-    assert local.main([str(ENVS / "old-python-pins.yml"), "--run-dir", str(tmp_path / "s")]) == 0
-    out = capsys.readouterr().out
-    assert "resolving" not in out and "cached layer ready" not in out
     assert freeze() == before
 
 
@@ -281,27 +302,29 @@ def test_what_an_environment_installs_follows_installed_requirements_and_no_furt
     assert "torch" not in names and "image-classifier" not in names
 
 
-CLOSURES = [  # a fixture of each shape, what its job prints, and a warning line it must show
-    ("py38-azureml-mlflow", "mlflow 2.17.2 logged", None),
-    ("py38-dask", "numpy 1.24.4 sum 8", None),
-    ("py38-torch-pair", "torch 2.14.1", "torch 1.13.0 -> 2.14.1 (.venv's build stands in)"),
-    ("py38-mltable", "mltable 1.5.0", "mltable 1.0.0 -> 1.5.0"),
-    ("py37-azureml-defaults", "server 0.8.0", "azureml-inference-server-http 0.4.14 -> 0.8.0"),
+CLOSURES = [  # a fixture of each shape, its Python, and what its job prints
+    ("py38-azureml-mlflow", "3.8", "mlflow 2.17.2 logged"),
+    ("py38-dask", "3.8", "numpy 1.24.4 sum 8"),
+    ("py38-torch-pair", "3.8", "torch 1.13.0"),  # the environment's own torch, for 3.8
+    ("py38-mltable", "3.8", "mltable 1.0.0"),
+    ("py37-azureml-defaults", "3.7", "server 0.4.14"),
 ]
 
 
 @pytest.mark.heavy
 @pytest.mark.network
-@pytest.mark.parametrize(("name", "printed", "warned"), CLOSURES, ids=[c[0] for c in CLOSURES])
+@pytest.mark.parametrize(("name", "python", "printed"), CLOSURES, ids=[c[0] for c in CLOSURES])
 def test_an_environment_for_an_old_python_completes_as_its_closure_does_on_azure(
-        name, printed, warned, tmp_path, capsys):
-    """Each environment's whole closure, resolved for its Python 3.7/3.8 and moved here as one
-    set: what a per-pin build got wrong (MLflow 3 for azureml-mlflow 1.42, NumPy 2 under dask,
-    torchvision moved without torch, a 3.7 server pinned against azureml-defaults, rslex left
-    behind by mltable) completes, with one warning per moved package, .venv untouched."""
+        name, python, printed, tmp_path, capsys):
+    """Each environment's whole closure, resolved for its Python 3.7/3.8 and installed as is on
+    an interpreter of that version: what a per-pin build got wrong (MLflow 3 for
+    azureml-mlflow 1.42, NumPy 2 under dask, a 3.7 server pinned against azureml-defaults,
+    rslex left behind by mltable) and what a move to 3.11 changed (torch 1.13 for 2.14)
+    completes with Azure's releases, .venv untouched."""
+    if find(python) is None:
+        pytest.skip(f"no Python {python} on this machine: {how_to_get(python)}")
     before = freeze()
     assert local.main([str(ENVS / f"{name}.yml"), "--run-dir", str(tmp_path / "r")]) == 0
     assert printed in (tmp_path / "r/log.txt").read_text()
-    if warned:
-        assert f"command: {warned}" in capsys.readouterr().err
+    assert f"runs on Python {find(python).version}" in capsys.readouterr().err
     assert freeze() == before

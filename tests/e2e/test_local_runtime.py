@@ -197,14 +197,21 @@ def test_a_command_jobs_limits_timeout_cancels_it_and_a_job_that_ends_in_time_co
 
 
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
-def test_a_failure_inside_a_package_built_for_another_python_says_so_once(tmp_path, capsys):
-    # the hello environment asks for Python 3.9; a package raising AttributeError is what a
-    # release made for another Python does, the job's own ZeroDivisionError is not
+def test_a_failure_inside_a_package_moved_from_another_python_says_so_once(tmp_path, capsys,
+                                                                           monkeypatch):
+    # an environment for Python 3.9 where no 3.9 interpreter is to be had is moved here; a
+    # package raising AttributeError is what a release made for another Python does, the job's
+    # own ZeroDivisionError is not
+    from mlops.environments import activation
+
+    monkeypatch.setattr(activation, "find", lambda minor: None)
+    py39 = "environment=azureml:AzureML-minimal-ubuntu22.04-py39-cpu-inference@latest"
     inside = "command=python -c \"import yaml; yaml.safe_load(3)\""
-    assert run(HELLO / "hello-command.yml", tmp_path / "package", inside) == 1
+    assert run(HELLO / "hello-command.yml", tmp_path / "package", inside, py39) == 1
     note = "is built for Python 3.9 on Azure and ran on"
     assert capsys.readouterr().err.count(note) == 1
-    assert run(HELLO / "hello-command.yml", tmp_path / "own", "command=python -c 1/0") == 1
+    assert run(HELLO / "hello-command.yml", tmp_path / "own", "command=python -c 1/0", py39) \
+        == 1
     assert note not in capsys.readouterr().err
 
 

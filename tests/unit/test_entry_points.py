@@ -9,9 +9,10 @@ from support import ROOT
 
 # What every entry module's `if __name__ == "__main__":` block calls, but these: the watchdog and
 # the local endpoint's front import the standard library alone (they start from a path, in any
-# environment's Python), and the MLflow server leaves by os._exit.
+# environment's Python), the mini-batch worker runs in the environment's own Python (it
+# freezes the collector itself), and the MLflow server leaves by os._exit.
 OWN_WAY_OUT = {"mlops/runtime/watchdog.py", "mlops/runtime/mlflow_server.py",
-               "mlops/endpoints/front.py"}
+               "mlops/endpoints/front.py", "mlops/runtime/minibatch_worker.py"}
 
 
 def entry_modules() -> list[str]:

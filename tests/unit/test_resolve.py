@@ -187,7 +187,7 @@ def test_a_package_that_does_not_build_here_is_moved_to_a_wheel_else_named(monke
     """The first failed build takes the package as wheels only (a release with a wheel for this
     Python); if it fails again, the error names it, its version and the fix."""
     moves = []
-    monkeypatch.setattr(closures, "_target_set", lambda *a: {"pyarrow": Locked("9.0.0", False)})
+    monkeypatch.setattr(closures, "target_for", lambda *a: {"pyarrow": Locked("9.0.0", False)})
 
     def move(target, no_build=frozenset()):
         moves.append(no_build)

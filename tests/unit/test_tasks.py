@@ -86,23 +86,31 @@ def test_a_version_error_is_one_raised_inside_an_installed_package(tail, expecte
     assert version_error(tail) is expected
 
 
-def test_an_environment_for_another_python_leaves_a_caveat_for_its_failures(tmp_path,
-                                                                           monkeypatch):
+def test_an_environment_for_another_python_moved_here_leaves_a_caveat_for_its_failures(
+        tmp_path, monkeypatch, capsys):
+    """No interpreter of Python 3.9 to be had: the closure, resolved for 3.9, is moved to this
+    Python, one line says so and how to get one, and a failure carries the caveat."""
     import importlib.metadata
 
     from mlops.environments import activation
     from mlops.environments.envspec import EnvironmentRef
 
     asked = []  # the closure for Python 3.9 is resolved (tests/e2e); here: nothing to install
+    monkeypatch.setattr(activation, "find", lambda minor: None)
     monkeypatch.setattr(activation, "build_closure_layer",
-                        lambda lines, python, label, adds: asked.append((python, lines)))
+                        lambda lines, python, label, adds: asked.append((python, lines))
+                        or tmp_path)
     pin = "\n".join(f"  - {name}=={importlib.metadata.version(name)}"
                     for name in ("pyyaml", "setuptools", "wheel"))
     (tmp_path / "conda.yml").write_text(f"dependencies:\n- python=3.9\n- pip\n- pip:\n{pin}\n")
     envs = activation.Environments()
-    assert envs.layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "job") == []
+    stack = envs.layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "job")
+    assert stack.layers == [tmp_path] and not stack.own
     assert asked and asked[0][0] == "3.9" and "pip" in asked[0][1]
     assert "is built for Python 3.9 on Azure and ran on 3." in envs.caveat("job")
+    err = capsys.readouterr().err
+    assert "no interpreter of Python 3.9 is on this machine" in err
+    assert "uv python install 3.9" in err and "MLOPS_PYTHON_3_9=" in err
     (tmp_path / "conda.yml").write_text(f"dependencies:\n- pip\n- pip:\n{pin}\n")
     envs.layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "same-python")
     assert envs.caveat("same-python") == ""
