@@ -257,7 +257,7 @@ def test_a_dockerfile_from_a_curated_image_adds_to_that_images_packages_and_pyth
                          "sklearn-1.0-ubuntu20.04-py38-cpu")
     assert plan.notice is None and plan.python == "3.8"
     assert plan.requirements[:len(image["pip"])] == image["pip"]
-    assert plan.requirements[-1] == "mlflow"
+    assert plan.requirements[-2:] == ["mlflow", "torch==1.13.0"]
 
 
 @pytest.mark.heavy
@@ -283,7 +283,8 @@ def test_a_release_built_for_numpy_1_gets_numpy_1_as_azures_conda_build_gives_it
 
     (tmp_path / "conda.yml").write_text(
         "dependencies:\n- python=3.11\n- pip\n- pip:\n  - scikit-learn==1.2.2\n")
-    (layer,) = Environments().layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "job")
+    (layer,) = Environments().layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path),
+                                     "job").layers
     imported = subprocess.run([str(layer / "bin/python"), "-c",
                                "import sklearn, numpy; print(numpy.__version__)"],
                               capture_output=True, text=True, check=True)
@@ -308,6 +309,7 @@ CLOSURES = [  # a fixture of each shape, its Python, and what its job prints
     ("py38-torch-pair", "3.8", "torch 1.13.0"),  # the environment's own torch, for 3.8
     ("py38-mltable", "3.8", "mltable 1.0.0"),
     ("py37-azureml-defaults", "3.7", "server 0.4.14"),
+    ("py38-azureml-sdk", "3.8", "azureml-core 1.38.0"),  # none of it installs on 3.11
 ]
 
 

@@ -204,3 +204,45 @@ def test_a_batch_deployment_on_python_38_scores_in_its_own_python(tmp_path, caps
     rows = (tmp_path / "run/outputs/predictions.txt").read_text().splitlines()
     assert rows == ["part-1.csv 0 18", "part-1.csv 1 4", "part-2.csv 0 13.5"]
     assert f"batch scoring on python {py38.version}" in (tmp_path / "run/log.txt").read_text()
+
+
+BUILD = """
+import sys
+from pathlib import Path
+from mlops.environments.activation import Environments
+from mlops.environments.envspec import EnvironmentRef
+stack = Environments().layers(EnvironmentRef({"conda_file": "conda.yml"}, Path(sys.argv[1])), "x")
+print("stack", stack.layers[0], stack.python.version)
+"""
+
+
+def build_in(folder: Path, envs: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", BUILD, str(folder)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "LOCAL_ENVS_DIR": str(envs)})
+
+
+def test_two_first_builds_at_once_build_once_and_a_killed_build_is_built_again(tmp_path):
+    py38 = needs("3.8")
+    (tmp_path / "conda.yml").write_text("dependencies:\n- python=3.8\n- pip\n- pip:\n"
+                                        "  - six==1.16.0\n")
+    envs = tmp_path / "envs"
+    killed = build_in(tmp_path, envs)
+    deadline = time.monotonic() + 120
+    while not list(envs.glob("py3.8-*/bin")):  # the build has started writing
+        assert time.monotonic() < deadline and killed.poll() is None, killed.communicate()[0]
+        time.sleep(0.02)
+    killed.kill()
+    killed.wait()
+    assert not list(envs.glob("py3.8-*/layer.json"))  # left half-built
+    first, second = build_in(tmp_path, envs), build_in(tmp_path, envs)
+    outs = [job.communicate(timeout=300)[0] for job in (first, second)]
+    assert first.returncode == second.returncode == 0, outs
+    assert sum(out.count("environment ready") for out in outs) == 1  # one built, one waited
+    stacks = {line for out in outs for line in out.splitlines() if line.startswith("stack ")}
+    (stack,) = stacks
+    assert stack.endswith(py38.version)
+    six = subprocess.run([stack.split()[1] + "/bin/python", "-c",
+                          "import six, sys; print(six.__version__, sys.version_info[:2])"],
+                         capture_output=True, text=True, check=True)
+    assert six.stdout.strip() == "1.16.0 (3, 8)"
