@@ -111,14 +111,18 @@ NOT_CONTENT = {"layer.json", MANIFEST, "used_by.txt"}  # the cache's own records
 def contents(folder: Path) -> dict[str, int]:
     """Every file (and link) a layer holds, by its path in the layer, with its size; Python's
     bytecode caches, which its users write, are not the layer's content."""
-    found = {}
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
-            path = os.path.join(root, name)
-            relative = os.path.relpath(path, folder)
-            if relative not in NOT_CONTENT:
-                found[relative] = os.lstat(path).st_size
+    found: dict[str, int] = {}
+    todo = [("", str(folder))]
+    while todo:
+        relative, path = todo.pop()
+        with os.scandir(path) as entries:
+            for entry in entries:
+                name = f"{relative}{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name != "__pycache__":
+                        todo.append((f"{name}/", entry.path))
+                elif name not in NOT_CONTENT:
+                    found[name] = entry.stat(follow_symlinks=False).st_size
     return found
 
 
@@ -141,11 +145,17 @@ def damage(folder: Path) -> list[str]:
             for path, size in sorted(recorded.items()) if now.get(path) != size]
 
 
+CHECKED: set[Path] = set()  # layers found whole by this process (a sweep's trials check once)
+
+
 def cached_layer(folder: Path, build: Callable[[Path], None]) -> Path:
     """`folder`, built once by `build` (which writes its layer.json last) and checked before
-    every use against the manifest written after it: a lock keeps concurrent runs out, and a
-    build that died half-way, or a layer damaged since, is built afresh."""
+    its first use in a process against the manifest written after it: a lock keeps concurrent
+    runs out, and a build that died half-way, or a layer damaged since, is built afresh."""
+    if folder in CHECKED and (folder / "layer.json").is_file():
+        return folder
     if (folder / "layer.json").is_file() and not damage(folder):
+        CHECKED.add(folder)
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f"{folder.name}.lock", "w") as lock:
@@ -160,6 +170,7 @@ def cached_layer(folder: Path, build: Callable[[Path], None]) -> Path:
             shutil.rmtree(folder, ignore_errors=True)
             build(folder)
             write_manifest(folder)
+    CHECKED.add(folder)
     return folder
 
 

@@ -7,10 +7,10 @@ family too is the environment's own release for its Python, from the package reg
 once with the environment).
 
 The environment is keyed by its requirements, the version resolved for and the interpreter, built
-once under a lock, and checked against its manifest before every use (layers.cached_layer); its
-layer.json records the resolution, so a cached run resolves nothing. As for .venv's layers, a
-set whose compiled packages were built for NumPy 1 and fail under NumPy 2 is resolved again with
-numpy<2, conda-forge's pairing (abi.py).
+once under a lock, and checked against its manifest before its first use in a run
+(layers.cached_layer); its layer.json records the resolution, so a cached run resolves nothing.
+As for .venv's layers, a set whose compiled packages were built for NumPy 1 and fail under
+NumPy 2 is resolved again with numpy<2, conda-forge's pairing (abi.py).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""A cached environment records what it holds and is checked before each use: a damaged one is
-named and built again (mlops/environments/layers.py)."""
+"""A cached environment records what it holds and is checked before its first use in each run: a
+damaged one is named and built again (mlops/environments/layers.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from mlops.environments import layers
 from mlops.environments.layers import MANIFEST, cached_layer, damage
 
 
@@ -33,6 +34,8 @@ def test_a_layer_that_lost_a_file_is_named_and_built_again(tmp_path, capsys):
     (layer / "lib/site-packages/pkg/data.bin").write_bytes(b"abcd")
     assert damage(layer) == ["lib/site-packages/pkg/__init__.py missing",
                              "lib/site-packages/pkg/data.bin changed"]
+    assert cached_layer(layer, builder(calls)) == layer and len(calls) == 1  # checked once
+    layers.CHECKED.clear()  # the next run (a new process) checks it before its first use
     cached_layer(layer, builder(calls))
     err = capsys.readouterr().err
     assert f"warning: the cached environment {layer} is damaged (lib/site-packages/pkg/" \
