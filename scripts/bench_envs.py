@@ -76,7 +76,7 @@ def measure(value: str, repeat: int, tmp: Path) -> dict:
 
     os.environ["LOCAL_ENVS_DIR"] = str(tmp / f"cache-{abs(hash(value))}")
     envs, ref = Environments(), environment(value)
-    folder = tmp / "task"
+    folder = tmp / f"task-{abs(hash(value))}"  # its own: a later environment replaces none
     own = EnvironmentRef("azureml:image-classifier@latest", ROOT / "jobs")
     create = timed(lambda: envs.layers(ref, "bench"))
     reuse = [timed(lambda: new_run(envs, ref, folder)) for _ in range(repeat)]
