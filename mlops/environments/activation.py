@@ -39,12 +39,7 @@ from mlops.environments.interpreters import (
     minor_of,
     supported,
 )
-from mlops.environments.layers import (
-    BASE_SITE,
-    VENV_BIN,
-    layer_record,
-    make_venv,
-)
+from mlops.environments.layers import Stack, layer_record, make_venv
 from mlops.environments.own_python import build_own_environment, resolved_for
 from mlops.environments.requirements import name_of, unfetchable, with_mpi
 from mlops.specs import flag
@@ -105,28 +100,6 @@ def other_python_caveat(plan: EnvPlan, moved: list[str]) -> str:
             f"{HERE.version} here{changed}: an error raised inside an installed "
             "package (an import, a pickle from older releases, a C extension) may come from "
             "that difference alone and not happen on Azure")
-
-
-@dataclass(frozen=True)
-class Stack:
-    """What a task's top layer goes over: cached layers (highest first) and the Python they are
-    for. Over .venv (`own` False): .venv's site-packages, as the layers see it, is the bottom.
-    A complete environment of its own interpreter (`own`): nothing of .venv is seen."""
-
-    layers: list[Path]
-    python: Python = HERE
-    own: bool = False
-
-    def sites(self) -> list[Path]:
-        """Every site-packages below the top layer, highest first."""
-        sites = [self.python.site(layer) for layer in self.layers]
-        if self.own:
-            return sites
-        below = [Path(layer_record(layer).get("below") or BASE_SITE) for layer in self.layers]
-        return sites + (below[-1:] or [BASE_SITE])
-
-    def bins(self) -> list[Path]:
-        return [layer / "bin" for layer in self.layers] + ([] if self.own else [VENV_BIN])
 
 
 @dataclass(frozen=True)

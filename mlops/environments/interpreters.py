@@ -67,8 +67,9 @@ HERE = Python(Path(os.path.realpath(sys.executable)), platform.python_version())
 
 
 def minor_of(version: str) -> str:
-    """"3.7.5" -> "3.7"; "3.8.*" -> "3.8"."""
-    return ".".join(version.rstrip(".*").split(".")[:2])
+    """"3.7.5" -> "3.7"; "3.8.*" -> "3.8"; "3.8,<3.11" (a conda range) -> "3.8"."""
+    found = re.match(r"(\d+)\.(\d+)", version.strip())
+    return f"{found.group(1)}.{found.group(2)}" if found else version.strip()
 
 
 def probe(executable: Path | str) -> Python | None:
@@ -105,7 +106,7 @@ def _pyenv(minor: str) -> list[str]:
     return [str(root / name / "bin" / f"python{minor}") for _, name in reversed(versions)]
 
 
-def _uv(minor: str, *extra: str, timeout: float = PROBE_TIMEOUT_S) -> list[str]:
+def _uv(minor: str, *extra: str) -> list[str]:
     uv = Path(sys.executable).parent / "uv"
     if not uv.is_file():
         return []
@@ -113,7 +114,7 @@ def _uv(minor: str, *extra: str, timeout: float = PROBE_TIMEOUT_S) -> list[str]:
     env.setdefault("UV_PYTHON_DOWNLOADS", "never")
     try:
         done = subprocess.run([str(uv), "python", *extra, minor], capture_output=True,
-                              text=True, timeout=timeout, env=env)
+                              text=True, timeout=PROBE_TIMEOUT_S, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return []
     if done.returncode != 0:

@@ -17,6 +17,7 @@ import shutil
 import sys
 import sysconfig
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -28,6 +29,28 @@ from mlops.project import cache_root
 VENV_BIN = Path(sys.executable).parent
 BASE_SITE = Path(sysconfig.get_paths()["purelib"])
 PY = HERE.lib
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What a task's top layer goes over: cached layers (highest first) and the Python they are
+    for. Over .venv (`own` False): .venv's site-packages, as the layers see it, is the bottom.
+    A complete environment of its own interpreter (`own`): nothing of .venv is seen."""
+
+    layers: list[Path]
+    python: Python = HERE
+    own: bool = False
+
+    def sites(self) -> list[Path]:
+        """Every site-packages below the top layer, highest first."""
+        sites = [self.python.site(layer) for layer in self.layers]
+        if self.own:
+            return sites
+        below = [Path(layer_record(layer).get("below") or BASE_SITE) for layer in self.layers]
+        return sites + (below[-1:] or [BASE_SITE])
+
+    def bins(self) -> list[Path]:
+        return [layer / "bin" for layer in self.layers] + ([] if self.own else [VENV_BIN])
 
 
 def cache_dir() -> Path:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -33,9 +34,9 @@ VERSION = "own-python-1"  # bump when what an environment holds changes
 def resolved_for(asked: str | None, python: Python | None) -> str:
     """The version a closure is resolved for: the spec's own where it names a patch release
     (3.7.5), else the interpreter's (None: no interpreter, the major.minor asked)."""
-    parts = (asked or "").rstrip(".*").split(".")
-    if len(parts) >= 3 and all(part.isdigit() for part in parts[:3]):
-        return ".".join(parts[:3])
+    exact = re.match(r"(\d+\.\d+\.\d+)(?![\d.])", (asked or "").strip())
+    if exact:
+        return exact.group(1)
     return python.version if python is not None else minor_of(asked or HERE.minor)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support import ROOT
 
-from mlops.environments import activation, interpreters
+from mlops.environments import activation, interpreters, layers
 from mlops.environments.interpreters import HERE, Python
 from mlops.environments.own_python import own_key, resolved_for
 
@@ -57,6 +57,7 @@ def test_an_interpreter_knows_its_minor_version_and_venv_layout():
     assert (found.minor, found.lib, found.info) == ("3.8", "python3.8", (3, 8))
     assert found.site(Path("/v")) == Path("/v/lib/python3.8/site-packages")
     assert interpreters.minor_of("3.7.5") == "3.7" and interpreters.minor_of("3.10.*") == "3.10"
+    assert interpreters.minor_of("3.8,<3.11") == "3.8"  # a conda range: its lower bound
 
 
 def test_pyenv_versions_are_read_directly_newest_patch_first(no_interpreters):
@@ -106,6 +107,8 @@ def test_the_closure_is_resolved_for_the_patch_release_the_spec_names_else_the_i
     assert resolved_for("3.7.5", Python(Path("/p/python3.7"), "3.7.16")) == "3.7.5"
     assert resolved_for("3.8", py38) == "3.8.18" and resolved_for("3.8.*", py38) == "3.8.18"
     assert resolved_for("3.8", None) == "3.8" and resolved_for("3.7.5", None) == "3.7.5"
+    assert resolved_for("3.8,<3.11", py38) == "3.8.18"  # a range: the interpreter's own
+    assert resolved_for("3.8.*", None) == "3.8"
     assert own_key(["a==1"], "3.8.18", py38) != own_key(["a==1"], "3.8.5", py38)
     assert own_key(["a==1"], "3.8.18", py38) != own_key(
         ["a==1"], "3.8.18", Python(Path("/q/python3.8"), "3.8.18"))
@@ -117,7 +120,7 @@ def test_an_environment_of_its_own_python_sees_nothing_of_venv(tmp_path):
     assert own.sites() == [tmp_path / "env/lib/python3.8/site-packages"]
     assert own.bins() == [tmp_path / "env/bin"]
     over = activation.Stack([])
-    assert over.sites() == [activation.BASE_SITE] and over.bins() == [activation.VENV_BIN]
+    assert over.sites() == [layers.BASE_SITE] and over.bins() == [layers.VENV_BIN]
 
 
 def test_an_environment_with_an_interpreter_is_built_on_it_not_moved(tmp_path, monkeypatch,
