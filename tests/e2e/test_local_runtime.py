@@ -403,7 +403,11 @@ def test_a_folder_a_live_runner_uses_is_refused(tmp_path, capsys):
 def test_a_run_folder_a_shell_would_split_runs_through_a_safe_link(tmp_path, capsys):
     """A checkout under `rel 4 ü/`: Azure substitutes paths unquoted, so the commands see the
     folder through a link of safe characters, and every file lands in the real folder."""
-    folder = tmp_path / "my runs ü" / "x;y"
+    import uuid
+
+    # a name never run before: the note comes with a new link (/tmp/mlops-links-<uid> outlives
+    # pytest's numbered folders, which a later session may number the same)
+    folder = tmp_path / f"my runs ü {uuid.uuid4().hex[:8]}" / "x;y"
     assert run(TP / "distributed-tf.yml", folder) == 0
     err = capsys.readouterr().err
     assert f"note: {folder} has characters a shell would split" in err
