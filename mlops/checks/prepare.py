@@ -13,11 +13,9 @@ from mlops.runtime.job import Job
 from mlops.runtime.uris import AssetMap
 from mlops.specs import JOB_TYPES, Spec, an, load_spec
 
-RUNS_HERE = {"commandJob", "sweepJob", "pipelineJob", "sparkJob"}
+RUNS_HERE = {"commandJob", "sweepJob", "pipelineJob", "sparkJob", "autoMLJob"}
 # Why a job azure-ai-ml loads does not run on this machine
 NOT_HERE = {
-    "autoMLJob": "an AutoML job (type: automl) searches models on Azure's AutoML service, "
-                 "which the local runtime does not run; submit it with az ml job create",
     "importJob": "an import job (type: import) copies from an external database or file "
                  "store through Azure's data import service, which this machine lacks; run it "
                  "on Azure and map its output in assets/local-paths.yml",
@@ -49,6 +47,10 @@ def prepare_job(spec_path: str | Path, sets: list[str], removes: list[str],
     if errors:
         raise LocalRunError("\n".join(errors) + "\nAzure would refuse this spec: fix it first"
                             + what_it_is(spec))
+    if spec.kind == "autoMLJob":  # what the local stand-in cannot run is refused before work
+        from mlops.automl.translate import automl_command
+
+        automl_command(spec.data, str(spec_path))
     return Job(spec, assets)
 
 

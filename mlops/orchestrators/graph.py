@@ -8,6 +8,7 @@ node-level overrides).
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
@@ -75,6 +76,14 @@ def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str) -> No
     if not isinstance(raw, dict):
         raise LocalRunError(f"{where}: a node is a mapping (command, component or trial)")
     kind = str(raw.get("type") or "command").lower()
+    if kind == "automl":  # runs as the command that searches (mlops/automl/translate.py)
+        from mlops.automl.translate import automl_command
+
+        built = automl_command(raw, where)
+        for note in built.notes:
+            print(note, file=sys.stderr)
+        return Node(name, "command", built.definition, built.definition, base, where,
+                    inline=True)
     if kind == "sweep":
         definition, def_base = load_component(raw.get("trial"), base, assets, f"{where}.trial")
     elif kind in ("command", "pipeline", "parallel", "spark") and \
@@ -85,8 +94,8 @@ def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str) -> No
         return Node(name, kind, raw, raw, base, where, inline=True)
     else:
         raise LocalRunError(f"{where}: a {kind} node cannot run on this machine (the local "
-                            "runtime runs command, sweep, parallel, spark and pipeline nodes); "
-                            "run it on Azure")
+                            "runtime runs command, sweep, parallel, spark, automl and pipeline "
+                            "nodes); run it on Azure")
     if kind == "pipeline" and not isinstance(definition.get("jobs"), dict):
         raise LocalRunError(f"{where}: the pipeline component has no jobs:")
     return Node(name, kind, raw, definition, def_base, where)

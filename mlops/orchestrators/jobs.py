@@ -59,9 +59,9 @@ def run_command_job(job: Job, rt: engine.Runtime) -> int:
     path = job.spec.path
     if rt.debug is not None:
         rt.debug.check([()])
-    kind = "spark" if job.spec.kind == "sparkJob" else "command"
-    source = TaskSource(definition=job.data, base=path.parent, folder=rt.root, assets=job.assets,
-                        where=f"{path}: {kind}", name=job.name,
+    kind = {"sparkJob": "spark", "autoMLJob": "automl"}.get(job.spec.kind, "command")
+    source = TaskSource(definition=definition_of(job), base=path.parent, folder=rt.root,
+                        assets=job.assets, where=f"{path}: {kind}", name=job.name,
                         experiment=experiment_name(job.data),
                         tags={"mlops.spec": str(path), "mlops.local": "true"})
     if kind == "spark":
@@ -81,6 +81,19 @@ def run_command_job(job: Job, rt: engine.Runtime) -> int:
     return result.code
 
 
+def definition_of(job: Job) -> SpecData:
+    """What runs: the spec itself, or for an AutoML job the command that searches
+    (mlops/automl/translate.py)."""
+    if job.spec.kind != "autoMLJob":
+        return job.data
+    from mlops.automl.translate import automl_command
+
+    built = automl_command(job.data, str(job.spec.path))
+    for note in built.notes:
+        print(note, file=sys.stderr)
+    return built.definition
+
+
 def run_job(job: Job, rt: engine.Runtime) -> int:
     """The job's exit code, from the runner of its kind; a job that completed is known to the
     local workspace by name, with the outputs it declares with `name:` registered."""
@@ -96,7 +109,10 @@ def remember(job: Job, folder: Path) -> int:
     from mlops.workspace.store import Workspace, workspace_root
 
     assets = None if job.spec.kind == "sweepJob" else job.assets  # a sweep publishes in folder
-    declared = job_outputs(job.data.get("outputs"), assets)
+    outputs = job.data.get("outputs")
+    if job.spec.kind == "autoMLJob":
+        outputs = {"best_model": {"type": "mlflow_model"}, **(outputs or {})}
+    declared = job_outputs(outputs, assets)
     paths = {name: str(slot(name, spec, folder)) for name, spec in declared.items()}
     try:
         record_job(Workspace(workspace_root()), [str(job.data.get("name") or ""), folder.name],
@@ -105,7 +121,7 @@ def remember(job: Job, folder: Path) -> int:
         print(f"error: {job.name} completed, but the local workspace could not record it: "
               f"{err}", file=sys.stderr)
         return 1
-    return register_named(job.data.get("outputs"), paths, origin=f"job {folder.name}",
+    return register_named(outputs, paths, origin=f"job {folder.name}",
                           label=job.name)
 
 

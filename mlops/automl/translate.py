@@ -1,0 +1,224 @@
+"""An AutoML job or pipeline node (type: automl) as the command that runs it on this machine.
+
+Azure runs a tabular AutoML job (classification, regression, forecasting) as a search its AutoML
+service drives; no machine outside Azure can call that service. Here the job becomes one command
+of the runtime: the FLAML stand-in (standin/automl_standin.py) in its own environment
+(standin/conda.yml), with the spec's data as inputs and `best_model` as its output, so snapshot,
+environment, MLflow, status, signals, DEBUG= and step reuse are the runtime's own. What the
+stand-in cannot do as Azure does is said once per run (`notes`); what it cannot do at all is
+refused by name before anything runs.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlops.automl.standin import algorithms
+from mlops.errors import LocalRunError
+from mlops.specs import SpecData
+
+STANDIN = Path(__file__).resolve().parent / "standin"
+IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04"
+DATA = ("training_data", "validation_data", "test_data")
+TABULAR = ("classification", "regression", "forecasting")
+IMAGE_TASKS = ("image_classification", "image_classification_multilabel",
+               "image_object_detection", "image_instance_segmentation")
+TEXT_TASKS = ("text_classification", "text_classification_multilabel", "text_ner")
+# Azure's primary metrics, by how a spec may spell them (AUC_weighted, auc_weighted, AUCWeighted)
+METRICS = {name.replace("_", "").lower(): name for name in (
+    "accuracy", "AUC_weighted", "norm_macro_recall", "average_precision_score_weighted",
+    "precision_score_weighted", "spearman_correlation", "normalized_root_mean_squared_error",
+    "r2_score", "normalized_mean_absolute_error")}
+CLASSIFICATION_METRICS = ("accuracy", "AUC_weighted", "norm_macro_recall",
+                          "average_precision_score_weighted", "precision_score_weighted")
+DEFAULT_METRIC = {"classification": "accuracy",  # azure-ai-ml's DEFAULT_PRIMARY_METRIC
+                  "regression": "normalized_root_mean_squared_error",
+                  "forecasting": "normalized_root_mean_squared_error"}
+# keys a command job shares with an AutoML job, passed through as they are
+SHARED_KEYS = ("name", "display_name", "experiment_name", "description", "tags", "compute",
+               "resources", "environment_variables", "identity", "properties")
+
+
+@dataclass(frozen=True)
+class AutoMLCommand:
+    """The command definition an AutoML spec runs as, and what differs from Azure."""
+
+    definition: SpecData
+    notes: list[str] = field(default_factory=list)
+
+
+def task_of(raw: SpecData, where: str) -> str:
+    task = str(raw.get("task") or raw.get("task_type") or "").lower()
+    if task in IMAGE_TASKS:
+        raise LocalRunError(
+            f"{where}: task: {task}: Azure trains image tasks with its own runner "
+            "(azureml-automl-dnn-vision on Python 3.10, an environment of several GB), which "
+            "the local runtime does not run yet; submit this job to Azure")
+    if task in TEXT_TASKS:
+        raise LocalRunError(
+            f"{where}: task: {task}: Azure fine-tunes a Hugging Face model for text tasks, "
+            "downloaded from the hub at run time, which this machine cannot reach; submit "
+            "this job to Azure")
+    if task not in TABULAR:
+        raise LocalRunError(f"{where}: task: {task or '(none)'} is not an AutoML task (one of "
+                            f"{', '.join(TABULAR + IMAGE_TASKS + TEXT_TASKS)})")
+    return task
+
+
+def primary_metric(raw: SpecData, task: str, where: str) -> str:
+    given = raw.get("primary_metric")
+    if given in (None, ""):
+        return DEFAULT_METRIC[task]
+    name = METRICS.get(str(given).replace("_", "").lower(), "")
+    allowed = CLASSIFICATION_METRICS if task == "classification" else \
+        tuple(m for m in METRICS.values() if m not in CLASSIFICATION_METRICS)
+    if name not in allowed:
+        raise LocalRunError(f"{where}.primary_metric: {given!r} is not a {task} metric of "
+                            f"Azure's AutoML (one of {', '.join(allowed)})")
+    return name
+
+
+def azure_algorithms(task: str) -> dict[str, str]:
+    """Every algorithm name Azure knows for the task, by its spelling without _ and case."""
+    from azure.ai.ml import automl
+
+    enum = {"classification": automl.ClassificationModels,
+            "regression": automl.RegressionModels,
+            "forecasting": automl.ForecastingModels}[task]
+    return {m.value.lower(): m.value for m in enum}
+
+
+def algorithm_lists(training: SpecData, task: str, where: str) -> tuple[list[str], list[str],
+                                                                        list[str]]:
+    """(allowed, blocked, notes): Azure's names; an algorithm Azure knows that has no stand-in
+    is noted, one Azure does not know is refused as Azure refuses it."""
+    known = azure_algorithms(task)
+    lists, notes = [], []
+    for key in ("allowed_training_algorithms", "blocked_training_algorithms"):
+        names = []
+        for given in training.get(key) or []:
+            azure = known.get(str(given).replace("_", "").replace("-", "").lower())
+            if azure is None:
+                raise LocalRunError(f"{where}.training.{key}: {given!r} is not a {task} "
+                                    f"algorithm of Azure's AutoML ({', '.join(known.values())})")
+            if not algorithms.canonical(azure, task):
+                notes.append(f"{key}: {azure} has no counterpart in the stand-in")
+                continue
+            names.append(azure)
+        lists.append(names)
+    allowed, blocked = lists
+    if training.get("allowed_training_algorithms") and not allowed:
+        raise LocalRunError(f"{where}.training.allowed_training_algorithms: none of them has a "
+                            f"counterpart in the local stand-in (it has "
+                            f"{', '.join(algorithms.BY_TASK[task])})")
+    if not algorithms.estimators(task, allowed, blocked):
+        raise LocalRunError(f"{where}.training: every algorithm is blocked; nothing to search")
+    return allowed, blocked, notes
+
+
+def limit_flags(limits: SpecData, where: str) -> tuple[dict[str, object], list[str]]:
+    flags: dict[str, object] = {}
+    notes = []
+    for key in ("timeout_minutes", "trial_timeout_minutes", "max_trials", "max_cores_per_trial"):
+        if limits.get(key) not in (None, ""):
+            flags[key] = number(limits[key], f"{where}.limits.{key}")
+    if limits.get("enable_early_termination") is not None:
+        flags["enable_early_termination"] = bool(limits["enable_early_termination"])
+    if int(limits.get("max_concurrent_trials") or 1) > 1:
+        notes.append("limits.max_concurrent_trials: the stand-in runs its trials one at a time")
+    if limits.get("exit_score") is not None:
+        notes.append("limits.exit_score: the stand-in does not stop at a score; it stops at "
+                     "max_trials or timeout_minutes")
+    return flags, notes
+
+
+def number(value, where: str) -> float | int:
+    try:
+        found = float(value)
+    except (TypeError, ValueError):
+        raise LocalRunError(f"{where}: {value!r} is not a number") from None
+    if found <= 0:
+        raise LocalRunError(f"{where}: {value!r}; give a positive number")
+    return int(found) if found == int(found) else found
+
+
+def featurization_flags(featurization: SpecData) -> tuple[dict[str, object], list[str]]:
+    mode = str(featurization.get("mode") or "auto").lower()
+    categorical = [name for name, kind in (featurization.get("column_name_and_types")
+                                           or {}).items() if str(kind).lower() == "categorical"]
+    flags: dict[str, object] = {"featurization": mode}
+    if categorical:
+        flags["categorical_columns"] = ",".join(map(str, categorical))
+    ignored = [k for k in ("transformer_params", "blocked_transformers", "drop_columns",
+                           "dataset_language") if featurization.get(k)]
+    notes = [f"featurization: {', '.join(ignored)} are Azure's featurizers; the stand-in "
+             "featurizes with FLAML's own"] if ignored else []
+    return flags, notes
+
+
+def forecasting_flags(raw: SpecData, where: str) -> dict[str, object]:
+    settings = raw.get("forecasting") or {}
+    if not settings.get("time_column_name"):
+        raise LocalRunError(f"{where}.forecasting.time_column_name: a forecasting job names its "
+                            "time column")
+    if settings.get("time_series_id_column_names"):
+        raise LocalRunError(f"{where}.forecasting.time_series_id_column_names: the local "
+                            "stand-in forecasts one series; many series run on Azure")
+    return {"time_column_name": settings["time_column_name"],
+            "forecast_horizon": int(number(settings.get("forecast_horizon") or 1,
+                                           f"{where}.forecasting.forecast_horizon"))}
+
+
+def search_flags(raw: SpecData, task: str, where: str) -> tuple[dict[str, object], list[str]]:
+    """The stand-in's flags (StandinConfig) from the spec, and what differs from Azure."""
+    target = raw.get("target_column_name")
+    if not target:
+        raise LocalRunError(f"{where}.target_column_name: a {task} job names the column to "
+                            "predict")
+    flags: dict[str, object] = {"task": task, "target_column_name": target,
+                                "primary_metric": primary_metric(raw, task, where)}
+    training = raw.get("training") or {}
+    allowed, blocked, notes = algorithm_lists(training, task, where)
+    if allowed:
+        flags["allowed_training_algorithms"] = ",".join(allowed)
+    if blocked:
+        flags["blocked_training_algorithms"] = ",".join(blocked)
+    for key in ("validation_data_size", "n_cross_validations"):
+        if raw.get(key) not in (None, ""):
+            flags[key] = raw[key] if str(raw[key]) == "auto" else number(raw[key], where)
+    more, said = limit_flags(raw.get("limits") or {}, where)
+    flags.update(more)
+    featurized, ignored = featurization_flags(raw.get("featurization") or {})
+    flags.update(featurized)
+    if task == "forecasting":
+        flags.update(forecasting_flags(raw, where))
+    for key in ("weight_column_name", "cv_split_column_names"):
+        if raw.get(key):
+            notes.append(f"{key}: not applied by the stand-in")
+    return flags, notes + said + ignored
+
+
+def command_line(flags: dict[str, object], data: list[str]) -> str:
+    words = [f"--{key} {shlex.quote(str(value))}" for key, value in flags.items()]
+    words += [f"--{key} ${{{{inputs.{key}}}}}" for key in data]
+    return " ".join(["python automl_standin.py", *words, "--best_model ${{outputs.best_model}}"])
+
+
+def automl_command(raw: SpecData, where: str) -> AutoMLCommand:
+    """The command definition (a command job, or an inline command node) an AutoML spec runs as
+    here; LocalRunError for a task or setting the stand-in cannot run."""
+    task = task_of(raw, where)
+    flags, notes = search_flags(raw, task, where)
+    if not raw.get("training_data"):
+        raise LocalRunError(f"{where}.training_data: an AutoML job trains on an MLTable "
+                            "(training_data: {type: mltable, path: ...})")
+    data = [key for key in DATA if raw.get(key) not in (None, "")]
+    outputs = {"best_model": {"type": "mlflow_model"}, **(raw.get("outputs") or {})}
+    definition = {key: raw[key] for key in SHARED_KEYS if key in raw}
+    definition.update({
+        "type": "command", "command": command_line(flags, data), "code": str(STANDIN),
+        "environment": {"image": IMAGE, "conda_file": str(STANDIN / "conda.yml")},
+        "inputs": {key: raw[key] for key in data}, "outputs": outputs})
+    return AutoMLCommand(definition, [f"note: {where}: {note}" for note in notes])

@@ -1,0 +1,197 @@
+"""AutoML specs (type: automl) become the command that runs them here (mlops/automl/translate.py):
+what is mapped, what is noted, what is refused before any work; and the stand-in's own pure
+parts (Azure's metric names, its algorithm table, Azure's validation rule by rows)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import numpy as np
+import pytest
+from support import ROOT
+
+from mlops.automl.standin import algorithms, azure_metrics
+from mlops.automl.translate import STANDIN, automl_command
+from mlops.checks.prepare import prepare_job
+from mlops.errors import LocalRunError
+from mlops.orchestrators.graph import build_nodes
+from mlops.runtime.uris import AssetMap
+from mlops.specs import load_spec
+
+FIXTURES = ROOT / "tests" / "fixtures" / "automl"
+
+
+def spec(**over) -> dict:
+    base = {"type": "automl", "task": "classification", "target_column_name": "state",
+            "training_data": {"type": "mltable", "path": "./fruit-train"}}
+    return {**base, **over}
+
+
+def flags(command: str) -> dict[str, str]:
+    words = shlex.split(command.replace("${{", "<").replace("}}", ">"))
+    return dict(zip(words[2::2], words[3::2], strict=True))
+
+
+def test_the_classification_fixture_runs_the_stand_in_with_its_settings_as_flags():
+    data = load_spec(FIXTURES / "classification.yml").data
+    built = automl_command(data, "classification.yml")
+    definition = built.definition
+    assert definition["code"] == str(STANDIN)
+    assert definition["environment"]["conda_file"] == str(STANDIN / "conda.yml")
+    assert definition["outputs"] == {"best_model": {"type": "mlflow_model"}}
+    assert set(definition["inputs"]) == {"training_data", "validation_data", "test_data"}
+    assert flags(definition["command"]) == {
+        "--task": "classification", "--target_column_name": "state",
+        "--primary_metric": "AUC_weighted", "--allowed_training_algorithms":
+        "LightGBM,LogisticRegression", "--max_trials": "4", "--timeout_minutes": "5",
+        "--enable_early_termination": "True", "--featurization": "auto",
+        "--training_data": "<inputs.training_data>", "--validation_data":
+        "<inputs.validation_data>", "--test_data": "<inputs.test_data>",
+        "--best_model": "<outputs.best_model>"}
+    assert definition["experiment_name"] == "automl-fixtures" and built.notes == []
+
+
+@pytest.mark.parametrize("given", ["AUC_weighted", "auc_weighted", "AUCWeighted"])
+def test_a_primary_metric_is_read_in_any_spelling_azure_ai_ml_takes(given):
+    command = automl_command(spec(primary_metric=given), "j").definition["command"]
+    assert flags(command)["--primary_metric"] == "AUC_weighted"
+
+
+@pytest.mark.parametrize(("task", "metric"), [
+    ("classification", "accuracy"), ("regression", "normalized_root_mean_squared_error"),
+    ("forecasting", "normalized_root_mean_squared_error")])
+def test_without_a_primary_metric_the_tasks_default_is_azure_ai_mls(task, metric):
+    data = spec(task=task, forecasting={"time_column_name": "date"})
+    assert flags(automl_command(data, "j").definition["command"])["--primary_metric"] == metric
+
+
+def test_a_metric_of_another_task_is_refused_with_the_tasks_own():
+    with pytest.raises(LocalRunError, match=r"j\.primary_metric: 'r2_score' is not a "
+                                            r"classification metric .*accuracy, AUC_weighted"):
+        automl_command(spec(primary_metric="r2_score"), "j")
+
+
+def test_algorithms_are_azures_names_in_any_spelling_and_one_without_a_stand_in_is_noted():
+    built = automl_command(spec(training={"allowed_training_algorithms": [
+        "light_gbm", "xg_boost_classifier", "decision_tree"]}), "j")
+    assert flags(built.definition["command"])["--allowed_training_algorithms"] == \
+        "LightGBM,XGBoostClassifier"
+    assert built.notes == ["note: j: allowed_training_algorithms: DecisionTree has no "
+                           "counterpart in the stand-in"]
+
+
+@pytest.mark.parametrize(("training", "message"), [
+    ({"allowed_training_algorithms": ["gradient_boostin"]},
+     r"'gradient_boostin' is not a classification algorithm of Azure's AutoML"),
+    ({"allowed_training_algorithms": ["DecisionTree", "SVM"]},
+     r"none of them has a counterpart in the local stand-in"),
+    ({"blocked_training_algorithms": list(algorithms.CLASSIFICATION)},
+     r"every algorithm is blocked"),
+])
+def test_an_algorithm_list_nothing_can_run_from_is_refused(training, message):
+    with pytest.raises(LocalRunError, match=message):
+        automl_command(spec(training=training), "j")
+
+
+@pytest.mark.parametrize(("task", "reason"), [
+    ("image_classification", "azureml-automl-dnn-vision"),
+    ("image_object_detection", "azureml-automl-dnn-vision"),
+    ("text_ner", "Hugging Face model"),
+    ("translation", "is not an AutoML task")])
+def test_tasks_the_stand_in_cannot_run_are_refused_with_the_reason(task, reason):
+    with pytest.raises(LocalRunError, match=reason):
+        automl_command(spec(task=task), "j")
+
+
+@pytest.mark.parametrize(("over", "message"), [
+    ({"target_column_name": None}, r"j\.target_column_name: a classification job names"),
+    ({"training_data": None}, r"j\.training_data: an AutoML job trains on an MLTable"),
+    ({"limits": {"max_trials": "many"}}, r"j\.limits\.max_trials: 'many' is not a number"),
+    ({"task": "forecasting"}, r"forecasting\.time_column_name: a forecasting job names"),
+    ({"task": "forecasting", "forecasting": {"time_column_name": "d",
+                                             "time_series_id_column_names": ["store"]}},
+     r"forecasts one series")])
+def test_a_setting_the_stand_in_cannot_run_is_refused_by_its_key(over, message):
+    with pytest.raises(LocalRunError, match=message):
+        automl_command(spec(**over), "j")
+
+
+def test_what_the_stand_in_does_differently_is_noted_once_per_setting():
+    built = automl_command(spec(limits={"max_concurrent_trials": 4, "exit_score": 0.9},
+                                featurization={"mode": "custom",
+                                               "blocked_transformers": ["LabelEncoder"],
+                                               "column_name_and_types": {"n c": "Categorical"}},
+                                weight_column_name="w"), "j")
+    assert [note.split(": ", 2)[2].split(":")[0] for note in built.notes] == [
+        "weight_column_name", "limits.max_concurrent_trials", "limits.exit_score",
+        "featurization"]
+    found = flags(built.definition["command"])
+    assert found["--categorical_columns"] == "n c" and found["--featurization"] == "custom"
+
+
+def test_an_automl_node_is_a_command_node_bound_to_the_step_before_it():
+    data = load_spec(FIXTURES / "pipeline.yml").data
+    nodes = build_nodes(data["jobs"], FIXTURES, AssetMap(ROOT / "assets/local-paths.yml"),
+                        "pipeline.yml")
+    assert [n.name for n in nodes] == ["prep", "search", "score"]
+    search = nodes[1]
+    assert search.kind == "command" and search.inline
+    assert search.raw["inputs"] == {
+        "training_data": "${{parent.jobs.prep.outputs.train}}",
+        "validation_data": "${{parent.jobs.prep.outputs.valid}}"}
+    assert search.raw["outputs"]["best_model"]["name"] == "automl-fixture-fruit"
+
+
+def test_a_published_style_automl_spec_passes_azure_ai_mls_loader_and_a_bad_one_does_not(
+        tmp_path):
+    job = prepare_job(FIXTURES / "classification.yml", [], [], AssetMap(tmp_path / "none.yml"))
+    assert job.spec.kind == "autoMLJob"
+    with pytest.raises(LocalRunError, match=r"limits"):
+        prepare_job(FIXTURES / "classification.yml", ["limits.max_trials=lots"], [],
+                    AssetMap(tmp_path / "none.yml"))
+    image = tmp_path / "image.yml"
+    image.write_text("type: automl\ntask: image_classification\ntarget_column_name: label\n"
+                     f"training_data:\n  type: mltable\n  path: {FIXTURES / 'fruit-train'}\n"
+                     "limits:\n  max_trials: 2\ntraining_parameters:\n  model_name: resnet18\n")
+    with pytest.raises(LocalRunError, match=r"image\.yml: task: image_classification: Azure "
+                                            r"trains image tasks with its own runner"):
+        prepare_job(image, [], [], AssetMap(tmp_path / "none.yml"))
+
+
+def test_azures_classification_metrics_carry_azures_names_and_definitions():
+    y = np.array(["a", "a", "b", "b", "c", "c"])
+    predicted = np.array(["a", "b", "b", "b", "c", "a"])
+    proba = np.array([[.8, .1, .1], [.3, .6, .1], [.1, .8, .1], [.2, .7, .1], [.1, .1, .8],
+                      [.5, .2, .3]])
+    found = azure_metrics.classification(y, predicted, proba, ["a", "b", "c"])
+    assert found["accuracy"] == pytest.approx(4 / 6)
+    assert found["norm_macro_recall"] == pytest.approx((4 / 6 - 1 / 3) / (1 - 1 / 3))
+    assert {"AUC_weighted", "average_precision_score_weighted", "log_loss",
+            "precision_score_weighted", "f1_score_macro", "matthews_correlation"} <= set(found)
+    assert "AUC_weighted" not in azure_metrics.classification(y, predicted, None, ["a", "b", "c"])
+    assert azure_metrics.loss(found, "accuracy") == pytest.approx(-4 / 6)
+
+
+def test_azures_regression_errors_are_normalized_by_the_targets_range():
+    found = azure_metrics.regression([0.0, 10.0, 20.0], [1.0, 10.0, 17.0], y_range=20.0)
+    assert found["root_mean_squared_error"] == pytest.approx((10 / 3) ** 0.5)
+    assert found["normalized_root_mean_squared_error"] == pytest.approx((10 / 3) ** 0.5 / 20)
+    assert found["normalized_mean_absolute_error"] == pytest.approx(4 / 3 / 20)
+    assert azure_metrics.loss(found, "normalized_mean_absolute_error") == pytest.approx(4 / 60)
+    assert azure_metrics.loss({}, "r2_score") == float("inf")
+
+
+@pytest.mark.parametrize(("rows", "expected"), [
+    (999, {"eval_method": "cv", "n_splits": 10}), (20000, {"eval_method": "cv", "n_splits": 3}),
+    (20001, {"eval_method": "holdout", "split_ratio": 0.1})])
+def test_without_validation_settings_azures_rule_by_rows_picks_folds_or_a_holdout(
+        rows, expected, monkeypatch):
+    monkeypatch.syspath_prepend(str(STANDIN))  # the stand-in's modules import each other
+    search = pytest.importorskip("search")
+    config = type("Config", (), {"validation_data_size": 0.0, "n_cross_validations": ""})
+    data = search.Data(X=None, y=[0] * rows)
+    assert search.validation(config, data) == expected
+    config.n_cross_validations = "5"
+    assert search.validation(config, data) == {"eval_method": "cv", "n_splits": 5}
+    sys.modules.pop("search", None)
