@@ -122,7 +122,8 @@ def limit_flags(limits: SpecData, where: str) -> tuple[dict[str, object], list[s
     flags: dict[str, object] = {}
     notes = []
     for key in ("timeout_minutes", "trial_timeout_minutes", "max_trials", "max_cores_per_trial"):
-        if limits.get(key) not in (None, ""):
+        if limits.get(key) not in (None, "") and \
+                not (key == "max_cores_per_trial" and str(limits[key]) == "-1"):  # all cores
             flags[key] = number(limits[key], f"{where}.limits.{key}")
     if limits.get("enable_early_termination") is not None:
         flags["enable_early_termination"] = bool(limits["enable_early_termination"])
@@ -166,9 +167,12 @@ def forecasting_flags(raw: SpecData, where: str) -> dict[str, object]:
     if settings.get("time_series_id_column_names"):
         raise LocalRunError(f"{where}.forecasting.time_series_id_column_names: the local "
                             "stand-in forecasts one series; many series run on Azure")
-    return {"time_column_name": settings["time_column_name"],
-            "forecast_horizon": int(number(settings.get("forecast_horizon") or 1,
-                                           f"{where}.forecasting.forecast_horizon"))}
+    found = {"time_column_name": settings["time_column_name"],
+             "forecast_horizon": int(number(settings.get("forecast_horizon") or 1,
+                                            f"{where}.forecasting.forecast_horizon"))}
+    if settings.get("frequency"):
+        found["frequency"] = str(settings["frequency"])
+    return found
 
 
 def search_flags(raw: SpecData, task: str, where: str) -> tuple[dict[str, object], list[str]]:

@@ -195,3 +195,19 @@ def test_without_validation_settings_azures_rule_by_rows_picks_folds_or_a_holdou
     config.n_cross_validations = "5"
     assert search.validation(config, data) == {"eval_method": "cv", "n_splits": 5}
     sys.modules.pop("search", None)
+
+
+@pytest.mark.parametrize(("alias", "now"), [("H", "h"), ("15T", "15min"), ("W-THU", "W-THU"),
+                                            ("M", "ME"), ("D", "D")])
+def test_a_forecasting_frequency_in_azures_older_pandas_spelling_is_read(alias, now, monkeypatch):
+    monkeypatch.syspath_prepend(str(STANDIN))
+    search = pytest.importorskip("search")
+    import pandas as pd
+
+    assert search.offset(alias) == pd.tseries.frequencies.to_offset(now)
+    sys.modules.pop("search", None)
+
+
+def test_max_cores_per_trial_minus_one_is_every_core_as_on_azure():
+    command = automl_command(spec(limits={"max_cores_per_trial": -1}), "j").definition["command"]
+    assert "--max_cores_per_trial" not in command  # the stand-in's default, -1: every core

@@ -58,6 +58,7 @@ class StandinConfig:
     categorical_columns: str = ""  # featurization.column_name_and_types: ... Categorical
     time_column_name: str = ""
     forecast_horizon: int = 1
+    frequency: str = ""  # a pandas offset alias (H, D, W-THU); "" infers it
     seed: int = 1
     best_model: str = ""  # the output folder of the best model
 

@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,10 +64,47 @@ def read_table(folder: str, config, role: str) -> pd.DataFrame:
 def split(frame: pd.DataFrame, config) -> tuple:
     frame = frame.reset_index(drop=True)
     if config.task == "forecasting":
-        frame = frame.sort_values(config.time_column_name).reset_index(drop=True)
+        frame = regular(frame, config)
         first = [config.time_column_name]
         frame = frame[first + [c for c in frame.columns if c not in first]]
     return frame.drop(columns=[config.target_column_name]), frame[config.target_column_name]
+
+
+# the aliases pandas 3 renamed, which specs written for Azure's older pandas use
+LEGACY_ALIASES = {"H": "h", "BH": "bh", "T": "min", "S": "s", "L": "ms", "U": "us", "N": "ns",
+                  "M": "ME", "BM": "BME", "SM": "SME", "Q": "QE", "BQ": "BQE", "A": "YE",
+                  "Y": "YE", "BA": "BYE", "BY": "BYE"}
+
+
+def offset(alias: str):
+    """forecasting.frequency as this pandas reads it ("H" is "h" since pandas 2.2)."""
+    try:
+        return pd.tseries.frequencies.to_offset(alias)
+    except ValueError:
+        number = alias.rstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ-")
+        unit, _, anchor = alias[len(number):].partition("-")
+        renamed = number + LEGACY_ALIASES.get(unit.upper(), unit) + (f"-{anchor}" if anchor
+                                                                    else "")
+        return pd.tseries.frequencies.to_offset(renamed)
+
+
+def regular(frame: pd.DataFrame, config) -> pd.DataFrame:
+    """A series on a regular grid, as Azure's forecasting featurization makes it: the time
+    column parsed, one row per time (the first), gaps filled at `frequency` (given, else
+    inferred, else the most common step) and carried forward."""
+    time = config.time_column_name
+    if time not in frame.columns:
+        raise SystemExit(f"error: no column {time!r} (forecasting.time_column_name); the "
+                         f"columns: {', '.join(map(str, frame.columns))}")
+    frame = frame.assign(**{time: pd.to_datetime(frame[time])})
+    frame = frame.sort_values(time).drop_duplicates(time).set_index(time)
+    frequency = offset(config.frequency) if config.frequency else \
+        pd.infer_freq(frame.index) or pd.Series(frame.index).diff().mode().iloc[0]
+    filled = frame.asfreq(frequency).ffill()
+    if len(filled) != len(frame):
+        print(f"note: {len(filled) - len(frame)} missing time(s) at frequency {frequency} "
+              "filled with the last value", flush=True)
+    return filled.reset_index()
 
 
 def load_data(config) -> Data:
@@ -159,7 +197,12 @@ def searcher():
 def run(config, data: Data, chosen: dict[str, str], flaml_task: str) -> Outcome:
     log = Path("automl_trials.jsonl").resolve()
     automl = searcher()
-    extra = {"period": config.forecast_horizon} if config.task == "forecasting" else {}
+    extra = {}
+    if config.task == "forecasting":
+        extra["period"] = config.forecast_horizon
+        import statsmodels.tools.sm_exceptions  # noqa: F401 - it sets its warnings to "always"
+
+        warnings.filterwarnings("ignore", message="No frequency information")  # each fit
     automl.fit(X_train=data.X, y_train=data.y, task=flaml_task,
                metric=trial_metrics(config, data), estimator_list=list(chosen.values()),
                log_file_name=str(log), log_type="all", seed=config.seed, verbose=1,
