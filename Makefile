@@ -240,9 +240,10 @@ endpoint-show-local: $(STAMP) ## endpoint-show's twin: the local endpoint, its t
 stop-local: $(STAMP) ## Stop the local endpoint (it answers what it accepted first)
 	$(PY) -m mlops.serve stop $(LOCAL_ENDPOINT)
 
-batch-local: $(STAMP) ## Run the batch deployment spec locally over INPUT=<folder|zip> (MODEL_DIR=)
+batch-local: $(STAMP) ## Run the batch deployment spec locally over INPUT=<folder|zip> (MODEL_DIR=, INPUT_TYPE=mltable)
 	$(if $(INPUT),,$(error set INPUT=<folder of images or .zip>))
 	$(PY) -m mlops.batch $(call q,$(BATCH_DEPLOYMENT)) --input $(call q,$(INPUT)) \
+		$(if $(INPUT_TYPE),--input-type $(call q,$(INPUT_TYPE))) \
 		--max-procs $(call q,$(NPROC)) $(if $(MODEL_DIR),--model $(call q,$(MODEL_DIR))) \
 		$(if $(RUN_DIR),--run-dir $(call q,$(RUN_DIR))) $(DEBUG_ARGS)
 

@@ -15,9 +15,10 @@ mlops/            run, validate, serve, batch, envs, workflow_lint: the front do
                   service (a server left running), devices, watchdog, readonly_inputs, failures,
                   mlflow_runs and mlflow_server, uris (the asset map), reuse (step reuse), job
                   (a checked job spec and its run folder), minibatch and minibatch_worker (the
-                  mini-batch driver of batch deployments and parallel nodes)
+                  mini-batch driver of batch deployments and parallel nodes), mltable and
+                  mltable_worker (tables read by Azure's mltable package)
   orchestrators/  jobs (a job spec -> its kind's runner), sweep (+ sampling, policies), pipeline
-                  (+ graph), parallel (+ mltable)
+                  (+ graph), parallel
   checks/         validation (schema, azure-ai-ml and lint layers), prepare (a job spec as
                   az ml job create checks it), lint, lint_assets, skus, overrides (--set /
                   --remove), sdk_findings (azure-ai-ml's verdicts at their file and line)
@@ -30,6 +31,8 @@ mlops/            run, validate, serve, batch, envs, workflow_lint: the front do
                   the AZUREML_MODEL_DIR layout), online (the local online endpoint),
                   batch_deployment (a batch deployment over a folder), nocode/ (Azure's scoring
                   for MLflow models deployed without code)
+  automl/         translate (an AutoML job or node -> the command that runs it), standin/ (the
+                  tabular stand-in: FLAML in its own environment, run as the job's code)
 
 Imports point down or sideways, never up into a front door (tests/unit/test_imports.py).
 """

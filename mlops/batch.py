@@ -1,7 +1,7 @@
 """Run a batch deployment spec locally, as `az ml batch-endpoint invoke` runs it (make batch-local).
 
     python -m mlops.batch endpoints/batch/deployment.yml --input <folder|zip|azureml:..>
-                          [--model DIR]
+                          [--input-type mltable] [--model DIR]
 
 How it runs: mlops/endpoints/batch_deployment.py. Exit codes: 0 when every mini-batch completed;
 1 when the run failed; 2 for a spec or input error; 128 + the signal number when interrupted.
@@ -25,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("deployment", type=Path, help="a model batch deployment spec")
     parser.add_argument("--input", required=True, help="a folder of images, or a zip; or a "
                         "data asset (azureml:<name>@latest), a job's output, a mapped URI")
+    parser.add_argument("--input-type", default="uri_folder",
+                        choices=("uri_folder", "uri_file", "mltable"),
+                        help="mltable: score the rows of the MLTable folder --input names")
     parser.add_argument("--model", help="model folder (default: as make serve-local picks it)")
     parser.add_argument("--run-dir", type=Path)
     parser.add_argument("--max-procs", type=int, default=usable_cores())
@@ -38,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     request = BatchRequest(args.deployment, args.input, args.model, args.run_dir,
                            args.max_procs, args.env_file, args.asset_file,
-                           DebugRequest.parse(args.debug, args.debug_port))
+                           DebugRequest.parse(args.debug, args.debug_port),
+                           input_type=args.input_type)
     return exit_code(lambda: run_local(request))
 
 

@@ -28,7 +28,7 @@ from mlops.checks import lint, lint_assets, sdk_findings
 from mlops.project import cache_root
 from mlops.specs import ROOT, SCHEMA_DIR, Finding, Spec, SpecError, load_spec
 
-KINDS = ("commandJob", "sweepJob", "pipelineJob", "sparkJob", "autoMLJob", "commandComponent",
+KINDS = ("commandJob", "sweepJob", "pipelineJob", "sparkJob", "commandComponent",
          "sparkComponent", "environment",
          "amlCompute", "data", "model", "managedOnlineEndpoint", "managedOnlineDeployment",
          "kubernetesOnlineDeployment", "batchEndpoint", "modelBatchDeployment", "batchDeployment")
@@ -51,8 +51,12 @@ def _most_specific(error: ValidationError) -> ValidationError:
     return error
 
 
+# kinds azure-ai-ml's loader alone checks: an AutoML job has one schema per task there
+SDK_ONLY = ("autoMLJob",)
+
+
 def schema_layer(spec: Spec) -> list[Finding]:
-    if spec.kind == "autoMLJob":  # one schema per task in azure-ai-ml: its loader checks them
+    if spec.kind in SDK_ONLY:
         return []
     if spec.kind not in KINDS:
         what = (f"unknown $schema '{spec.data['$schema']}'" if spec.data.get("$schema")
@@ -239,7 +243,7 @@ def duplicate_keys(spec: Spec) -> list[Finding]:
 
 def _layers(spec: Spec, for_run: bool) -> list[Finding]:
     schema = schema_layer(spec)
-    if spec.kind not in KINDS:
+    if spec.kind not in KINDS + SDK_ONLY:
         return schema
     sdk = sdk_cached(spec) if for_run else sdk_layer(spec)
     if not sdk:

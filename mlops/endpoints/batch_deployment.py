@@ -33,6 +33,7 @@ from mlops.runtime.aliases import safe_root
 from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.mlflow_runs import Tracking, tracking_uri
 from mlops.runtime.mlflow_server import Server
+from mlops.runtime.mltable import read_table, row_batches
 from mlops.runtime.placement import Placement
 from mlops.runtime.records import Status
 from mlops.runtime.tasks import Task, variables
@@ -55,6 +56,8 @@ class BatchRequest:
     env_file: Path = ENV_MAP
     asset_file: Path = ASSET_MAP
     debug: DebugRequest | None = None  # DEBUG=1 or worker:N: a scoring process to debug
+    input_type: str = "uri_folder"  # mltable: the input's rows (an MLTable folder), as an
+    # Input(type="mltable") or an mltable data asset is scored on Azure
 
 
 def input_files(source: Path, folder: Path) -> minibatch.Listing:
@@ -95,32 +98,54 @@ def scoring_task(deployment: Deployment, folder: Path, *, layout: ModelLayout, s
                             requested, max_procs, str(deployment.spec.path))))
 
 
-def run_batch(deployment: Deployment, source: Path, rt: engine.Runtime) -> int:
-    settings = batch_settings(deployment.spec.data)
-    listing = input_files(source.resolve(), rt.root)
+@dataclass(frozen=True)
+class Work:
+    """The mini-batches a batch run scores, and what they are made of."""
+
+    batches: minibatch.Batches
+    unit: str  # "files" or "rows"
+    skipped: int = 0  # entries of the input that are not files
+
+
+def plan(source: Path, root: Path, *, tabular: bool, size: int, limits: minibatch.Limits
+         ) -> Work:
+    """`size` files of the input at a time, or `size` rows of its table (an MLTable folder,
+    read by Azure's mltable package)."""
+    if tabular:
+        frame = read_table(source.resolve(), "--input", root / "work" / "table")
+        batches = row_batches(frame, size, root / "work" / "tables")
+        return Work(minibatch.Batches(batches=batches, items=len(frame), limits=limits), "rows")
+    listing = input_files(source.resolve(), root)
     if listing.skipped:
         print(listing.notice(), file=sys.stderr)
     files = listing.files
-    size = max(1, int(settings.get("mini_batch_size") or 10))
     batches = [files[i:i + size] for i in range(0, len(files), size)]
+    return Work(minibatch.Batches(batches=batches, items=len(files), limits=limits), "files",
+                len(listing.skipped))
+
+
+def run_batch(deployment: Deployment, source: Path, rt: engine.Runtime, *,
+              tabular: bool = False) -> int:
+    settings = batch_settings(deployment.spec.data)
+    work = plan(source, rt.root, tabular=tabular,
+                size=max(1, int(settings.get("mini_batch_size") or 10)),
+                limits=minibatch.Limits(int(settings.get("error_threshold", -1))))
     (rt.root / "outputs").mkdir(parents=True, exist_ok=True)
     layout = lay_out(deployment.model, rt.root)
     task = scoring_task(deployment, rt.root, layout=layout, settings=settings,
                         max_procs=rt.max_procs)
     driver = "the MLflow batch driver (no code)" if deployment.nocode else \
         deployment.scoring_script
-    print(f"{task.name}: {len(files)} files in {len(batches)} mini-batch(es), "
-          f"{task.placement.copies} process(es), {driver}\n  model: "
+    print(f"{task.name}: {work.batches.items} {work.unit} in {len(work.batches.batches)} "
+          f"mini-batch(es), {task.placement.copies} process(es), {driver}\n  model: "
           f"{deployment.model.describe()} -> AZUREML_MODEL_DIR={layout.root}")
-    work = minibatch.Batches(batches=batches, items=len(files),
-                             limits=minibatch.Limits(int(settings.get("error_threshold", -1))))
-    driven = minibatch.drive(task, rt, work, echo=False, announce=lambda _: print(
+    driven = minibatch.drive(task, rt, work.batches, echo=False, announce=lambda _: print(
         f"  environment: {rt.environments.labels.get(task.where, '.venv')}"))
-    return summarize(rt, driven, settings=settings, name=task.name, skipped=len(listing.skipped))
+    return summarize(rt, driven, settings=settings, name=task.name, work=work)
 
 
 def summarize(rt: engine.Runtime, driven: minibatch.Driven, *, settings: SpecData, name: str,
-              skipped: int = 0) -> int:
+              work: Work) -> int:
     tally, result = driven.tally, driven.result
     output = None
     if str(settings.get("output_action", "append_row")).lower() == "append_row":
@@ -129,9 +154,10 @@ def summarize(rt: engine.Runtime, driven: minibatch.Driven, *, settings: SpecDat
     rate = tally.items / max(driven.seconds, 1e-6)
     rt.tracking.client.log_metric(result.run_id, "images_per_s", rate)
     rt.tracking.client.log_metric(result.run_id, "failed_files", tally.failed)
-    not_files = f", {skipped} not files (not scored)" if skipped else ""
-    print(f"\n{name}: {result.status}: {tally.scored} of {tally.items} files scored, "
-          f"{tally.failed} failed{not_files}, {driven.seconds:.1f} s ({rate:.1f} files/s)")
+    not_files = f", {work.skipped} not files (not scored)" if work.skipped else ""
+    print(f"\n{name}: {result.status}: {tally.scored} of {tally.items} {work.unit} scored, "
+          f"{tally.failed} failed{not_files}, {driven.seconds:.1f} s ({rate:.1f} "
+          f"{work.unit}/s)")
     if output:
         print(f"  rows: {output}")
     errors = sorted((rt.root / "outputs").glob("errors_*.csv"))
@@ -160,7 +186,7 @@ def run_local(request: BatchRequest) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         rt = engine.Runtime(safe_root(folder), max(1, request.max_procs), Tracking(server),
                             Environments(request.env_file), debug=request.debug)
-        return run_batch(deployment, source, rt)
+        return run_batch(deployment, source, rt, tabular=request.input_type == "mltable")
     finally:
         server.close()
         launch.restore_signal_handlers(handlers)

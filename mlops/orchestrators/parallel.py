@@ -23,8 +23,8 @@ from pathlib import Path
 
 from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
-from mlops.orchestrators.mltable import read_table
 from mlops.runtime import engine, minibatch
+from mlops.runtime.mltable import read_table, row_batches
 from mlops.runtime.placement import Placement
 from mlops.runtime.tasks import Task, TaskSource, code_path, variables
 from mlops.runtime.values import OutputSpec, Value
@@ -60,16 +60,9 @@ def input_name(definition: SpecData, inputs: dict[str, Value], where: str) -> st
 
 def table_batches(value: Value, size: int, work: Path, where: str) -> list[SpecData]:
     """The table's rows in mini-batches of about `size` bytes, each saved as a CSV."""
-    frame = read_table(Path(value.path), where)
+    frame = read_table(Path(value.path), where, work / "table")
     per_row = max(1, len(frame.to_csv(index=False).encode()) // max(1, len(frame)))
-    rows = max(1, size // per_row)
-    (work / "tables").mkdir(parents=True, exist_ok=True)
-    batches = []
-    for index, start in enumerate(range(0, len(frame), rows)):
-        path = work / "tables" / f"{index:06d}.csv"
-        frame.iloc[start:start + rows].to_csv(path, index=False)
-        batches.append({"table": str(path), "rows": len(frame.iloc[start:start + rows])})
-    return batches
+    return row_batches(frame, max(1, size // per_row), work / "tables")
 
 
 def file_batches(name: str, value: Value, size: int, folder: Path) -> list[list[str]]:

@@ -50,12 +50,20 @@ def claim(work: Path) -> Path | None:
     return None
 
 
+TEXT_TYPES = ("object", "str", "string")
+
+
 def as_input(batch):
-    """A mini-batch as run() receives it: a list of file paths, or a table as a DataFrame."""
+    """A mini-batch as run() receives it: a list of file paths, or a table as a DataFrame with
+    the column types the whole table was read with (not those of its few rows)."""
     if isinstance(batch, dict) and "table" in batch:
         import pandas as pd
 
-        return pd.read_csv(batch["table"])
+        types = batch.get("types") or {}
+        dates = [name for name, kind in types.items() if kind.startswith("datetime")]
+        given = {name: (str if kind in TEXT_TYPES else kind) for name, kind in types.items()
+                 if name not in dates}
+        return pd.read_csv(batch["table"], dtype=given or None, parse_dates=dates or False)
     return batch
 
 

@@ -130,6 +130,26 @@ def test_an_mlflow_batch_deployment_without_code_writes_azures_predictions_file(
     assert "File type 'txt' is not supported" in (tmp_path / "run" / "log.txt").read_text()
 
 
+@pytest.mark.network  # a cold cache: the MLTable reader's environment from the registry
+def test_an_mltable_input_is_scored_row_by_row_as_azure_reads_the_table(
+        deployments, tmp_path, capsys, mlflow_store):
+    """A folder with 01.csv and its MLTable, given as an mltable input: the table's rows are
+    scored (as a folder of files, its MLTable file would fail: "File type '' is not
+    supported"); the MLTable's own `take` applies."""
+    data = tmp_path / "table"
+    data.mkdir()
+    (data / "01.csv").write_text("a,b,c\n1.0,2,3\n0,0,0\n10,-1,0.5\n2,2.5,2\n")
+    (data / "MLTable").write_text("paths:\n  - file: ./01.csv\ntransformations:\n"
+                                  "  - read_delimited:\n      delimiter: ','\n  - take: 3\n")
+    code = batch.main([str(deployments / "mlflow" / "batch-deployment.yml"), "--input", str(data),
+                       "--input-type", "mltable", "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert code == 0 and "3 of 3 rows scored, 0 failed" in out
+    rows = (tmp_path / "run/outputs/predictions.csv").read_text().splitlines()
+    assert [float(r.split(",")[1]) for r in rows] == pytest.approx(
+        expected([[1, 2, 3], [0, 0, 0], [10, -1, 0.5]]))
+
+
 @pytest.mark.heavy
 @pytest.mark.network
 def test_a_deployment_pinning_another_scikit_learn_serves_in_that_environment(

@@ -48,3 +48,20 @@ def test_table_rows_are_dataframes_in_size_bounded_mini_batches(tmp_path):
     assert rows.splitlines() == expected
     batches = list((tmp_path / "run/steps/score/work/tables").glob("*.csv"))
     assert 1 < len(batches) < 24
+
+
+@pytest.mark.network  # a cold cache: the MLTable reader's environment from the registry
+def test_an_mltables_own_transformations_apply_as_azures_mltable_reads_them(tmp_path):
+    """The table is read by Azure's mltable package: `take` keeps the first rows, and a path
+    outside this machine is refused before anything starts."""
+    import shutil
+
+    copy = shutil.copytree(PARALLEL, tmp_path / "parallel")
+    table = copy / "table/MLTable"
+    table.write_text(table.read_text() + "  - take: 5\n")
+    argv = [str(copy / "table-pipeline.yml"), "--max-procs", "2"]
+    assert local.main([*argv, "--run-dir", str(tmp_path / "run")]) == 0
+    rows = (tmp_path / "run/steps/score/outputs/scored/parallel_run_step.txt").read_text()
+    assert len(rows.splitlines()) == 5
+    table.write_text("paths:\n  - file: wasbs://data@account.blob.core.windows.net/f.csv\n")
+    assert local.main([*argv, "--run-dir", str(tmp_path / "remote")]) != 0

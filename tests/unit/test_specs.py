@@ -229,7 +229,7 @@ def test_a_job_is_typed_by_its_type_whatever_its_schema_url(tmp_path):
 
 
 @pytest.mark.parametrize(("data", "said"), [
-    ({"type": "automl", "task": "classification"}, "an AutoML job (type: automl)"),
+    ({"type": "finetuning"}, "a fine-tuning job (type: finetuning)"),
     ({"type": "import"}, "an import job (type: import)"),
     ({"type": "Command", "command": "x"}, "type: 'Command' is not a job type (azure-ai-ml: "
                                           "'Unsupported job type: Command.')"),
@@ -256,10 +256,11 @@ def test_a_spark_job_whose_schema_names_a_component_runs_by_its_type():
     assert spec.kind == "sparkJob" and not_runnable(spec) == ""
 
 
-def test_every_job_kind_azure_ai_ml_loads_is_known_and_the_four_local_ones_run():
+def test_every_job_kind_azure_ai_ml_loads_is_known_and_the_five_local_ones_run():
     from mlops.checks.prepare import not_runnable
     from mlops.specs import Spec
 
     for type_ in JOB_TYPES:
         reason = not_runnable(Spec(Path("x.yml"), {"type": type_}, role="job"))
-        assert bool(reason) == (type_ not in ("command", "sweep", "pipeline", "spark")), type_
+        assert bool(reason) == (type_ not in ("command", "sweep", "pipeline", "spark",
+                                              "automl")), type_

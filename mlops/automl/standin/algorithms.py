@@ -54,7 +54,7 @@ def canonical(name: str, task: str) -> str:
                  if azure.lower() == key), "")
 
 
-def estimators(task: str, allowed: list, blocked: list) -> dict:
+def estimators(task: str, allowed: list[str], blocked: list[str]) -> dict[str, str]:
     """Azure name -> FLAML estimator for the algorithms the search may use."""
     table = BY_TASK[task]
     chosen = [canonical(n, task) for n in allowed] if allowed else list(table)

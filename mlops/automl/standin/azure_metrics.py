@@ -22,7 +22,7 @@ GOALS = {
 }
 
 
-def classification(y_true, y_pred, proba, labels) -> dict:
+def classification(y_true, y_pred, proba, labels) -> dict[str, float]:
     found = {"accuracy": sk.accuracy_score(y_true, y_pred),
              "balanced_accuracy": sk.balanced_accuracy_score(y_true, y_pred),
              "matthews_correlation": sk.matthews_corrcoef(y_true, y_pred)}
@@ -40,7 +40,7 @@ def classification(y_true, y_pred, proba, labels) -> dict:
     return found
 
 
-def probability_metrics(y_true, proba, labels) -> dict:
+def probability_metrics(y_true, proba, labels) -> dict[str, float]:
     """AUC, average precision and log loss: from class probabilities, one column per label."""
     onehot = np.column_stack([np.asarray(y_true) == label for label in labels]).astype(int)
     found = {"log_loss": sk.log_loss(y_true, proba, labels=labels)}
@@ -55,7 +55,7 @@ def probability_metrics(y_true, proba, labels) -> dict:
     return found
 
 
-def regression(y_true, y_pred, y_range: float) -> dict:
+def regression(y_true, y_pred, y_range: float) -> dict[str, float]:
     y_true, y_pred = np.asarray(y_true, dtype=float), np.asarray(y_pred, dtype=float)
     scale = y_range if y_range > 0 else 1.0
     rmse = math.sqrt(sk.mean_squared_error(y_true, y_pred))
@@ -70,7 +70,7 @@ def regression(y_true, y_pred, y_range: float) -> dict:
             "median_absolute_error": median, "normalized_median_absolute_error": median / scale}
 
 
-def loss(metrics: dict, primary: str) -> float:
+def loss(metrics: dict[str, float], primary: str) -> float:
     """What FLAML minimises: the primary metric, negated where higher is better; a trial that
     could not compute it (no probabilities for AUC) is the worst."""
     value = metrics.get(primary)

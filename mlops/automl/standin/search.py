@@ -35,8 +35,8 @@ class TrialRecord:
     number: int
     algorithm: str  # Azure's name
     estimator: str  # FLAML's
-    config: dict
-    metrics: dict
+    config: dict[str, object]
+    metrics: dict[str, float]
     seconds: float
 
 
@@ -121,7 +121,7 @@ def load_data(config) -> Data:
     return data
 
 
-def validation(config, data: Data) -> dict:
+def validation(config, data: Data) -> dict[str, object]:
     if data.validation is not None:
         return {"eval_method": "holdout", "X_val": data.validation[0],
                 "y_val": data.validation[1]}
@@ -171,7 +171,7 @@ def probabilities(estimator, X):
         return None
 
 
-def limits(config) -> dict:
+def limits(config) -> dict[str, object]:
     found = {"max_iter": config.max_trials,
              "time_budget": (config.timeout_minutes or AZURE_TIMEOUT_MINUTES) * 60,
              "early_stop": config.enable_early_termination, "n_jobs": config.max_cores_per_trial}
@@ -274,7 +274,7 @@ def save_model(outcome: Outcome, data: Data, folder: Path, run_id: str | None) -
     return folder
 
 
-def test_metrics(config, outcome: Outcome, data: Data) -> dict:
+def test_metrics(config, outcome: Outcome, data: Data) -> dict[str, float]:
     """test_data scored by the best model (Azure's test run), under Azure's metric names."""
     if data.test is None:
         return {}

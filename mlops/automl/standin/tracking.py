@@ -25,7 +25,8 @@ def trial_runs(config, outcome: Outcome) -> str | None:
     return ids[outcome.trials.index(outcome.best)]
 
 
-def record_best(outcome: Outcome, best_id: str | None, model: Path, tests: dict) -> None:
+def record_best(outcome: Outcome, best_id: str | None, model: Path,
+                tests: dict[str, float]) -> None:
     """The model in the best child's outputs/mlflow-model; the parent tagged with it and
     carrying its metrics (and test_data's, as test_<metric>)."""
     parent = os.environ.get("MLFLOW_RUN_ID")

@@ -5,7 +5,8 @@ As Azure's generated driver: each file of a mini-batch is read by its type - .cs
 as arrays (for tensor signatures) - and predicted with mlflow.pyfunc; a file of another type fails
 its mini-batch ("File type '<ext>' is not supported"), which is retried and then counted against
 error_threshold. Each prediction is one row `<row>,<prediction...>,<file name>`: Azure's
-predictions.csv, read back with names=["row", "prediction", "file"].
+predictions.csv, read back with names=["row", "prediction", "file"]. A table (an mltable input)
+arrives as DataFrames of its rows, predicted as they are; their rows have no file name.
 """
 
 import os
@@ -51,7 +52,10 @@ def rows(predictions, name: str) -> pd.DataFrame:
 
 
 def run(mini_batch):
-    """CSV lines (Azure's MLflow driver writes commas; a custom run()'s DataFrame, spaces)."""
+    """CSV lines (Azure's MLflow driver writes commas; a custom run()'s DataFrame, spaces). A
+    table's mini-batch (an mltable input) is one DataFrame: its rows are predicted at once."""
+    if isinstance(mini_batch, pd.DataFrame):
+        return rows(model.predict(mini_batch), "").to_csv(header=False, index=False).splitlines()
     lines = []
     for path in mini_batch:
         frame = rows(model.predict(read(path)), os.path.basename(path))
