@@ -195,7 +195,8 @@ def searcher():
 
 
 def run(config, data: Data, chosen: dict[str, str], flaml_task: str) -> Outcome:
-    log = Path("automl_trials.jsonl").resolve()
+    log = Path("outputs", "automl_trials.jsonl").resolve()  # ./outputs: the run's artifacts
+    log.parent.mkdir(parents=True, exist_ok=True)
     automl = searcher()
     extra = {}
     if config.task == "forecasting":

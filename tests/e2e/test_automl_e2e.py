@@ -37,7 +37,7 @@ def test_a_classification_job_logs_each_trial_as_azure_does_and_leaves_its_best_
     assert log.splitlines()[0].startswith("AutoML stand-in: FLAML searches LightGBM, "
                                           "LogisticRegression for classification (AUC_weighted); "
                                           "this is not Azure's AutoML service")
-    trials = (run / "wd/automl_trials.jsonl").read_text().count('"learner"')
+    trials = (run / "wd/outputs/automl_trials.jsonl").read_text().count('"learner"')
     parent, children = runs_of("automl-fixtures")
     assert trials == len(children) == 4 and parent.info.status == "FINISHED"
     assert [c.info.run_name for c in children] == [f"{parent.info.run_name}_{n}"
