@@ -205,7 +205,8 @@ def search_flags(raw: SpecData, task: str, where: str) -> tuple[dict[str, object
 
 
 def command_line(flags: dict[str, object], data: list[str]) -> str:
-    words = [f"--{key} {shlex.quote(str(value))}" for key, value in flags.items()]
+    """`--key=value`, quoted for bash: a column named "-y" or "a b; rm" stays one value."""
+    words = [f"--{key}={shlex.quote(str(value))}" for key, value in flags.items()]
     words += [f"--{key} ${{{{inputs.{key}}}}}" for key in data]
     return " ".join(["python automl_standin.py", *words, "--best_model ${{outputs.best_model}}"])
 

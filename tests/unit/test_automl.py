@@ -29,8 +29,13 @@ def spec(**over) -> dict:
 
 
 def flags(command: str) -> dict[str, str]:
-    words = shlex.split(command.replace("${{", "<").replace("}}", ">"))
-    return dict(zip(words[2::2], words[3::2], strict=True))
+    """The stand-in's flags as argparse reads them (--key=value, or --key value)."""
+    words = shlex.split(command.replace("${{", "<").replace("}}", ">"))[2:]
+    found, words = {}, iter(words)
+    for word in words:
+        key, _, value = word.partition("=")
+        found[key] = value if _ else next(words)
+    return found
 
 
 def test_the_classification_fixture_runs_the_stand_in_with_its_settings_as_flags():
@@ -206,6 +211,22 @@ def test_a_forecasting_frequency_in_azures_older_pandas_spelling_is_read(alias, 
 
     assert search.offset(alias) == pd.tseries.frequencies.to_offset(now)
     sys.modules.pop("search", None)
+
+
+def test_a_hostile_column_name_reaches_the_stand_in_as_one_value():
+    """A target named like a flag, or with shell syntax, is one argparse value."""
+    sys.path.insert(0, str(STANDIN))
+    try:
+        import automl_standin
+    finally:
+        sys.path.remove(str(STANDIN))
+    for name in ("-y", "a b; rm -rf x", "$(boom)", "--task"):
+        command = automl_command(spec(target_column_name=name), "j").definition["command"]
+        argv = shlex.split(command.replace("${{", "<").replace("}}", ">"))[2:]
+        parsed = automl_standin.build_parser().parse_args(argv)
+        assert parsed.target_column_name == name and parsed.task == "classification"
+    for module in ("automl_standin", "algorithms", "search", "tracking", "azure_metrics"):
+        sys.modules.pop(module, None)  # the stand-in's top-level names, imported from its folder
 
 
 def test_max_cores_per_trial_minus_one_is_every_core_as_on_azure():
