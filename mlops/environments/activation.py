@@ -49,7 +49,8 @@ RUNTIME = Path(__file__).parents[1] / "runtime"
 # the runtime's helpers inside a task's processes, copied into each top layer (standard library
 # only, Python 3.7's syntax: they run in the environment's own Python)
 HELPERS = ((RUNTIME / "readonly_inputs.py", "_mlops_readonly_inputs.py"),
-           (RUNTIME / "minibatch_worker.py", "_mlops_minibatch_worker.py"))
+           (RUNTIME / "minibatch_worker.py", "_mlops_minibatch_worker.py"),
+           (RUNTIME / "azureml_run.py", "_mlops_azureml_run.py"))
 
 
 def top_site(folder: Path, python: Python = HERE) -> Path:
@@ -259,6 +260,8 @@ class Environments:
             shutil.copyfile(helper, site / name)
         (site / "zz_readonly_inputs.pth").write_text(
             "import _mlops_readonly_inputs; _mlops_readonly_inputs.install()\n")
+        (site / "zz_azureml_run.pth").write_text(  # azureml-core's Run.get_context(): the job's
+            "import _mlops_azureml_run; _mlops_azureml_run.install()\n")  # MLflow run
         bins = [top / "bin", *stack.bins()]
         path = os.pathsep.join([*map(str, bins), os.environ.get("PATH", "")])
         env = {"PATH": path, "VIRTUAL_ENV": str(top)}

@@ -516,3 +516,18 @@ def test_a_full_disk_leaves_a_true_status_and_no_traceback(tmp_path, small_disk)
     record = json.loads((small_disk / "run" / "status.json").read_text())
     assert record["status"] in ("Completed", "Failed") and record["faults"]
     assert done.returncode == record["exit_code"]
+
+
+@pytest.mark.network  # a cold cache: the sklearn-1.5 stand-in (with azureml-core) from the registry
+def test_an_sdk_v1_script_logs_through_run_get_context_into_the_jobs_mlflow_run(tmp_path):
+    """azureml-core's Run.get_context() is the job's run, as on Azure: offline it would only
+    print and have no experiment (the published AutoML pipeline's register step reads the
+    workspace's MLflow URI through it)."""
+    assert run(TP / "v1-run-context.yml", tmp_path / "run") == 0
+    (job,) = runs("v1-run-context")
+    log = (tmp_path / "run/log.txt").read_text()
+    assert f"run {job.info.run_id} in experiment v1-run-context; tracking http" in log
+    assert "metrics ['answer', 'losses', 'table.epoch', 'table.score']; parent None" in log
+    assert job.data.metrics["answer"] == 42 and job.data.tags["stage"] == "local"
+    history = MlflowClient().get_metric_history(job.info.run_id, "losses")
+    assert [m.value for m in sorted(history, key=lambda m: m.step)] == [0.9, 0.5, 0.25]

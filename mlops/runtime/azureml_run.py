@@ -1,0 +1,195 @@
+"""`Run.get_context()` of azureml-core (SDK v1) inside a local job: the job's MLflow run.
+
+On Azure, a script's `Run.get_context()` is the job's run: `run.log(...)` lands in it, and
+`run.experiment.workspace.get_mlflow_tracking_uri()` is the workspace's MLflow. Outside Azure,
+azureml-core falls back to an offline run that only prints what it is given and has no
+experiment, so a published step that registers through it fails locally on an attribute of None.
+This module is copied into every task's top layer and installed by a .pth file: when a job
+imports `azureml.core.run` and the real context is that offline fallback, get_context() returns a
+local run instead, which forwards to the job's MLflow run (MLFLOW_RUN_ID, MLFLOW_TRACKING_URI):
+log, log_list, log_row, log_table, log_image, tags, properties, uploads, the parent run, the
+experiment's name and the workspace's MLflow tracking URI. What needs a real workspace
+(Model.register through it, datastores, compute) still fails as it does offline. Standard
+library only, Python 3.7's syntax: it runs in every environment's Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+
+TARGET = "azureml.core.run"
+
+
+class LocalWorkspace:
+    """What a script reads from `run.experiment.workspace` locally."""
+
+    name = "local"
+    subscription_id = ""
+    resource_group = ""
+    location = "local"
+
+    def get_mlflow_tracking_uri(self):
+        return os.environ.get("MLFLOW_TRACKING_URI", "")
+
+
+class LocalExperiment:
+    def __init__(self, name):
+        self.name = name
+        self.workspace = LocalWorkspace()
+        self.id = os.environ.get("MLFLOW_EXPERIMENT_ID", "")
+
+
+def _client():
+    """The environment's own MLflow client, if it has one (azureml-core images do)."""
+    try:  # optional: a job environment without MLflow keeps azureml-core's offline printing
+        tracking = importlib.import_module("mlflow.tracking")
+    except ImportError:
+        return None
+    return tracking.MlflowClient()
+
+
+class Forwarding:
+    """The methods of azureml-core's offline run, forwarded to the job's MLflow run (mixed in
+    before that offline run class, whose printing stays where MLflow is missing)."""
+
+    def __init__(self, run_id):
+        super().__init__(run_id=run_id)
+        self._mlflow = _client()
+        self._tags = {}
+        self._properties = {}
+
+    @property
+    def experiment(self):
+        return LocalExperiment(os.environ.get("MLFLOW_EXPERIMENT_NAME", "Default"))
+
+    @property
+    def parent(self):
+        """The pipeline's, sweep's or AutoML job's run above this one (None at the top)."""
+        if self._mlflow is None:
+            return None
+        parent = self._mlflow.get_run(self.id).data.tags.get("mlflow.parentRunId")
+        return type(self)(parent) if parent else None
+
+    def _metric(self, name, value, step=None):
+        if self._mlflow is None:
+            return False
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self._mlflow.set_tag(self.id, name, str(value))
+        else:
+            self._mlflow.log_metric(self.id, name, float(value), step=step or 0)
+        return True
+
+    def log(self, name, value, description="", step=None):
+        if not self._metric(name, value, step):
+            super().log(name, value, description)
+
+    def log_list(self, name, value, description=""):
+        for step, item in enumerate(value):
+            self._metric(name, item, step)
+
+    def log_row(self, name, description=None, **kwargs):
+        for column, value in kwargs.items():
+            self._metric(f"{name}.{column}", value)
+
+    def log_table(self, name, value, description=""):
+        for column, items in dict(value).items():
+            self.log_list(f"{name}.{column}", list(items))
+
+    def log_image(self, name, path=None, plot=None, description=""):
+        if self._mlflow is None:
+            return super().log_image(name, path, plot, description)
+        if plot is not None:
+            figure = plot.gcf() if hasattr(plot, "gcf") else plot
+            self._mlflow.log_figure(self.id, figure, f"images/{name}.png")
+        elif path:
+            self._mlflow.log_artifact(self.id, path, "images")
+        return None
+
+    def upload_file(self, name, path_or_stream, datastore_name=None):
+        if self._mlflow is not None:
+            self._mlflow.log_artifact(self.id, path_or_stream, os.path.dirname(name) or None)
+
+    def upload_folder(self, name, path, datastore_name=None):
+        if self._mlflow is not None:
+            self._mlflow.log_artifacts(self.id, path, name or None)
+
+    def set_tags(self, tags):
+        for key, value in dict(tags).items():
+            self.tag(key, value)
+
+    def tag(self, name, value=None):
+        self._tags[name] = "" if value is None else str(value)
+        if self._mlflow is not None:
+            self._mlflow.set_tag(self.id, name, self._tags[name])
+
+    def get_tags(self):
+        if self._mlflow is None:
+            return dict(self._tags)
+        return dict(self._mlflow.get_run(self.id).data.tags)
+
+    def add_properties(self, properties):
+        self._properties.update(properties)
+        for key, value in dict(properties).items():
+            self.tag(f"properties.{key}", value)
+
+    def get_properties(self):
+        return dict(self._properties)
+
+    def get_metrics(self, name=None, **kwargs):
+        if self._mlflow is None:
+            return {}
+        found = dict(self._mlflow.get_run(self.id).data.metrics)
+        return {name: found[name]} if name in found else ({} if name else found)
+
+    def get_status(self):
+        return "Running"
+
+
+def patch(module):
+    """get_context(): the real one, or the local run where that is the offline fallback."""
+    real = module.Run.get_context.__func__
+    local = type("LocalRun", (Forwarding, module._OfflineRun), {})
+
+    def get_context(cls, allow_offline=True, used_for_context_manager=False, **kwargs):
+        run = real(cls, allow_offline, used_for_context_manager, **kwargs)
+        job_run = os.environ.get("MLFLOW_RUN_ID")
+        if type(run) is module._OfflineRun and job_run:
+            return local(job_run)
+        return run
+
+    module.Run.get_context = classmethod(get_context)
+
+
+class PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        with contextlib.suppress(AttributeError):  # another azureml-core layout: as it is
+            patch(module)
+
+
+class Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname != TARGET:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = PatchingLoader(spec.loader)
+        return spec
+
+
+def install():
+    """At interpreter start (the top layer's .pth): only inside a job with an MLflow run."""
+    if os.environ.get("MLFLOW_RUN_ID") and not any(isinstance(f, Finder)
+                                                   for f in sys.meta_path):
+        sys.meta_path.insert(0, Finder())
