@@ -66,9 +66,10 @@ def test_a_spec_of_a_megabyte_loads_within_the_limits(tmp_path):
     inputs = "".join(f"  input_{n:05d}: {n}\n" for n in range(48_000))
     spec.write_text(HEAD + "inputs:\n" + inputs)
     assert 0.9e6 < spec.stat().st_size < 1.1e6
-    loaded = load_spec(spec, role="job")
+    found = []  # one parse (a megabyte takes seconds): measured, then checked
+    assert bounded(lambda: found.append(load_spec(spec, role="job"))) < 200
+    loaded = found[0]
     assert len(loaded.data["inputs"]) == 48_000 and loaded.line("inputs.input_47999") == 48_004
-    assert bounded(load_spec, spec, "job") < 200
 
 
 def test_aliases_share_their_lines_and_are_walked_once(tmp_path):
