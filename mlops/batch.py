@@ -25,9 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("deployment", type=Path, help="a model batch deployment spec")
     parser.add_argument("--input", required=True, help="a folder of images, or a zip; or a "
                         "data asset (azureml:<name>@latest), a job's output, a mapped URI")
-    parser.add_argument("--input-type", default="uri_folder",
+    parser.add_argument("--input-type", default="",
                         choices=("uri_folder", "uri_file", "mltable"),
-                        help="mltable: score the rows of the MLTable folder --input names")
+                        help="mltable: score the rows of the MLTable folder --input names "
+                        "(default: a data asset's own type, else uri_folder)")
     parser.add_argument("--model", help="model folder (default: as make serve-local picks it)")
     parser.add_argument("--run-dir", type=Path)
     parser.add_argument("--max-procs", type=int, default=usable_cores())

@@ -37,7 +37,7 @@ from mlops.runtime.mltable import read_table, row_batches
 from mlops.runtime.placement import Placement
 from mlops.runtime.records import Status
 from mlops.runtime.tasks import Task, variables
-from mlops.runtime.uris import ASSET_MAP, AssetMap
+from mlops.runtime.uris import ASSET_MAP, AssetMap, is_remote
 from mlops.specs import SpecData
 
 RETRY = minibatch.Retry(max_retries=3, timeout=30)  # a batch deployment's retry_settings defaults
@@ -56,8 +56,8 @@ class BatchRequest:
     env_file: Path = ENV_MAP
     asset_file: Path = ASSET_MAP
     debug: DebugRequest | None = None  # DEBUG=1 or worker:N: a scoring process to debug
-    input_type: str = "uri_folder"  # mltable: the input's rows (an MLTable folder), as an
-    # Input(type="mltable") or an mltable data asset is scored on Azure
+    input_type: str = ""  # mltable: the input's rows (an MLTable folder), as an
+    # Input(type="mltable") is scored on Azure; "": a data asset's own type, else uri_folder
 
 
 def input_files(source: Path, folder: Path) -> minibatch.Listing:
@@ -167,6 +167,21 @@ def summarize(rt: engine.Runtime, driven: minibatch.Driven, *, settings: SpecDat
     return 0 if result.status == Status.COMPLETED else 1
 
 
+def input_type(request: BatchRequest) -> str:
+    """The type asked for, else that of the local workspace's data asset the input names (an
+    mltable asset is scored by its rows, as on Azure), else uri_folder."""
+    if request.input_type:
+        return request.input_type
+    if is_remote(request.input):
+        from mlops.workspace.records import AssetKind
+        from mlops.workspace.references import registered
+
+        record = registered(str(request.input), AssetKind.DATA)
+        if record is not None and record.type:
+            return record.type
+    return "uri_folder"
+
+
 def run_local(request: BatchRequest) -> int:
     """make batch-local: 0 when every mini-batch completed, 1 when the run failed; raises
     LocalRunError for input errors."""
@@ -186,7 +201,7 @@ def run_local(request: BatchRequest) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         rt = engine.Runtime(safe_root(folder), max(1, request.max_procs), Tracking(server),
                             Environments(request.env_file), debug=request.debug)
-        return run_batch(deployment, source, rt, tabular=request.input_type == "mltable")
+        return run_batch(deployment, source, rt, tabular=input_type(request) == "mltable")
     finally:
         server.close()
         launch.restore_signal_handlers(handlers)
