@@ -211,6 +211,11 @@ def command_line(flags: dict[str, object], data: list[str]) -> str:
     return " ".join(["python automl_standin.py", *words, "--best_model ${{outputs.best_model}}"])
 
 
+def automl_outputs(raw: SpecData) -> SpecData:
+    """An AutoML job's outputs: `best_model` (an MLflow model) whether or not it declares it."""
+    return {"best_model": {"type": "mlflow_model"}, **(raw.get("outputs") or {})}
+
+
 def automl_command(raw: SpecData, where: str) -> AutoMLCommand:
     """The command definition (a command job, or an inline command node) an AutoML spec runs as
     here; LocalRunError for a task or setting the stand-in cannot run."""
@@ -220,10 +225,9 @@ def automl_command(raw: SpecData, where: str) -> AutoMLCommand:
         raise LocalRunError(f"{where}.training_data: an AutoML job trains on an MLTable "
                             "(training_data: {type: mltable, path: ...})")
     data = [key for key in DATA if raw.get(key) not in (None, "")]
-    outputs = {"best_model": {"type": "mlflow_model"}, **(raw.get("outputs") or {})}
     definition = {key: raw[key] for key in SHARED_KEYS if key in raw}
     definition.update({
         "type": "command", "command": command_line(flags, data), "code": str(STANDIN),
         "environment": {"image": IMAGE, "conda_file": str(STANDIN / "conda.yml")},
-        "inputs": {key: raw[key] for key in data}, "outputs": outputs})
+        "inputs": {key: raw[key] for key in data}, "outputs": automl_outputs(raw)})
     return AutoMLCommand(definition, [f"note: {where}: {note}" for note in notes])

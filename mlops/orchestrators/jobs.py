@@ -111,7 +111,9 @@ def remember(job: Job, folder: Path) -> int:
     assets = None if job.spec.kind == "sweepJob" else job.assets  # a sweep publishes in folder
     outputs = job.data.get("outputs")
     if job.spec.kind == "autoMLJob":
-        outputs = {"best_model": {"type": "mlflow_model"}, **(outputs or {})}
+        from mlops.automl.translate import automl_outputs
+
+        outputs = automl_outputs(job.data)
     declared = job_outputs(outputs, assets)
     paths = {name: str(slot(name, spec, folder)) for name, spec in declared.items()}
     try:
