@@ -198,9 +198,10 @@ def search_flags(raw: SpecData, task: str, where: str) -> tuple[dict[str, object
     flags.update(featurized)
     if task == "forecasting":
         flags.update(forecasting_flags(raw, where))
-    for key in ("weight_column_name", "cv_split_column_names"):
-        if raw.get(key):
-            notes.append(f"{key}: not applied by the stand-in")
+    if raw.get("weight_column_name"):
+        flags["weight_column_name"] = raw["weight_column_name"]
+    if raw.get("cv_split_column_names"):
+        notes.append("cv_split_column_names: not applied by the stand-in (its own folds)")
     return flags, notes + said + ignored
 
 

@@ -107,3 +107,17 @@ def test_a_search_that_cannot_read_its_target_fails_with_the_columns_it_has(tmp_
     assert "error: training_data has no column 'ripeness' (target_column_name); its columns: " \
            "weight, sugar, colour, state" in log
     assert json.loads((tmp_path / "run/status.json").read_text())["status"] == "Failed"
+
+
+def test_a_weight_column_weighs_the_rows_and_is_no_feature_of_the_model(tmp_path):
+    data = shutil.copytree(FIXTURES, tmp_path / "automl")
+    for part in ("fruit-train", "fruit-valid"):
+        rows = (data / part / "fruit.csv").read_text().splitlines()
+        weighted = [rows[0] + ",w"] + [f"{row},{1 + n % 3}" for n, row in enumerate(rows[1:])]
+        (data / part / "fruit.csv").write_text("\n".join(weighted) + "\n")
+    argv = [str(data / "classification.yml"), "--run-dir", str(tmp_path / "run"),
+            "--set", "weight_column_name=w", "--set", "limits.max_trials=2"]
+    assert local.main(argv) == 0
+    signature = yaml.safe_load((tmp_path / "run/outputs/best_model/MLmodel").read_text())
+    inputs = json.loads(signature["signature"]["inputs"])
+    assert [column["name"] for column in inputs] == ["weight", "sugar", "colour"]

@@ -129,10 +129,10 @@ def test_what_the_stand_in_does_differently_is_noted_once_per_setting():
                                                "column_name_and_types": {"n c": "Categorical"}},
                                 weight_column_name="w"), "j")
     assert [note.split(": ", 2)[2].split(":")[0] for note in built.notes] == [
-        "weight_column_name", "limits.max_concurrent_trials", "limits.exit_score",
-        "featurization"]
+        "limits.max_concurrent_trials", "limits.exit_score", "featurization"]
     found = flags(built.definition["command"])
     assert found["--categorical_columns"] == "n c" and found["--featurization"] == "custom"
+    assert found["--weight_column_name"] == "w"  # each row's weight in the search
 
 
 def test_an_automl_node_is_a_command_node_bound_to_the_step_before_it():

@@ -55,6 +55,7 @@ class StandinConfig:
     enable_early_termination: bool = True
     allowed_training_algorithms: str = ""  # comma-separated, Azure's names
     blocked_training_algorithms: str = ""
+    weight_column_name: str = ""  # each training row's weight, not a feature
     featurization: str = "auto"  # auto, off or custom
     categorical_columns: str = ""  # featurization.column_name_and_types: ... Categorical
     time_column_name: str = ""

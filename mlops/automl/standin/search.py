@@ -27,6 +27,7 @@ class Data:
     y: pd.Series
     validation: tuple | None = None  # (X, y)
     test: tuple | None = None
+    weights: pd.Series | None = None  # weight_column_name's values for the training rows
     y_range: float = 0.0  # the target's range, which Azure's normalized errors divide by
 
 
@@ -110,11 +111,19 @@ def regular(frame: pd.DataFrame, config) -> pd.DataFrame:
 def load_data(config) -> Data:
     X, y = split(read_table(config.training_data, config, "training_data"), config)
     data = Data(X, y)
+    if config.weight_column_name:
+        if config.weight_column_name not in X.columns:
+            raise SystemExit(f"error: training_data has no column "
+                             f"{config.weight_column_name!r} (weight_column_name)")
+        data.weights = X.pop(config.weight_column_name)
     if config.validation_data:
         data.validation = split(read_table(config.validation_data, config,
                                            "validation_data"), config)
     if config.test_data:
         data.test = split(read_table(config.test_data, config, "test_data"), config)
+    for part in (data.validation, data.test):  # weights are not features of the model
+        if part is not None and config.weight_column_name in part[0].columns:
+            part[0].pop(config.weight_column_name)
     if config.task != "classification":
         values = pd.concat([y] + ([data.validation[1]] if data.validation else []))
         data.y_range = float(values.max() - values.min())
@@ -199,6 +208,8 @@ def run(config, data: Data, chosen: dict[str, str], flaml_task: str) -> Outcome:
     log.parent.mkdir(parents=True, exist_ok=True)
     automl = searcher()
     extra = {}
+    if data.weights is not None:
+        extra["sample_weight"] = data.weights.to_numpy()
     if config.task == "forecasting":
         extra["period"] = config.forecast_horizon
         import statsmodels.tools.sm_exceptions  # noqa: F401 - it sets its warnings to "always"
