@@ -41,6 +41,15 @@ SHARED_KEYS = ("name", "display_name", "experiment_name", "description", "tags",
                "resources", "environment_variables", "identity", "properties")
 
 
+@dataclass
+class Flags:
+    """The stand-in's flags (StandinConfig's fields) and what differs from Azure, filled in
+    setting by setting."""
+
+    values: dict[str, object] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class AutoMLCommand:
     """The command definition an AutoML spec runs as, and what differs from Azure."""
@@ -90,12 +99,10 @@ def azure_algorithms(task: str) -> dict[str, str]:
     return {m.value.lower(): m.value for m in enum}
 
 
-def algorithm_lists(training: SpecData, task: str, where: str) -> tuple[list[str], list[str],
-                                                                        list[str]]:
-    """(allowed, blocked, notes): Azure's names; an algorithm Azure knows that has no stand-in
-    is noted, one Azure does not know is refused as Azure refuses it."""
+def algorithm_flags(training: SpecData, task: str, where: str, flags: Flags) -> None:
+    """Allowed and blocked algorithms by Azure's names; one Azure knows that has no stand-in is
+    noted, one Azure does not know is refused as Azure refuses it."""
     known = azure_algorithms(task)
-    lists, notes = [], []
     for key in ("allowed_training_algorithms", "blocked_training_algorithms"):
         names = []
         for given in training.get(key) or []:
@@ -104,35 +111,35 @@ def algorithm_lists(training: SpecData, task: str, where: str) -> tuple[list[str
                 raise LocalRunError(f"{where}.training.{key}: {given!r} is not a {task} "
                                     f"algorithm of Azure's AutoML ({', '.join(known.values())})")
             if not algorithms.canonical(azure, task):
-                notes.append(f"{key}: {azure} has no counterpart in the stand-in")
+                flags.notes.append(f"{key}: {azure} has no counterpart in the stand-in")
                 continue
             names.append(azure)
-        lists.append(names)
-    allowed, blocked = lists
+        if names:
+            flags.values[key] = ",".join(names)
+    allowed = str(flags.values.get("allowed_training_algorithms") or "")
     if training.get("allowed_training_algorithms") and not allowed:
         raise LocalRunError(f"{where}.training.allowed_training_algorithms: none of them has a "
                             f"counterpart in the local stand-in (it has "
                             f"{', '.join(algorithms.BY_TASK[task])})")
-    if not algorithms.estimators(task, allowed, blocked):
+    blocked = str(flags.values.get("blocked_training_algorithms") or "")
+    if not algorithms.estimators(task, list(filter(None, allowed.split(","))),
+                                 list(filter(None, blocked.split(",")))):
         raise LocalRunError(f"{where}.training: every algorithm is blocked; nothing to search")
-    return allowed, blocked, notes
 
 
-def limit_flags(limits: SpecData, where: str) -> tuple[dict[str, object], list[str]]:
-    flags: dict[str, object] = {}
-    notes = []
+def limit_flags(limits: SpecData, where: str, flags: Flags) -> None:
     for key in ("timeout_minutes", "trial_timeout_minutes", "max_trials", "max_cores_per_trial"):
         if limits.get(key) not in (None, "") and \
                 not (key == "max_cores_per_trial" and str(limits[key]) == "-1"):  # all cores
-            flags[key] = number(limits[key], f"{where}.limits.{key}")
+            flags.values[key] = number(limits[key], f"{where}.limits.{key}")
     if limits.get("enable_early_termination") is not None:
-        flags["enable_early_termination"] = bool(limits["enable_early_termination"])
+        flags.values["enable_early_termination"] = bool(limits["enable_early_termination"])
     if int(limits.get("max_concurrent_trials") or 1) > 1:
-        notes.append("limits.max_concurrent_trials: the stand-in runs its trials one at a time")
+        flags.notes.append("limits.max_concurrent_trials: the stand-in runs its trials one at "
+                           "a time")
     if limits.get("exit_score") is not None:
-        notes.append("limits.exit_score: the stand-in does not stop at a score; it stops at "
-                     "max_trials or timeout_minutes")
-    return flags, notes
+        flags.notes.append("limits.exit_score: the stand-in does not stop at a score; it stops "
+                           "at max_trials or timeout_minutes")
 
 
 def number(value, where: str) -> float | int:
@@ -145,18 +152,17 @@ def number(value, where: str) -> float | int:
     return int(found) if found == int(found) else found
 
 
-def featurization_flags(featurization: SpecData) -> tuple[dict[str, object], list[str]]:
-    mode = str(featurization.get("mode") or "auto").lower()
+def featurization_flags(featurization: SpecData, flags: Flags) -> None:
+    flags.values["featurization"] = str(featurization.get("mode") or "auto").lower()
     categorical = [name for name, kind in (featurization.get("column_name_and_types")
                                            or {}).items() if str(kind).lower() == "categorical"]
-    flags: dict[str, object] = {"featurization": mode}
     if categorical:
-        flags["categorical_columns"] = ",".join(map(str, categorical))
+        flags.values["categorical_columns"] = ",".join(map(str, categorical))
     ignored = [k for k in ("transformer_params", "blocked_transformers", "drop_columns",
                            "dataset_language") if featurization.get(k)]
-    notes = [f"featurization: {', '.join(ignored)} are Azure's featurizers; the stand-in "
-             "featurizes with FLAML's own"] if ignored else []
-    return flags, notes
+    if ignored:
+        flags.notes.append(f"featurization: {', '.join(ignored)} are Azure's featurizers; the "
+                           "stand-in featurizes with FLAML's own")
 
 
 def forecasting_flags(raw: SpecData, where: str) -> dict[str, object]:
@@ -175,34 +181,27 @@ def forecasting_flags(raw: SpecData, where: str) -> dict[str, object]:
     return found
 
 
-def search_flags(raw: SpecData, task: str, where: str) -> tuple[dict[str, object], list[str]]:
+def search_flags(raw: SpecData, task: str, where: str) -> Flags:
     """The stand-in's flags (StandinConfig) from the spec, and what differs from Azure."""
     target = raw.get("target_column_name")
     if not target:
         raise LocalRunError(f"{where}.target_column_name: a {task} job names the column to "
                             "predict")
-    flags: dict[str, object] = {"task": task, "target_column_name": target,
-                                "primary_metric": primary_metric(raw, task, where)}
-    training = raw.get("training") or {}
-    allowed, blocked, notes = algorithm_lists(training, task, where)
-    if allowed:
-        flags["allowed_training_algorithms"] = ",".join(allowed)
-    if blocked:
-        flags["blocked_training_algorithms"] = ",".join(blocked)
+    flags = Flags({"task": task, "target_column_name": target,
+                   "primary_metric": primary_metric(raw, task, where)})
+    algorithm_flags(raw.get("training") or {}, task, where, flags)
     for key in ("validation_data_size", "n_cross_validations"):
         if raw.get(key) not in (None, ""):
-            flags[key] = raw[key] if str(raw[key]) == "auto" else number(raw[key], where)
-    more, said = limit_flags(raw.get("limits") or {}, where)
-    flags.update(more)
-    featurized, ignored = featurization_flags(raw.get("featurization") or {})
-    flags.update(featurized)
-    if task == "forecasting":
-        flags.update(forecasting_flags(raw, where))
+            flags.values[key] = raw[key] if str(raw[key]) == "auto" else number(raw[key], where)
     if raw.get("weight_column_name"):
-        flags["weight_column_name"] = raw["weight_column_name"]
+        flags.values["weight_column_name"] = raw["weight_column_name"]
+    limit_flags(raw.get("limits") or {}, where, flags)
+    featurization_flags(raw.get("featurization") or {}, flags)
+    if task == "forecasting":
+        flags.values.update(forecasting_flags(raw, where))
     if raw.get("cv_split_column_names"):
-        notes.append("cv_split_column_names: not applied by the stand-in (its own folds)")
-    return flags, notes + said + ignored
+        flags.notes.append("cv_split_column_names: not applied by the stand-in (its own folds)")
+    return flags
 
 
 def command_line(flags: dict[str, object], data: list[str]) -> str:
@@ -221,14 +220,14 @@ def automl_command(raw: SpecData, where: str) -> AutoMLCommand:
     """The command definition (a command job, or an inline command node) an AutoML spec runs as
     here; LocalRunError for a task or setting the stand-in cannot run."""
     task = task_of(raw, where)
-    flags, notes = search_flags(raw, task, where)
+    flags = search_flags(raw, task, where)
     if not raw.get("training_data"):
         raise LocalRunError(f"{where}.training_data: an AutoML job trains on an MLTable "
                             "(training_data: {type: mltable, path: ...})")
     data = [key for key in DATA if raw.get(key) not in (None, "")]
     definition = {key: raw[key] for key in SHARED_KEYS if key in raw}
     definition.update({
-        "type": "command", "command": command_line(flags, data), "code": str(STANDIN),
+        "type": "command", "command": command_line(flags.values, data), "code": str(STANDIN),
         "environment": {"image": IMAGE, "conda_file": str(STANDIN / "conda.yml")},
         "inputs": {key: raw[key] for key in data}, "outputs": automl_outputs(raw)})
-    return AutoMLCommand(definition, [f"note: {where}: {note}" for note in notes])
+    return AutoMLCommand(definition, [f"note: {where}: {note}" for note in flags.notes])
