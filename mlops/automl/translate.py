@@ -1,12 +1,13 @@
-"""An AutoML job or pipeline node (type: automl) as the command that runs it on this machine.
+"""An AutoML job or pipeline node (type: automl) as what runs it on this machine.
 
-Azure runs a tabular AutoML job (classification, regression, forecasting) as a search its AutoML
-service drives; no machine outside Azure can call that service. Here the job becomes one command
-of the runtime: the FLAML stand-in (standin/automl_standin.py) in its own environment
+Image tasks run on Azure's own runner, as a sweep of the runtime (vision_job.py). Azure runs a
+tabular AutoML job (classification, regression, forecasting) as a search its AutoML service
+drives; no machine outside Azure can call that service. Here such a job becomes one command of
+the runtime: the FLAML stand-in (standin/automl_standin.py) in its own environment
 (standin/conda.yml), with the spec's data as inputs and `best_model` as its output, so snapshot,
-environment, MLflow, status, signals, DEBUG= and step reuse are the runtime's own. What the
-stand-in cannot do as Azure does is said once per run (`notes`); what it cannot do at all is
-refused by name before anything runs.
+environment, MLflow, status, signals, DEBUG= and step reuse are the runtime's own. What differs
+from Azure is said once per run (`notes`); what cannot run at all is refused by name before
+anything runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlops.automl.standin import algorithms
+from mlops.automl.vision_job import image_sweep
 from mlops.errors import LocalRunError
+from mlops.runtime.uris import AssetMap
 from mlops.specs import SpecData
 
 STANDIN = Path(__file__).resolve().parent / "standin"
@@ -60,17 +63,12 @@ class AutoMLCommand:
 
 def task_of(raw: SpecData, where: str) -> str:
     task = str(raw.get("task") or raw.get("task_type") or "").lower()
-    if task in IMAGE_TASKS:
-        raise LocalRunError(
-            f"{where}: task: {task}: Azure trains image tasks with its own runner "
-            "(azureml-automl-dnn-vision on Python 3.10, an environment of several GB), which "
-            "the local runtime does not run yet; submit this job to Azure")
     if task in TEXT_TASKS:
         raise LocalRunError(
             f"{where}: task: {task}: Azure fine-tunes a Hugging Face model for text tasks, "
             "downloaded from the hub at run time, which this machine cannot reach; submit "
             "this job to Azure")
-    if task not in TABULAR:
+    if task not in TABULAR + IMAGE_TASKS:
         raise LocalRunError(f"{where}: task: {task or '(none)'} is not an AutoML task (one of "
                             f"{', '.join(TABULAR + IMAGE_TASKS + TEXT_TASKS)})")
     return task
@@ -216,10 +214,15 @@ def automl_outputs(raw: SpecData) -> SpecData:
     return {"best_model": {"type": "mlflow_model"}, **(raw.get("outputs") or {})}
 
 
-def automl_command(raw: SpecData, where: str) -> AutoMLCommand:
-    """The command definition (a command job, or an inline command node) an AutoML spec runs as
-    here; LocalRunError for a task or setting the stand-in cannot run."""
+def automl_command(raw: SpecData, where: str, assets: AssetMap | None = None) -> AutoMLCommand:
+    """The definition an AutoML spec runs as here: for a tabular task a command (a command job,
+    or an inline command node) of the stand-in, for an image task a sweep of Azure's runner
+    (vision_job.py; `assets` maps its image URLs); LocalRunError for a task or setting that
+    cannot run."""
     task = task_of(raw, where)
+    if task in IMAGE_TASKS:
+        definition, notes = image_sweep(raw, task, where, assets, automl_outputs(raw))
+        return AutoMLCommand(definition, [f"note: {where}: {note}" for note in notes])
     flags = search_flags(raw, task, where)
     if not raw.get("training_data"):
         raise LocalRunError(f"{where}.training_data: an AutoML job trains on an MLTable "

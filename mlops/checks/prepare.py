@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -47,10 +48,14 @@ def prepare_job(spec_path: str | Path, sets: list[str], removes: list[str],
     if errors:
         raise LocalRunError("\n".join(errors) + "\nAzure would refuse this spec: fix it first"
                             + what_it_is(spec))
-    if spec.kind == "autoMLJob":  # what the local stand-in cannot run is refused before work
+    if spec.kind == "autoMLJob":  # what cannot run here is refused before work
         from mlops.automl.translate import automl_command
 
-        automl_command(spec.data, str(spec_path))
+        built = automl_command(spec.data, str(spec_path), assets)
+        if built.definition.get("type") == "sweep":  # an image task: the sweep is the job
+            for note in built.notes:
+                print(note, file=sys.stderr)
+            spec = dataclasses.replace(spec, data=built.definition)
     return Job(spec, assets)
 
 

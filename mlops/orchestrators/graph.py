@@ -76,12 +76,14 @@ def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str) -> No
     if not isinstance(raw, dict):
         raise LocalRunError(f"{where}: a node is a mapping (command, component or trial)")
     kind = str(raw.get("type") or "command").lower()
-    if kind == "automl":  # runs as the command that searches (mlops/automl/translate.py)
+    if kind == "automl":  # runs as what searches (mlops/automl/translate.py)
         from mlops.automl.translate import automl_command
 
-        built = automl_command(raw, where)
+        built = automl_command(raw, where, assets)
         for note in built.notes:
             print(note, file=sys.stderr)
+        if built.definition["type"] == "sweep":  # an image task: a sweep of Azure's runner
+            return Node(name, "sweep", built.definition, built.definition["trial"], base, where)
         return Node(name, "command", built.definition, built.definition, base, where,
                     inline=True)
     if kind == "sweep":

@@ -26,6 +26,8 @@ def _q(value: float, q) -> float:
 
 def sample(trial: optuna.Trial, name: str, p: SpecData):
     kind = p["type"]
+    if kind == "choice" and any(isinstance(v, dict) for v in p["values"]):
+        return nested(trial, name, list(p["values"]))
     if kind == "choice":
         return trial.suggest_categorical(name, list(p["values"]))
     if kind == "randint":
@@ -42,6 +44,15 @@ def sample(trial: optuna.Trial, name: str, p: SpecData):
     raise LocalRunError(f"search_space.{name}: type {kind} is not an Azure search space type")
 
 
+def nested(trial: optuna.Trial, name: str, spaces: list) -> dict[str, object]:
+    """A choice of search spaces (Azure's nested choice): one picked, then each of its entries
+    sampled (a fixed value as it is)."""
+    index = trial.suggest_categorical(f"{name}__space", list(range(len(spaces))))
+    picked = spaces[index] if isinstance(spaces[index], dict) else {}
+    return {key: sample(trial, f"{name}.{index}.{key}", p)
+            if isinstance(p, dict) and "type" in p else p for key, p in picked.items()}
+
+
 def make_study(algorithm, space: SpecData, maximize: bool) -> optuna.Study:
     kind = str(algorithm.get("type") if isinstance(algorithm, dict) else algorithm).lower()
     seed = algorithm.get("seed") if isinstance(algorithm, dict) else None
@@ -52,6 +63,9 @@ def make_study(algorithm, space: SpecData, maximize: bool) -> optuna.Study:
     study = optuna.create_study(direction="maximize" if maximize else "minimize",
                                 sampler=samplers[kind](seed=None if seed is None else int(seed)))
     if kind == "grid":  # every combination once, in order (GridSampler cannot ask/tell)
+        if any(isinstance(v, dict) for p in space.values() for v in p.get("values") or []):
+            raise LocalRunError("sampling_algorithm grid: a choice of several search spaces is "
+                                "sampled here with random or bayesian only")
         names = list(space)
         for combo in itertools.product(*(space[n]["values"] for n in names)):
             study.enqueue_trial(dict(zip(names, combo, strict=True)))

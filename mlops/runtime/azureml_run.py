@@ -20,7 +20,9 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import os
+import shutil
 import sys
+import tempfile
 
 TARGET = "azureml.core.run"
 
@@ -58,7 +60,7 @@ class Forwarding:
     before that offline run class, whose printing stays where MLflow is missing)."""
 
     def __init__(self, run_id):
-        super().__init__(run_id=run_id)
+        self._identify(run_id)
         self._mlflow = _client()
         self._tags = {}
         self._properties = {}
@@ -114,6 +116,18 @@ class Forwarding:
         if self._mlflow is not None:
             self._mlflow.log_artifact(self.id, path_or_stream, os.path.dirname(name) or None)
 
+    def upload_files(self, names, paths, return_artifacts=False, timeout_seconds=None,
+                     datastore_name=None):
+        """Each file under its own name (`outputs/model.pt`), whatever the local file is called."""
+        if self._mlflow is None:
+            return None
+        for name, path in zip(names, paths):  # noqa: B905 (no strict= before 3.10)
+            with tempfile.TemporaryDirectory() as folder:
+                named = os.path.join(folder, os.path.basename(name))
+                shutil.copyfile(path, named)
+                self._mlflow.log_artifact(self.id, named, os.path.dirname(name) or None)
+        return None
+
     def upload_folder(self, name, path, datastore_name=None):
         if self._mlflow is not None:
             self._mlflow.log_artifacts(self.id, path, name or None)
@@ -146,6 +160,21 @@ class Forwarding:
         found = dict(self._mlflow.get_run(self.id).data.metrics)
         return {name: found[name]} if name in found else ({} if name else found)
 
+    def __repr__(self):
+        return (f"Run(Experiment: {self.experiment.name},\nId: {self.id},\nType: {self.type},"
+                "\nStatus: Running)")
+
+    __str__ = __repr__
+
+    @property
+    def properties(self):
+        return self.get_properties()
+
+    @property
+    def type(self):
+        """Azure's run type, by what the runtime tagged: a pipeline's step, else a script run."""
+        return "azureml.StepRun" if "mlops.step" in self.get_tags() else "azureml.scriptrun"
+
     def get_status(self):
         return "Running"
 
@@ -153,7 +182,15 @@ class Forwarding:
 def patch(module):
     """get_context(): the real one, or the local run where that is the offline fallback."""
     real = module.Run.get_context.__func__
-    local = type("LocalRun", (Forwarding, module._OfflineRun), {})
+
+    def identify(self, run_id):
+        """What the offline run's constructor sets, without Run's (which needs a workspace)."""
+        self._run_id = self._identity = run_id
+        self._logger = module.module_logger.getChild(run_id)
+
+    # a Run too: Azure's own packages (AutoML's runners) assert the context is one
+    local = type("LocalRun", (Forwarding, module._OfflineRun, module.Run),
+                 {"_identify": identify})
 
     def get_context(cls, allow_offline=True, used_for_context_manager=False, **kwargs):
         run = real(cls, allow_offline, used_for_context_manager, **kwargs)

@@ -11,6 +11,7 @@ a value.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,8 @@ def asset_kind(data_type: str) -> str:
 def render_literal(value) -> str:
     if isinstance(value, bool):
         return "True" if value else "False"  # as Azure ML passes booleans
+    if isinstance(value, dict):  # a nested choice's pick: JSON, as Azure passes it
+        return json.dumps(value, separators=(",", ":"))
     return str(value)
 
 

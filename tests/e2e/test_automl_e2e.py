@@ -87,13 +87,15 @@ def test_a_pipeline_prepares_searches_and_scores_with_the_best_model_then_reuses
     assert f"step search: Reused (from {first / 'steps/search'})" in capsys.readouterr().out
 
 
-def test_an_image_task_is_refused_before_a_run_folder_exists(tmp_path, capsys):
+def test_an_image_model_from_azures_registry_is_refused_before_a_run_folder_exists(
+        tmp_path, capsys):
     spec = tmp_path / "image.yml"
     spec.write_text("type: automl\ntask: image_object_detection\ntarget_column_name: label\n"
                     f"training_data:\n  type: mltable\n  path: {FIXTURES / 'fruit-train'}\n"
-                    "limits:\n  max_trials: 1\n")
+                    "limits:\n  max_trials: 1\n"
+                    "training_parameters:\n  model_name: mmd-3x-rtmdet_tiny_8xb32-300e_coco\n")
     assert local.main([str(spec), "--run-dir", str(tmp_path / "run")]) != 0
-    assert "Azure trains image tasks with its own runner" in capsys.readouterr().err
+    assert "Hugging Face or MMDetection weights downloaded" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 

@@ -531,3 +531,6 @@ def test_an_sdk_v1_script_logs_through_run_get_context_into_the_jobs_mlflow_run(
     assert job.data.metrics["answer"] == 42 and job.data.tags["stage"] == "local"
     history = MlflowClient().get_metric_history(job.info.run_id, "losses")
     assert [m.value for m in sorted(history, key=lambda m: m.step)] == [0.9, 0.5, 0.25]
+    assert "is a Run: True; type azureml.scriptrun; Run(Experiment: v1-run-context," in log
+    uploaded = MlflowClient().list_artifacts(job.info.run_id, "outputs")
+    assert [a.path for a in uploaded] == ["outputs/answer.txt"]

@@ -100,8 +100,6 @@ def test_an_algorithm_list_nothing_can_run_from_is_refused(training, message):
 
 
 @pytest.mark.parametrize(("task", "reason"), [
-    ("image_classification", "azureml-automl-dnn-vision"),
-    ("image_object_detection", "azureml-automl-dnn-vision"),
     ("text_ner", "Hugging Face model"),
     ("translation", "is not an AutoML task")])
 def test_tasks_the_stand_in_cannot_run_are_refused_with_the_reason(task, reason):
@@ -158,9 +156,9 @@ def test_a_published_style_automl_spec_passes_azure_ai_mls_loader_and_a_bad_one_
     image = tmp_path / "image.yml"
     image.write_text("type: automl\ntask: image_classification\ntarget_column_name: label\n"
                      f"training_data:\n  type: mltable\n  path: {FIXTURES / 'fruit-train'}\n"
-                     "limits:\n  max_trials: 2\ntraining_parameters:\n  model_name: resnet18\n")
-    with pytest.raises(LocalRunError, match=r"image\.yml: task: image_classification: Azure "
-                                            r"trains image tasks with its own runner"):
+                     "limits:\n  max_trials: 2\ntraining_parameters:\n  model_name: resnet9\n")
+    with pytest.raises(LocalRunError, match=r"image\.yml\.training_parameters\.model_name: "
+                                            r"model 'resnet9' is not one of"):
         prepare_job(image, [], [], AssetMap(tmp_path / "none.yml"))
 
 

@@ -10,12 +10,13 @@ from support import ROOT
 # What every entry module's `if __name__ == "__main__":` block calls, but these: the watchdog and
 # the local endpoint's front import the standard library alone (they start from a path, in any
 # environment's Python), the mini-batch worker runs in the environment's own Python (it
-# freezes the collector itself), the AutoML stand-in and the MLTable worker run in environments
-# of their own, which hold no mlops (the stand-in freezes the collector itself), and the MLflow
-# server leaves by os._exit.
+# freezes the collector itself), the AutoML stand-in, the image AutoML trial and the MLTable
+# worker run in environments of their own, which hold no mlops (the stand-in and the trial
+# freeze the collector themselves), and the MLflow server leaves by os._exit.
 OWN_WAY_OUT = {"mlops/runtime/watchdog.py", "mlops/runtime/mlflow_server.py",
                "mlops/endpoints/front.py", "mlops/runtime/minibatch_worker.py",
-               "mlops/automl/standin/automl_standin.py", "mlops/runtime/mltable_worker.py"}
+               "mlops/automl/standin/automl_standin.py", "mlops/runtime/mltable_worker.py",
+               "mlops/automl/vision/automl_vision.py"}
 
 
 def entry_modules() -> list[str]:
