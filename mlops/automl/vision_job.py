@@ -21,12 +21,14 @@ import json
 import shlex
 from pathlib import Path
 
+from mlops.environments.interpreters import find, how_to_get
 from mlops.errors import LocalRunError
 from mlops.runtime.uris import AssetMap
 from mlops.specs import SpecData
 
 VISION = Path(__file__).resolve().parent / "vision"
 IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04"
+RUNNER_PYTHON = "3.10"  # vision/conda.yml's
 # azure-ai-ml's default primary metric per task, and the metrics each task's runner logs
 METRICS = {"image_classification": ("accuracy", ("accuracy",)),
            "image_classification_multilabel": ("iou", ("iou", "accuracy")),
@@ -102,13 +104,33 @@ def sweep_space(raw: SpecData, task: str, where: str) -> tuple[SpecData, list[st
     return {}, []
 
 
+def typed(parameters: SpecData, task: str, where: str) -> SpecData:
+    """training_parameters with azure-ai-ml's types: `--set training_parameters.x=1` gives the
+    string "1", which the SDK's schema loads as the number Azure hands the runner."""
+    from azure.ai.ml._schema.automl.image_vertical import image_model_settings as schemas
+    from marshmallow import ValidationError
+
+    schema = (schemas.ImageModelSettingsClassificationSchema if "classification" in task
+              else schemas.ImageModelSettingsObjectDetectionSchema)()
+    found = {}
+    for key, value in parameters.items():
+        field = schema.fields.get(key)
+        try:
+            found[key] = field.deserialize(value) if field is not None and value is not None \
+                else value
+        except ValidationError as err:
+            raise LocalRunError(f"{where}.training_parameters.{key}: {value!r}: "
+                                f"{' '.join(map(str, err.messages))}") from None
+    return found
+
+
 def settings_json(raw: SpecData, task: str, metric: str, where: str) -> str:
-    settings = dict(raw.get("training_parameters") or {})
+    settings = typed(dict(raw.get("training_parameters") or {}), task, where)
     if settings.get("model_name"):
         check_model(settings["model_name"], task, f"{where}.training_parameters.model_name")
     settings["primary_metric"] = metric
     if raw.get("validation_data_size") is not None:
-        settings["validation_size"] = raw["validation_data_size"]
+        settings["validation_size"] = float(raw["validation_data_size"])
     return json.dumps(settings, separators=(",", ":"), sort_keys=True)
 
 
@@ -145,6 +167,15 @@ def sweep_limits(raw: SpecData, space: SpecData, notes: list[str]) -> SpecData:
     return found
 
 
+def require_runner_python(where: str) -> None:
+    """The runner installs on Python 3.10 only (its pmdarima has no 3.11 wheel): without an
+    interpreter of 3.10 nothing could run it, so the job is refused before any work."""
+    if find(RUNNER_PYTHON) is None:
+        raise LocalRunError(f"{where}: Azure's image runner (azureml-automl-dnn-vision) runs on "
+                            f"Python {RUNNER_PYTHON}, and this machine has none: "
+                            f"{how_to_get(RUNNER_PYTHON)}")
+
+
 def image_sweep(raw: SpecData, task: str, where: str, assets: AssetMap | None,
                 outputs: SpecData) -> tuple[SpecData, list[str]]:
     """The sweep definition an image AutoML spec runs as, and what differs from Azure."""
@@ -161,6 +192,7 @@ def image_sweep(raw: SpecData, task: str, where: str, assets: AssetMap | None,
     mapping = url_map(assets)
     if mapping:
         trial["environment_variables"] = {"AZUREML_AUTOML_URL_MAP": json.dumps(mapping)}
+    require_runner_python(where)  # after the spec's own errors: they come first
     sweep = raw.get("sweep") or {}
     definition = {key: raw[key] for key in SHARED_KEYS if key in raw}
     definition.update({

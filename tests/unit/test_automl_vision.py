@@ -31,6 +31,15 @@ TWO_MODELS = [{"model_name": {"type": "choice", "values": ["resnet18"]},
                "layers_to_freeze": {"type": "choice", "values": [0, 2]}}]
 
 
+@pytest.fixture(autouse=True)
+def a_python_310(monkeypatch):
+    """Finding an interpreter starts a process: a unit test is given one."""
+    from mlops.automl import vision_job
+    from mlops.environments.interpreters import HERE
+
+    monkeypatch.setattr(vision_job, "find", lambda minor: HERE)
+
+
 def spec(**over) -> dict:
     base = {"type": "automl", "task": "image_classification", "target_column_name": "label",
             "training_data": {"type": "mltable", "path": "./train"}}
@@ -264,3 +273,26 @@ def test_the_trial_leaves_the_sampled_hyperparameters_for_the_runner_to_parse(mo
     assert rest == ["--model", '{"model_name":"yolov5"}', "--learning_rate", "0.1"]
     with pytest.raises(SystemExit):
         automl_vision.parse(["--task=text_ner"])
+
+
+def test_training_parameters_set_as_text_reach_the_runner_with_azures_types():
+    """`--set training_parameters.number_of_epochs=1` gives the string "1"; azure-ai-ml's
+    schema loads it as a number, and so does the trial's settings."""
+    definition = automl_command(spec(training_parameters={
+        "number_of_epochs": "1", "early_stopping": "true", "learning_rate": "0.01",
+        "model_name": "resnet18"}), "j").definition
+    argv = words(definition["trial"]["command"])
+    settings = json.loads(next(w for w in argv if w.startswith("--settings=")).partition("=")[2])
+    assert (settings["number_of_epochs"], settings["early_stopping"],
+            settings["learning_rate"]) == (1, True, 0.01)
+    with pytest.raises(LocalRunError, match=r"j\.training_parameters\.number_of_epochs: 'many'"):
+        automl_command(spec(training_parameters={"number_of_epochs": "many"}), "j")
+
+
+def test_without_a_python_310_an_image_job_is_refused_with_how_to_get_one(monkeypatch):
+    from mlops.automl import vision_job
+
+    monkeypatch.setattr(vision_job, "find", lambda minor: None)
+    with pytest.raises(LocalRunError, match=r"j: Azure's image runner .* runs on Python 3\.10, "
+                                            r"and this machine has none: install one"):
+        automl_command(spec(), "j")

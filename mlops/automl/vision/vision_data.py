@@ -89,8 +89,8 @@ def jsonl_files(folder: Path) -> list[Path]:
         if REMOTE.match(str(value)):
             raise DataError(f"{spec_file}: {value} is not on this machine")
         where = table / str(value)
-        if kind == "folder":
-            files += sorted(p for p in where.rglob("*") if p.is_file())
+        if kind == "folder":  # the folder's JSON Lines files (not its images or MLTable)
+            files += sorted(p for p in where.rglob("*.jsonl") if p.is_file())
         elif kind == "pattern":
             files += sorted(Path(p) for p in glob.glob(str(where), recursive=True))
         else:

@@ -75,13 +75,17 @@ def install() -> None:
     for module_name in ("azureml.automl.dnn.vision.common.pretrained_model_utilities",
                         "azureml.automl.dnn.vision.object_detection_yolo.models.yolo_wrapper"):
         module = sys.modules.get(module_name) or __import__(module_name, fromlist=["_"])
-        intersect = getattr(module, "intersect_dicts", None)
-        if intersect is not None:
-            module.intersect_dicts = keeping_marker(intersect)
+        for name in FILTERS:
+            if callable(getattr(module, name, None)):
+                setattr(module, name, keeping_marker(getattr(module, name)))
 
 
-def keeping_marker(intersect):
-    def intersect_or_keep(first, *args, **kwargs):
-        return first if isinstance(first, RandomInit) else intersect(first, *args, **kwargs)
+# what the runner passes a state dict through before loading it (a new dict each)
+FILTERS = ("intersect_dicts", "checkpoint_filter_fn")
 
-    return intersect_or_keep
+
+def keeping_marker(transform):
+    def transform_or_keep(first, *args, **kwargs):
+        return first if isinstance(first, RandomInit) else transform(first, *args, **kwargs)
+
+    return transform_or_keep
