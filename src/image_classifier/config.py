@@ -108,8 +108,8 @@ def build_parser(config_cls: type = TrainConfig) -> argparse.ArgumentParser:
     )
     for f in fields(config_cls):
         kind = f.type if isinstance(f.type, str) else f.type.__name__
-        kwargs: dict[str, object] = {"type": _CONVERTERS[kind],
-                                     "help": f.metadata.get("help", "")}
+        kwargs: dict[str, object] = {"type": _CONVERTERS[kind],  # argparse %-formats help
+                                     "help": str(f.metadata.get("help", "")).replace("%", "%%")}
         if f.default is dataclasses.MISSING:
             kwargs["required"] = True
         else:

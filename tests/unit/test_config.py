@@ -2,7 +2,7 @@ from dataclasses import fields
 
 import pytest
 
-from image_classifier.config import TrainConfig, build_parser, parse_config
+from image_classifier.config import TrainConfig, build_parser, parse, parse_config
 
 
 def test_every_field_is_a_flag():
@@ -45,3 +45,21 @@ def test_bad_values_exit_with_a_message(argv, capsys):
 
 def test_model_dir_defaults_under_output_dir():
     assert parse_config(["--data", "d", "--output_dir", "o"]).resolved_model_dir == "o/model"
+
+
+def test_help_prints_every_flag_even_where_its_text_holds_a_percent_sign(capsys):
+    """argparse %-formats help texts: `--help` crashed on "99%," before they were escaped."""
+    with pytest.raises(SystemExit) as done:
+        parse(TrainConfig, ["--help"])
+    assert done.value.code == 0
+    assert ">= 99%, val acc" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("module", ["evaluate", "export", "prep", "register"])
+def test_every_steps_help_prints(module, capsys):
+    import importlib
+
+    step = importlib.import_module(f"image_classifier.{module}")
+    with pytest.raises(SystemExit) as done:
+        step.main(["--help"])
+    assert done.value.code == 0 and "--" in capsys.readouterr().out
