@@ -258,6 +258,9 @@ def test_weights_come_from_a_local_folder_else_the_model_keeps_its_initialisatio
     (tmp_path / "mine").mkdir()
     torch.save({"w": torch.ones(2)}, tmp_path / "mine" / "tiny-0123abcd.pth")
     assert torch.equal(weights.load_weights(url, check_hash=False)["w"], torch.ones(2))
+    torch.save({"w": torch.zeros(3)}, tmp_path / "mapped as.pt")  # the mapping file's entry
+    found = weights.load_weights(url, locate=lambda u: str(tmp_path / "mapped as.pt"))
+    assert torch.equal(found["w"], torch.zeros(3))
 
 
 def test_the_trial_leaves_the_sampled_hyperparameters_for_the_runner_to_parse(monkeypatch):

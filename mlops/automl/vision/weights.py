@@ -2,9 +2,11 @@
 
 The runner fetches each model's ImageNet (or COCO) weights from Azure's CDN through
 torch.hub.load_state_dict_from_url, retrying for about a minute. This machine cannot reach that
-CDN, so each file is looked for where torch.hub keeps it (TORCH_HOME, else ~/.cache/torch:
-hub/checkpoints/<file name>) and in AZUREML_AUTOML_PRETRAINED_DIR (a folder of such files); the
-file names are the CDN's, which are torchvision's and timm's for the same weights. Where neither
+CDN, so each file is looked for at the path the run's mapping file gives its URL
+(assets/local-paths.yml, the URL or a prefix of it), in AZUREML_AUTOML_PRETRAINED_DIR (a folder
+of such files) and where torch.hub keeps it (TORCH_HOME, else ~/.cache/torch:
+hub/checkpoints/<file name>); the file names are the CDN's, which are torchvision's and timm's
+for the same weights. Where neither
 holds it, the model keeps its random initialisation and one warning line says so: the trial
 runs, and its metrics are those of a model trained from scratch.
 """
@@ -40,30 +42,43 @@ def folders() -> list[Path]:
     return found
 
 
-def load_weights(url: str, progress: bool = True, check_hash: bool = True, **kwargs):
-    """The state dict `url` names, from a local folder; RandomInit when none holds it."""
+def candidates(url: str, locate) -> list[Path]:
+    """Where the file `url` names may be: the path the run's mapping gives it (`locate`), then
+    the folders."""
+    name = os.path.basename(urlparse(url).path)
+    mapped = locate(url) if locate is not None else None
+    return [*([Path(mapped)] if mapped else []), *(folder / name for folder in folders())]
+
+
+def load_weights(url: str, progress: bool = True, check_hash: bool = True, *, locate=None,
+                 **kwargs):
+    """The state dict `url` names, from a local file; RandomInit when none holds it."""
     import torch.hub
 
-    name = os.path.basename(urlparse(url).path)
-    for folder in folders():
-        if (folder / name).is_file():
-            kwargs.pop("model_dir", None)
-            return torch.hub.load_state_dict_from_url(url, model_dir=str(folder),
-                                                      progress=False, **kwargs)
-    print(f"warning: pretrained weights {name} are not on this machine (looked in "
-          f"{', '.join(map(str, folders()))}; Azure downloads them from its CDN): the model "
-          f"trains from random initialisation. Put the file in one of those folders to "
-          "start from it as Azure does.", file=sys.stderr, flush=True)
+    kwargs.pop("model_dir", None)
+    for path in candidates(url, locate):
+        if path.is_file():
+            return torch.hub.load_state_dict_from_url(url, model_dir=str(path.parent),
+                                                      file_name=path.name, progress=False,
+                                                      **kwargs)
+    print(f"warning: pretrained weights {os.path.basename(urlparse(url).path)} are not on this "
+          f"machine (looked at {', '.join(map(str, candidates(url, locate)))}; Azure downloads "
+          "them from its CDN): the model trains from random initialisation. Put the file "
+          "there, or map its URL in assets/local-paths.yml, to start from it as Azure does.",
+          file=sys.stderr, flush=True)
     return RandomInit()
 
 
-def install() -> None:
-    """Route the runner's downloads to load_weights, and let RandomInit load as nothing."""
+def install(locate=None) -> None:
+    """Route the runner's downloads to load_weights (`locate`: the run's URL mapping), and let
+    RandomInit load as nothing."""
+    import functools
+
     import torch
     from azureml.automl.dnn.vision.common import pretrained_model_utilities as pretrained
 
     pretrained.PretrainedModelFactory._load_state_dict_from_url_with_retry = \
-        staticmethod(load_weights)
+        staticmethod(functools.partial(load_weights, locate=locate))
     load_state_dict = torch.nn.Module.load_state_dict
 
     def load_or_keep(self, state_dict, *args, **kwargs):
