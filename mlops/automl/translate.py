@@ -16,6 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlops.automl import IMAGE, SHARED_KEYS
 from mlops.automl.standin import algorithms
 from mlops.automl.vision_job import image_sweep
 from mlops.errors import LocalRunError
@@ -23,7 +24,6 @@ from mlops.runtime.uris import AssetMap
 from mlops.specs import SpecData
 
 STANDIN = Path(__file__).resolve().parent / "standin"
-IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04"
 DATA = ("training_data", "validation_data", "test_data")
 TABULAR = ("classification", "regression", "forecasting")
 IMAGE_TASKS = ("image_classification", "image_classification_multilabel",
@@ -39,9 +39,6 @@ CLASSIFICATION_METRICS = ("accuracy", "AUC_weighted", "norm_macro_recall",
 DEFAULT_METRIC = {"classification": "accuracy",  # azure-ai-ml's DEFAULT_PRIMARY_METRIC
                   "regression": "normalized_root_mean_squared_error",
                   "forecasting": "normalized_root_mean_squared_error"}
-# keys a command job shares with an AutoML job, passed through as they are
-SHARED_KEYS = ("name", "display_name", "experiment_name", "description", "tags", "compute",
-               "resources", "environment_variables", "identity", "properties")
 
 
 @dataclass

@@ -21,13 +21,13 @@ import json
 import shlex
 from pathlib import Path
 
+from mlops.automl import IMAGE, SHARED_KEYS
 from mlops.environments.interpreters import find, how_to_get
 from mlops.errors import LocalRunError
 from mlops.runtime.uris import AssetMap
 from mlops.specs import SpecData
 
 VISION = Path(__file__).resolve().parent / "vision"
-IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04"
 RUNNER_PYTHON = "3.10"  # vision/conda.yml's
 # azure-ai-ml's default primary metric per task, and the metrics each task's runner logs
 METRICS = {"image_classification": ("accuracy", ("accuracy",)),
@@ -45,8 +45,6 @@ SEGMENTERS = ("maskrcnn_resnet18_fpn", "maskrcnn_resnet34_fpn", "maskrcnn_resnet
               "maskrcnn_resnet101_fpn", "maskrcnn_resnet152_fpn")
 MODELS = {"image_classification": CLASSIFIERS, "image_classification_multilabel": CLASSIFIERS,
           "image_object_detection": DETECTORS, "image_instance_segmentation": SEGMENTERS}
-SHARED_KEYS = ("name", "display_name", "experiment_name", "description", "tags", "compute",
-               "resources", "environment_variables", "identity", "properties")
 DISTRIBUTIONS = ("choice", "randint", "uniform", "quniform", "loguniform", "qloguniform",
                  "normal", "qnormal", "lognormal", "qlognormal")
 
