@@ -54,6 +54,9 @@ PYTEST_ARGS ?=
 # pytest worker processes (pytest-xdist): one per core, and one more to use the cores while
 # tests wait for their servers and subprocesses.
 TEST_WORKERS ?= $(shell echo $$(($(NPROC) + 1)))
+# make test-quick: one worker per core (the unit tests never wait on a process, so no more; with
+# one core, none: xdist's worker would only add its start-up)
+QUICK_WORKERS ?= $(if $(filter 1,$(NPROC)),0,$(NPROC))
 # make help: the order its groups are listed in (##@ lines in this file name them).
 HELP_GROUPS = Local,Azure jobs,Azure endpoints,Development
 WORKFLOWS ?= $(wildcard .github/workflows/*.yml)
@@ -296,7 +299,7 @@ test: $(STAMP) ## Run the test suite (offline, CPU); prints the 15 slowest tests
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
 test-quick: $(STAMP) ## Run tests/unit alone: no process, server or training (under 30 s)
-	$(PY) -m pytest tests/unit --durations=5 $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit -n $(QUICK_WORKERS) --durations=5 $(PYTEST_ARGS)
 
 test-heavy: $(STAMP) ## Run the tests that build large environments from the package registry (minutes)
 	$(PY) -m pytest -m heavy $(PYTEST_ARGS)

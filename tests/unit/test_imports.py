@@ -8,6 +8,7 @@ engines. Imports inside functions count: a hidden edge is still an edge.
 from __future__ import annotations
 
 import ast
+import functools
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -26,9 +27,20 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once for every test that reads it."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def known_modules() -> frozenset[str]:
+    return frozenset(module_name(p) for p in PACKAGE.rglob("*.py"))
+
+
 def imported(path: Path, top_level_only: bool = False) -> set[str]:
     """The mlops modules a file imports (`from mlops import x` names mlops.x when x is one)."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     nodes = tree.body if top_level_only else ast.walk(tree)
     found = set()
     for node in nodes:
@@ -37,8 +49,7 @@ def imported(path: Path, top_level_only: bool = False) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
             found |= {f"{node.module}.{alias.name}" for alias in node.names}
-    known = {module_name(p) for p in PACKAGE.rglob("*.py")}
-    return {name for name in found if name in known}
+    return {name for name in found if name in known_modules()}
 
 
 ROOMS = sorted(p for p in PACKAGE.rglob("*.py") if p.parent != PACKAGE)
@@ -80,7 +91,7 @@ SHIPPED = ROOT / "src" / "image_classifier"
 def load_time_imports(path: Path, package: str) -> set[str]:
     """The package's modules a file imports outside functions: at load time, and under `if
     TYPE_CHECKING:` too (a circle there is still two modules that need each other)."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     found, todo = set(), list(tree.body)
     while todo:
         node = todo.pop()
@@ -110,14 +121,14 @@ MAX_PARAMETERS = 6
 
 
 def functions(path: Path):
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield node
 
 
 def bare_dicts(path: Path) -> list[int]:
     """Lines of annotations that say `dict` without its key and value types."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     typed = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Subscript)}
     annotations = []
     for node in ast.walk(tree):
