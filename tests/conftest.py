@@ -81,7 +81,8 @@ def logs() -> Iterator[LogRecords]:
             logging.getLogger(name).setLevel(level)
 
 
-def pytest_configure(config):  # noqa: ARG001 - pytest's hook signature
+@pytest.fixture(scope="session", autouse=True)
+def sqlite_without_fsync() -> None:
     """SQLite stores that the test processes open (MLflow's, and the tracking servers forked from
     a worker) skip fsync: a test never cuts the power, and a killed process loses nothing SQLite
     handed the kernel. A new MLflow store's migrations wait about a second for the disk
@@ -89,7 +90,8 @@ def pytest_configure(config):  # noqa: ARG001 - pytest's hook signature
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    event.listen(Engine, "connect", _no_fsync)
+    if not event.contains(Engine, "connect", _no_fsync):
+        event.listen(Engine, "connect", _no_fsync)
 
 
 def _no_fsync(connection, record) -> None:  # noqa: ARG001 - SQLAlchemy's listener signature

@@ -9,13 +9,18 @@ import subprocess
 
 import pytest
 
-# torch's first import starts a process (CUDA's library lookup): done here, before the guard, so
-# a unit test that happens to import it first is not taken for one that starts a process
-import torch  # noqa: F401
 
-# platform.processor() runs `uname -p` once and keeps the answer; MLflow asks it for every run it
-# creates: asked here, before the guard, so which test creates the first run does not matter
-platform.processor()
+@pytest.fixture(scope="session", autouse=True)
+def processes_started_once() -> None:
+    """What starts a process the first time only, done before the guard below (a session
+    fixture is set up before any test's own), so that the test that happens to come first is not
+    taken for one that starts a process: torch's first import (CUDA's library lookup), and
+    platform.processor(), which runs `uname -p` once and keeps the answer (MLflow asks it for
+    every run it creates). Here rather than at the top of this file: xdist's controller loads
+    this file too, and would import torch (2.5 s) before starting any worker."""
+    import torch  # noqa: F401
+
+    platform.processor()
 
 
 @pytest.fixture(autouse=True)
