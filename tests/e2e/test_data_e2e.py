@@ -82,8 +82,8 @@ def test_corrupt_image_is_an_error_naming_it_unless_skipped(tiny_data, tmp_path)
     assert str(bad) not in [path for path, _ in bundle.train.samples]
 
 
-def test_files_imagefolder_cannot_read_are_reported(tiny_data, tmp_path, logs):
+def test_files_imagefolder_cannot_read_are_reported(tiny_data, tmp_path, caplog):
     data = shutil.copytree(tiny_data, tmp_path / "d")
     (data / "train" / "chickens" / "notes.txt").write_text("not an image")
     assert len(build_datasets(data, 32).train) == 48
-    assert "ignored 1 file(s)" in logs.text and "notes.txt" in logs.text
+    assert "ignored 1 file(s)" in caplog.text and "notes.txt" in caplog.text

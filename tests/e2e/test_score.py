@@ -126,14 +126,14 @@ def test_init_finds_the_model_in_the_registered_layout(model_dir, tmp_path, monk
 
 
 def test_onnx_and_int8_are_served_and_agree_with_torch(model_dir, tiny_data, monkeypatch,
-                                                       tmp_path, logs):
-    logs.set_level("INFO", logger="image_classifier.export")
+                                                       tmp_path, caplog):
+    caplog.set_level("INFO", logger="image_classifier.export")
     folder = shutil.copytree(model_dir, tmp_path / "model")
     exported = export_model_dir(ExportConfig(model_dir=str(folder), data=str(tiny_data),
                                              int8=True))
     path, difference, report = exported.path, exported.difference, exported.int8
     assert path.name == "model.onnx" and difference <= 1e-4
-    assert "int8 gate on 16 val images: top-1 agreement" in logs.text
+    assert "int8 gate on 16 val images: top-1 agreement" in caplog.text
     assert (folder / "model.int8.onnx").is_file() == report.kept
     body = json.dumps({"images": [b64(p.read_bytes()) for p in images_of(tiny_data, 4)]})
     monkeypatch.setenv("AZUREML_MODEL_DIR", str(folder))

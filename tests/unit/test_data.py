@@ -30,7 +30,7 @@ def test_large_jpeg_is_decoded_at_reduced_scale(tmp_path):
     assert image.mode == "RGB" and min(image.size) >= 256 and image.size[0] <= 600
 
 
-def test_real_imagefolder_with_odd_names_and_a_gif(logs):
+def test_real_imagefolder_with_odd_names_and_a_gif(caplog):
     """Optional: the real hymenoptera data (398 files; a GIF ImageFolder skips, with a warning)."""
     from support import HYMENOPTERA
 
@@ -39,7 +39,7 @@ def test_real_imagefolder_with_odd_names_and_a_gif(logs):
     bundle = build_datasets(HYMENOPTERA, 64)
     assert bundle.classes == ["ants", "bees"]
     assert (len(bundle.train), len(bundle.val), bundle.skipped) == (244, 153, 0)
-    assert "ignored 1 file(s)" in logs.text and "imageNotFound.gif" in logs.text
+    assert "ignored 1 file(s)" in caplog.text and "imageNotFound.gif" in caplog.text
     paths = [path for path, _ in bundle.train.samples]
     assert str(HYMENOPTERA / "train" / "ants" / "ant photos.jpg") in paths
     assert bundle.train[0][0].shape == (3, 64, 64)
