@@ -5,9 +5,7 @@ or training: make test-quick) and tests/e2e (real runs)."""
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -17,6 +15,8 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS.parent / "scripts"))
+
+from support import LogRecords, captured_logs  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # The workers already keep every core busy (make test starts one per core, and one more):
@@ -43,66 +43,12 @@ def no_repository_store(tmp_path_factory) -> Iterator[None]:
         yield
 
 
-class LogRecords(logging.Handler):
-    """The log records a test emits: what pytest's caplog gives (`text`, `records`, `messages`,
-    `record_tuples`, `set_level`, `at_level`, `clear`). The suite runs without pytest's logging
-    plugin (`-p no:logging` in pyproject.toml), whose caplog this stands in for: for each phase
-    of each test the plugin walks every logger the session has made, some 2,600 once torch is
-    imported, which cost the unit tests about 5 of their 35 seconds."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.NOTSET)
-        self.records: list[logging.LogRecord] = []
-        self.levels: dict[str, int] = {}
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    @property
-    def text(self) -> str:
-        return "\n".join(f"{r.levelname} {r.name}: {r.getMessage()}" for r in self.records)
-
-    @property
-    def messages(self) -> list[str]:
-        return [r.getMessage() for r in self.records]
-
-    @property
-    def record_tuples(self) -> list[tuple[str, int, str]]:
-        return [(r.name, r.levelno, r.getMessage()) for r in self.records]
-
-    def clear(self) -> None:
-        self.records.clear()
-
-    def set_level(self, level: int | str, logger: str | None = None) -> None:
-        """Let `logger` (the root one by default) pass records from `level` up, for the test."""
-        target = logging.getLogger(logger)
-        self.levels.setdefault(logger or "", target.level)
-        target.setLevel(level)
-
-    @contextlib.contextmanager
-    def at_level(self, level: int | str, logger: str | None = None) -> Iterator[None]:
-        target = logging.getLogger(logger)
-        before = target.level
-        target.setLevel(level)
-        try:
-            yield
-        finally:
-            target.setLevel(before)
-
-
 @pytest.fixture
 def caplog() -> Iterator[LogRecords]:
     """Every log record that reaches the root logger during the test (pytest's caplog, whose
-    plugin this suite leaves off: LogRecords)."""
-    handler = LogRecords()
-    root = logging.getLogger()
-    root.addHandler(handler)
-    try:
+    plugin this suite leaves off: support.LogRecords)."""
+    with captured_logs() as handler:
         yield handler
-    finally:
-        root.removeHandler(handler)
-        for name, level in handler.levels.items():
-            logging.getLogger(name or None).setLevel(level)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 import os
 
-from support import source_digest
+from support import captured_logs, source_digest
 
 
 def test_caplog_holds_what_is_logged_and_gives_levels_back(caplog):
-    log = logging.getLogger("suite.tools")
+    # levels set here: an earlier test in this worker may have configured the root logger
+    log, other = logging.getLogger("suite.tools"), logging.getLogger("suite.other")
+    caplog.set_level(logging.WARNING, logger="suite.tools")
     log.info("not shown: the logger passes warnings only")
     log.warning("a %s", "warning")
     assert caplog.messages == ["a warning"] and "WARNING suite.tools: a warning" in caplog.text
@@ -18,11 +20,23 @@ def test_caplog_holds_what_is_logged_and_gives_levels_back(caplog):
     log.info("now shown")
     assert caplog.record_tuples[-1] == ("suite.tools", logging.INFO, "now shown")
     caplog.clear()
+    caplog.set_level(logging.INFO, logger="suite.other")
     with caplog.at_level(logging.DEBUG, logger="suite.other"):
-        logging.getLogger("suite.other").debug("inside")
-    logging.getLogger("suite.other").debug("outside")
-    assert caplog.messages == ["inside"]
-    assert logging.getLogger("suite.other").level == logging.NOTSET
+        other.debug("inside")
+    other.debug("outside")
+    assert caplog.messages == ["inside"] and other.level == logging.INFO
+
+
+def test_the_levels_a_test_sets_are_given_back_after_it():
+    root = logging.getLogger()
+    before = root.level
+    with captured_logs() as logs:
+        logs.set_level(logging.DEBUG, logger="suite.back")
+        logs.set_level(logging.CRITICAL + 1)
+        assert logging.getLogger("suite.back").level == logging.DEBUG
+        assert root.level == logging.CRITICAL + 1
+    assert logging.getLogger("suite.back").level == logging.NOTSET and root.level == before
+    assert logs not in root.handlers
 
 
 def test_the_source_check_sees_a_new_time_and_leaves_out_pycache_and_dangling_links(tmp_path):
