@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.argv = [sys.argv[0], *hyperparameters]  # the runner parses the trial's own arguments
     run_id = os.environ.get("MLFLOW_RUN_ID")  # MLflow's end_run() takes it out of os.environ
-    weights.install(lambda url: vision_data.mapped(url, vision_data.url_map()))
+    mapping = vision_data.url_map()  # the job's variable, read once for every download
+    weights.install(lambda url: vision_data.mapped(url, mapping))
     run_task(config, settings)
     keep_model(config.best_model, run_id)
     return 0

@@ -13,6 +13,7 @@ runs, and its metrics are those of a model trained from scratch.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -56,13 +57,14 @@ def load_weights(url: str, progress: bool = True, check_hash: bool = True, *, lo
     import torch.hub
 
     kwargs.pop("model_dir", None)
-    for path in candidates(url, locate):
+    places = candidates(url, locate)
+    for path in places:
         if path.is_file():
             return torch.hub.load_state_dict_from_url(url, model_dir=str(path.parent),
                                                       file_name=path.name, progress=False,
                                                       **kwargs)
     print(f"warning: pretrained weights {os.path.basename(urlparse(url).path)} are not on this "
-          f"machine (looked at {', '.join(map(str, candidates(url, locate)))}; Azure downloads "
+          f"machine (looked at {', '.join(map(str, places))}; Azure downloads "
           "them from its CDN): the model trains from random initialisation. Put the file "
           "there, or map its URL in assets/local-paths.yml, to start from it as Azure does.",
           file=sys.stderr, flush=True)
@@ -72,8 +74,6 @@ def load_weights(url: str, progress: bool = True, check_hash: bool = True, *, lo
 def install(locate=None) -> None:
     """Route the runner's downloads to load_weights (`locate`: the run's URL mapping), and let
     RandomInit load as nothing."""
-    import functools
-
     import torch
     from azureml.automl.dnn.vision.common import pretrained_model_utilities as pretrained
 
