@@ -45,7 +45,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from mlops.errors import INPUT_ERROR, LocalRunError
+from mlops.errors import LocalError
 
 MACHINE_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES}
 # what to do about each (the real reason, not always a full disk)
@@ -74,12 +74,12 @@ def exit_with(main: Callable[[], int | None]) -> NoReturn:
 def exit_code(call: Callable[[], int]) -> int:
     """The front doors' one exit-code rule: the engine's own code (a job's, a batch run's, a
     server's status); INPUT_ERROR with the message for a spec or input error; 128 + the signal
-    number when interrupted."""
+    number when interrupted; MACHINE_ERROR with what to do when the machine stopped it."""
     try:
         return call()
-    except LocalRunError as err:
+    except LocalError as err:  # either kind: its message, its exit code (mlops/errors.py)
         print(f"error: {err}", file=sys.stderr)
-        return INPUT_ERROR
+        return err.exit_code
     except KeyboardInterrupt as err:
         return 128 + getattr(err, "signum", 2)
     except OSError as err:  # the machine's fault (a full disk, a folder gone): no traceback
