@@ -319,8 +319,8 @@ lint-workflows: $(STAMP) ## actionlint, zizmor, GitHub's workflow schema and the
 validate: $(STAMP) ## Validate specs offline: schemas, azure-ai-ml loaders, repo lint (SPECS=)
 	$(PY) -m mlops.validate $(SPECS)
 
-schemas: $(STAMP) ## Regenerate schemas/ from the pinned azure-ai-ml
-	$(PY) scripts/gen_schemas.py --out schemas
+schemas: $(STAMP) ## Regenerate mlops/schemas/ from the pinned azure-ai-ml
+	$(PY) scripts/gen_schemas.py --out mlops/schemas
 
 curated-envs: $(STAMP) ## Regenerate assets/curated-envs.yml and curated-env-versions.json from azureml-assets (ASSETS_REPO=)
 	$(if $(ASSETS_REPO),,$(error set ASSETS_REPO=<git dir of a clone of Azure/azureml-assets>))

@@ -6,7 +6,7 @@ engine lives in the room it belongs to:
 
 mlops/            run, validate, serve, batch, envs, workflow_lint: the front doors; shared by
                   every room: specs (loading, kinds, line numbers), errors, project
-                  ([tool.mlops]), and exit_with / exit_code below
+                  ([tool.azml]), and exit_with / exit_code below
   runtime/        the one local runtime (engine: resolve -> snapshot -> environment ->
                   launch -> collect, run_step, start_service) and everything a started process
                   needs: tasks (Task, TaskSource, spec -> Task), records (status.json and

@@ -17,7 +17,6 @@ import argparse
 from pathlib import Path
 
 from mlops import exit_code, exit_with
-from mlops.runtime.uris import ASSET_MAP
 from mlops.workspace import actions
 from mlops.workspace.records import AssetKind
 from mlops.workspace.store import Draft
@@ -39,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-t", "--type", help="create without a spec: custom_model, uri_folder..")
     parser.add_argument("-d", "--description", default="", help="create without a spec")
     parser.add_argument("--archived", action="store_true", help="list: archived ones too")
-    parser.add_argument("--assets", dest="asset_file", type=Path, default=ASSET_MAP)
+    parser.add_argument("--assets", dest="asset_file", type=Path, default=None)
     return parser
 
 

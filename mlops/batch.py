@@ -17,7 +17,6 @@ from mlops.endpoints.batch_deployment import BatchRequest, run_local
 from mlops.environments.envspec import ENV_MAP
 from mlops.runtime.debugging import DebugRequest, add_arguments
 from mlops.runtime.launch import usable_cores
-from mlops.runtime.uris import ASSET_MAP
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", type=Path)
     parser.add_argument("--max-procs", type=int, default=usable_cores())
     parser.add_argument("--envs", dest="env_file", type=Path, default=ENV_MAP)
-    parser.add_argument("--assets", dest="asset_file", type=Path, default=ASSET_MAP)
+    parser.add_argument("--assets", dest="asset_file", type=Path, default=None)
     add_arguments(parser)
     return parser
 

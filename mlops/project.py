@@ -1,10 +1,15 @@
-"""What the generic local tooling knows about this project: `[tool.mlops]` in pyproject.toml; and
-where it writes: the run folders and the MLflow store (the checkout, or MLOPS_STATE_DIR), and its
-caches (never the checkout).
+"""The repository the tooling works on, what it knows about it, and where it writes.
 
-One setting makes a read-only checkout work: MLOPS_STATE_DIR=<a writable folder> puts runs/,
-mlflow.db (with its mlruns/) and the caches there. The caches alone: MLOPS_CACHE_DIR, else
-$XDG_CACHE_HOME/mlops-local, else ~/.cache/mlops-local (the environment layers: LOCAL_ENVS_DIR).
+The repository is found from the current folder, as git finds its own: the nearest folder
+upwards holding `azml.toml`, or a `pyproject.toml` with a `[tool.azml]` table, else the nearest
+git work tree's top, else the current folder. Its settings (all optional, keys below) come from
+that file; `azml.toml` holds them at its top level.
+
+Where a run writes (run folders, the MLflow store, the local workspace): AZML_STATE_DIR, else
+MLOPS_STATE_DIR (its older name), else the settings' `state_dir` (relative to the repository),
+else `<repository>/.azml`. The caches (environment layers, validation verdicts, tools) never go
+into the sources: MLOPS_CACHE_DIR, else <state>/cache when a state folder is named by the
+environment, else $XDG_CACHE_HOME/mlops-local, else ~/.cache/mlops-local.
 """
 
 from __future__ import annotations
@@ -15,14 +20,25 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from mlops.specs import ROOT
+from mlops.errors import LocalRunError
+
+CONFIG = "azml.toml"
+STATE_ENV = ("AZML_STATE_DIR", "MLOPS_STATE_DIR")  # the first set wins
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Project:
+    """A repository's settings: where it is and writes, and what the local tooling should know
+    of its own models, entry points and hints."""
+
+    root: Path  # the repository
+    config: Path | None = None  # the file its settings came from
+    state: Path  # run folders, the MLflow store, the local workspace
+    asset_map: Path | None = None  # `azureml:` assets and URLs -> local paths (uris.py)
+    env_map: Path | None = None  # environments -> local stand-ins, over the tool's own
     own_models: tuple[str, ...] = ()  # registered model names the local trainer produces
     model_file: str = "model.pt"  # the file that marks a trained model's folder
-    runs_dir: Path = field(default=ROOT / "runs")
+    runs_dir: Path  # where run folders go (<state>/runs unless set)
     entry_packages: tuple[str, ...] = ()  # `python -m <package>.x` commands lint checks flags of
     # entry module -> the metric names it logs
     metrics: dict[str, set[str]] = field(default_factory=dict)
@@ -31,35 +47,93 @@ class Project:
     pythons: dict[str, str] = field(default_factory=dict)
 
 
-@cache
-def project(pyproject: Path = ROOT / "pyproject.toml") -> Project:
+def settings_file(folder: Path) -> tuple[Path, dict[str, object]] | None:
+    """The settings `folder` holds itself: its azml.toml, or its pyproject.toml's [tool.azml]."""
+    own = folder / CONFIG
+    if own.is_file():
+        return own, _toml(own)
+    pyproject = folder / "pyproject.toml"
+    if pyproject.is_file():
+        table = _toml(pyproject).get("tool", {})
+        if isinstance(table, dict) and isinstance(table.get("azml"), dict):
+            return pyproject, table["azml"]
+    return None
+
+
+def _toml(path: Path) -> dict[str, object]:
     try:
-        table = tomllib.loads(pyproject.read_text()).get("tool", {}).get("mlops", {})
-    except (OSError, tomllib.TOMLDecodeError):
-        table = {}
-    return Project(own_models=tuple(table.get("own_models", ())),
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise LocalRunError(f"{path}: not readable TOML ({err}): fix it, or remove it to use "
+                            "the defaults") from None
+
+
+def repository(start: Path) -> tuple[Path, Path | None, dict[str, object]]:
+    """The repository holding `start`: its folder, its settings file and settings."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        found = settings_file(folder)
+        if found is not None:
+            return folder, found[0], found[1]
+    top = next((f for f in (start, *start.parents) if (f / ".git").exists()), start)
+    return top, None, {}
+
+
+@cache
+def _project(start: Path, state_env: str) -> Project:
+    root, config, table = repository(start)
+    state = Path(state_env).expanduser() if state_env else \
+        root / str(table.get("state_dir", ".azml"))
+    maps = {key: (root / str(table[key])) if table.get(key) else None
+            for key in ("asset_map", "env_map")}
+    return Project(root=root, config=config, state=state, **maps,
+                   own_models=tuple(_list(table, "own_models")),
                    model_file=str(table.get("model_file", "model.pt")),
-                   runs_dir=state_dir() / str(table.get("runs_dir", "runs")),
-                   entry_packages=tuple(table.get("entry_packages", ())),
-                   metrics={k: set(v) for k, v in (table.get("metrics") or {}).items()},
-                   hints=dict(table.get("hints") or {}),
+                   runs_dir=state / str(table.get("runs_dir", "runs")),
+                   entry_packages=tuple(_list(table, "entry_packages")),
+                   metrics={str(k): set(v) for k, v in _table(table, "metrics").items()},
+                   hints={str(k): str(v) for k, v in _table(table, "hints").items()},
                    pythons={str(k): os.path.expanduser(str(v))
-                            for k, v in (table.get("pythons") or {}).items()})
+                            for k, v in _table(table, "pythons").items()})
+
+
+def _list(table: dict[str, object], key: str) -> list[str]:
+    value = table.get(key, [])
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _table(table: dict[str, object], key: str) -> dict[str, object]:
+    value = table.get(key) or {}
+    return value if isinstance(value, dict) else {}
+
+
+def _state_env() -> str:
+    return next((os.environ[name] for name in STATE_ENV if os.environ.get(name)), "")
+
+
+def project() -> Project:
+    """The settings of the repository the current folder is in (read once per folder and state
+    setting)."""
+    return _project(Path.cwd(), _state_env())
+
+
+def forget() -> None:
+    """Read the settings afresh on the next call (a test that rewrites them)."""
+    _project.cache_clear()
 
 
 def state_dir() -> Path:
-    """Where run folders and the local MLflow store live: MLOPS_STATE_DIR, else the checkout."""
-    return Path(os.environ["MLOPS_STATE_DIR"]).expanduser() \
-        if os.environ.get("MLOPS_STATE_DIR") else ROOT
+    """Where run folders, the local MLflow store and the local workspace live."""
+    return project().state
 
 
 def cache_root() -> Path:
     """Where the caches go (environment layers, validation verdicts, tools): never the sources.
-    MLOPS_CACHE_DIR, else <MLOPS_STATE_DIR>/cache, else $XDG_CACHE_HOME/mlops-local, else
-    ~/.cache/mlops-local."""
+    MLOPS_CACHE_DIR, else <state>/cache when the environment names the state folder, else
+    $XDG_CACHE_HOME/mlops-local, else ~/.cache/mlops-local."""
     if os.environ.get("MLOPS_CACHE_DIR"):
         return Path(os.environ["MLOPS_CACHE_DIR"]).expanduser()
-    if os.environ.get("MLOPS_STATE_DIR"):
+    if _state_env():
         return state_dir() / "cache"
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "mlops-local"

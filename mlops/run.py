@@ -19,7 +19,6 @@ from mlops.environments.envspec import ENV_MAP
 from mlops.orchestrators.jobs import JobRequest, run_local
 from mlops.runtime.debugging import DebugRequest, add_arguments
 from mlops.runtime.launch import usable_cores
-from mlops.runtime.uris import ASSET_MAP
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(make's SET=\"inputs.title='two words' inputs.epochs=1\")")
     parser.add_argument("--remove", action="append", default=[], metavar="KEY",
                         help="delete a spec key, as az's generic --remove does")
-    parser.add_argument("--assets", dest="asset_file", type=Path, default=ASSET_MAP,
+    parser.add_argument("--assets", dest="asset_file", type=Path, default=None,
                         help="mapping of azureml: assets and URLs to local paths")
     parser.add_argument("--envs", dest="env_file", type=Path, default=ENV_MAP,
                         help="mapping of curated, registry and image environments to packages")

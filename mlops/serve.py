@@ -21,7 +21,6 @@ from mlops.endpoints import endpoint_actions as actions
 from mlops.endpoints import online
 from mlops.environments.envspec import ENV_MAP
 from mlops.runtime.debugging import DebugRequest, add_arguments
-from mlops.runtime.uris import ASSET_MAP
 from mlops.specs import ROOT
 
 ACTIONS = ["start", "stop", "invoke", "traffic", "mirror", "credentials", "show", "latest"]
@@ -44,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=5001)
     parser.add_argument("--auth", choices=["", "none"], default="")
     parser.add_argument("--all-traffic", choices=["auto", "1", "0"], default="auto")
-    parser.add_argument("--assets", dest="asset_file", type=Path, default=ASSET_MAP)
+    parser.add_argument("--assets", dest="asset_file", type=Path, default=None)
     parser.add_argument("--envs", dest="env_file", type=Path, default=ENV_MAP)
     add_arguments(parser)
     return parser

@@ -10,9 +10,10 @@ import yaml
 
 from mlops import yaml_limits
 from mlops.errors import LocalRunError
+from mlops.project import project
 
-ROOT = Path(__file__).resolve().parents[1]
-SCHEMA_DIR = ROOT / "schemas"
+ROOT = Path(__file__).resolve().parents[1]  # the tool's own checkout (its tests, its scripts)
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"  # ship with the tool
 SPEC_FOLDERS = ("jobs", "components", "environments", "assets", "endpoints")
 REF = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")  # ${{inputs.x}} and friends
 # A YAML mapping as a spec holds it (a job, a component, a node, an environment definition):
@@ -248,8 +249,10 @@ def load_spec(path: str | Path, role: str = "") -> Spec:
     return Spec(path, data, lines, role, duplicates)
 
 
-def discover(root: Path = ROOT) -> list[Path]:
-    """Every YAML spec of the repo: files with a `$schema` line in the spec folders."""
+def discover(root: Path | None = None) -> list[Path]:
+    """Every YAML spec of the repository (`root`, else the current one: mlops/project.py):
+    files with a `$schema` line in the spec folders."""
+    root = root if root is not None else project().root
     found = []
     for folder in SPEC_FOLDERS:
         for path in sorted((root / folder).glob("**/*.yml")):

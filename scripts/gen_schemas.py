@@ -2,8 +2,9 @@
 
 The official azuremlschemas files cannot be fetched offline and no public copy is current, so the
 repo owns its schemas: generated here from the SDK version pinned in pyproject.toml (the same
-code `az ml` 2.x uses to load YAML), committed under schemas/, and mapped for editors in
-.vscode/settings.json. Re-run with `make schemas` after bumping azure-ai-ml.
+code `az ml` 2.x uses to load YAML), committed under mlops/schemas/ (they ship with the azml
+tool), and mapped for editors in .vscode/settings.json. Re-run with `make schemas` after
+bumping azure-ai-ml.
 
 Fields the SDK accepts become properties (with its descriptions); unknown keys are rejected where
 the SDK rejects them (and allowed where its schema includes or drops them); `null` is allowed
@@ -149,7 +150,8 @@ def generate(kind: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="schemas", help="folder for <kind>.schema.json files")
+    parser.add_argument("--out", default="mlops/schemas",
+                        help="folder for <kind>.schema.json files")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -136,9 +136,7 @@ def url_map(assets: AssetMap | None) -> dict[str, str]:
     """The mapping file's entries as absolute paths, for the trial to map image URLs."""
     if assets is None:
         return {}
-    from mlops.specs import ROOT
-
-    return {key: str((ROOT / value).resolve()) for key, value in assets.mapping.items()}
+    return {key: str((assets.base / value).resolve()) for key, value in assets.mapping.items()}
 
 
 def trial_command(raw: SpecData, task: str, settings: str, flags: list[str]) -> str:

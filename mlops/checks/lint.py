@@ -25,7 +25,7 @@ ENDPOINT_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{1,30}[a-zA-Z0-9]$")
 
 def entry_point_parser(command: str) -> argparse.ArgumentParser | None:
     """The argparse parser of `python -m <package>.<x>` for this project's entry packages
-    ([tool.mlops] entry_packages), if the command runs one."""
+    ([tool.azml] entry_packages), if the command runs one."""
     match = MODULE.search(command)
     package = match.group(1).split(".")[0] if match else ""
     if not match or "." not in match.group(1) or package not in project().entry_packages:

@@ -1,6 +1,6 @@
 """Validate Azure ML specs offline, in three layers, before anything is uploaded.
 
-1. JSON Schema (schemas/*.schema.json, generated from the pinned azure-ai-ml);
+1. JSON Schema (mlops/schemas/*.schema.json, generated from the pinned azure-ai-ml);
 2. the real azure-ai-ml loaders, plus the deeper checks a plain load skips;
 3. the repo lint (mlops.checks.lint, mlops.checks.lint_assets): references, flags, paths, sweep
    sanity.
@@ -25,8 +25,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from mlops.checks import lint, lint_assets, sdk_findings
-from mlops.project import cache_root
-from mlops.specs import ROOT, SCHEMA_DIR, Finding, Spec, SpecError, load_spec
+from mlops.project import cache_root, project
+from mlops.specs import SCHEMA_DIR, Finding, Spec, SpecError, load_spec
 
 KINDS = ("commandJob", "sweepJob", "pipelineJob", "sparkJob", "commandComponent",
          "sparkComponent", "environment",
@@ -74,7 +74,7 @@ def schema_layer(spec: Spec) -> list[Finding]:
             extra = [k for k in specific.instance if k not in specific.schema.get("properties", {})]
             path += extra[:1]  # point at the offending key's line
         key = ".".join(path)
-        found.append(spec.finding(key, f"schema: {message}", "see the field list in "
+        found.append(spec.finding(key, f"schema: {message}", "see the field list in mlops/"
                                   f"schemas/{spec.kind}.schema.json (editors autocomplete it)"))
     return found
 
@@ -149,7 +149,7 @@ def _loadable(folder: str) -> list[Spec]:
     """Specs other specs refer to; a broken one is reported when it is validated itself. Each
     file is parsed again only when it changes: every command of a pipeline or sweep asks, and
     assets/ holds the 150 kB curated-environment catalogue (half a second of CPU a parse)."""
-    stamped = [(path, path.stat()) for path in sorted((ROOT / folder).glob("*.yml"))]
+    stamped = [(path, path.stat()) for path in sorted((project().root / folder).glob("*.yml"))]
     specs = [_parsed(path, (stat.st_mtime_ns, stat.st_size)) for path, stat in stamped]
     return [spec for spec in specs if spec is not None]
 

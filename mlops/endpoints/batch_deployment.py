@@ -37,7 +37,7 @@ from mlops.runtime.mltable import read_table, row_batches
 from mlops.runtime.placement import Placement
 from mlops.runtime.records import Status
 from mlops.runtime.tasks import Task, variables
-from mlops.runtime.uris import ASSET_MAP, AssetMap, is_remote
+from mlops.runtime.uris import AssetMap, is_remote
 from mlops.specs import SpecData
 
 RETRY = minibatch.Retry(max_retries=3, timeout=30)  # a batch deployment's retry_settings defaults
@@ -54,7 +54,7 @@ class BatchRequest:
     run_dir: Path | None = None
     max_procs: int = 1
     env_file: Path = ENV_MAP
-    asset_file: Path = ASSET_MAP
+    asset_file: Path | None = None
     debug: DebugRequest | None = None  # DEBUG=1 or worker:N: a scoring process to debug
     input_type: str = ""  # mltable: the input's rows (an MLTable folder), as an
     # Input(type="mltable") is scored on Azure; "": a data asset's own type, else uri_folder

@@ -18,7 +18,6 @@ from mlops.endpoints.models import ModelSource, model_source
 from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
 from mlops.runtime.tasks import code_path
-from mlops.runtime.uris import ASSET_MAP
 from mlops.specs import DEPLOYMENT_TYPES, Spec, an, load_spec
 
 NOCODE = Path(__file__).with_name("nocode")
@@ -51,7 +50,7 @@ def image_packages(role: str, nocode: bool) -> tuple[str, ...]:
 
 
 def load(path: str | Path, role: str, model: str | None = None,
-         asset_file: Path = ASSET_MAP) -> Deployment:
+         asset_file: Path | None = None) -> Deployment:
     """`role`: online-deployment or batch-deployment. Errors say what Azure would refuse."""
     spec = load_spec(path, role)
     table, default = DEPLOYMENT_TYPES[role]

@@ -8,7 +8,7 @@ Where from (online and batch deployments alike), first match wins:
    (mlops/workspace: registered by the pipeline's register step, MLflow or `make
    model-create-local`), else a local path assets/local-paths.yml maps it to, by the whole
    reference or by `azureml:<name>`. A name neither knows is an error that says how to register
-   it; this project's own models ([tool.mlops] own_models) are never taken from an unregistered
+   it; this project's own models ([tool.azml] own_models) are never taken from an unregistered
    training run, so a model the pipeline's quality gate refused is never served.
 3. a spec with no model at all: the newest model trained under runs/, named in the log.
 
@@ -35,8 +35,7 @@ from typing import NamedTuple
 
 from mlops.errors import LocalRunError
 from mlops.project import project
-from mlops.runtime.uris import ASSET_MAP, candidates, is_remote, load_map, lookup
-from mlops.specs import ROOT
+from mlops.runtime.uris import AssetMap, candidates, is_remote, lookup
 
 NAMED = re.compile(r"^azureml:(?!//)([^@:/]+)(?:[:@](.+))?$")
 LONG = re.compile(r"^azureml://.*?/models/([^/]+)(?:/(?:versions|labels)/([^/]+))?/?$")
@@ -124,34 +123,35 @@ def _registered(reference: str) -> ModelSource | None:
                        mlflow=record.type == "mlflow_model")
 
 
-def _mapped(reference: str, where: str, asset_file: Path) -> ModelSource:
+def _mapped(reference: str, where: str, asset_file: Path | None) -> ModelSource:
     held = _registered(reference)
     if held is not None:
         return held
     name, version = name_version(reference)
-    mapping = load_map(asset_file)
+    assets = AssetMap(asset_file)
+    mapping, named = assets.mapping, assets.named
     model_key = re.sub(r"/(versions|labels)/[^/]+/?$", "", reference)  # every version of it
     local = lookup(reference, mapping) or mapping.get(model_key) or mapping.get(f"azureml:{name}")
     if local is None:
         if name in project().own_models:
             hint = project().hints.get("register_model", "register one")
             raise LocalRunError(f"{where}: model {reference}: the local workspace holds no "
-                                f"version of {name} ({hint}), and {asset_file.name} maps none;"
+                                f"version of {name} ({hint}), and {named} maps none;"
                                 " or pass MODEL_DIR=<model folder> to serve a folder")
         keys = " or ".join(dict.fromkeys([model_key if model_key != reference else
                                           candidates(reference)[-1], f"azureml:{name}"]))
         raise LocalRunError(f"{where}: model {reference} has no local stand-in. Add a line "
-                            f"'{keys}: <local file or folder>' to {asset_file}, or pass "
+                            f"'{keys}: <local file or folder>' to {named}, or pass "
                             "MODEL_DIR=<local file or folder>")
-    path = (ROOT / local).resolve()
+    path = (assets.base / local).resolve()
     if not path.exists():
-        raise LocalRunError(f"{where}: {reference} maps to {path} ({asset_file}), which does "
+        raise LocalRunError(f"{where}: {reference} maps to {path} ({named}), which does "
                             "not exist")
-    return ModelSource(path, name, version, f"{asset_file.name}: {reference}")
+    return ModelSource(path, name, version, f"{Path(named).name}: {reference}")
 
 
 def model_source(model, base: Path, where: str, *, override: str | None = None,
-                 asset_file: Path = ASSET_MAP) -> ModelSource:
+                 asset_file: Path | None = None) -> ModelSource:
     """The model to serve for a deployment whose spec says `model` (see the module docstring)."""
     declared = model.get("type") if isinstance(model, dict) else None
     reference = model.get("path") if isinstance(model, dict) else model

@@ -31,7 +31,6 @@ from mlops.runtime.engine import Runtime, start_service
 from mlops.runtime.launch import free_port
 from mlops.runtime.service import Service, running, stop_service
 from mlops.runtime.tasks import Task, Workdir, variables
-from mlops.runtime.uris import ASSET_MAP
 
 APP = "azureml_inference_server_http.server.entry:app"
 # The front refuses a longer body (413) before it reaches a deployment that sets no
@@ -80,7 +79,7 @@ class ServeRequest:
     endpoint: Path | None = None  # the endpoint's spec (default: found beside the deployment)
     auth: str = ""  # AUTH=none: no auth, as `--local`; "" keeps the endpoint's auth_mode
     all_traffic: str = "auto"  # traffic.NewTraffic's values
-    asset_file: Path = ASSET_MAP
+    asset_file: Path | None = None
     env_file: Path = ENV_MAP
     debug: DebugRequest | None = None
 

@@ -3,7 +3,7 @@ Python its spec names and runs the job there, so an environment for another Pyth
 an interpreter of that version.
 
 Where one is looked for, in order (the first that runs and reports that major.minor wins):
-1. MLOPS_PYTHON_<major>_<minor> (MLOPS_PYTHON_3_8=/path/to/python3.8), or `[tool.mlops.pythons]`
+1. MLOPS_PYTHON_<major>_<minor> (MLOPS_PYTHON_3_8=/path/to/python3.8), or `[tool.azml.pythons]`
    in pyproject.toml ("3.8" = "/path/to/python3.8");
 2. pyenv's versions ($PYENV_ROOT/versions/<X.Y.Z>/bin, newest patch first: a shim answers only
    for the version pyenv selects, so the versions are read directly);

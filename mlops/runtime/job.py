@@ -1,6 +1,6 @@
 """A job spec that passed Azure's checks, and its record in the run folder.
 
-The run folder is `<runs_dir>/<slug>-<time>` ([tool.mlops] runs_dir), or the one asked for: a
+The run folder is `<runs_dir>/<slug>-<time>` ([tool.azml] runs_dir), or the one asked for: a
 command job run again into its folder resumes there; a sweep is never resumed. `spec.yml` holds
 the spec as it ran (after --set), `run.json` its kind, file and MLflow run (records.py).
 """

@@ -106,7 +106,7 @@ def load_component(ref, base: Path, assets: AssetMap, where: str) -> Component:
             path = path / "spec.yml"
         if not path.is_file():
             raise LocalRunError(f"{where}: {ref} is a registered component; map it to a local "
-                                f"component file in {assets.file} to run it here")
+                                f"component file in {assets.named} to run it here")
     else:
         path = (base / ref.removeprefix("file:")).resolve()
     try:

@@ -1,11 +1,12 @@
-"""Local stand-ins for the data an Azure spec names by reference (assets/local-paths.yml).
+"""Local stand-ins for the data an Azure spec names by reference (the repository's asset map:
+`asset_map` in its settings, mlops/project.py; this repository's is assets/local-paths.yml).
 
 Azure resolves `azureml:<asset>:<version>`, `azureml:<asset>@latest`, `azureml://datastores/...`,
 `azureml://subscriptions/.../datastores/...`, `wasbs://`, `abfss://` and `https://` itself; this
 machine has none of them, so each needs a line in the mapping file. A key maps either one
 reference exactly, an asset by name (`azureml:<name>` covers every version and label), or, ending
 in `/`, every path under a prefix (`azureml://datastores/workspaceblobstore/paths/: data/blob/`).
-Values are local paths relative to the repository root. The local workspace answers before the
+Values are local paths relative to the repository's root. The local workspace answers before the
 file: a version registered there (`azureml:<name>:<version>`, `@latest`, the long workspace URI)
 and a finished local job's output (`azureml://jobs/<name>/outputs/<output>`); see
 mlops/workspace. A reference neither knows is an error that names the reference and the file.
@@ -19,10 +20,9 @@ from pathlib import Path
 import yaml
 
 from mlops.errors import LocalRunError
-from mlops.project import project
-from mlops.specs import ROOT, read_yaml
+from mlops.project import CONFIG, project
+from mlops.specs import read_yaml
 
-ASSET_MAP = ROOT / "assets" / "local-paths.yml"
 # What Azure fetches itself: assets, datastores, storage and web URLs, git repositories (code).
 REMOTE = re.compile(r"^(azureml:|https?://|wasbs?://|abfss?://|adl://|s3://|gs://|git\+)", re.I)
 LONG_DATASTORE = re.compile(r"^azureml://subscriptions/[^/]+/resource[gG]roups/[^/]+/"
@@ -37,8 +37,8 @@ def is_remote(reference) -> bool:
     return isinstance(reference, str) and bool(REMOTE.match(reference))
 
 
-def load_map(path: Path = ASSET_MAP) -> dict[str, str]:
-    if not path.is_file():
+def load_map(path: Path | None) -> dict[str, str]:
+    if path is None or not path.is_file():
         return {}
     try:
         data = read_yaml(path.read_text()) or {}
@@ -80,11 +80,21 @@ def lookup(reference: str, mapping: dict[str, str]) -> str | None:
 
 
 class AssetMap:
-    """The mapping file, loaded once per run."""
+    """The mapping file, loaded once per run: `path`, else the repository's (its settings'
+    `asset_map`; none when it names none). Its values are relative to the repository."""
 
-    def __init__(self, path: Path = ASSET_MAP):
-        self.file = Path(path)
+    def __init__(self, path: Path | None = None):
+        settings = project()
+        self.file = Path(path) if path is not None else settings.asset_map
+        self.base = settings.root
         self.mapping = load_map(self.file)
+
+    @property
+    def named(self) -> str:
+        """The file, as an error names it (the setting that names one, when there is none)."""
+        if self.file is not None:
+            return str(self.file)
+        return f"an asset map (asset_map = \"<file>\" in {self.base / CONFIG}, or --assets)"
 
     def mapped_output(self, reference: str) -> Path | None:
         """Where an output whose `path:` is `reference` is written: the local path the file
@@ -92,7 +102,7 @@ class AssetMap:
         if "${{" in reference or not is_remote(reference):
             return None
         local = lookup(reference, self.mapping)
-        return (ROOT / local).resolve() if local is not None else None
+        return (self.base / local).resolve() if local is not None else None
 
     def registered(self, reference: str, kind: str) -> Path | None:
         """What the local workspace holds under `reference` (a registered version, a local
@@ -123,10 +133,10 @@ class AssetMap:
                 dotted += "" if bare else ".path"
                 raise LocalRunError(
                     f"{key}: {reference} has no local stand-in: neither the local workspace nor "
-                    f"{self.file} knows it. {REGISTER if named else ''}Add a line "
-                    f"'{suggestion}: <{what}>' to {self.file}, or override it: "
+                    f"{self.named} knows it. {REGISTER if named else ''}Add a line "
+                    f"'{suggestion}: <{what}>' to {self.named}, or override it: "
                     f"--set {dotted}=<{what}>")
-            path = (ROOT / local).resolve()
+            path = (self.base / local).resolve()
         else:
             path = (base / reference.removeprefix("file:")).resolve()
         if must_exist and not path.exists():

@@ -15,8 +15,8 @@ def test_committed_schemas_match_the_pinned_sdk(tmp_path):
                     str(tmp_path)], check=True, capture_output=True)
     for kind in KINDS:
         fresh = json.loads((tmp_path / f"{kind}.schema.json").read_text())
-        committed = json.loads((ROOT / "schemas" / f"{kind}.schema.json").read_text())
-        assert fresh == committed, f"schemas/{kind}.schema.json is stale: run make schemas"
+        committed = json.loads((ROOT / "mlops" / "schemas" / f"{kind}.schema.json").read_text())
+        assert fresh == committed, f"mlops/schemas/{kind}.schema.json is stale: run make schemas"
 
 
 def test_conda_env_is_generated_from_pyproject():

@@ -62,8 +62,8 @@ def test_this_projects_own_model_is_served_only_once_registered(tmp_path, monkey
     trained = tmp_path / "runs" / "train-1" / "outputs" / "model"
     trained.mkdir(parents=True)
     (trained / "model.pt").write_bytes(b"x")
-    monkeypatch.setattr(models, "project", lambda: Project(("mine",), "model.pt",
-                                                           tmp_path / "runs"))
+    mine = Project(root=tmp_path, state=tmp_path, own_models=("mine",), runs_dir=tmp_path / "runs")
+    monkeypatch.setattr(models, "project", lambda: mine)
     assets = tmp_path / "local-paths.yml"
     assets.write_text("{}\n")
     with pytest.raises(LocalRunError, match="the local workspace holds no version of mine"):

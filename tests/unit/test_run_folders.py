@@ -74,7 +74,7 @@ def test_one_setting_moves_everything_a_run_writes_out_of_the_checkout(tmp_path,
     """MLOPS_STATE_DIR: run folders, the MLflow store and the caches (a read-only checkout);
     without it, caches still never go into the sources."""
     from mlops.environments.layers import cache_dir
-    from mlops.project import cache_root, project, state_dir
+    from mlops.project import cache_root, forget, project, state_dir
     from mlops.runtime.mlflow_runs import tracking_uri
     from mlops.specs import ROOT
 
@@ -84,7 +84,7 @@ def test_one_setting_moves_everything_a_run_writes_out_of_the_checkout(tmp_path,
     assert cache_root() == tmp_path / "xdg" / "mlops-local"
     assert ROOT not in cache_dir().parents
     monkeypatch.setenv("MLOPS_STATE_DIR", str(tmp_path / "state"))
-    project.cache_clear()
+    forget()
     try:
         assert state_dir() == tmp_path / "state"
         assert project().runs_dir == tmp_path / "state" / "runs"
@@ -92,7 +92,7 @@ def test_one_setting_moves_everything_a_run_writes_out_of_the_checkout(tmp_path,
         assert cache_dir() == tmp_path / "state" / "cache" / "envs"
     finally:
         monkeypatch.delenv("MLOPS_STATE_DIR")
-        project.cache_clear()
+        forget()
 
 
 def test_additional_includes_are_merged_into_the_snapshot_as_az_ml_uploads_them(tmp_path,

@@ -85,7 +85,7 @@ def test_every_job_input_of_train_is_a_trainer_flag_with_the_same_name():
 
 
 def test_what_the_tooling_knows_of_this_project_comes_from_its_config_section():
-    """[tool.mlops]: flags are checked for the entry packages it names, metrics per module."""
+    """[tool.azml]: flags are checked for the entry packages it names, metrics per module."""
     from mlops.checks.lint import entry_point_parser
     from mlops.project import project
 
@@ -127,7 +127,8 @@ def test_the_specs_others_refer_to_are_parsed_once_and_again_when_changed(tmp_pa
     compute = tmp_path / "assets" / "compute.yml"
     compute.write_text("name: cpu-cluster\ntype: amlcompute\nsize: Standard_DS3_v2\n")
     parsed = []
-    monkeypatch.setattr(validate_module, "ROOT", tmp_path)
+    (tmp_path / "azml.toml").write_text("")  # the repository the current folder is in
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(validate_module, "load_spec",
                         lambda path: parsed.append(path) or load_spec(path))
     for _ in range(3):
