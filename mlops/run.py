@@ -4,8 +4,10 @@
 
 The spec is checked as `az ml job create` checks it (azure-ai-ml's own loader and validation,
 plus what the service refuses); `--set` works as the CLI's. Command jobs, sweep trials and
-pipeline steps then run through one runtime (mlops/orchestrators/jobs.py, mlops/runtime/). The
-exit code is the job's; 2 when the spec cannot run; 128 + the signal number when interrupted.
+pipeline steps then run through one runtime (Session.run_job: mlops/orchestrators/jobs.py,
+mlops/runtime/). The exit code is the job's; 2 when the spec cannot run; 128 + the signal
+number when interrupted. `azml job run` is the same runner; `azml job create` starts this one
+in the background.
 """
 
 from __future__ import annotations
@@ -15,8 +17,7 @@ import shlex
 from pathlib import Path
 
 from mlops import exit_code, exit_with
-from mlops.environments.envspec import ENV_MAP
-from mlops.orchestrators.jobs import JobRequest, run_local
+from mlops.api.session import Session
 from mlops.runtime.debugging import DebugRequest, add_arguments
 from mlops.runtime.launch import usable_cores
 
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="delete a spec key, as az's generic --remove does")
     parser.add_argument("--assets", dest="asset_file", type=Path, default=None,
                         help="mapping of azureml: assets and URLs to local paths")
-    parser.add_argument("--envs", dest="env_file", type=Path, default=ENV_MAP,
+    parser.add_argument("--envs", dest="env_file", type=Path, default=None,
                         help="mapping of curated, registry and image environments to packages")
     parser.add_argument("--run-dir", type=Path, help="reuse a run folder (resumes a command job)")
     parser.add_argument("--force-rerun", action="store_true",
@@ -51,12 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         joined = shlex.split(args.sets)
     except ValueError as err:
         parser.error(f"--sets (SET=): {err}: close the quote")
-    request = JobRequest(spec=args.spec, sets=[s for group in args.set for s in group] + joined,
-                         removes=args.remove, asset_file=args.asset_file, env_file=args.env_file,
-                         run_dir=args.run_dir, force_rerun=args.force_rerun,
-                         max_procs=args.max_procs,
-                         debug=DebugRequest.parse(args.debug, args.debug_port))
-    return exit_code(lambda: run_local(request))
+    session = Session(asset_file=args.asset_file, env_file=args.env_file,
+                      max_procs=args.max_procs, force_rerun=args.force_rerun,
+                      debug=DebugRequest.parse(args.debug, args.debug_port))
+    sets = [s for group in args.set for s in group] + joined
+    return exit_code(lambda: session.run_job(args.spec, sets=sets, removes=args.remove,
+                                             run_dir=args.run_dir))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from mlops.runtime import engine, launch
 from mlops.runtime.aliases import safe_root
 from mlops.runtime.binding import slot
 from mlops.runtime.debugging import DebugRequest
-from mlops.runtime.job import Job, locked, run_folder, write_record
+from mlops.runtime.job import Job, end_record, job_name, locked, run_folder, write_record
 from mlops.runtime.mlflow_runs import Tracking, tracking_uri
 from mlops.runtime.mlflow_server import Server
 from mlops.runtime.spark import spark_task
@@ -33,8 +33,8 @@ class JobRequest:
     spec: str
     sets: list[str] = field(default_factory=list)
     removes: list[str] = field(default_factory=list)
-    asset_file: Path  # assets/local-paths.yml: azureml: assets and URLs -> local paths
-    env_file: Path  # assets/local-envs.yml: curated, registry and image environments
+    asset_file: Path | None = None  # azureml: assets and URLs -> local paths (else the repo's)
+    env_file: Path | None = None  # curated, registry, image environments (else the tool's)
     run_dir: Path | None = None
     force_rerun: bool = False
     max_procs: int = 1
@@ -98,8 +98,17 @@ def run_job(job: Job, rt: engine.Runtime) -> int:
     """The job's exit code, from the runner of its kind; a job that completed is known to the
     local workspace by name, with the outputs it declares with `name:` registered."""
     write_record(job, rt.root)
-    code = run_kind(job, rt)
-    return remember(job, rt.shown) if code == 0 else code
+    try:
+        code = run_kind(job, rt)
+        code = remember(job, rt.shown) if code == 0 else code
+    except KeyboardInterrupt as err:
+        end_record(rt.root, 128 + getattr(err, "signum", 2))
+        raise
+    except BaseException:
+        end_record(rt.root, 1)
+        raise
+    end_record(rt.root, code)
+    return code
 
 
 def remember(job: Job, folder: Path) -> int:
@@ -128,12 +137,12 @@ def remember(job: Job, folder: Path) -> int:
 
 
 def claim(job: Job, folder: Path) -> None:
-    """The spec's `name:`, unique in the workspace as on Azure (mlops/workspace/jobs.py)."""
-    if job.data.get("name"):
-        from mlops.workspace.jobs import claim_name
-        from mlops.workspace.store import Workspace, workspace_root
+    """The job's name (its spec's `name:`, else its run folder's), unique in the workspace as on
+    Azure (mlops/workspace/jobs.py): `azml job show -n <name>` finds it from the start."""
+    from mlops.workspace.jobs import claim_name
+    from mlops.workspace.store import Workspace, workspace_root
 
-        claim_name(Workspace(workspace_root()), str(job.data["name"]), folder.resolve())
+    claim_name(Workspace(workspace_root()), job_name(job, folder), folder.resolve())
 
 
 def run_kind(job: Job, rt: engine.Runtime) -> int:

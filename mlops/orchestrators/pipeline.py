@@ -30,8 +30,8 @@ from mlops.orchestrators.graph import (
 )
 from mlops.runtime import engine, launch, watchdog
 from mlops.runtime.binding import publish, slot
-from mlops.runtime.job import Job, read_record
-from mlops.runtime.records import RunRecord, RunStatus, Status
+from mlops.runtime.job import Job, read_record, update_record
+from mlops.runtime.records import RunStatus, Status
 from mlops.runtime.reuse import deterministic
 from mlops.runtime.spark import spark_task
 from mlops.runtime.tasks import Task, TaskSource, command_task, experiment_name
@@ -210,7 +210,7 @@ def run_pipeline_job(job: Job, rt: engine.Runtime) -> int:
     settings = data.get("settings") or {}
     with rt.tracking.open(experiment, job.name, tags,
                           reopen=earlier.mlflow_run_id if earlier else None) as run:
-        RunRecord(job.spec.kind, str(path), run.run_id).write(rt.root)
+        update_record(rt.root, mlflow_run_id=run.run_id)
         scope = Scope(inputs=inputs, outputs=outputs, folder=rt.root, run_id=run.run_id,
                       experiment=experiment, assets=job.assets, base=path.parent,
                       continue_on_failure=flag(settings.get("continue_on_step_failure")),

@@ -13,14 +13,15 @@ import os
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 
 from mlops.errors import LocalRunError
 from mlops.project import project
-from mlops.runtime.records import RunRecord
+from mlops.runtime.records import JobStatus, RunRecord
 from mlops.runtime.uris import AssetMap
 from mlops.specs import Spec, SpecData
 
@@ -72,7 +73,7 @@ def run_folder(job: Job, requested: Path | None) -> Path:
         return folder
     folder = requested.resolve()
     earlier = read_record(folder)
-    kind = earlier.kind if earlier else None
+    kind = earlier.kind if earlier and earlier.status != JobStatus.STARTING else None
     if kind == "sweepJob":
         raise LocalRunError(f"{folder} holds a sweep already; a sweep cannot be resumed (its "
                             "trials would mix parameters). Use a new --run-dir")
@@ -103,12 +104,40 @@ def locked(folder: Path) -> Iterator[None]:
         os.close(handle)  # the lock goes with it
 
 
-def write_record(job: Job, folder: Path) -> RunRecord:
-    """spec.yml as it runs, and run.json's kind and spec (with the MLflow run an earlier run in
-    the folder recorded, which a pipeline or a job reopens)."""
+def job_name(job: Job, folder: Path) -> str:
+    """The job's name: its spec's `name:` (az ml job create --name sets it), else its run
+    folder's (Azure would generate one)."""
+    return str(job.data.get("name") or folder.name)
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def write_record(job: Job, folder: Path, *, status: JobStatus = JobStatus.RUNNING,
+                 pid: int | None = None) -> RunRecord:
+    """spec.yml as it runs, and run.json: the job's kind, spec, name and status (with the MLflow
+    run and creation time an earlier run in the folder recorded, which a rerun keeps)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spec.yml").write_text(yaml.safe_dump(job.data, sort_keys=False))
     earlier = read_record(folder)
-    record = RunRecord(job.spec.kind, str(job.spec.path), earlier and earlier.mlflow_run_id)
+    record = RunRecord(kind=job.spec.kind, spec=str(job.spec.path.resolve()),
+                       mlflow_run_id=earlier and earlier.mlflow_run_id,
+                       name=job_name(job, folder), status=status, pid=pid or os.getpid(),
+                       created_at=(earlier and earlier.created_at) or now())
     record.write(folder)
     return record
+
+
+def update_record(folder: Path, **changes: object) -> None:
+    """run.json with `changes` (the MLflow run once it opens; how the job ended)."""
+    earlier = read_record(folder)
+    if earlier is not None:
+        replace(earlier, **changes).write(folder)
+
+
+def end_record(folder: Path, code: int) -> None:
+    """How the job ended: Completed (0), Canceled (a signal: 128 + its number), else Failed."""
+    status = JobStatus.COMPLETED if code == 0 else \
+        JobStatus.CANCELED if code > 128 else JobStatus.FAILED
+    update_record(folder, status=status, exit_code=code, ended_at=now(), pid=None)

@@ -115,16 +115,40 @@ class TaskRecord:
                       "status": Status(data["status"])})
 
 
-@dataclass
+class JobStatus(StrEnum):
+    """A job's status, as `az ml job show` spells Azure's (what a local job can be)."""
+
+    STARTING = "Starting"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELED)
+
+
+@dataclass(kw_only=True)
 class RunRecord:
-    """A run folder's run.json: the kind of job it holds, its spec and its MLflow run."""
+    """A run folder's run.json: the job it holds (kind, spec, name, MLflow run) and how the job
+    stands: Starting (created, its runner not yet up), Running (the runner's pid), then how it
+    ended. Replaced atomically, as status.json is."""
 
     kind: str
     spec: str
     mlflow_run_id: str | None = None
+    name: str | None = None  # the job's name (Azure's: unique in the workspace)
+    status: JobStatus | None = None
+    pid: int | None = None  # the runner, while the job is Starting or Running
+    created_at: str | None = None  # ISO 8601, UTC
+    ended_at: str | None = None
+    exit_code: int | None = None
 
     def write(self, folder: Path) -> None:
-        (folder / RUN).write_text(json.dumps(asdict(self)) + "\n")
+        record = {k: v for k, v in asdict(self).items() if v is not None}
+        write_json(folder / RUN, {**record, **({"status": str(self.status)}
+                                               if self.status else {})})
 
     @classmethod
     def read(cls, folder: Path) -> RunRecord | None:
@@ -135,4 +159,16 @@ class RunRecord:
         data = read_json(path)
         if data is None or not isinstance(data.get("kind"), str):
             raise ValueError(f"{path} is damaged")
-        return cls(data["kind"], str(data.get("spec", "")), data.get("mlflow_run_id"))
+        known = {f.name: f.type for f in fields(cls)}
+        kept = {k: v for k, v in data.items() if k in known and _typed(v, k)}
+        if kept.get("status") not in {*JobStatus, None}:
+            kept.pop("status")
+        return cls(**{**kept, "spec": str(data.get("spec", "")),
+                      "status": JobStatus(kept["status"]) if kept.get("status") else None})
+
+
+def _typed(value: object, key: str) -> bool:
+    """A run.json value of the type its field holds (a damaged field is dropped, not trusted)."""
+    if key in ("pid", "exit_code"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    return value is None or isinstance(value, str)

@@ -1,9 +1,8 @@
-"""What the local twins of `az ml <kind> create|list|show|archive|restore` do; each prints what
-`az ml` would print (JSON) and returns the exit code."""
+"""What the local twins of `az ml <kind> create|list|show|archive|restore` do; each returns the
+versions it registered, found or changed (mlops/api shows them as az prints them)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,23 +22,19 @@ class Selection:
     label: str | None = None
 
 
-def _print(records: list[AssetVersion] | AssetVersion) -> None:
-    shown = [r.summary() for r in records] if isinstance(records, list) else records.summary()
-    print(json.dumps(shown, indent=2, default=str))
-
-
 def _workspace() -> Workspace:
     return Workspace(workspace_root())
 
 
-def create(spec: Path, *, kind: str | None, version: str | None, asset_file: Path) -> int:
+def create(spec: Path, *, kind: str | None, version: str | None,
+           asset_file: Path | None) -> AssetVersion:
     """`az ml <kind> create -f <spec>`."""
     with draft_of(spec, kind=kind, assets=AssetMap(asset_file), version=version) as draft:
         return create_from(draft)
 
 
 def create_from(draft: Draft, *, path: str | None = None,
-                asset_file: Path | None = None) -> int:
+                asset_file: Path | None = None) -> AssetVersion:
     """Register `draft` (`az ml model create --name --path`: `path` a local one, a job's
     output or a mapped URI); a new model is registered in MLflow too (mlflow_models.py)."""
     if path is not None:
@@ -50,11 +45,10 @@ def create_from(draft: Draft, *, path: str | None = None,
         from mlops.workspace.mlflow_models import register_in_mlflow
 
         register_in_mlflow(record)
-    _print(record)
-    return 0
+    return record
 
 
-def listed(kind: AssetKind | None, name: str | None, archived: bool) -> int:
+def listed(kind: AssetKind | None, name: str | None, archived: bool) -> list[AssetVersion]:
     """Every version of `name`, or the latest version of every name (as `az ml <kind> list`)."""
     workspace = _workspace()
     shown = []
@@ -69,26 +63,23 @@ def listed(kind: AssetKind | None, name: str | None, archived: bool) -> int:
         for one in names:
             versions = [v for v in workspace.versions(each, one) if archived or not v.archived]
             shown += versions if name else versions[-1:]
-    _print(shown)
-    return 0
+    return shown
 
 
-def show(selection: Selection) -> int:
+def show(selection: Selection) -> AssetVersion:
     from mlops.workspace.references import registered
 
     ref = f"azureml:{selection.name}" + (f":{selection.version}" if selection.version
                                          else f"@{selection.label or LATEST}")
     record = registered(ref, selection.kind, _workspace())
     if record is None:
-        from mlops.errors import LocalRunError
+        from mlops.errors import NotFound
 
-        raise LocalRunError(f"{selection.kind.noun} {selection.name} is not in the local "
-                            f"workspace {workspace_root()}")
-    _print(record)
-    return 0
+        raise NotFound(f"{selection.kind.noun} {selection.name} is not in the local "
+                       f"workspace {workspace_root()}")
+    return record
 
 
-def archive(selection: Selection, archived: bool) -> int:
-    _print(_workspace().set_archived(selection.kind, selection.name, selection.version,
-                                     archived))
-    return 0
+def archive(selection: Selection, archived: bool) -> list[AssetVersion]:
+    return _workspace().set_archived(selection.kind, selection.name, selection.version,
+                                     archived)

@@ -123,3 +123,24 @@ def register_named(declared: SpecData | None, paths: dict[str, str], *, origin: 
               file=sys.stderr)
         return 1
     return 0
+
+
+def job_folder(workspace: Workspace, name: str) -> Path | None:
+    """The run folder of the local job `name` (None when the workspace knows no such job)."""
+    if not _valid(name):
+        return None
+    entry = _entry(_index(workspace) / f"{name}.json")
+    return Path(str(entry["folder"])) if entry is not None else None
+
+
+def job_names(workspace: Workspace) -> list[str]:
+    """Every job name the workspace holds (a run folder may hold two: the spec's `name:` and
+    the folder's own, for jobs recorded before names were claimed at start)."""
+    index = _index(workspace)
+    return sorted(p.stem for p in index.glob("*.json")) if index.is_dir() else []
+
+
+def completed_outputs(workspace: Workspace, name: str) -> dict[str, str]:
+    """A completed job's outputs by name (empty when it has not completed)."""
+    entry = _entry(_index(workspace) / f"{name}.json") if _valid(name) else None
+    return dict(entry["outputs"]) if entry and entry.get("completed") else {}

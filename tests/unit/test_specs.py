@@ -97,16 +97,18 @@ def test_what_the_tooling_knows_of_this_project_comes_from_its_config_section():
 
 
 def test_the_lock_file_agrees_with_every_pin_in_pyproject():
-    """constraints.txt (make lock) holds each pyproject pin at the same version: a pin bumped in
-    pyproject.toml without `make lock` would make `make setup` fail to resolve."""
+    """constraints.txt (make lock) holds each pin of pyproject.toml and mlops/pyproject.toml (the
+    azml tool) at the same version: a pin bumped without `make lock` would make `make setup`
+    fail to resolve."""
     import tomllib
 
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    lines = project["dependencies"] + [x for group in project["optional-dependencies"].values()
-                                       for x in group]
+    tool = tomllib.loads((ROOT / "mlops" / "pyproject.toml").read_text())["project"]
+    lines = project["dependencies"] + tool["dependencies"] + \
+        [x for group in project["optional-dependencies"].values() for x in group]
     locked = {canonicalize_name(Requirement(line).name): Requirement(line).specifier
               for line in (ROOT / "constraints.txt").read_text().splitlines()
               if line and not line.startswith("#")}

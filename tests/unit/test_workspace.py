@@ -187,13 +187,12 @@ def test_a_create_killed_half_way_leaves_no_version_and_is_swept(workspace, tmp_
 
 
 def test_a_model_is_created_from_a_jobs_output_as_az_ml_model_create_path_takes_it(
-        workspace, tmp_path, capsys):
+        workspace, tmp_path):
     from mlops.workspace import actions
 
     out = folder_with(tmp_path / "run" / "outputs" / "model", "trained")
     workspace_jobs.record_job(workspace, ["train-7"], tmp_path / "run", {"model": str(out)})
     draft = Draft(AssetKind.MODEL, "clf", None)
-    assert actions.create_from(draft, path="azureml://jobs/train-7/outputs/model/") == 0
-    shown = json.loads(capsys.readouterr().out)
-    assert (shown["version"], shown["type"]) == ("1", "custom_model")
+    made = actions.create_from(draft, path="azureml://jobs/train-7/outputs/model/")
+    assert (made.version, made.type) == ("1", "custom_model")
     assert (workspace.find(AssetKind.MODEL, "clf").path / "model.pt").read_text() == "trained"

@@ -1,0 +1,167 @@
+"""Jobs as `az ml job` knows them: created (checked at once, then run in the background, as
+Azure queues a job and returns), streamed, canceled, downloaded.
+
+`create` checks the spec as `az ml job create` does (an error is the input's: nothing starts),
+takes a run folder and the job's name, records it Starting and starts the runner (`python -m
+mlops.run <spec> --run-dir <folder>`, the same runner `make local` uses) in a session of its
+own, its output in `<run>/runner.log`; the runner records Running, then how the job ended
+(run.json: mlops/runtime/job.py). `stream` prints that log as `az ml job stream` prints the
+job's, until the job ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from mlops.api.records import RUNNER_LOG, JobRecord, find_job
+from mlops.checks.prepare import prepare_job
+from mlops.errors import LocalRunError
+from mlops.orchestrators.jobs import claim
+from mlops.runtime.job import job_name, locked, run_folder, update_record, write_record
+from mlops.runtime.records import JobStatus
+from mlops.runtime.uris import AssetMap
+
+POLL_S = 0.2
+
+
+@dataclass(frozen=True, kw_only=True)
+class Submission:
+    """`az ml job create -f <spec> [--set ...] [--name ...]`, and how the runner runs it."""
+
+    spec: Path
+    sets: list[str] = field(default_factory=list)
+    removes: list[str] = field(default_factory=list)
+    name: str | None = None
+    asset_file: Path | None = None
+    env_file: Path | None = None
+    max_procs: int = 1
+
+    def runner_argv(self, folder: Path) -> list[str]:
+        argv = [sys.executable, "-m", "mlops.run", str(self.spec), "--run-dir", str(folder),
+                "--max-procs", str(self.max_procs)]
+        for value in self.all_sets:
+            argv += ["--set", value]
+        for key in self.removes:
+            argv += ["--remove", key]
+        for flag, path in (("--assets", self.asset_file), ("--envs", self.env_file)):
+            if path is not None:
+                argv += [flag, str(path)]
+        return argv
+
+    @property
+    def all_sets(self) -> list[str]:
+        return [*self.sets, *([f"name={self.name}"] if self.name else [])]
+
+
+def create(submission: Submission) -> JobRecord:
+    """The job, checked, named, recorded Starting and started in the background."""
+    job = prepare_job(submission.spec, submission.all_sets, submission.removes,
+                      AssetMap(submission.asset_file))
+    folder = run_folder(job, None)
+    try:
+        with locked(folder):
+            claim(job, folder)
+            write_record(job, folder, status=JobStatus.STARTING)
+        log = open(folder / RUNNER_LOG, "ab")  # noqa: SIM115 - the runner's, closed below
+        with log:
+            runner = subprocess.Popen(submission.runner_argv(folder), stdin=subprocess.DEVNULL,
+                                      stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # nothing started: leave nothing behind
+        raise
+    update_record(folder, pid=runner.pid)
+    return JobRecord.at(job_name(job, folder), folder)
+
+
+def stream(name: str, out: TextIO) -> JobRecord:
+    """The job's log from its start, as it grows, until the job ends (`az ml job stream`);
+    Ctrl-C stops the streaming only, as on Azure: the job goes on."""
+    record = find_job(name)
+    out.write(f"RunId: {record.name}\nWeb View: {record.web_view}\n")
+    offset, log = 0, record.folder / RUNNER_LOG
+    try:
+        while True:
+            done = record.status.terminal
+            offset = _copy_from(log, offset, out)
+            if done:
+                break
+            time.sleep(POLL_S)
+            record = record.refreshed()
+    except KeyboardInterrupt:
+        raise LocalRunError(f"the output streaming for {record.name} was interrupted, but the "
+                            f"job goes on, as on Azure: azml job cancel -n {record.name} "
+                            "stops it") from None
+    out.write(f"\nExecution Summary\n=================\nRunId: {record.name}\n"
+              f"Web View: {record.web_view}\n\n")
+    out.flush()
+    return record
+
+
+def _copy_from(log: Path, offset: int, out: TextIO) -> int:
+    """What the log holds past `offset`, written to `out`; the new offset."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read()
+    except FileNotFoundError:
+        return offset
+    if chunk:
+        out.write(chunk.decode("utf-8", errors="replace"))
+        out.flush()
+    return offset + len(chunk)
+
+
+def cancel(name: str, *, wait: bool = True, timeout: float = 60.0) -> JobRecord:
+    """Stop the job's runner (SIGTERM to its process group: it stops the job's processes and
+    records the job Canceled) and wait until it has; a job that has ended stays as it ended."""
+    record = find_job(name)
+    if record.status.terminal or record.pid is None:
+        return record
+    try:
+        os.killpg(record.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return record.refreshed()
+    deadline = time.monotonic() + timeout
+    while wait and not record.status.terminal and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        record = record.refreshed()
+    return record
+
+
+def download(record: JobRecord, target: Path, *, output: str | None = None,
+             everything: bool = False) -> list[Path]:
+    """`az ml job download`: the job's logs and default outputs into `<target>/artifacts`, a
+    named output into `<target>/named-outputs/<name>` (--output-name; --all: every one)."""
+    if not record.status.terminal:
+        raise LocalRunError(f"job {record.name} is {record.status}: download is allowed only "
+                            "once it has ended (Completed, Failed or Canceled), as on Azure")
+    named = record.named_outputs()
+    if output is not None and output not in named:
+        raise LocalRunError(f"job {record.name} has no output {output!r} (it has "
+                            f"{', '.join(sorted(named)) or 'none'})")
+    copies: dict[Path, Path] = {}
+    if output is None:
+        copies.update({target / "artifacts" / rel: src
+                       for rel, src in record.artifacts().items()})
+    for each in ([output] if output else sorted(named) if everything else []):
+        copies[target / "named-outputs" / each] = named[each]
+    for destination, source in copies.items():
+        _copy(source, destination)
+    return sorted(copies)
+
+
+def _copy(source: Path, destination: Path) -> None:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_dir():
+        shutil.copytree(source, destination, dirs_exist_ok=True, symlinks=False)
+    elif source.exists():
+        shutil.copy2(source, destination)

@@ -1,0 +1,127 @@
+"""A local job as the workspace knows it: its name, its run folder and how it stands (run.json,
+mlops/runtime/records.py), read whenever asked, never cached."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlops.errors import LocalRunError, NotFound
+from mlops.runtime.records import JobStatus, RunRecord, Status, TaskRecord
+from mlops.workspace.jobs import job_folder, job_names
+from mlops.workspace.store import Workspace, workspace_root
+
+RUNNER_LOG = "runner.log"  # the runner's output: what `azml job stream` prints
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (the runner ended, its parent has not reaped it) is not running
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRecord:
+    """A job by name: its run folder and its run.json."""
+
+    name: str
+    folder: Path
+    run: RunRecord | None
+
+    @classmethod
+    def at(cls, name: str, folder: Path) -> JobRecord:
+        try:
+            run = RunRecord.read(folder)
+        except ValueError as err:
+            raise LocalRunError(f"job {name}: {err}: its record cannot be read") from None
+        return cls(name=name, folder=folder, run=run)
+
+    def refreshed(self) -> JobRecord:
+        return JobRecord.at(self.name, self.folder)
+
+    @property
+    def pid(self) -> int | None:
+        return self.run.pid if self.run else None
+
+    @property
+    def status(self) -> JobStatus:
+        """As recorded; a job whose runner is gone without recording an end (kill -9, a
+        crash) Failed. A folder from before jobs recorded their status: its task's."""
+        recorded = self.run.status if self.run else None
+        if recorded is None:
+            return self._from_task()
+        if not recorded.terminal and not _alive(self.pid):
+            return JobStatus.FAILED
+        return recorded
+
+    def _from_task(self) -> JobStatus:
+        task = TaskRecord.read(self.folder)
+        if task is None:
+            return JobStatus.COMPLETED if (self.folder / "outputs").is_dir() else \
+                JobStatus.FAILED
+        return {Status.RUNNING: JobStatus.RUNNING if _alive(task.pid) else JobStatus.FAILED,
+                Status.COMPLETED: JobStatus.COMPLETED, Status.REUSED: JobStatus.COMPLETED,
+                Status.FAILED: JobStatus.FAILED}.get(task.status, JobStatus.CANCELED)
+
+    @property
+    def web_view(self) -> str:
+        """Where a user looks at the job: its run folder (Azure's Studio page)."""
+        return self.folder.as_uri()
+
+    def named_outputs(self) -> dict[str, Path]:
+        """Each output's local folder or file, as the job recorded it when it completed (else
+        what its run folder holds)."""
+        from mlops.workspace.jobs import completed_outputs
+
+        recorded = completed_outputs(Workspace(workspace_root()), self.name)
+        if recorded:
+            return {k: Path(v) for k, v in recorded.items()}
+        held = self.folder / "outputs"
+        return {p.name: p for p in sorted(held.iterdir())} if held.is_dir() else {}
+
+    def artifacts(self) -> dict[str, Path]:
+        """The job's default artifacts, as Azure keeps them: `outputs/` and `logs/` of its
+        working directory, and its log as user_logs/std_log.txt."""
+        wd, found = self.folder / "wd", {}
+        for name in ("outputs", "logs"):
+            if (wd / name).exists():
+                found[name] = wd / name
+        log = self.folder / "log.txt"
+        found["user_logs/std_log.txt"] = log if log.is_file() else self.folder / RUNNER_LOG
+        return found
+
+
+def find_job(name: str) -> JobRecord:
+    """The job `name`, or NotFound (az's exit 3) naming the workspace it looked in."""
+    workspace = Workspace(workspace_root())
+    folder = job_folder(workspace, name)
+    if folder is None or not folder.is_dir():
+        raise NotFound(f"job {name!r} was not found in the local workspace {workspace.root} "
+                       "(azml job list shows the jobs it holds)")
+    return JobRecord.at(name, folder)
+
+
+def all_jobs() -> list[JobRecord]:
+    """Every job the workspace holds whose run folder is still there, newest first; a folder
+    named twice (the spec's name and the folder's) once, by its spec's name."""
+    workspace = Workspace(workspace_root())
+    seen: dict[Path, JobRecord] = {}
+    for name in job_names(workspace):
+        folder = job_folder(workspace, name)
+        if folder is None or not folder.is_dir():
+            continue
+        record = JobRecord.at(name, folder)
+        if folder not in seen or (record.run and record.run.name == name):
+            seen[folder] = record
+    return sorted(seen.values(), key=lambda r: (r.run and r.run.created_at) or "",
+                  reverse=True)

@@ -1,0 +1,161 @@
+"""`Session`: the one way into the local runtime, for the `azml` command, the make targets'
+front doors and the tests. A session is the settings of one piece of work (the maps, how many
+processes at once, what to debug); each method is one `az ml` verb's local twin and returns
+what az would print (a JSON-ready value), or a job's exit code where a job runs in the
+foreground."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from mlops.api import jobs
+from mlops.api.assets import AssetView, asset_view
+from mlops.api.records import all_jobs, find_job
+from mlops.api.views import JobView, job_view
+from mlops.errors import LocalError, LocalRunError
+from mlops.runtime.debugging import DebugRequest
+from mlops.runtime.launch import usable_cores
+from mlops.workspace.records import AssetKind
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssetRequest:
+    """`az ml <kind> create`: a spec (`--file`), or a model's or data asset's `--name` and
+    `--path` (a local path, a local job's output, a mapped URI)."""
+
+    kind: str | None = None  # model, data, environment, component (a spec's own $schema else)
+    spec: Path | None = None
+    name: str | None = None
+    version: str | None = None
+    path: str | None = None
+    type: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Session:
+    """Settings shared by every call; building one starts nothing."""
+
+    asset_file: Path | None = None  # else the repository's asset_map (mlops/project.py)
+    env_file: Path | None = None  # else the repository's env_map over the tool's stand-ins
+    max_procs: int = field(default_factory=usable_cores)
+    debug: DebugRequest | None = None
+    force_rerun: bool = False
+
+    # jobs -------------------------------------------------------------------------------
+    def run_job(self, spec: str | Path, *, sets: list[str] | None = None,
+                removes: list[str] | None = None, run_dir: Path | None = None) -> int:
+        """Run a job in this process to its end (make local): its exit code."""
+        from mlops.orchestrators.jobs import JobRequest, run_local
+
+        return run_local(JobRequest(spec=str(spec), sets=list(sets or []),
+                                    removes=list(removes or []), asset_file=self.asset_file,
+                                    env_file=self.env_file, run_dir=run_dir,
+                                    force_rerun=self.force_rerun, max_procs=self.max_procs,
+                                    debug=self.debug))
+
+    def create_job(self, spec: str | Path, *, sets: list[str] | None = None,
+                   removes: list[str] | None = None, name: str | None = None) -> JobView:
+        """`az ml job create`: checked now, run in the background; the job as created."""
+        if self.debug is not None:
+            raise LocalRunError("--debug attaches to a job run in the foreground: "
+                                "make local JOB=<spec> DEBUG=... (python -m mlops.run)")
+        created = jobs.create(jobs.Submission(
+            spec=Path(spec), sets=list(sets or []), removes=list(removes or []), name=name,
+            asset_file=self.asset_file, env_file=self.env_file, max_procs=self.max_procs))
+        return job_view(created)
+
+    def show_job(self, name: str) -> JobView:
+        return job_view(find_job(name))
+
+    def list_jobs(self, max_results: int | None = None) -> list[JobView]:
+        """`az ml job list`: the newest first, at most `max_results` (None: all)."""
+        records = all_jobs()
+        return [job_view(r) for r in (records if max_results is None else
+                                      records[:max_results])]
+
+    def stream_job(self, name: str, out: TextIO = sys.stdout) -> int:
+        """`az ml job stream`: 0 when the job completed, 1 (with its reason) when not."""
+        record = jobs.stream(name, out)
+        if str(record.status) != "Completed":
+            code = record.run.exit_code if record.run else None
+            raise JobEnded(f"job {record.name} ended {record.status}"
+                           + (f" (exit {code})" if code is not None else "")
+                           + f"; its log: {record.folder / jobs.RUNNER_LOG}")
+        return 0
+
+    def cancel_job(self, name: str, *, wait: bool = True) -> JobView:
+        """`az ml job cancel`: the job's processes stopped, the job Canceled."""
+        return job_view(jobs.cancel(name, wait=wait))
+
+    def download_job(self, name: str, *, path: Path, output: str | None = None,
+                     everything: bool = False) -> list[Path]:
+        return jobs.download(find_job(name), path, output=output, everything=everything)
+
+
+    # assets -----------------------------------------------------------------------------
+    def create_asset(self, request: AssetRequest) -> AssetView:
+        """`az ml <kind> create -f <spec>`, or `--name --path` (a model or data asset)."""
+        from mlops.workspace import actions
+        from mlops.workspace.store import Draft
+
+        if request.spec is not None:
+            return asset_view(actions.create(request.spec, kind=request.kind,
+                                             version=request.version,
+                                             asset_file=self.asset_file))
+        kind = _kind(request.kind)
+        if kind not in (AssetKind.MODEL, AssetKind.DATA) or not request.name or \
+                request.path is None:
+            raise LocalRunError(f"{request.kind} create needs --file <spec>, or (a model or "
+                                "data asset) --name and --path")
+        draft = Draft(kind, request.name, None, version=request.version, type=request.type,
+                      description=request.description, origin=request.path)
+        return asset_view(actions.create_from(draft, path=request.path,
+                                              asset_file=self.asset_file))
+
+    def list_assets(self, kind: str | None, *, name: str | None = None,
+                    archived: bool = False) -> list[AssetView]:
+        """`az ml <kind> list`: the latest version of each name, or every version of one (no
+        kind: every kind)."""
+        from mlops.workspace import actions
+
+        chosen = _kind(kind) if kind else None
+        return [asset_view(r) for r in actions.listed(chosen, name, archived)]
+
+    def show_asset(self, kind: str, name: str, *, version: str | None = None,
+                   label: str | None = None) -> AssetView:
+        from mlops.workspace import actions
+
+        return asset_view(actions.show(actions.Selection(_kind(kind), _named(name), version,
+                                                         label)))
+
+    def archive_asset(self, kind: str, name: str, *, version: str | None = None,
+                      archived: bool = True) -> list[AssetView]:
+        """`az ml <kind> archive` (restore: archived=False): no longer @latest."""
+        from mlops.workspace import actions
+
+        selection = actions.Selection(_kind(kind), _named(name), version)
+        return [asset_view(r) for r in actions.archive(selection, archived)]
+
+
+def _kind(text: str | None) -> AssetKind:
+    try:
+        return AssetKind.parse(text or "")
+    except ValueError as err:
+        raise LocalRunError(str(err)) from None
+
+
+def _named(name: str | None) -> str:
+    if not name:
+        raise LocalRunError("name the asset (--name)")
+    return name
+
+
+class JobEnded(LocalError):
+    """A job that did not complete, met by a verb that waits for it (`az ml job stream`: exit
+    1, as a job that failed exits 1): neither the input's fault nor the machine's."""
+
+    exit_code = 1

@@ -1,0 +1,52 @@
+"""`azml`: the local twin of `az ml`, in any repository (docs/azml.md). Each group's verbs take
+the arguments az ml's take and print what az prints (`-o`, `--query`); they act through
+`mlops.api.Session`. Exit codes are az's: 0, 1 (the machine, or a job that failed), 2 (the
+command line or the input), 3 (no such job, endpoint or asset).
+
+  common   az's global arguments, notes on stderr
+  output   --query and -o
+  jobs     azml job create|run|show|list|stream|cancel|download (run: local only, the job in
+           the foreground, what make's targets call)
+  assets   azml model|data|environment|component create|list|show|archive|restore
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mlops.api.session import Session
+from mlops.cli import assets, jobs
+from mlops.cli.common import Verb, note
+from mlops.cli.output import query, render
+from mlops.errors import LocalError
+
+IGNORED = ("resource_group", "workspace_name", "subscription", "registry_name")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="azml", description="az ml's verbs, run on this machine: no Docker, no Azure "
+        "(docs/azml.md). Settings: azml.toml or [tool.azml] at the repository's root.")
+    groups = parser.add_subparsers(dest="group", required=True, metavar="GROUP")
+    jobs.add(groups, Verb)
+    assets.add(groups, Verb)
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if any(getattr(args, name, None) for name in IGNORED):
+        note("the workspace is the local one: --resource-group, --workspace-name, "
+             "--subscription and --registry-name are ignored")
+    try:
+        result = args.handler(Session(), args)
+        if isinstance(result, int):  # a job run in the foreground: its exit code
+            return result
+        sys.stdout.write(render(query(result, args.query), args.output))
+    except LocalError as err:
+        print(f"ERROR: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,45 @@
+"""What every `azml` verb shares: az's global arguments (-o, --query; the workspace ones are
+taken and ignored, since the workspace is the local one), one-line notes on stderr, --set."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from mlops.cli.output import FORMATS
+
+Handler = Callable[..., object]
+
+
+def note(text: str) -> None:
+    """One line on stderr for what a local run does otherwise than Azure (az's warnings go
+    there too)."""
+    print(f"WARNING: {text}", file=sys.stderr)
+
+
+def set_values(groups: list[list[str]]) -> list[str]:
+    """`--set a=1 b=2 --set c=3`: every KEY=VALUE, in order."""
+    return [value for group in groups for value in group]
+
+
+class Verb:
+    """Adds a verb's parser with az's global arguments, and remembers its handler."""
+
+    @staticmethod
+    def add(group: argparse._SubParsersAction, name: str, handler: Handler,
+            what: str, *, az_debug: bool = True) -> argparse.ArgumentParser:
+        """The verb's parser; az_debug=False leaves az's --debug (its log level) to the verb
+        (`job run --debug` picks a process to debug)."""
+        parser = group.add_parser(name, help=what, description=what)
+        parser.set_defaults(handler=handler)
+        parser.add_argument("-o", "--output", choices=FORMATS, default="json",
+                            help="output format (az's)")
+        parser.add_argument("--query", help="a JMESPath query over the result (az's)")
+        for flags in (("-g", "--resource-group"), ("-w", "--workspace-name"),
+                      ("--subscription",), ("--registry-name",)):
+            parser.add_argument(*flags, dest=flags[-1].lstrip("-").replace("-", "_"),
+                                help=argparse.SUPPRESS)
+        for flag in ("--debug", "--verbose", "--only-show-errors")[0 if az_debug else 1:]:
+            parser.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
+        return parser

@@ -1,0 +1,126 @@
+"""`azml job ...`: the arguments `az ml job` takes, and what each verb does through Session."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from mlops.api.session import Session
+from mlops.cli.common import Verb, note, set_values
+from mlops.errors import LocalRunError
+from mlops.runtime.debugging import DebugRequest, add_arguments
+
+
+def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
+    job = groups.add_parser("job", help="run and manage jobs locally").add_subparsers(
+        dest="verb", required=True, metavar="{create,run,show,list,stream,cancel,download}")
+    create = verb.add(job, "create", _create, "create a job: checked, then run in the "
+                      "background (--stream: follow it to its end)")
+    create.add_argument("-f", "--file", required=True, type=Path, help="the job's YAML spec")
+    create.add_argument("-n", "--name", help="the job's name (over the spec's)")
+    create.add_argument("-s", "--stream", action="store_true", help="follow its log to the end")
+    create.add_argument("-e", "--web", action="store_true", help="(Studio: not here)")
+    create.add_argument("--set", dest="sets", nargs="+", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a spec value, as az does")
+    create.add_argument("--skip-validation", action="store_true",
+                        help="(accepted; the spec is checked as Azure checks it)")
+    add_run(job, verb)
+    for name, handler, what in (("show", _show, "show a job"),
+                                ("stream", _stream, "print a job's log until it ends"),
+                                ("cancel", _cancel, "stop a job")):
+        each = verb.add(job, name, handler, what)
+        each.add_argument("-n", "--name", required=True, help="the job's name")
+        if name == "show":
+            each.add_argument("-e", "--web", action="store_true", help="(Studio: not here)")
+        if name == "cancel":
+            each.add_argument("--no-wait", action="store_true", help="return at once")
+    listing = verb.add(job, "list", _list, "list the jobs, newest first")
+    listing.add_argument("-r", "--max-results", type=int, default=50)
+    listing.add_argument("--all-results", action="store_true")
+    listing.add_argument("-p", "--parent-job-name", help="(pipeline steps: not listed here)")
+    listing.add_argument("--include-archived", action="store_true")
+    listing.add_argument("--archived-only", action="store_true")
+    download = verb.add(job, "download", _download, "copy a job's logs and outputs")
+    download.add_argument("-n", "--name", required=True)
+    download.add_argument("-p", "--download-path", type=Path, default=Path("."))
+    download.add_argument("--output-name")
+    download.add_argument("--all", dest="everything", action="store_true")
+
+
+def add_run(job: argparse._SubParsersAction, verb: type[Verb]) -> None:
+    """`azml job run`: local only (az has no twin): the job in the foreground, to its end, its
+    exit code azml's; Ctrl-C stops it. What the make targets call."""
+    run = verb.add(job, "run", _run, "run a job here in the foreground to its end (local "
+                   "only: Ctrl-C stops it; --debug attaches a debugger)", az_debug=False)
+    run.add_argument("-f", "--file", required=True, type=Path, help="the job's YAML spec")
+    run.add_argument("-n", "--name", help="the job's name (over the spec's)")
+    run.add_argument("--set", dest="sets", nargs="+", action="append", default=[],
+                     metavar="KEY=VALUE", help="override a spec value, as az does")
+    run.add_argument("--sets", dest="joined", default="", metavar="'KEY=VALUE ...'",
+                     help="overrides in one string, split as a shell splits words")
+    run.add_argument("--remove", action="append", default=[], metavar="KEY")
+    run.add_argument("--run-dir", type=Path, help="reuse a run folder (resumes a command job)")
+    run.add_argument("--force-rerun", action="store_true",
+                     help="run every pipeline step, even where an earlier one can be reused")
+    run.add_argument("--max-procs", type=int, help="cap on processes at once (default: cores)")
+    add_arguments(run)
+    run.set_defaults(output="none")
+
+
+def _run(session: Session, args: argparse.Namespace) -> int:
+    try:
+        joined = shlex.split(args.joined)
+    except ValueError as err:
+        raise LocalRunError(f"--sets: {err}: close the quote") from None
+    sets = set_values(args.sets) + joined + ([f"name={args.name}"] if args.name else [])
+    options = {"debug": DebugRequest.parse(args.debug, args.debug_port),
+               "force_rerun": args.force_rerun}
+    if args.max_procs is not None:
+        options["max_procs"] = max(1, args.max_procs)
+    return replace(session, **options).run_job(args.file, sets=sets, removes=args.remove,
+                                               run_dir=args.run_dir)
+
+
+def _create(session: Session, args: argparse.Namespace) -> object:
+    if args.web:
+        note("--web opens Azure's Studio; the local job's page is its run folder (shown "
+             "under services.Studio)")
+    created = session.create_job(args.file, sets=set_values(args.sets), name=args.name)
+    if args.stream:
+        session.stream_job(str(created["name"]), sys.stdout)
+    return created
+
+
+def _show(session: Session, args: argparse.Namespace) -> object:
+    if args.web:
+        note("--web opens Azure's Studio; the local job's page is its run folder")
+    return session.show_job(args.name)
+
+
+def _list(session: Session, args: argparse.Namespace) -> object:
+    if args.parent_job_name:
+        raise LocalRunError("--parent-job-name: a local pipeline's steps are folders of its "
+                            "run (steps/<node>), not jobs of their own; azml job show -n "
+                            f"{args.parent_job_name} names the run folder")
+    if args.archived_only:
+        return []  # jobs are never archived here
+    limit = None if args.all_results else args.max_results
+    if limit is not None:
+        note(f"Displaying top {limit} results from the list command.")
+    return session.list_jobs(limit)
+
+
+def _stream(session: Session, args: argparse.Namespace) -> None:
+    session.stream_job(args.name, sys.stdout)
+
+
+def _cancel(session: Session, args: argparse.Namespace) -> None:
+    session.cancel_job(args.name, wait=not args.no_wait)
+
+
+def _download(session: Session, args: argparse.Namespace) -> None:
+    session.download_job(args.name, path=args.download_path, output=args.output_name,
+                         everything=args.everything)
