@@ -97,4 +97,6 @@ def _local_properties(view: JobView, record: JobRecord) -> JobView:
         properties["azml.exit_code"] = str(record.run.exit_code)
     view["properties"] = properties
     view["resourceGroup"] = GROUP
+    if view.get("type") == "command":  # what the service fills in when the spec says nothing
+        view.setdefault("resources", {"instance_count": 1, "properties": {}, "shm_size": "2g"})
     return view

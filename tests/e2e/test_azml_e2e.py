@@ -1,0 +1,75 @@
+"""azml in a repository that is not this one: `job create` returns at once and the job runs in
+the background, `show`/`stream`/`download` follow it, `cancel` stops it, and what runs write
+stays in that repository's own state folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import ROOT, until
+
+HELLO = ROOT / "tests" / "fixtures" / "hello"
+
+
+def azml(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MLFLOW_TRACKING_URI", "MLOPS_WORKSPACE_DIR", "AZML_STATE_DIR",
+                        "MLOPS_STATE_DIR", "MLFLOW_RUN_ID")}
+    done = subprocess.run([sys.executable, "-m", "mlops.azml", *args], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    """A user's repository (git, no settings file): the hello job's spec and code."""
+    folder = tmp_path / "their repo"
+    shutil.copytree(HELLO, folder / "cli" / "jobs")
+    (folder / ".git").mkdir()
+    return folder
+
+
+def status(repo: Path, name: str) -> str:
+    return azml(repo, "job", "show", "-n", name, "--query", "status", "-o", "tsv").stdout.strip()
+
+
+def test_a_job_is_created_in_the_background_followed_downloaded_and_stays_in_its_repo(
+        repo, sources_unchanged):
+    created = json.loads(azml(repo, "job", "create", "-f", "cli/jobs/hello-command.yml",
+                              "--name", "hello-1", "--set", "inputs.steps=3").stdout)
+    assert (created["name"], created["status"]) == ("hello-1", "Starting")
+    until(lambda: status(repo, "hello-1") == "Completed", 240, "the job to complete")
+    streamed = azml(repo, "job", "stream", "-n", "hello-1").stdout
+    assert streamed.startswith("RunId: hello-1\n") and "Execution Summary" in streamed
+    azml(repo, "job", "download", "-n", "hello-1", "--all", "-p", "got")
+    assert (repo / "got" / "named-outputs" / "result" / "done").read_text() == "ok"
+    listed = azml(repo, "job", "list", "--query", "[].name", "-o", "tsv").stdout.split()
+    assert listed == ["hello-1"]
+    again = azml(repo, "job", "create", "-f", "cli/jobs/hello-command.yml", "--name",
+                 "hello-1", check=False)
+    assert again.returncode == 2 and "taken" in again.stderr
+    assert sorted(p.name for p in repo.iterdir()) == [".azml", ".git", "cli", "got"]
+    assert {"runs", "mlflow.db", "workspace"} <= {p.name for p in (repo / ".azml").iterdir()}
+
+
+def test_cancel_stops_a_running_job_and_its_processes(repo):
+    azml(repo, "job", "create", "-f", "cli/jobs/hello-command.yml", "--name", "slow",
+         "--set", "inputs.steps=200", "inputs.sleep=0.5")
+    pid_file = until(lambda: next(repo.glob(".azml/runs/*/outputs/result/pid"), None), 240,
+                     "the job's script to start")
+    script = int(until(pid_file.read_text, 10, "the script's pid"))
+    azml(repo, "job", "cancel", "-n", "slow")
+    assert status(repo, "slow") == "Canceled"
+    until(lambda: not Path(f"/proc/{script}").exists() or
+          Path(f"/proc/{script}/stat").read_text().split(") ")[1][0] == "Z", 30,
+          "the job's script to stop")
+    streamed = azml(repo, "job", "stream", "-n", "slow", check=False)
+    assert streamed.returncode == 1 and "Canceled" in streamed.stderr

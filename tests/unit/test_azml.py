@@ -1,0 +1,118 @@
+"""azml, without processes: az's output formats and --query, a job's status from its run.json,
+`job show` as az prints it, `job download`'s layout, not-found as az's exit 3 (mlops/cli,
+mlops/api)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mlops.api.jobs import download
+from mlops.api.records import JobRecord, all_jobs, find_job
+from mlops.api.views import job_view
+from mlops.cli import run
+from mlops.cli.output import query, render
+from mlops.errors import LocalRunError, NotFound
+from mlops.project import forget
+from mlops.runtime.records import JobStatus, RunRecord
+from mlops.workspace.jobs import claim_name, record_job
+from mlops.workspace.store import Workspace, workspace_root
+
+HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "hello" / "hello-command.yml"
+DEAD_PID = 2**22 + 12345  # above Linux's pid_max: no process has it
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A user's repository: azml.toml at its root, the current folder."""
+    (tmp_path / "azml.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AZML_STATE_DIR", raising=False)
+    monkeypatch.delenv("MLOPS_STATE_DIR", raising=False)
+    forget()
+    yield tmp_path
+    forget()
+
+
+def a_job(name: str, status: JobStatus | None, *, pid: int | None = None,
+          created: str = "2026-11-27T10:00:00+00:00", code: int | None = None) -> JobRecord:
+    folder = workspace_root().parent / "runs" / name
+    folder.mkdir(parents=True)
+    (folder / "spec.yml").write_text(HELLO.read_text())
+    RunRecord(kind="commandJob", spec=str(HELLO), name=name, status=status, pid=pid,
+              created_at=created, exit_code=code).write(folder)
+    claim_name(Workspace(workspace_root()), name, folder)
+    return JobRecord.at(name, folder)
+
+
+def test_json_is_az_s_sorted_and_indented_and_tsv_keeps_scalars_in_key_order():
+    result = {"name": "j", "status": "Completed", "inputs": {"a": 1}, "tags": [], "ok": True}
+    assert render(result, "json") == json.dumps(result, indent=2, sort_keys=True) + "\n"
+    assert render(result, "tsv") == "\tj\ttrue\tCompleted\t0\n"  # inputs, name, ok, status, tags
+    assert render([{"b": 2, "a": None}], "tsv") == "\t2\n"
+    assert yaml.safe_load(render(result, "yaml")) == result
+    assert render(None, "json") == "" and render(result, "none") == ""
+
+
+def test_table_has_a_column_per_scalar_key_and_query_is_jmespath():
+    rows = [{"name": "a", "status": "Completed", "inputs": {}}, {"name": "bb", "status": "x"}]
+    assert render(rows, "table").splitlines() == [
+        "Name  Status", "----  ---------", "a     Completed", "bb    x"]
+    assert query(rows, "[?status=='x'].name") == ["bb"]
+    with pytest.raises(LocalRunError, match="--query"):
+        query(rows, "[?")
+
+
+def test_a_job_whose_runner_died_without_an_end_failed_and_an_ended_one_stays(repo):
+    assert a_job("starting", JobStatus.STARTING, pid=os.getpid()).status == JobStatus.STARTING
+    assert a_job("killed", JobStatus.RUNNING, pid=DEAD_PID).status == JobStatus.FAILED
+    assert a_job("done", JobStatus.COMPLETED, code=0).status == JobStatus.COMPLETED
+
+
+def test_show_prints_the_keys_az_ml_job_show_prints_for_a_command_job(repo):
+    a_job("hello-1", JobStatus.COMPLETED, code=0)
+    view = job_view(find_job("hello-1"))
+    assert {"$schema", "code", "command", "compute", "creation_context", "display_name",
+            "environment", "environment_variables", "experiment_name", "id", "inputs", "name",
+            "outputs", "parameters", "properties", "resourceGroup", "resources", "services",
+            "status", "tags", "type"} - {"$schema"} <= set(view)
+    assert (view["name"], view["status"], view["type"]) == ("hello-1", "Completed", "command")
+    assert view["id"].endswith("/jobs/hello-1") and view["services"]["Studio"]["endpoint"]
+    assert view["properties"]["azml.run_folder"].endswith("runs/hello-1")
+
+
+def test_an_unknown_job_is_az_s_exit_3_and_list_is_newest_first(repo, capsys):
+    a_job("old", JobStatus.COMPLETED, created="2026-11-27T09:00:00+00:00")
+    a_job("new", JobStatus.FAILED, created="2026-11-27T11:00:00+00:00", code=1)
+    assert [r.name for r in all_jobs()] == ["new", "old"]
+    with pytest.raises(NotFound):
+        find_job("nope")
+    assert run(["job", "show", "-n", "nope"]) == 3
+    assert "not found" in capsys.readouterr().err
+    assert run(["job", "list", "--query", "[].status", "-o", "tsv"]) == 0
+    assert capsys.readouterr().out == "Failed\nCompleted\n"
+
+
+def test_download_lays_out_artifacts_and_named_outputs_as_az_ml_job_download(repo, tmp_path):
+    record = a_job("done", JobStatus.COMPLETED, code=0)
+    (record.folder / "wd" / "outputs").mkdir(parents=True)
+    (record.folder / "wd" / "outputs" / "metrics.json").write_text("{}")
+    (record.folder / "log.txt").write_text("hello\n")
+    result = record.folder / "outputs" / "result"
+    result.mkdir(parents=True)
+    (result / "done").write_text("ok")
+    record_job(Workspace(workspace_root()), ["done"], record.folder, {"result": str(result)})
+    target = tmp_path / "down"
+    download(record, target, everything=True)
+    assert (target / "artifacts" / "outputs" / "metrics.json").is_file()
+    assert (target / "artifacts" / "user_logs" / "std_log.txt").read_text() == "hello\n"
+    assert (target / "named-outputs" / "result" / "done").read_text() == "ok"
+    with pytest.raises(LocalRunError, match="no output 'nope'"):
+        download(record, target, output="nope")
+    running = a_job("running", JobStatus.RUNNING, pid=os.getpid())
+    with pytest.raises(LocalRunError, match="only once it has ended"):
+        download(running, target)
