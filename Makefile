@@ -325,9 +325,9 @@ validate: $(STAMP) ## Validate specs offline: schemas, azure-ai-ml loaders, repo
 schemas: $(STAMP) ## Regenerate mlops/schemas/ from the pinned azure-ai-ml
 	$(PY) scripts/gen_schemas.py --out mlops/schemas
 
-curated-envs: $(STAMP) ## Regenerate assets/curated-envs.yml and curated-env-versions.json from azureml-assets (ASSETS_REPO=)
+curated-envs: $(STAMP) ## Regenerate mlops/environments/catalog/curated-envs.yml (and versions) from azureml-assets (ASSETS_REPO=)
 	$(if $(ASSETS_REPO),,$(error set ASSETS_REPO=<git dir of a clone of Azure/azureml-assets>))
-	$(PY) scripts/gen_curated_envs.py --repo $(ASSETS_REPO) --out assets/curated-envs.yml
+	$(PY) scripts/gen_curated_envs.py --repo $(ASSETS_REPO) --out mlops/environments/catalog/curated-envs.yml
 
 sync-env: $(STAMP) ## Regenerate environments/conda.yml from pyproject.toml
 	$(PY) scripts/sync_env.py

@@ -1,8 +1,8 @@
 """A curated environment at the version a spec names (`azureml:AzureML-sklearn-1.5:23`,
 `azureml://registries/azureml/environments/sklearn-1.5/versions/23`): that version's packages,
-not the latest's. assets/curated-env-versions.json holds them (scripts/gen_curated_envs.py reads
+not the latest's. catalog/curated-env-versions.json holds them (scripts/gen_curated_envs.py reads
 every release tag `environment/<name>/<version>` of Azure/azureml-assets and keeps the versions
-where the packages change); assets/curated-envs.yml holds each environment's latest.
+where the packages change); catalog/curated-envs.yml holds each environment's latest.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from mlops.specs import ROOT
-
-VERSIONS = ROOT / "assets" / "curated-env-versions.json"
+VERSIONS = Path(__file__).resolve().parent / "catalog" / "curated-env-versions.json"
 
 
 @cache

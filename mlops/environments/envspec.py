@@ -3,7 +3,7 @@
 Every form a spec can use resolves to a plan (a pip requirement list and a Python version):
 - `azureml:<name>@latest` / `azureml:<name>:<version>`: a workspace environment: the version
   registered in the local workspace (mlops/workspace), else found by name among this repo's
-  environments/*.yml, else in assets/local-envs.yml (curated ones);
+  environments/*.yml, else in catalog/local-envs.yml (curated ones);
 - `azureml://registries/<registry>/environments/<name>/labels/<l>|versions/<v>`: local-envs.yml;
 - inline `image:` + `conda_file:`: the conda file (pip entries; conda packages through their
   PyPI names); `image:` alone: local-envs.yml by image name;
@@ -37,8 +37,9 @@ from mlops.environments.envfiles import (
 from mlops.errors import LocalRunError
 from mlops.specs import ROOT, SpecData, read_yaml
 
-ENV_MAP = ROOT / "assets" / "local-envs.yml"
-CURATED = ROOT / "assets" / "curated-envs.yml"  # generated: scripts/gen_curated_envs.py
+CATALOG = Path(__file__).resolve().parent / "catalog"  # ships with the tool (mlops/pyproject)
+ENV_MAP = CATALOG / "local-envs.yml"
+CURATED = CATALOG / "curated-envs.yml"  # generated: scripts/gen_curated_envs.py
 # a curated environment's image is published as mcr.microsoft.com/azureml/curated/<name>:<tag>
 CURATED_IMAGES = "image:mcr.microsoft.com/azureml/curated/"
 REGISTRY_ENVS = "azureml://registries/azureml/environments/"
@@ -84,8 +85,8 @@ def _load_map(path: Path) -> dict[str, object]:
 
 
 class EnvMap(dict):
-    """assets/local-envs.yml (or the file given) over the generated catalogue of every curated
-    environment (assets/curated-envs.yml); keys match without regard to case, as Azure's
+    """catalog/local-envs.yml (or the file given) over the generated catalogue of every curated
+    environment (catalog/curated-envs.yml); keys match without regard to case, as Azure's
     environment names do."""
 
     def __init__(self, path: Path = ENV_MAP, curated: Path = CURATED):
@@ -100,7 +101,7 @@ class EnvMap(dict):
 
 
 def from_map(key: str, label: str, env_map: EnvMap, version: str | None = None) -> EnvPlan:
-    """A curated, registry or image-only environment, through assets/local-envs.yml over the
+    """A curated, registry or image-only environment, through catalog/local-envs.yml over the
     curated catalogue (exact keys first, a curated image by its environment's name, then the
     longest key ending in `/` that prefixes this one); a curated one at the `version` named."""
     entry = env_map.get(key)

@@ -106,7 +106,7 @@ def test_a_docker_context_installs_what_its_dockerfile_pip_installs(tmp_path):
 
 
 def test_every_environment_form_resolves_to_a_plan(tmp_path):
-    env_map = EnvMap(ROOT / "assets" / "local-envs.yml")
+    env_map = EnvMap(ROOT / "mlops" / "environments" / "catalog" / "local-envs.yml")
     base = ROOT / "jobs"
     project = plan_for("azureml:image-classifier@latest", base, env_map)
     assert "torch==2.14.1" in project.requirements  # this repo's environment, by name
@@ -229,7 +229,7 @@ def test_the_environment_decides_its_mlflow_and_a_2x_client_logs_to_the_local_se
 
 
 def test_every_curated_name_has_its_images_pins_and_local_envs_overrides():
-    """The generated catalogue (assets/curated-envs.yml) knows current and retired curated
+    """The generated catalogue (mlops/environments/catalog/) knows current and retired curated
     names, with MLflow among the pins; hand-written local-envs.yml entries win."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from gen_curated_envs import keys
