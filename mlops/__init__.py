@@ -1,12 +1,20 @@
-"""Local tooling for the Azure ML specs: validation and local runs. Never shipped to Azure.
+"""The local runtime (the azml tool): validation, local runs and endpoints. Never shipped to Azure.
 
-Front doors (`python -m mlops.<name>`, what make and the tests call) are thin: they parse the
-command line, call one engine, and turn its outcome into an exit code (errors.py's rule). Each
-engine lives in the room it belongs to:
+Front doors (`azml`, `python -m mlops.<name>`: what make and the tests call) are thin: they
+parse the command line, call one engine, and turn its outcome into an exit code (errors.py's
+rule). The rooms below hold the engines, in this order, bottom to top: a room imports only
+the rooms above it in this list (function-level imports included; tests/unit/test_imports.py):
 
-mlops/            run, validate, serve, batch, envs, workflow_lint: the front doors; shared by
-                  every room: specs (loading, kinds, line numbers), errors, project
-                  ([tool.azml]), and exit_with / exit_code below
+shared: errors, specs (loading, kinds, line numbers), project (the repository, its settings,
+        its state folder and MLflow store), yaml_limits; exit_with / exit_code below
+  workspace/      the local workspace: records, store, references (`azureml:` names and URIs),
+                  jobs (finished jobs by name), mlflow_models (MLflow's registry taken in)
+  environments/   envspec and envfiles (reading environment definitions), requirements and
+                  pins (what a layer installs), resolve and closures (Azure's resolution of an
+                  environment), interpreters (the Python an environment asks for), own_python
+                  (an environment of that interpreter), layers (building them), activation
+                  (what a task runs in), cache (listing and removing them), catalog/ (the
+                  curated environments and the tool's stand-ins)
   runtime/        the one local runtime (engine: resolve -> snapshot -> environment ->
                   launch -> collect, run_step, start_service) and everything a started process
                   needs: tasks (Task, TaskSource, spec -> Task), records (status.json and
@@ -14,27 +22,24 @@ mlops/            run, validate, serve, batch, envs, workflow_lint: the front do
                   (the one launcher: processes, signals), environ (a process's variables),
                   service (a server left running), devices, watchdog, readonly_inputs, failures,
                   mlflow_runs and mlflow_server, uris (the asset map), reuse (step reuse), job
-                  (a checked job spec and its run folder), minibatch and minibatch_worker (the
-                  mini-batch driver of batch deployments and parallel nodes), mltable and
-                  mltable_worker (tables read by Azure's mltable package)
-  orchestrators/  jobs (a job spec -> its kind's runner), sweep (+ sampling, policies), pipeline
-                  (+ graph), parallel
+                  (a checked job spec, its run folder and run.json), minibatch and
+                  minibatch_worker (the mini-batch driver of batch deployments and parallel
+                  nodes), mltable and mltable_worker (tables read by Azure's mltable package)
+  automl/         translate (an AutoML job or node -> the command that runs it), standin/ (the
+                  tabular stand-in: FLAML in its own environment), vision/ (Azure's image runner)
   checks/         validation (schema, azure-ai-ml and lint layers), prepare (a job spec as
                   az ml job create checks it), lint, lint_assets, skus, overrides (--set /
                   --remove), sdk_findings (azure-ai-ml's verdicts at their file and line)
-  environments/   envspec and envfiles (reading environment definitions), requirements and
-                  pins (what a layer installs), resolve and closures (Azure's resolution of an
-                  environment), interpreters (the Python an environment asks for), own_python
-                  (an environment of that interpreter), layers (building them), activation
-                  (what a task runs in), cache (listing and removing them)
+  orchestrators/  jobs (a job spec -> its kind's runner), sweep (+ sampling, policies), pipeline
+                  (+ graph), parallel
   endpoints/      deployment (a deployment spec's kind, code, environment), models (its model and
                   the AZUREML_MODEL_DIR layout), online (the local online endpoint),
                   batch_deployment (a batch deployment over a folder), nocode/ (Azure's scoring
                   for MLflow models deployed without code)
-  automl/         translate (an AutoML job or node -> the command that runs it), standin/ (the
-                  tabular stand-in: FLAML in its own environment, run as the job's code)
-
-Imports point down or sideways, never up into a front door (tests/unit/test_imports.py).
+  api/            the public surface: Session (each method an az ml verb's local twin), jobs
+                  in the background, their views as az prints them, asset registration
+  cli/            the azml command: az ml's verbs and arguments, -o and --query
+front doors: azml, run, validate, serve, batch, assets, envs, workflow_lint
 """
 
 from __future__ import annotations

@@ -137,3 +137,19 @@ def cache_root() -> Path:
         return state_dir() / "cache"
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "mlops-local"
+
+
+SQLITE = "sqlite:///"
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a sqlite store's URI (None: another kind of store)."""
+    return Path(uri[len(SQLITE):]) if uri.startswith(SQLITE) else None
+
+
+def tracking_uri() -> str:
+    """The store every process of a run shares; a relative sqlite path is made absolute, because
+    jobs run in their own working directory."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{state_dir() / 'mlflow.db'}"
+    path = sqlite_file(uri)
+    return f"{SQLITE}{path.resolve()}" if path and not path.is_absolute() else uri

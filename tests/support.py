@@ -23,6 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 HYMENOPTERA = ROOT.parent / "shared" / "data" / "hymenoptera_data"
 
 
+def python_files(folder: Path) -> list[Path]:
+    """The project's own Python files under `folder`: not what a package build leaves there
+    (`build/`, `*.egg-info`: `uv tool install ./mlops` builds in the source folder)."""
+    return sorted(p for p in folder.rglob("*.py")
+                  if not {"build", "__pycache__"} & set(p.relative_to(folder).parts)
+                  and not any(part.endswith(".egg-info") for part in p.parts))
+
+
 def until(condition: Callable[[], object], seconds: float, what: str, step: float = 0.01):
     """Poll `condition` until it holds (and return what it returned), or fail after `seconds`
     naming `what` was awaited: a test waits for a state, never a fixed time."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from mlops.api import jobs
+from mlops.api import jobs, registry
 from mlops.api.assets import AssetView, asset_view
 from mlops.api.records import all_jobs, find_job
 from mlops.api.views import JobView, job_view
@@ -99,11 +99,10 @@ class Session:
     # assets -----------------------------------------------------------------------------
     def create_asset(self, request: AssetRequest) -> AssetView:
         """`az ml <kind> create -f <spec>`, or `--name --path` (a model or data asset)."""
-        from mlops.workspace import actions
         from mlops.workspace.store import Draft
 
         if request.spec is not None:
-            return asset_view(actions.create(request.spec, kind=request.kind,
+            return asset_view(registry.create(request.spec, kind=request.kind,
                                              version=request.version,
                                              asset_file=self.asset_file))
         kind = _kind(request.kind)
@@ -113,32 +112,26 @@ class Session:
                                 "data asset) --name and --path")
         draft = Draft(kind, request.name, None, version=request.version, type=request.type,
                       description=request.description, origin=request.path)
-        return asset_view(actions.create_from(draft, path=request.path,
+        return asset_view(registry.create_from(draft, path=request.path,
                                               asset_file=self.asset_file))
 
     def list_assets(self, kind: str | None, *, name: str | None = None,
                     archived: bool = False) -> list[AssetView]:
         """`az ml <kind> list`: the latest version of each name, or every version of one (no
         kind: every kind)."""
-        from mlops.workspace import actions
-
         chosen = _kind(kind) if kind else None
-        return [asset_view(r) for r in actions.listed(chosen, name, archived)]
+        return [asset_view(r) for r in registry.listed(chosen, name, archived)]
 
     def show_asset(self, kind: str, name: str, *, version: str | None = None,
                    label: str | None = None) -> AssetView:
-        from mlops.workspace import actions
-
-        return asset_view(actions.show(actions.Selection(_kind(kind), _named(name), version,
+        return asset_view(registry.show(registry.Selection(_kind(kind), _named(name), version,
                                                          label)))
 
     def archive_asset(self, kind: str, name: str, *, version: str | None = None,
                       archived: bool = True) -> list[AssetView]:
         """`az ml <kind> archive` (restore: archived=False): no longer @latest."""
-        from mlops.workspace import actions
-
-        selection = actions.Selection(_kind(kind), _named(name), version)
-        return [asset_view(r) for r in actions.archive(selection, archived)]
+        selection = registry.Selection(_kind(kind), _named(name), version)
+        return [asset_view(r) for r in registry.archive(selection, archived)]
 
 
 def _kind(text: str | None) -> AssetKind:

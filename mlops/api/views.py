@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mlops.api.records import JobRecord
-from mlops.runtime.mlflow_runs import tracking_uri
+from mlops.project import tracking_uri
 from mlops.specs import read_yaml
 
 SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"

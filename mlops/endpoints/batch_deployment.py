@@ -27,11 +27,11 @@ from mlops.endpoints.models import ModelLayout, lay_out
 from mlops.environments.activation import Environments
 from mlops.environments.envspec import ENV_MAP
 from mlops.errors import LocalRunError
-from mlops.project import project
+from mlops.project import project, tracking_uri
 from mlops.runtime import archives, engine, launch, minibatch
 from mlops.runtime.aliases import safe_root
 from mlops.runtime.debugging import DebugRequest
-from mlops.runtime.mlflow_runs import Tracking, tracking_uri
+from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.mlflow_server import Server
 from mlops.runtime.mltable import read_table, row_batches
 from mlops.runtime.placement import Placement

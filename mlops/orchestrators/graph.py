@@ -21,11 +21,11 @@ from mlops.runtime.values import (
     DATA_TYPES,
     OutputSpec,
     Value,
-    asset_kind,
     input_value,
     output_spec,
 )
 from mlops.specs import REF, SpecData
+from mlops.workspace.records import asset_kind
 
 PARENT_INPUT = re.compile(r"^\$\{\{\s*parent\.inputs\.([\w.-]+)\s*\}\}$")
 PARENT_OUTPUT = re.compile(r"^\$\{\{\s*parent\.outputs\.([\w.-]+)\s*\}\}$")

@@ -12,12 +12,13 @@ from pathlib import Path
 
 from mlops.checks.prepare import prepare_job
 from mlops.environments.activation import Environments
+from mlops.project import tracking_uri
 from mlops.runtime import engine, launch
 from mlops.runtime.aliases import safe_root
 from mlops.runtime.binding import slot
 from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.job import Job, end_record, job_name, locked, run_folder, write_record
-from mlops.runtime.mlflow_runs import Tracking, tracking_uri
+from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.mlflow_server import Server
 from mlops.runtime.spark import spark_task
 from mlops.runtime.tasks import TaskSource, command_task, experiment_name

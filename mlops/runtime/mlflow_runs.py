@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from mlops.project import state_dir
+from mlops.project import SQLITE, sqlite_file, tracking_uri  # noqa: F401 - the store's names
 from mlops.runtime.records import RunStatus, Status
 
 # Runs closed this close to the job's end were closed by its exit hook. A process still tears
@@ -25,22 +25,6 @@ from mlops.runtime.records import RunStatus, Status
 # hooks), so 2 s misjudged a crash's nested run as finished on purpose.
 EXIT_WINDOW_MS = 10_000
 log = logging.getLogger(__name__)
-
-
-SQLITE = "sqlite:///"
-
-
-def sqlite_file(uri: str) -> Path | None:
-    """The database file of a sqlite store's URI (None: another kind of store)."""
-    return Path(uri[len(SQLITE):]) if uri.startswith(SQLITE) else None
-
-
-def tracking_uri() -> str:
-    """The store every process of a run shares; a relative sqlite path is made absolute, because
-    jobs run in their own working directory."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{state_dir() / 'mlflow.db'}"
-    path = sqlite_file(uri)
-    return f"{SQLITE}{path.resolve()}" if path and not path.is_absolute() else uri
 
 
 def artifact_root(uri: str) -> Path:

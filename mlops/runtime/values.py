@@ -19,12 +19,12 @@ from pathlib import Path
 from mlops.errors import LocalRunError
 from mlops.runtime.uris import AssetMap
 from mlops.specs import REF, SpecData
+from mlops.workspace.records import asset_kind
 
 OPTIONAL = re.compile(r"\$\[\[(.*?)\]\]", re.DOTALL)
 DATA_TYPES = {"uri_file", "uri_folder", "mltable", "custom_model", "mlflow_model",
               "triton_model"}
 FILE_TYPES = {"uri_file"}
-MODEL_TYPES = {"custom_model", "mlflow_model", "triton_model"}
 
 
 @dataclass
@@ -49,11 +49,6 @@ class OutputSpec:
     filename: str | None = None
     target: Path | None = None
     mode: str | None = None  # direct: Azure hands over the URI and creates nothing there
-
-
-def asset_kind(data_type: str) -> str:
-    """The workspace asset kind an input of `data_type` names by `azureml:<name>`."""
-    return "model" if data_type in MODEL_TYPES else "data"
 
 
 def render_literal(value) -> str:

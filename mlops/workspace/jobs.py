@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 
 from mlops.errors import LocalRunError
-from mlops.runtime.values import asset_kind
 from mlops.specs import SpecData
-from mlops.workspace.records import AssetKind, AssetVersion, held, write_atomic
+from mlops.workspace.records import AssetKind, AssetVersion, asset_kind, held, write_atomic
 from mlops.workspace.store import Draft, Workspace, workspace_root
 
 

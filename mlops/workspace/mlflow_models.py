@@ -27,7 +27,7 @@ ORIGIN = "mlflow"
 
 def _client():
     """MLflow's client for the local store, None where there is none to read."""
-    from mlops.runtime.mlflow_runs import tracking_uri
+    from mlops.project import tracking_uri
 
     uri = tracking_uri()  # the store local runs use (never MLflow's own default in this folder)
     if uri.startswith(("azureml:", "databricks")):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from mlops.errors import LocalRunError
 
+MODEL_TYPES = {"custom_model", "mlflow_model", "triton_model"}
 RECORD = "asset.json"
 CONTENT = "content"
 TRANSIENT = {"folder", "new"}
@@ -44,6 +45,11 @@ class AssetKind(StrEnum):
             if text in (kind.value, kind.value.rstrip("s"), kind.noun):
                 return kind
         raise ValueError(f"{text!r} is not an asset kind: model, data, environment, component")
+
+
+def asset_kind(data_type: str) -> str:
+    """The workspace asset kind an input or output of `data_type` names by `azureml:<name>`."""
+    return "model" if data_type in MODEL_TYPES else "data"
 
 
 @dataclass

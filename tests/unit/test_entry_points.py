@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from support import ROOT
+from support import ROOT, python_files
 
 # What every entry module's `if __name__ == "__main__":` block calls, but these: the watchdog and
 # the local endpoint's front import the standard library alone (they start from a path, in any
@@ -22,7 +22,7 @@ OWN_WAY_OUT = {"mlops/runtime/watchdog.py", "mlops/runtime/mlflow_server.py",
 def entry_modules() -> list[str]:
     found = []
     for folder in ("src", "mlops"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
+        for path in sorted(python_files(ROOT / folder)):
             if 'if __name__ == "__main__":' in path.read_text():
                 found.append(str(path.relative_to(ROOT)))
     return found

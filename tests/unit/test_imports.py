@@ -1,8 +1,10 @@
-"""The house rules of mlops/: front doors are thin, and nothing below the top imports one.
+"""The house rules of mlops/: rooms in one order, front doors thin, nothing below the top
+imports one.
 
-A front door is a module at the top of mlops/ that `python -m mlops.<name>` runs (make calls
-them); the rooms below (runtime/, orchestrators/, checks/, environments/, endpoints/) hold the
-engines. Imports inside functions count: a hidden edge is still an edge.
+A front door is a module at the top of mlops/ that `python -m mlops.<name>` runs (make and the
+azml command call them); the rooms below hold the engines, in ROOM_ORDER (mlops/__init__.py's
+map): a room imports only rooms before it. Imports inside functions count: a hidden edge is
+still an edge.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 import pytest
-from support import ROOT
+from support import ROOT, python_files
 
 PACKAGE = ROOT / "mlops"
 SHARED = {"mlops", "mlops.errors", "mlops.specs", "mlops.project",
@@ -35,7 +37,7 @@ def parsed(path: Path) -> ast.Module:
 
 @functools.cache
 def known_modules() -> frozenset[str]:
-    return frozenset(module_name(p) for p in PACKAGE.rglob("*.py"))
+    return frozenset(module_name(p) for p in python_files(PACKAGE))
 
 
 def imported(path: Path, top_level_only: bool = False) -> set[str]:
@@ -52,7 +54,39 @@ def imported(path: Path, top_level_only: bool = False) -> set[str]:
     return {name for name in found if name in known_modules()}
 
 
-ROOMS = sorted(p for p in PACKAGE.rglob("*.py") if p.parent != PACKAGE)
+ROOMS = sorted(p for p in python_files(PACKAGE) if p.parent != PACKAGE)
+# Bottom to top: each room may import the rooms before it (and SHARED), never one after it.
+ROOM_ORDER = ("workspace", "environments", "runtime", "automl", "checks", "orchestrators",
+              "endpoints", "api", "cli")
+
+
+def room_of(module: str) -> str:
+    """A module's room: its folder under mlops/, "shared" for SHARED, "door" for a front
+    door."""
+    if module in SHARED:
+        return "shared"
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (PACKAGE / parts[1]).is_dir() else "door"
+
+
+def rank(room: str) -> int:
+    return -1 if room == "shared" else len(ROOM_ORDER) if room == "door" else \
+        ROOM_ORDER.index(room)
+
+
+def test_every_room_has_its_place_in_the_order():
+    rooms = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert rooms == set(ROOM_ORDER), "add the new room to ROOM_ORDER (and mlops/__init__.py)"
+
+
+@pytest.mark.parametrize("path", python_files(PACKAGE),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_a_room_imports_only_rooms_below_it(path):
+    """Function-level imports included: an import hidden in a function to dodge a circle is
+    still an edge up."""
+    here = room_of(module_name(path))
+    up = sorted(m for m in imported(path) if rank(room_of(m)) > rank(here))
+    assert not up, f"{module_name(path)} ({here}) imports rooms above it: {up}"
 
 
 def test_the_front_doors_are_the_top_modules_make_runs():
@@ -76,7 +110,7 @@ def test_a_front_door_is_thin_and_imports_no_other(door):
 
 def test_the_rooms_import_no_circle_at_load_time():
     graph = {module_name(p): imported(p, top_level_only=True) - {module_name(p)}
-             for p in PACKAGE.rglob("*.py")}
+             for p in python_files(PACKAGE)}
     # a package's __init__ is loaded with every module below it: an edge to the package is fine
     graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}
     try:
@@ -115,7 +149,7 @@ def test_the_shipped_package_has_no_import_circle():
         pytest.fail(f"import circle: {' -> '.join(err.args[1])}")
 
 
-HOUSE = sorted([*PACKAGE.rglob("*.py"), *SHIPPED.rglob("*.py")])
+HOUSE = sorted([*python_files(PACKAGE), *python_files(SHIPPED)])
 MAX_FUNCTION_LINES = 40
 MAX_PARAMETERS = 6
 

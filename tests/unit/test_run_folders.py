@@ -74,8 +74,7 @@ def test_one_setting_moves_everything_a_run_writes_out_of_the_checkout(tmp_path,
     """MLOPS_STATE_DIR: run folders, the MLflow store and the caches (a read-only checkout);
     without it, caches still never go into the sources."""
     from mlops.environments.layers import cache_dir
-    from mlops.project import cache_root, forget, project, state_dir
-    from mlops.runtime.mlflow_runs import tracking_uri
+    from mlops.project import cache_root, forget, project, state_dir, tracking_uri
     from mlops.specs import ROOT
 
     for name in ("MLOPS_CACHE_DIR", "LOCAL_ENVS_DIR", "MLFLOW_TRACKING_URI"):

@@ -188,7 +188,7 @@ def test_a_create_killed_half_way_leaves_no_version_and_is_swept(workspace, tmp_
 
 def test_a_model_is_created_from_a_jobs_output_as_az_ml_model_create_path_takes_it(
         workspace, tmp_path):
-    from mlops.workspace import actions
+    from mlops.api import registry as actions
 
     out = folder_with(tmp_path / "run" / "outputs" / "model", "trained")
     workspace_jobs.record_job(workspace, ["train-7"], tmp_path / "run", {"model": str(out)})

@@ -1,13 +1,14 @@
-"""What the local twins of `az ml <kind> create|list|show|archive|restore` do; each returns the
-versions it registered, found or changed (mlops/api shows them as az prints them)."""
+"""What the local twins of `az ml <kind> create|list|show|archive|restore` do on the local
+workspace (mlops/workspace); each returns the versions it registered, found or changed
+(assets.py shows them as az prints them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlops.api.drafts import default_type, draft_of, resolve_path
 from mlops.runtime.uris import AssetMap
-from mlops.workspace.drafts import default_type, draft_of, resolve_path
 from mlops.workspace.records import AssetKind, AssetVersion
 from mlops.workspace.store import LATEST, Draft, Workspace, workspace_root
 
