@@ -32,7 +32,7 @@ from mlops.environments.layers import (
     make_venv,
 )
 from mlops.environments.requirements import canonical, hidden_families, name_of
-from mlops.errors import LocalRunError
+from mlops.errors import LocalError, LocalRunError, MachineError
 
 
 def closure_key(lines: list[str], python: str) -> str:
@@ -107,7 +107,7 @@ def _paired(folder: Path, lines: list[str], *, python: str, label: str,
           f"resolving again with {abi.NUMPY_1}, as Azure's conda build pairs them", flush=True)
     try:
         paired = _built(folder, abi.with_numpy_1(lines), python=python, label=label, adds=adds)
-    except LocalRunError as err:
+    except LocalError as err:  # either kind: NumPy 1 does not install here
         print(f"warning: {label}: {abi.NUMPY_1} does not install with the rest ({err}); keeping "
               "NumPy 2", flush=True)
         return _built(folder, lines, python=python, label=label, adds=adds)
@@ -144,10 +144,10 @@ def _resolved(lines: list[str], python: str, label: str, adds: tuple[str, ...]):
     return _moved(target_for(lines, python, label, adds), python, label)
 
 
-def build_error(failed: resolve.BuildFailed, label: str, python: str) -> LocalRunError:
+def build_error(failed: resolve.BuildFailed, label: str, python: str) -> MachineError:
     """A build that failed even where a wheel could stand in: the package, its version, and
     what to pin."""
-    return LocalRunError(
+    return MachineError(
         f"environment {label}: {failed}\nFix: pin a release of {failed.name} that publishes a "
         f"wheel for this machine's Python (and Python {python} on Azure), or install the build "
         "tools its source needs")

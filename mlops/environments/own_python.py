@@ -26,7 +26,7 @@ from mlops.environments import abi, resolve
 from mlops.environments.closures import install_set, target_for
 from mlops.environments.interpreters import HERE, Python, minor_of
 from mlops.environments.layers import cache_dir, cached_layer
-from mlops.errors import LocalRunError
+from mlops.errors import LocalError, MachineError
 
 VERSION = "own-python-1"  # bump when what an environment holds changes
 
@@ -80,7 +80,7 @@ def _paired(folder: Path, lines: list[str], *, version: str, python: Python, lab
           f"resolving again with {abi.NUMPY_1}, as Azure's conda build pairs them", flush=True)
     try:
         paired = target_for(abi.with_numpy_1(lines), version, label, adds)
-    except LocalRunError as err:
+    except LocalError as err:  # either kind: NumPy 1 does not install here
         print(f"warning: {label}: {abi.NUMPY_1} does not install with the rest ({err}); keeping "
               "NumPy 2", flush=True)
         return installed, []
@@ -101,6 +101,6 @@ def _install(folder: Path, locked: dict[str, resolve.Locked], python: Python,
     try:
         return install_set(folder, locked, label, python=python, wheels_only=False)
     except resolve.BuildFailed as failed:
-        raise LocalRunError(f"environment {label}: {failed}\nFix: install the build tools its "
+        raise MachineError(f"environment {label}: {failed}\nFix: install the build tools its "
                             f"source needs, or pin a release of {failed.name} that publishes a "
                             f"wheel for Python {python.minor}") from None

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlops.environments.requirements import canonical
-from mlops.errors import LocalRunError
+from mlops.errors import LocalRunError, MachineError
 
 AZURE_PLATFORM = "x86_64-manylinux_2_28"  # Azure ML's images: Linux on x86_64, glibc >= 2.28
 # .venv's build stands in for these whatever version an environment resolves (a CUDA stack is
@@ -69,8 +69,9 @@ UNWRITABLE = re.compile(r"(Permission denied|Read-only file system|No space left
 CACHE_PATH = re.compile(r"(?:cache|directory)[^`]*`([^`]+)`", re.IGNORECASE)
 
 
-class UvFailed(LocalRunError):
-    """uv could not run at all: the reason is this machine's, not the environment's."""
+class UvFailed(MachineError):
+    """uv could not run at all: the reason is this machine's (its network, its cache folder),
+    not the environment's."""
 
 
 def uv_failure(stderr: str, doing: str) -> UvFailed:
@@ -86,8 +87,9 @@ def uv_failure(stderr: str, doing: str) -> UvFailed:
     return UvFailed(f"{doing}: uv failed (its words):\n{words}")
 
 
-class BuildFailed(LocalRunError):
-    """A package built from its source distribution failed to build on this machine."""
+class BuildFailed(MachineError):
+    """A package built from its source distribution failed to build on this machine (its
+    compiler, its headers): the machine's, though a pin of a release with a wheel avoids it."""
 
     def __init__(self, name: str, version: str, log: str):
         super().__init__(f"{name} {version} failed to build from its source distribution "
@@ -118,8 +120,8 @@ def uv_binary() -> str:
     found = Path(sys.executable).parent / "uv"
     if found.is_file():
         return str(found)
-    raise LocalRunError("uv is not installed in .venv (it resolves environments for their own "
-                        "Python): run make setup")
+    raise MachineError("uv is not installed beside this Python (it resolves environments for "
+                       "their own Python): run make setup, or reinstall azml")
 
 
 def _locked(path: Path) -> dict[str, Locked]:

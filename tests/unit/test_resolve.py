@@ -11,7 +11,7 @@ import pytest
 
 from mlops.environments import closures, resolve
 from mlops.environments.resolve import Locked
-from mlops.errors import LocalRunError
+from mlops.errors import LocalRunError, MachineError
 
 PYLOCK = '''lock-version = "1.0"
 created-by = "uv"
@@ -213,7 +213,7 @@ def test_a_package_that_does_not_build_here_is_moved_to_a_wheel_else_named(monke
         raise resolve.BuildFailed("pyarrow", moved.here["pyarrow"].version, "cmake failed")
 
     monkeypatch.setattr(closures, "_install", never)
-    with pytest.raises(LocalRunError, match=r"pyarrow 10.0.1 failed to build(.|\n)*Fix: pin a "
+    with pytest.raises(MachineError, match=r"pyarrow 10.0.1 failed to build(.|\n)*Fix: pin a "
                                             "release of pyarrow that publishes a wheel"):
         closures._built(tmp_path / "layer", ["pyarrow==9.0.0"], python="3.11", label="env", adds=())
 
@@ -248,3 +248,19 @@ def test_only_a_resolution_that_ran_and_found_no_set_is_said_to_fail_on_azure(mo
     monkeypatch.setattr(resolve, "uv_binary", lambda: "uv")
     with pytest.raises(resolve.NoSet, match="No solution found"):
         resolve.compile_set(["nope==9"], ["--python-version", "3.8"], set())
+
+
+def test_uv_and_build_failures_are_the_machines_exit_1_with_what_to_do(capsys):
+    """uv that cannot run, and a source build that fails here, are the machine's: exit 1 (the
+    input's errors exit 2), the message saying what to do."""
+    from mlops import exit_code
+
+    def failing(error):
+        def call():
+            raise error
+        return call
+
+    assert exit_code(failing(resolve.uv_failure(UNWRITABLE_CACHE, "resolving"))) == 1
+    assert "UV_CACHE_DIR" in capsys.readouterr().err
+    assert exit_code(failing(resolve.BuildFailed("pyarrow", "9.0.0", "cmake failed"))) == 1
+    assert exit_code(failing(resolve.NoSet("numpy==1 and numpy==2"))) == 2
