@@ -165,7 +165,7 @@ def launch_processes(task: Task, rt: Runtime, resolved: Resolved,
     rt.started = True
     return launch.Launch(command, resolved.wd, debugging.overlay(resolved.debug, variables, envs),
                          task.folder / "log.txt", label=label, echo=echo,
-                         terminal=debugging.terminal(resolved.debug))
+                         terminal=debugging.terminal(resolved.debug)).start()
 
 
 def collect(running: Running, rt: Runtime) -> list[str]:
@@ -302,7 +302,7 @@ def start_service(task: Task, rt: Runtime, about: list[str]) -> Service:
     lines = [*about, f"environment: {activation.label}"]
     job = launch.Launch(resolved.command, resolved.wd, [variables], task.folder / "log.txt",
                         header="".join(f"mlops.serve: {line}\n" for line in lines),
-                        detached=True)
+                        detached=True).start()
     pid = job.procs[0].pid
     TaskRecord(Status.RUNNING, pid=pid, outputs=resolved.outputs).write(task.folder)
     return Service(pid, job.log, task.folder, activation.label)

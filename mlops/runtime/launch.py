@@ -117,7 +117,7 @@ class Launch:
     """The processes of one task, and its combined log (appended, never overwritten). The one
     launcher: jobs, trials, steps and workers run under a runner that waits for them; a server
     runs `detached` (its output straight into a fresh log, nothing of the runner's holding it,
-    left running when the runner exits)."""
+    left running when the runner exits). Building one starts nothing: `start()` does."""
 
     command: str
     cwd: Path
@@ -136,7 +136,8 @@ class Launch:
     ended_ms: int | None = None  # when the last process ended
     log_error: OSError | None = None  # the log could not be written (a full disk): echo only
 
-    def __post_init__(self) -> None:
+    def start(self) -> Launch:
+        """Open the log and start the processes; the launch itself, to wait on."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         attempt = self.log.exists() and not self.detached
         self._handle = self.log.open("w" if self.detached else "a", buffering=1)
@@ -152,9 +153,10 @@ class Launch:
                 stdin=subprocess.DEVNULL, stdout=self._handle, stderr=subprocess.STDOUT,
                 start_new_session=True))
             self._handle.close()
-            return
+            return self
         for rank, env in enumerate(self.envs):
             self._start(rank, env)
+        return self
 
     def _start(self, rank: int, env: dict[str, str]) -> None:
         if rank == self.terminal:  # in the runner's own group: the terminal's foreground

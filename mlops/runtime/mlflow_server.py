@@ -142,27 +142,32 @@ class Forked:
 
 
 class Server:
-    """The runner's handle: the URI is known at once; the server starts when a job first asks
-    for it (a run refused, or a pipeline whose steps are all reused, starts none)."""
+    """The runner's handle. Building one binds and starts nothing: the server starts when a job
+    first asks for its URI (a run refused, or a pipeline whose steps are all reused, starts
+    none)."""
 
     def __init__(self, store: str, artifacts: Path | None = None):
         """artifacts: the default root of the experiments the server creates (None: beside the
         store, as the runner's own, mlflow_runs.artifact_root)."""
         self.store, self.artifacts = store, str(artifacts or artifact_root(store))
+        self.log = None
+        self.listener: socket.socket | None = None
+        self.port = 0
+        self.process: subprocess.Popen | Forked | None = None
+        self._failed = self._store_open = False
+
+    def _start(self) -> None:
+        """Bind the port and start the server on it. The runner binds and hands the listening
+        socket over, so the URI is known at once: a job starts without waiting for the server's
+        imports (seconds; they overlap the job's own), and its first request waits in the
+        socket's backlog until it accepts."""
         self.log = tempfile.NamedTemporaryFile(prefix="mlflow-server-", suffix=".log",  # noqa: SIM115 - kept open for the server's lifetime
                                                delete=False)
-        # The runner binds the port and hands the listening socket over, so the URI is known at
-        # once: a job starts without waiting for the server's imports (seconds; they overlap
-        # the job's own), and its first request waits in the socket's backlog until it accepts.
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(128)
         self.port = self.listener.getsockname()[1]
-        self.process: subprocess.Popen | Forked | None = None
-        self._failed = self._store_open = False
-
-    def _start(self) -> None:
         fd = self.listener.fileno()
         if SERVER_MODULE in sys.modules:  # loaded already: a fork skips seconds of imports
             self.process = Forked(self.store, self.artifacts, fd, self.log.fileno(), self.log.name)
@@ -207,8 +212,8 @@ class Server:
 
     def close(self) -> None:
         if self.process is None:
-            self.listener.close()
-        elif self.process.poll() is None and not self.serving():
+            return  # never started: nothing bound, nothing to end
+        if self.process.poll() is None and not self.serving():
             self.process.kill()  # still importing: nothing accepted, nothing to finish
             self.process.wait()
         elif self.process.poll() is None:

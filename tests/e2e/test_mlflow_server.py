@@ -60,10 +60,11 @@ def test_a_forked_server_opens_its_own_connection_to_a_store_the_runner_has_open
 
 
 def test_a_run_that_never_asks_for_the_uri_starts_no_server(tmp_path):
+    """Building the handle binds and starts nothing; a run that never asks starts nothing."""
     server = Server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts")
     server.store_ready()
     server.close()
-    assert server.process is None and server.listener.fileno() == -1
+    assert server.process is None and server.listener is None and server.log is None
 
 
 def test_a_server_whose_runner_died_removes_its_log(tmp_path):
