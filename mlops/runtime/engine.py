@@ -211,9 +211,11 @@ def start(task: Task, rt: Runtime, *, echo: bool = True, label: str = "") -> Run
                            reopen=earlier_run, process=True)
     with run:  # an error before the processes start ends the run FAILED (KILLED: Ctrl-C)
         activation = environment(task, rt, resolved)
+        store = rt.tracking.serve()  # the launch stage starts the tracking server, if needed
         variables = process_env(task, activation, inputs=resolved.inputs,
                                 outputs=resolved.outputs,
-                                extra=tracking_env(task, rt.tracking, run.run_id, resolved.wd))
+                                extra=tracking_env(task, rt.tracking, run.run_id, resolved.wd,
+                                                   uri=store))
         job = launch_processes(task, rt, resolved, variables, echo=echo, label=label)
     TaskRecord(Status.RUNNING, run.run_id, pid=os.getpid(), started_ms=run.since_ms,
                outputs=resolved.outputs).write(task.folder)

@@ -39,9 +39,11 @@ def process_env(task: Task, activation: Activation, *, inputs: dict[str, str | N
     return env
 
 
-def tracking_env(task: Task, tracking: Tracking, run_id: str, wd: Path) -> dict[str, str]:
-    """A job's MLflow run, as Azure hands it to the job (azureml-mlflow reads the same names)."""
-    return {"MLFLOW_TRACKING_URI": tracking.job_uri(), "MLFLOW_RUN_ID": run_id,
+def tracking_env(task: Task, tracking: Tracking, run_id: str, wd: Path, *,
+                 uri: str) -> dict[str, str]:
+    """A job's MLflow run, as Azure hands it to the job (azureml-mlflow reads the same names):
+    `uri` the store it tracks to (Tracking.serve, in the launch stage)."""
+    return {"MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": run_id,
             "MLFLOW_EXPERIMENT_NAME": task.experiment,
             "MLFLOW_EXPERIMENT_ID": tracking.experiment_id(task.experiment),
             "AZUREML_RUN_ID": run_id, "AZUREML_ARM_PROJECT_NAME": task.experiment,

@@ -67,7 +67,9 @@ class Tracking:
         if server is not None:
             server.store_ready()
 
-    def job_uri(self) -> str:
+    def serve(self) -> str:
+        """The URI jobs track to: the local tracking server's, started here when a job first
+        needs it (the launch stage asks, engine.start), else the store's."""
         return (self.server.uri() if self.server else None) or self.uri
 
     def experiment_id(self, name: str) -> str:
