@@ -23,8 +23,10 @@ import yaml
 from mlops.errors import LocalRunError
 from mlops.runtime.uris import AssetMap, is_remote
 from mlops.specs import Spec, SpecError, load_spec
+from mlops.workspace import names
 from mlops.workspace.records import AssetKind
 from mlops.workspace.store import Draft
+from mlops.workspace.uploads import copy_files, upload_files
 
 SPEC_FILE = "spec.yml"
 KINDS = {"model": AssetKind.MODEL, "data": AssetKind.DATA,
@@ -61,6 +63,12 @@ def read_asset_spec(path: Path, hint: str | None) -> tuple[Spec, AssetKind]:
         raise LocalRunError("\n".join(str(f) for f in errors))
     if not spec.data.get("name"):
         raise LocalRunError(f"{path}: an asset needs a name (Azure refuses one without)")
+    try:
+        names.asset_name(kind.value, spec.data["name"], kind.noun)
+        if spec.data.get("version") is not None:
+            names.version(str(spec.data["version"]))
+    except names.InvalidName as err:
+        raise names.InvalidName(f"{path}: {err}") from None
     return spec, kind
 
 
@@ -132,8 +140,11 @@ def _take(base: Path, relative: str, folder: Path, name: str) -> str:
     if not source.exists():
         raise LocalRunError(f"{base}: {relative} does not exist ({source})")
     target = folder / (name if source.is_dir() else f"{name}{source.suffix}")
-    if source.is_dir():
-        shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    files = upload_files(source, f"{base}: {relative}")
+    if source.is_dir():  # bytecode is no part of what was registered (it changes by itself)
+        copy_files([(file, path) for file, path in files
+                    if "__pycache__" not in Path(path).parts and not path.endswith(".pyc")],
+                   target)
     else:
         shutil.copyfile(source, target)
     return target.name

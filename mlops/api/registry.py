@@ -4,11 +4,13 @@ workspace (mlops/workspace); each returns the versions it registered, found or c
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlops.api.drafts import default_type, draft_of, resolve_path
 from mlops.runtime.uris import AssetMap
+from mlops.workspace import names
 from mlops.workspace.records import AssetKind, AssetVersion
 from mlops.workspace.store import LATEST, Draft, Workspace, workspace_root
 
@@ -49,27 +51,49 @@ def create_from(draft: Draft, *, path: str | None = None,
     return record
 
 
+def _named(kind: AssetKind, name: str) -> str:
+    """A name from the command line, refused with Azure's rule before the disk is read."""
+    return names.asset_name(kind.value, name, kind.noun)
+
+
 def listed(kind: AssetKind | None, name: str | None, archived: bool) -> list[AssetVersion]:
     """Every version of `name`, or the latest version of every name (as `az ml <kind> list`)."""
     workspace = _workspace()
     shown = []
     for each in [kind] if kind else list(AssetKind):
-        names = [name] if name else workspace.names(each)
-        if each == AssetKind.MODEL:
-            from mlops.workspace.mlflow_models import registered_names, take_in
+        for one in [_named(each, name)] if name else _held_names(workspace, each):
+            if name and each == AssetKind.MODEL:
+                from mlops.workspace.mlflow_models import take_in
 
-            names = [name] if name else sorted({*names, *registered_names()})
-            for one in names:
                 take_in(workspace, one)
-        for one in names:
             versions = [v for v in workspace.versions(each, one) if archived or not v.archived]
             shown += versions if name else versions[-1:]
     return shown
 
 
+def _held_names(workspace: Workspace, kind: AssetKind) -> list[str]:
+    """The names of `kind` the workspace holds; for models, with those MLflow's registry holds
+    taken in first (a name Azure refuses is said on stderr and left out)."""
+    found = workspace.names(kind)
+    if kind != AssetKind.MODEL:
+        return found
+    from mlops.workspace.mlflow_models import registered_names, take_in
+
+    for one in sorted(set(registered_names()) - set(found)):
+        if not workspace.holds(kind, one):
+            print(f"warning: MLflow's registry holds a model named {one!r}, a name Azure "
+                  "refuses for a model; it is not taken into the local workspace",
+                  file=sys.stderr)
+    found = sorted({*found, *(n for n in registered_names() if workspace.holds(kind, n))})
+    for one in found:
+        take_in(workspace, one)
+    return found
+
+
 def show(selection: Selection) -> AssetVersion:
     from mlops.workspace.references import registered
 
+    _named(selection.kind, selection.name)
     ref = f"azureml:{selection.name}" + (f":{selection.version}" if selection.version
                                          else f"@{selection.label or LATEST}")
     record = registered(ref, selection.kind, _workspace())
@@ -82,5 +106,6 @@ def show(selection: Selection) -> AssetVersion:
 
 
 def archive(selection: Selection, archived: bool) -> list[AssetVersion]:
+    _named(selection.kind, selection.name)
     return _workspace().set_archived(selection.kind, selection.name, selection.version,
                                      archived)

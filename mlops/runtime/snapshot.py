@@ -7,9 +7,10 @@ helpers, so the copy holds exactly what `az ml job create` would upload. A job m
 in its copy; the source folder is never touched.
 
 Before anything is copied, `code:` that is the filesystem's root or the home folder is
-refused (it would copy the machine), and so is a link to a folder that contains it (a
-loop), by name; the files Azure would upload are bounded (MAX_FILES, MAX_BYTES: an .amlignore
-keeps data and environments out of the code).
+refused (it would copy the machine), and so is, by name, what az ml's upload could not take: a
+link to a folder that contains it (a loop), a named pipe, a socket, a device, a link to nothing
+(mlops/workspace/uploads.py); the files Azure would upload are bounded (MAX_FILES, MAX_BYTES: an
+.amlignore keeps data and environments out of the code).
 """
 
 from __future__ import annotations
@@ -21,25 +22,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mlops.errors import LocalRunError
+from mlops.workspace.uploads import copy_files, upload_files
 
 ARTIFACT_DIRS = ("outputs", "logs")
 MAX_FILES = 50_000
 MAX_BYTES = 4 * 2**30
-UNWALKED = {".git", ".venv", "node_modules", "__pycache__"}  # large, and never a code loop
 
 
 def code_files(code: Path) -> list[tuple[Path, str]]:
-    """(source file, relative path) pairs that Azure would upload for `code`."""
-    from azure.ai.ml._utils._asset_utils import get_ignore_file, get_upload_files_from_folder
-
-    if code.is_file():
-        return [(code, code.name)]
-    files = get_upload_files_from_folder(code, ignore_file=get_ignore_file(code))
-    return [(Path(source), relative) for source, relative in files]
+    """(source file, relative path) pairs that Azure would upload for `code`; what its upload
+    could not take (a pipe, a socket, a device, a link to nothing or a loop) is refused by name
+    (mlops/workspace/uploads.py)."""
+    return upload_files(code, "code")
 
 
 def check_folder(code: Path) -> None:
-    """Refuse what would copy the machine or loop forever, before anything is copied."""
+    """Refuse what would copy the machine, before anything is walked or copied."""
     if code.is_file():
         return
     real = Path(os.path.realpath(code))
@@ -48,14 +46,6 @@ def check_folder(code: Path) -> None:
         raise LocalRunError(f"code: {code} is {'the home folder' if home else 'a filesystem root'}"
                             "; Azure would upload all of it. Point code: at the folder that holds "
                             "the entry script")
-    for folder, dirs, _ in os.walk(real):  # links are looked at, not followed
-        dirs[:] = [d for d in dirs if d not in UNWALKED]
-        for name in dirs:
-            link = Path(folder) / name
-            if link.is_symlink() and Path(folder).resolve().is_relative_to(link.resolve()):
-                raise LocalRunError(f"code: {link} links to {os.path.realpath(link)}, a folder "
-                                    "the snapshot already copies (a loop); remove the link or "
-                                    "list it in .amlignore")
 
 
 def check_size(files: list[tuple[Path, str]], code: Path) -> None:
@@ -92,12 +82,7 @@ def take(code: Path | None, wd: Path, *, includes: list[Path] | None = None) -> 
         check_folder(code)
         files = code_files(code)
         check_size(files, code)
-        for source, relative in files:
-            target = wd / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-            shutil.copymode(source, target)
-            count += 1
+        count = copy_files(files, wd)
     for name in ARTIFACT_DIRS:
         (wd / name).mkdir(exist_ok=True)
     return count

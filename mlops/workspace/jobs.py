@@ -9,50 +9,100 @@ holds its run folder and, once it completed, each output's local path.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
-from mlops.errors import LocalRunError
+from mlops.errors import LocalError, LocalRunError
 from mlops.specs import SpecData
-from mlops.workspace.records import AssetKind, AssetVersion, asset_kind, held, write_atomic
+from mlops.workspace import names
+from mlops.workspace.records import (
+    MAX_RECORD,
+    AssetKind,
+    AssetVersion,
+    DamagedRecord,
+    asset_kind,
+    held,
+    write_atomic,
+)
 from mlops.workspace.store import Draft, Workspace, workspace_root
+
+JobEntry = dict[str, object]  # a job record: folder, outputs, completed
+MAX_FILE_NAME = 255  # bytes, on every file system a laptop has
 
 
 def _index(workspace: Workspace) -> Path:
     return workspace.root / "jobs"
 
 
-def _entry(path: Path) -> dict[str, object] | None:
+def _record_file(index: Path, name: str) -> Path:
+    """`<name>.json`; a name too long for a file name of its own (Azure's run ids reach 256
+    characters, a file name 255 bytes) is cut and told apart by its digest ('~' is in no job
+    name)."""
+    if len(name) <= MAX_FILE_NAME - len(".json"):
+        return index / f"{name}.json"
+    return index / f"{name[:200]}~{hashlib.sha256(name.encode()).hexdigest()[:16]}.json"
+
+
+def _damaged(path: Path, what: str) -> DamagedRecord:
+    return DamagedRecord(f"{path}: damaged job record ({what}); remove it (the job is then "
+                         "unknown to azureml://jobs/ references: run it again to make one)")
+
+
+def _entry(path: Path) -> JobEntry | None:
+    """The job record at `path` (None when there is none), every field type-checked."""
     try:
-        entry = json.loads(path.read_text())
+        with open(path, "rb") as handle:
+            text = handle.read(MAX_RECORD + 1)
+        entry = json.loads(text) if len(text) <= MAX_RECORD else None
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as err:
-        raise LocalRunError(f"{path}: damaged job record ({err})") from None
-    if not isinstance(entry, dict) or not isinstance(entry.get("outputs"), dict):
-        raise LocalRunError(f"{path}: damaged job record (no outputs)")
+    except (OSError, ValueError, RecursionError) as err:
+        raise _damaged(path, str(err)) from None
+    wrong = _wrong(entry)
+    if wrong:
+        raise _damaged(path, wrong)
     return entry
 
 
-def _write(folder: Path, name: str, entry: dict[str, object]) -> None:
-    write_atomic(folder / f"{name}.json", json.dumps(entry, indent=2) + "\n")
+def _wrong(entry: object) -> str:
+    if not isinstance(entry, dict):
+        return "not a JSON object" if entry is not None else f"over {MAX_RECORD} bytes"
+    if not isinstance(entry.get("folder"), str) or not Path(entry["folder"]).is_absolute():
+        return "its 'folder' is not an absolute path"
+    if not isinstance(entry.get("completed"), bool):
+        return "its 'completed' is not true or false"
+    outputs = entry.get("outputs")
+    if not isinstance(outputs, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and Path(v).is_absolute()
+            for k, v in outputs.items()):
+        return "its 'outputs' is not a mapping of output names to absolute paths"
+    return ""
+
+
+def _write(folder: Path, name: str, entry: JobEntry) -> None:
+    write_atomic(_record_file(folder, name), json.dumps(entry, indent=2) + "\n")
 
 
 def _valid(name: str) -> bool:
-    return bool(name) and "/" not in name and "\0" not in name and not name.startswith(".")
+    try:
+        names.job_name(name)
+    except names.InvalidName:
+        return False
+    return True
 
 
 def claim_name(workspace: Workspace, name: str, run_folder: Path) -> None:
     """A spec's `name:` taken for `run_folder` before the job runs: a job name is unique in a
     workspace, so Azure refuses a second job of that name (a run into the same folder resumes
     it; a name whose run folder is gone is free again here)."""
-    if not _valid(name):
-        raise LocalRunError(f"job name {name!r}: not a name Azure takes")
+    names.job_name(name)
     index = _index(workspace)
     index.mkdir(parents=True, exist_ok=True)
     with held(index / ".lock"):
-        entry = _entry(index / f"{name}.json")
+        entry = _entry(_record_file(index, name))
         if entry is not None and Path(str(entry.get("folder"))) != run_folder and \
                 Path(str(entry.get("folder"))).exists():
             raise LocalRunError(f"job name {name!r} is taken by the local run "
@@ -62,30 +112,40 @@ def claim_name(workspace: Workspace, name: str, run_folder: Path) -> None:
         _write(index, name, {"folder": str(run_folder), "outputs": {}, "completed": False})
 
 
-def record_job(workspace: Workspace, names: list[str], run_folder: Path,
+def record_job(workspace: Workspace, job_names: list[str], run_folder: Path,
                outputs: dict[str, str]) -> None:
     """A completed job's outputs, by its spec's name and its run folder's name."""
     index = _index(workspace)
     index.mkdir(parents=True, exist_ok=True)
-    for name in dict.fromkeys(n for n in names if _valid(n)):
+    for name in dict.fromkeys(n for n in job_names if _valid(n)):
         _write(index, name, {"folder": str(run_folder), "outputs": outputs, "completed": True})
 
 
 def job_output(workspace: Workspace, job: str, output: str, subpath: str | None) -> Path:
-    entry = _entry(_index(workspace) / f"{job}.json")
+    """The local path of `azureml://jobs/<job>/outputs/<output>[/paths/<subpath>]`: within
+    that output, whatever the subpath says."""
+    names.job_name(job)
+    entry = _entry(_record_file(_index(workspace), job))
     if entry is None:
         known = sorted(p.stem for p in _index(workspace).glob("*.json"))[-10:]
         raise LocalRunError(f"azureml://jobs/{job}: no finished local job of that name in "
                             f"{workspace.root} (the newest: {', '.join(known) or 'none'})")
-    if not entry.get("completed"):
+    if not entry["completed"]:
         raise LocalRunError(f"azureml://jobs/{job}: the local job of that name has not "
-                            f"completed (its run: {entry.get('folder')})")
+                            f"completed (its run: {entry['folder']})")
     outputs = entry["outputs"]
     if output not in outputs:
         raise LocalRunError(f"azureml://jobs/{job}: it has no output {output!r} (it has "
                             f"{', '.join(sorted(outputs)) or 'none'})")
     local = Path(outputs[output])
-    return local / subpath if subpath else local
+    if not subpath:
+        return local
+    inside = Path(os.path.realpath(local / subpath))
+    if ".." in Path(subpath).parts or not inside.is_relative_to(os.path.realpath(local)):
+        raise LocalRunError(f"azureml://jobs/{job}/outputs/{output}/paths/{subpath}: the path "
+                            f"leaves the output {output!r} ({inside}); a path under an output "
+                            "names a file or folder inside it")
+    return local / subpath
 
 
 def register_outputs(workspace: Workspace, declared: SpecData | None,
@@ -103,7 +163,8 @@ def register_outputs(workspace: Workspace, declared: SpecData | None,
         done.append(workspace.create(Draft(
             AssetKind.parse(asset_kind(kind)), str(spec["name"]), source,
             version=None if version is None else str(version), type=kind,
-            description=str(spec.get("description") or ""), origin=f"{origin}: {output}")))
+            description=str(spec.get("description") or ""), origin=f"{origin}: {output}",
+            uploaded=False)))
     return done
 
 
@@ -117,7 +178,7 @@ def register_named(declared: SpecData | None, paths: dict[str, str], *, origin: 
         for record in register_outputs(Workspace(workspace_root()), declared, paths, origin):
             print(f"{label}: registered {record.kind.noun} {record.reference} in the local "
                   "workspace", flush=True)
-    except (LocalRunError, OSError) as err:
+    except (LocalError, OSError) as err:
         print(f"error: {label} completed, but registering its outputs failed: {err}",
               file=sys.stderr)
         return 1

@@ -15,9 +15,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+from mlops.errors import MachineError
 from mlops.workspace.records import AssetKind, AssetVersion, held
 from mlops.workspace.store import Draft, Workspace
 
@@ -26,7 +29,8 @@ ORIGIN = "mlflow"
 
 
 def _client():
-    """MLflow's client for the local store, None where there is none to read."""
+    """MLflow's client for the local store, None where there is none to read; MachineError,
+    in one line naming the store, where it cannot be read."""
     from mlops.project import tracking_uri
 
     uri = tracking_uri()  # the store local runs use (never MLflow's own default in this folder)
@@ -36,17 +40,34 @@ def _client():
         return None  # no store yet, so no registration: reading never creates one
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(uri)
+    with _store():
+        return MlflowClient(uri)
+
+
+@contextlib.contextmanager
+def _store() -> Iterator[None]:
+    """Errors of a damaged or unreadable MLflow store, as one MachineError that names it."""
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from mlops.project import tracking_uri
+
+    try:
+        yield
+    except (SQLAlchemyError, sqlite3.Error, MlflowException, OSError) as err:
+        reason = str(getattr(err, "orig", None) or err).splitlines()[0][:200]
+        raise MachineError(f"the local MLflow store {tracking_uri().removeprefix('sqlite:///')} "
+                           f"cannot be "
+                           f"read ({reason}): move it aside (the runs and models it holds are "
+                           "then gone from MLflow) or set MLFLOW_TRACKING_URI to another "
+                           "store") from None
 
 
 def _mlflow_versions(client, name: str) -> list:
-    from mlflow.exceptions import MlflowException
-
-    quoted = name.replace("'", "\\'")
-    try:
-        found = client.search_model_versions(f"name='{quoted}'")
-    except MlflowException:
-        return []
+    with _store():  # a name Azure takes holds no quote
+        found = client.search_model_versions(f"name='{name}'")
     return sorted(found, key=lambda v: int(v.version))
 
 
@@ -55,17 +76,14 @@ def registered_names() -> list[str]:
     client = _client()
     if client is None:
         return []
-    from mlflow.exceptions import MlflowException
-
-    try:
+    with _store():
         return sorted(m.name for m in client.search_registered_models())
-    except MlflowException:
-        return []
 
 
 def take_in(workspace: Workspace, name: str) -> list[AssetVersion]:
-    """Copy into the workspace every MLflow version of `name` it does not hold yet."""
-    client = _client()
+    """Copy into the workspace every MLflow version of `name` it does not hold yet; a version
+    whose files are gone, or a name Azure refuses, is named on stderr and left out."""
+    client = _client() if workspace.holds(AssetKind.MODEL, name) else None
     if client is None:
         return []
     pending = [v for v in _mlflow_versions(client, name) if WORKSPACE_TAG not in (v.tags or {})]
@@ -74,17 +92,38 @@ def take_in(workspace: Workspace, name: str) -> list[AssetVersion]:
     workspace.root.mkdir(parents=True, exist_ok=True)
     with held(workspace.root / ".mlflow.lock"):  # one taker at a time
         taken = {r.origin for r in workspace.versions(AssetKind.MODEL, name)}
-        return [_copy_in(workspace, name, version, f"{ORIGIN}:{name}/{version.version}")
+        made = [_copy_in(workspace, name, version, f"{ORIGIN}:{name}/{version.version}")
                 for version in pending if f"{ORIGIN}:{name}/{version.version}" not in taken]
+    return [record for record in made if record is not None]
 
 
-def _copy_in(workspace: Workspace, name: str, version, origin: str) -> AssetVersion:
+def _fetched(name: str, version, staging: Path) -> Path | None:
+    """The version's files from MLflow's store; None, said on stderr, when they are gone (a
+    version of no files is no model: it is never taken in, so never @latest)."""
     import mlflow.artifacts
+    from mlflow.exceptions import MlflowException
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a log, not a tty
-    with tempfile.TemporaryDirectory(prefix=".mlflow-", dir=workspace.root) as staging:
+    try:
         fetched = Path(mlflow.artifacts.download_artifacts(
-            f"models:/{name}/{version.version}", dst_path=str(Path(staging) / "download")))
+            f"models:/{name}/{version.version}", dst_path=str(staging / "download")))
+    except (MlflowException, OSError) as err:
+        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+    else:
+        if fetched.is_file() or any(p.is_file() for p in fetched.rglob("*")):
+            return fetched
+        reason = "no files"
+    print(f"warning: MLflow's model {name} version {version.version} has no files here "
+          f"({reason}; its source: {version.source}): not taken into the local workspace",
+          file=sys.stderr)
+    return None
+
+
+def _copy_in(workspace: Workspace, name: str, version, origin: str) -> AssetVersion | None:
+    with tempfile.TemporaryDirectory(prefix=".mlflow-", dir=workspace.root) as staging:
+        fetched = _fetched(name, version, Path(staging))
+        if fetched is None:
+            return None
         folder = Path(staging) / "model"
         shutil.move(fetched, folder)
         held = {v.version for v in workspace.versions(AssetKind.MODEL, name)}
@@ -93,7 +132,7 @@ def _copy_in(workspace: Workspace, name: str, version, origin: str) -> AssetVers
                       description=version.description or "", tags=dict(version.tags or {}),
                       properties={"mlflow.run_id": version.run_id or "",
                                   "mlflow.source": version.source or ""},
-                      origin=origin)
+                      origin=origin, uploaded=False)
         with contextlib.suppress(AttributeError):
             draft.stage = "" if version.current_stage in (None, "None") else version.current_stage
         return workspace.create(draft)
@@ -108,7 +147,8 @@ def register_in_mlflow(record: AssetVersion) -> str | None:
 
     with contextlib.suppress(MlflowException):
         client.create_registered_model(record.name)
-    created = client.create_model_version(record.name, str(record.path),
-                                          tags={WORKSPACE_TAG: record.version},
-                                          description=record.description or None)
+    with _store():
+        created = client.create_model_version(record.name, str(record.path),
+                                              tags={WORKSPACE_TAG: record.version},
+                                              description=record.description or None)
     return str(created.version)

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 
-from mlops.errors import LocalRunError
+from mlops.errors import MachineError
+
+RecordData = dict[str, object]  # a record's JSON object, as read
 
 MODEL_TYPES = {"custom_model", "mlflow_model", "triton_model"}
 RECORD = "asset.json"
@@ -87,17 +89,25 @@ class AssetVersion:
         write_atomic(self.folder / RECORD, json.dumps(record, indent=2, default=str) + "\n")
 
     @classmethod
-    def read(cls, folder: Path) -> AssetVersion:
-        """The record in `folder`; a LocalRunError naming the file when it is damaged."""
+    def read(cls, folder: Path, *, kind: AssetKind | None = None,
+             name: str | None = None) -> AssetVersion:
+        """The record in `folder` (the version folder of `kind` and `name`), every field
+        type-checked; DamagedRecord naming the file, what is wrong and what to do."""
         path = folder / RECORD
         try:
-            data = json.loads(path.read_text())
-            data["kind"] = AssetKind(data["kind"])
-            known = {f.name for f in fields(cls)} - TRANSIENT
-            return cls(**{k: v for k, v in data.items() if k in known}, folder=folder)
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise LocalRunError(f"{path}: damaged asset record ({err}); restore it, or remove "
-                                f"{folder} (that version is then gone)") from None
+            with open(path, "rb") as handle:
+                text = handle.read(MAX_RECORD + 1)
+            data = json.loads(text) if len(text) <= MAX_RECORD else None
+            wrong = _wrong_fields(data, folder, kind, name) if data is not None else \
+                f"over {MAX_RECORD // 1024} KiB, far more than a record holds"
+        except (OSError, ValueError, RecursionError) as err:
+            wrong = f"it cannot be read: {err}"
+        if wrong:
+            raise DamagedRecord(f"{path}: damaged asset record ({wrong}); restore it, or "
+                                f"remove {folder} (that version is then gone)")
+        known = {f.name for f in fields(cls)} - TRANSIENT
+        values = {k: v for k, v in data.items() if k in known}
+        return cls(**{**values, "kind": AssetKind(data["kind"])}, folder=folder)
 
     def summary(self) -> dict[str, object]:
         shown = asdict(self)
@@ -106,6 +116,54 @@ class AssetVersion:
         shown["kind"] = self.kind.noun
         shown["path"] = str(self.path)
         return shown
+
+
+class DamagedRecord(MachineError):
+    """A record or registered content on this machine was changed or cut short since it was
+    written; the message names the file and what to do."""
+
+
+FIELD_TYPES = {"kind": str, "name": str, "version": str, "type": str, "description": str,
+               "stage": str, "archived": bool, "sequence": int, "created": str, "origin": str,
+               "item": str, "digest": str, "tags": dict, "properties": dict}
+DIGEST = re.compile(r"[0-9a-f]{64}")
+MAX_RECORD = 1 << 20  # bytes: a record is a few hundred
+
+
+def _wrong_fields(data: object, folder: Path, kind: AssetKind | None,
+                  name: str | None) -> str:
+    """What is wrong with a record's data ("" when nothing is)."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    for key in ("kind", "name", "version"):
+        if key not in data:
+            return f"no {key!r}"
+    for key, wanted in FIELD_TYPES.items():
+        value = data.get(key, wanted())
+        if type(value) is not wanted:  # noqa: E721 - True is not a sequence number
+            return f"{key!r} is {type(value).__name__} {str(value)[:40]!r}, not {wanted.__name__}"
+        if wanted is dict and not all(isinstance(k, str) and isinstance(v, str)
+                                      for k, v in value.items()):
+            return f"{key!r} holds a value that is not text"
+    return _wrong_place(data, folder, kind, name)
+
+
+def _wrong_place(data: RecordData, folder: Path, kind: AssetKind | None,
+                 name: str | None) -> str:
+    """A record that names another version than the folder it lies in, or content outside
+    its own `content/` folder."""
+    if data["kind"] not in {k.value for k in AssetKind}:
+        return f"kind {data['kind']!r} is not an asset kind"
+    here = (kind.value if kind else data["kind"], name or data["name"], folder.name)
+    if (data["kind"], data["name"], data["version"]) != here:
+        return (f"it names {data['kind']}/{data['name']}/{data['version']} but lies in "
+                f"{'/'.join(here)}")
+    item = data.get("item", "")
+    if item and (item in (".", "..") or "/" in item or "\\" in item or "\0" in item):
+        return f"its item {item[:60]!r} is not a name inside {folder / CONTENT}"
+    if item and not DIGEST.fullmatch(data.get("digest", "")):
+        return "its digest is not a sha256"
+    return ""
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -122,16 +180,3 @@ def held(lock: Path) -> Iterator[None]:
     with open(lock, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
-
-
-def tree_digest(path: Path) -> str:
-    """sha256 over a file, or over a folder's relative paths and bytes (links followed)."""
-    digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for file in files:
-        digest.update(str(file.relative_to(path) if file != path else file.name).encode())
-        digest.update(b"\0")
-        with open(file, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-    return digest.hexdigest()

@@ -14,17 +14,20 @@ versions, a killed create leaves no version behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
-import stat
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlops.errors import LocalRunError
-from mlops.workspace.records import CONTENT, AssetKind, AssetVersion, held, tree_digest
+from mlops.errors import LocalError, LocalRunError, MachineError
+from mlops.workspace import names
+from mlops.workspace.records import CONTENT, AssetKind, AssetVersion, DamagedRecord, held
+from mlops.workspace.uploads import copy_read_only, tree_digest
 
 LATEST = "latest"
 
@@ -43,6 +46,8 @@ class Draft:
     properties: dict[str, str] = field(default_factory=dict)
     stage: str = ""
     origin: str = ""
+    uploaded: bool = True  # a local folder az ml would upload (its .amlignore applies); not a
+    # job's output or an MLflow registration, which Azure registers where they lie
 
 
 class Workspace:
@@ -52,9 +57,18 @@ class Workspace:
         self.root = Path(root)
 
     def _name_folder(self, kind: AssetKind, name: str) -> Path:
-        if not name or name in (".", "..") or "/" in name or "\0" in name:
-            raise LocalRunError(f"{name!r} is not a valid {kind.noun} name")
-        return self.root / kind.value / name
+        """Where `name`'s versions lie; InvalidName (with Azure's rule) before any disk is
+        touched for a name Azure would refuse."""
+        return self.root / kind.value / names.asset_name(kind.value, name, kind.noun)
+
+    def holds(self, kind: AssetKind, name: str) -> bool:
+        """Whether `name` could be held here at all: a reference to a name Azure refuses for
+        registration (a curated environment's, with dots) is simply not in this workspace."""
+        try:
+            names.asset_name(kind.value, name, kind.noun)
+        except names.InvalidName:
+            return False
+        return True
 
     @contextlib.contextmanager
     def locked(self, kind: AssetKind, name: str) -> Iterator[Path]:
@@ -68,19 +82,25 @@ class Workspace:
         folder = self._name_folder(kind, name)
         if not folder.is_dir():
             return []
-        found = [AssetVersion.read(p) for p in folder.iterdir()
-                 if p.is_dir() and not p.name.startswith(".")]
+        found = [AssetVersion.read(p, kind=kind, name=name) for p in folder.iterdir()
+                 if not p.name.startswith(".")]
         return sorted(found, key=lambda v: v.sequence)
 
     def names(self, kind: AssetKind) -> list[str]:
+        """The names held; a folder whose name Azure refuses was not made here, and is named
+        on stderr and left out."""
         folder = self.root / kind.value
-        return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+        found = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+        for stray in [n for n in found if not self.holds(kind, n)]:
+            print(f"warning: {folder / stray}: not a {kind.noun} name Azure takes, so not "
+                  "one this workspace made; left out (remove it)", file=sys.stderr)
+        return [n for n in found if self.holds(kind, n)]
 
     def find(self, kind: AssetKind, name: str, *, version: str | None = None,
              label: str | None = None) -> AssetVersion | None:
         """The version asked for (a version, or the label `latest`), None when the workspace
         has no version of that name at all; an error listing the versions it has otherwise."""
-        held = self.versions(kind, name)
+        held = self.versions(kind, name) if self.holds(kind, name) else []
         if not held:
             return None
         if version is not None:
@@ -100,24 +120,47 @@ class Workspace:
 
     def create(self, draft: Draft) -> AssetVersion:
         """Register `draft`; the existing version when the same version holds the same
-        content. The content is copied first and its copy digested: what is compared and kept
-        is what was copied (links followed)."""
+        content. Its name and version are checked before anything touches the disk; the
+        content is copied as az ml uploads it (uploads.py) and its copy digested: what is
+        compared and kept is what was copied."""
+        self._name_folder(draft.kind, draft.name)
+        if draft.version is not None:
+            version_folder(draft.version)
         if draft.source is not None and not draft.source.exists():
             raise LocalRunError(f"{draft.kind.noun} {draft.name}: {draft.source} does not exist")
-        with self.locked(draft.kind, draft.name) as folder:
-            for stale in folder.glob(".new-*"):  # a create killed half-way (we hold the lock)
-                shutil.rmtree(stale, ignore_errors=True)
-            staging = Path(tempfile.mkdtemp(prefix=".new-", dir=folder))
-            try:
-                return self._place(draft, staging, folder)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)  # gone once renamed into place
+        try:
+            with self.locked(draft.kind, draft.name) as folder:
+                for stale in folder.glob(".new-*"):  # a create killed half-way (lock held)
+                    shutil.rmtree(stale, ignore_errors=True)
+                staging = Path(tempfile.mkdtemp(prefix=".new-", dir=folder))
+                try:
+                    return self._place(draft, staging, folder)
+                finally:
+                    shutil.rmtree(staging, ignore_errors=True)  # gone once renamed into place
+        except OSError as err:
+            raise self._failed(err, draft) from None
+
+    def _failed(self, err: OSError, draft: Draft) -> LocalError:
+        """An OSError while registering: the source's (cannot be read: the input) or the
+        workspace's (read-only, full: the machine)."""
+        where = Path(err.filename or "")
+        if err.filename and not where.is_relative_to(self.root):
+            return LocalRunError(f"{draft.kind.noun} {draft.name}: cannot read {where} "
+                                 f"({err.strerror}); nothing was registered")
+        return self.unwritable(err)
+
+    def unwritable(self, err: OSError) -> MachineError:
+        full = " (the disk is full)" if err.errno == errno.ENOSPC else ""
+        return MachineError(f"the local workspace {self.root} could not be written: "
+                            f"{err.strerror or err}{full}; nothing was changed. Free space or "
+                            "make it writable, or point MLOPS_WORKSPACE_DIR at another folder")
 
     def _place(self, draft: Draft, staging: Path, folder: Path) -> AssetVersion:
         (staging / CONTENT).mkdir()
         item = draft.source.name if draft.source is not None else ""
         if draft.source is not None:
-            copy_read_only(draft.source, staging / CONTENT / item)
+            copy_read_only(draft.source, staging / CONTENT / item,
+                           f"{draft.kind.noun} {draft.name}", ignore=draft.uploaded)
         digest = tree_digest(staging / CONTENT / item) if item else ""
         held = self.versions(draft.kind, draft.name)
         version = draft.version or next_version(held)
@@ -144,21 +187,35 @@ class Workspace:
     def set_archived(self, kind: AssetKind, name: str, version: str | None,
                      archived: bool) -> list[AssetVersion]:
         """Archive (or restore) one version, or every version of the name (the container)."""
-        with self.locked(kind, name):
-            held = self.versions(kind, name)
-            chosen = [v for v in held if version is None or v.version == version]
-            if not chosen:
-                raise LocalRunError(f"{kind.noun} {name}" + (f":{version}" if version else "")
-                                    + f" is not in the local workspace {self.root}")
-            for record in chosen:
-                record.archived = archived
-                record.write()
-            return chosen
+        held = self.versions(kind, name)
+        chosen = [v for v in held if version is None or v.version == version]
+        if not chosen:
+            raise LocalRunError(f"{kind.noun} {name}" + (f":{version}" if version else "")
+                                + f" is not in the local workspace {self.root}")
+        try:
+            with self.locked(kind, name):
+                for record in self.versions(kind, name):
+                    if record.version in {v.version for v in chosen}:
+                        record.archived = archived
+                        record.write()
+                        chosen = [v if v.version != record.version else record for v in chosen]
+        except OSError as err:
+            raise self.unwritable(err) from None
+        return chosen
 
     def checked(self, record: AssetVersion) -> Path:
-        """The registered content, after its digest is checked."""
-        if record.item and tree_digest(record.path) != record.digest:
-            raise LocalRunError(f"{record.kind.noun} {record.reference}: its files in "
+        """The registered content, after its digest is checked: content holds no link (a
+        registered copy never does), so nothing it names lies outside its own folder."""
+        if not record.item:
+            return record.path
+        try:
+            digest = tree_digest(record.path, links=False)
+        except OSError as err:
+            raise DamagedRecord(f"{record.kind.noun} {record.reference}: its files in "
+                                f"{record.folder} are damaged ({err}); register it again "
+                                "under a new version") from None
+        if digest != record.digest:
+            raise DamagedRecord(f"{record.kind.noun} {record.reference}: its files in "
                                 f"{record.folder} are damaged (digest differs); register it "
                                 "again under a new version")
         return record.path
@@ -170,21 +227,7 @@ def next_version(held: list[AssetVersion]) -> str:
 
 
 def version_folder(version: str) -> str:
-    if not version or version.startswith(".") or "/" in version or "\0" in version:
-        raise LocalRunError(f"{version!r} is not a valid version")
-    return version
-
-
-def copy_read_only(source: Path, target: Path) -> None:
-    """A copy whose files cannot be written (a registered version is immutable)."""
-    if source.is_dir():
-        shutil.copytree(source, target, symlinks=False)
-        files = [p for p in target.rglob("*") if p.is_file()]
-    else:
-        shutil.copyfile(source, target)
-        files = [target]
-    for file in files:
-        file.chmod(stat.S_IMODE(file.stat().st_mode) & ~0o222)
+    return names.version(version)
 
 
 def workspace_root() -> Path:

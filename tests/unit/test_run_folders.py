@@ -44,8 +44,39 @@ def test_a_link_to_a_folder_that_holds_it_is_refused_by_name(tmp_path, target):
     code.mkdir(parents=True)
     (code / "main.py").write_text("print('hi')\n")
     (code / "up").symlink_to(target)
-    with pytest.raises(LocalRunError, match=rf"{code / 'up'} links to .* \(a loop\)"):
-        snapshot.check_folder(code.parent if target == "../.." else code)
+    with pytest.raises(LocalRunError, match=rf"{code / 'up'} links to .* a folder it is in: "
+                                            "az ml's upload would follow it into itself"):
+        snapshot.take(code.parent if target == "../.." else code, tmp_path / "wd")
+
+
+@pytest.mark.parametrize(("kind", "said"), [
+    ("fifo", "is a named pipe .* would wait on it forever"),
+    ("socket", "is a socket: az ml's upload cannot open it"),
+    ("dangling", "is a link to .*gone, which does not exist"),
+    ("loop", "is a link that loops")])
+def test_what_az_mls_upload_could_not_take_is_refused_by_name(tmp_path, kind, said):
+    import os
+    import socket
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "main.py").write_text("print('hi')\n")
+    entry = code / "entry"
+    if kind == "fifo":
+        os.mkfifo(entry)
+    elif kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(entry))
+        server.close()
+    elif kind == "dangling":
+        entry.symlink_to(tmp_path / "gone")
+    else:
+        entry.symlink_to(code / "back")
+        (code / "back").symlink_to(entry)
+    with pytest.raises(LocalRunError, match=f"code: {code}/(entry|back) {said}.*amlignore"):
+        snapshot.take(code, tmp_path / "wd")
+    (code / ".amlignore").write_text("entry\nback\n")
+    assert snapshot.take(code, tmp_path / "wd") == 2  # main.py and .amlignore
 
 
 def test_a_link_elsewhere_is_copied(tmp_path):

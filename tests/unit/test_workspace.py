@@ -13,7 +13,8 @@ from mlops.endpoints.models import lay_out, model_source
 from mlops.errors import LocalRunError
 from mlops.runtime.uris import AssetMap
 from mlops.workspace import jobs as workspace_jobs
-from mlops.workspace.records import RECORD, AssetKind, AssetVersion
+from mlops.workspace.names import InvalidName
+from mlops.workspace.records import RECORD, AssetKind, AssetVersion, DamagedRecord
 from mlops.workspace.references import AssetRef, local_path, parse
 from mlops.workspace.store import Draft, Workspace
 
@@ -64,19 +65,99 @@ def test_damaged_content_and_records_are_named(workspace, tmp_path):
     made = workspace.create(model("clf", folder_with(tmp_path / "a", "one")))
     (made.path / "model.pt").chmod(0o644)
     (made.path / "model.pt").write_text("rot")
-    with pytest.raises(LocalRunError, match="damaged"):
+    with pytest.raises(DamagedRecord, match="damaged"):
         local_path("azureml:clf:1", AssetKind.MODEL, workspace)
     (made.folder / RECORD).write_text("{not json")
-    with pytest.raises(LocalRunError, match="damaged asset record"):
+    with pytest.raises(DamagedRecord, match="damaged asset record"):
         workspace.versions(AssetKind.MODEL, "clf")
 
 
-@pytest.mark.parametrize("name", ["", "..", "a/b", "x\0y"])
-def test_hostile_names_and_versions_are_refused(workspace, tmp_path, name):
-    with pytest.raises(LocalRunError, match="not a valid"):
-        workspace.create(model(name or "", folder_with(tmp_path / "a", "one")))
-    with pytest.raises(LocalRunError, match="not a valid version"):
-        workspace.create(model("ok", tmp_path / "a", version=name or "."))
+NAMES_AZURE_REFUSES = ["", "..", "a/b", "x\0y", "a" * 256, "a" * 300, "a\u2010b", "mоdel",
+                       "a\u00a0b", "a b", "-lead", "trail.", "_under", "tab\t", "a\n"]
+
+
+@pytest.mark.parametrize("name", NAMES_AZURE_REFUSES)
+def test_names_azure_refuses_are_refused_with_its_rule_before_the_disk(workspace, tmp_path,
+                                                                       name):
+    source = folder_with(tmp_path / "a", "one")
+    with pytest.raises(InvalidName, match="is not one Azure takes: model names are 1 to 255"):
+        workspace.create(model(name, source))
+    for kind in (AssetKind.DATA, AssetKind.ENVIRONMENT, AssetKind.COMPONENT):
+        with pytest.raises(InvalidName, match=f"{kind.noun} name"):
+            workspace.create(Draft(kind, name, source))
+    assert not workspace.root.exists()  # refused before anything touched the disk
+    assert workspace.find(AssetKind.MODEL, name) is None  # a reference to it: not held here
+
+
+@pytest.mark.parametrize("version", ["", ".", "..", ".hidden", "a/b", "x\0y", "1" * 256,
+                                     "1\u00a0", "v 1", "٣"])
+def test_versions_that_cannot_be_a_folder_here_are_refused(workspace, tmp_path, version):
+    with pytest.raises(InvalidName, match="is not one the local workspace takes"):
+        workspace.create(model("ok", folder_with(tmp_path / "a", "one"), version=version))
+    assert not workspace.root.exists()
+
+
+@pytest.mark.parametrize(("kind", "name"), [
+    (AssetKind.MODEL, "a" * 255), (AssetKind.MODEL, "v1.2-final_x"), (AssetKind.DATA, "9-d_x"),
+    (AssetKind.ENVIRONMENT, "E" * 255), (AssetKind.COMPONENT, "train_step_2")])
+def test_names_at_the_limits_azure_takes_are_registered(workspace, tmp_path, kind, name):
+    made = workspace.create(Draft(kind, name, folder_with(tmp_path / "a", "x"), version="1"))
+    assert workspace.find(kind, name).digest == made.digest
+
+
+@pytest.mark.parametrize(("kind", "name"), [
+    (AssetKind.DATA, "has.dot"), (AssetKind.ENVIRONMENT, "AzureML-sklearn-1.0-ubuntu20.04"),
+    (AssetKind.COMPONENT, "Train"), (AssetKind.COMPONENT, "train-step")])
+def test_each_kind_has_its_own_rule(workspace, tmp_path, kind, name):
+    with pytest.raises(InvalidName, match=f"{kind.noun} names are"):
+        workspace.create(Draft(kind, name, folder_with(tmp_path / "a", "x")))
+    assert workspace.find(kind, name) is None  # a curated environment's name: not held here
+
+
+@pytest.mark.parametrize(("change", "wrong"), [
+    (lambda r: r.update(tags=["a"]), "'tags' is list"),
+    (lambda r: r.update(tags={"a": 1}), "'tags' holds a value that is not text"),
+    (lambda r: r.update(sequence="2"), "'sequence' is str"),
+    (lambda r: r.update(archived="no"), "'archived' is str"),
+    (lambda r: r.update(version=3), "'version' is int"),
+    (lambda r: r.pop("kind"), "no 'kind'"),
+    (lambda r: r.update(kind="models2"), "not an asset kind"),
+    (lambda r: r.update(name="other"), "it names models/other/1 but lies in models/clf/1"),
+    (lambda r: r.update(item="../../../etc"), "is not a name inside"),
+    (lambda r: r.update(item=".."), "is not a name inside"),
+    (lambda r: r.update(digest="forged"), "digest is not a sha256"),
+    (lambda r: r.clear() or r.update(a=[[[]]]), "no 'kind'")])
+def test_a_record_is_type_checked_on_read_and_named_when_damaged(workspace, tmp_path, change,
+                                                                 wrong, capsys):
+    from mlops.api import registry as actions
+
+    made = workspace.create(model("clf", folder_with(tmp_path / "a", "one")))
+    record = json.loads((made.folder / RECORD).read_text())
+    change(record)
+    (made.folder / RECORD).write_text(json.dumps(record))
+    for action in (lambda: actions.listed(None, None, False),
+                   lambda: actions.show(actions.Selection(AssetKind.MODEL, "clf")),
+                   lambda: workspace.create(model("clf", tmp_path / "a"))):
+        with pytest.raises(DamagedRecord, match=f"asset.json: damaged asset record .*{wrong}"):
+            action()
+
+
+def test_content_outside_its_folder_is_refused_whatever_the_digest_says(workspace, tmp_path):
+    made = workspace.create(model("clf", folder_with(tmp_path / "a", "one")))
+    secret = folder_with(tmp_path / "secret", "private")
+    made.path.chmod(0o755)
+    (made.path / "model.pt").unlink()
+    (made.path / "model.pt").symlink_to(secret / "model.pt")  # the same bytes, the same digest
+    with pytest.raises(DamagedRecord, match="is a link"):
+        local_path("azureml:clf:1", AssetKind.MODEL, workspace)
+
+
+@pytest.mark.parametrize("size", [200_000, 2 << 20])
+def test_a_huge_or_deeply_nested_record_is_damaged_not_a_crash(workspace, tmp_path, size):
+    made = workspace.create(model("clf", folder_with(tmp_path / "a", "one")))
+    (made.folder / RECORD).write_text("[" * size)
+    with pytest.raises(DamagedRecord, match="damaged asset record"):
+        workspace.versions(AssetKind.MODEL, "clf")
 
 
 def test_two_creates_at_once_get_two_versions(workspace, tmp_path):
