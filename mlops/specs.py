@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -227,10 +229,31 @@ class SpecError(LocalRunError, ValueError):
         self.finding = finding
 
 
+def spec_text(path: Path) -> str:
+    """A spec file's text: a regular file (a pipe would wait forever, a device never end), no
+    larger than the reader takes, decoded as UTF-8 as azure-ai-ml decodes it."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise SpecError(Finding(path, "", "not a regular file (a pipe, a socket or a device: "
+                                "az ml reads a spec from a file)", "point at the YAML file"))
+    if os.stat(path).st_size > yaml_limits.MAX_CHARS:
+        raise yaml_limits.YamlTooLarge(f"it is {os.stat(path).st_size / 2**20:.0f} MiB, more "
+                                       f"than the {yaml_limits.MAX_CHARS // 2**20} MiB this "
+                                       "reader takes for one spec", 0)
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        raise SpecError(Finding(path, "", f"not UTF-8 text (byte 0x{raw[err.start]:02x} at "
+                                f"column {column}); az ml reads specs as UTF-8",
+                                "save the file as UTF-8", line)) from None
+
+
 def load_spec(path: str | Path, role: str = "") -> Spec:
     path = Path(path)
     try:
-        parsed = _parse(path.read_text())
+        parsed = _parse(spec_text(path))
         node, data = parsed.node, parsed.data
     except OSError as err:
         raise SpecError(Finding(path, "", f"cannot read the file ({err.strerror})",

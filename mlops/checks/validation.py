@@ -32,6 +32,8 @@ KINDS = ("commandJob", "sweepJob", "pipelineJob", "sparkJob", "commandComponent"
          "sparkComponent", "environment",
          "amlCompute", "data", "model", "managedOnlineEndpoint", "managedOnlineDeployment",
          "kubernetesOnlineDeployment", "batchEndpoint", "modelBatchDeployment", "batchDeployment")
+MAX_MESSAGE = 300  # characters of one schema finding
+
 
 
 @cache
@@ -74,6 +76,8 @@ def schema_layer(spec: Spec) -> list[Finding]:
             extra = [k for k in specific.instance if k not in specific.schema.get("properties", {})]
             path += extra[:1]  # point at the offending key's line
         key = ".".join(path)
+        if len(message) > MAX_MESSAGE:  # jsonschema quotes the whole value: a list of 100,000
+            message = message[:MAX_MESSAGE - 20] + " ... (cut short)"
         found.append(spec.finding(key, f"schema: {message}", "see the field list in mlops/"
                                   f"schemas/{spec.kind}.schema.json (editors autocomplete it)"))
     return found

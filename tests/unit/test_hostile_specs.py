@@ -89,3 +89,55 @@ def test_a_key_given_twice_is_a_warning_with_both_lines(tmp_path):
     (finding,) = [f for f in check(loaded) if "given twice" in f.problem]
     assert not finding.is_error and finding.key == "command" and finding.line == 5
     assert "(lines 3 and 5)" in str(finding) and ": warning: " in str(finding)
+
+
+@pytest.mark.parametrize("shape", ["mapping", "list of mappings"])
+def test_a_spec_that_writes_too_many_values_is_told_that_not_about_aliases(tmp_path,
+                                                                         monkeypatch, shape):
+    """750,000 values (1.5 million keys and scalars), at a thousandth of the scale."""
+    from mlops import yaml_limits
+
+    monkeypatch.setattr(yaml_limits, "MAX_VALUES", 1_000)
+    spec = tmp_path / "big.yml"
+    rows = [f"  K{n}: v{n}" for n in range(750)] if shape == "mapping" else \
+        [f"  - {{a: {n}}}" for n in range(750)]
+    spec.write_text(HEAD + "environment_variables:\n" + "\n".join(rows) + "\n")
+    with pytest.raises(SpecError, match=r"big.yml:\d+: refused: it holds more than 1,000 values "
+                                        r"\(every key, list item and scalar counts\)") as refused:
+        load_spec(spec)
+    assert "alias" not in str(refused.value)
+    spec.write_text(HEAD + "environment_variables:\n" + "\n".join(rows[:300]) + "\n")
+    assert len(load_spec(spec).data["environment_variables"]) == 300  # under it: through
+
+
+def test_an_alias_bomb_is_told_how_little_it_writes():
+    with pytest.raises(LocalRunError, match=r"through its aliases \(\*name\), from \d\d it "
+                                            r"writes itself"):
+        read_yaml(bomb())
+
+
+def test_a_spec_that_is_not_utf8_is_named_at_its_line(tmp_path):
+    spec = tmp_path / "latin.yml"
+    spec.write_bytes(HEAD.encode() + b"description: caf\xe9\n")
+    with pytest.raises(SpecError, match=r"latin.yml:4: not UTF-8 text \(byte 0xe9 at column "
+                                        r"17\); az ml reads specs as UTF-8"):
+        load_spec(spec)
+
+
+def test_a_pipe_given_as_a_spec_is_refused_not_waited_on(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "job.yml")
+    with pytest.raises(SpecError, match="job.yml: not a regular file"):
+        load_spec(tmp_path / "job.yml")
+
+
+def test_a_spec_larger_than_the_reader_takes_is_refused_before_it_is_read(tmp_path,
+                                                                           monkeypatch):
+    from mlops import yaml_limits
+
+    monkeypatch.setattr(yaml_limits, "MAX_CHARS", 100)
+    spec = tmp_path / "huge.yml"
+    spec.write_text(HEAD + "description: " + "x" * 200 + "\n")
+    with pytest.raises(SpecError, match="huge.yml: refused: it is 0 MiB, more than the 0 MiB"):
+        load_spec(spec)
