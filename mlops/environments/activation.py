@@ -199,10 +199,20 @@ class Environments:
                           python, own=True)
         else:
             stack = self._over_venv(plan, lines, adds, where, moving=python is None)
-        for layer in stack.layers:
-            with open(layer / "used_by.txt", "a") as record:
-                record.write(f"{where}\n")
+        self._note_use(stack, where)
         return stack
+
+    def _note_use(self, stack: Stack, where: str) -> None:
+        """`make envs` bookkeeping: which specs used each layer. A cache that cannot be written
+        (read-only, full) still serves its layers; the bookkeeping is skipped, said once."""
+        for layer in stack.layers:
+            try:
+                with open(layer / "used_by.txt", "a") as record:
+                    record.write(f"{where}\n")
+            except OSError as err:
+                self._say(f"note: {layer.parent} cannot be written ({err.strerror}): its "
+                          "environments are used as they are, and `make envs` will not list "
+                          "this run among their users")
 
     def _over_venv(self, plan: EnvPlan, lines: list[str], adds: tuple[str, ...], where: str, *,
                    moving: bool) -> Stack:

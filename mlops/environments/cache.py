@@ -22,16 +22,22 @@ def describe() -> list[str]:
     layers = sorted(cache.glob("*/layer.json")) if cache.is_dir() else []
     if not layers:
         return [f"no cached environments in {cache}"]
-    entries = []
-    for record in layers:
+    return [_entry(record) for record in layers]
+
+
+def _entry(record: Path) -> str:
+    """One environment's lines; a record that cannot be read is said so, with what to do."""
+    try:
         info = json.loads(record.read_text())
         used = record.parent / "used_by.txt"
         specs = sorted(set(used.read_text().split("\n")) - {""}) if used.is_file() else []
-        entries.append(f"{record.parent.name}  {_size(record.parent) / 2**20:8.1f} MB  "
-                       f"{info['label']}\n    python: {_python(info)}\n"
-                       f"    requirements: {' '.join(info['requirements'])}\n"
-                       f"    used by: {', '.join(specs) or '-'}")
-    return entries
+        return (f"{record.parent.name}  {_size(record.parent) / 2**20:8.1f} MB  "
+                f"{info['label']}\n    python: {_python(info)}\n"
+                f"    requirements: {' '.join(map(str, info['requirements']))}\n"
+                f"    used by: {', '.join(specs) or '-'}")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        return (f"{record.parent.name}  damaged record {record} ({type(err).__name__}: {err}): "
+                "it is built again when next needed, or make clean-envs removes it")
 
 
 def _python(info: dict[str, object]) -> str:

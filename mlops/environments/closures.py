@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mlops.environments import abi, resolve
+from mlops.environments.integrity import cached_layer
 from mlops.environments.interpreters import HERE, Python
 from mlops.environments.layers import (
     BASE_SITE,
     PY,
     base_view,
     cache_dir,
-    cached_layer,
     layer_key,
     make_venv,
 )

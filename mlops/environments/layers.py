@@ -8,7 +8,6 @@ by its content and by the .venv below it, built once under a lock, and recorded 
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -16,7 +15,6 @@ import os
 import shutil
 import sys
 import sysconfig
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,76 +123,6 @@ def layer_key(requirements: list[str]) -> str:
     base = base_identity()  # .venv changed: layers built on it are rebuilt
     text = "\n".join(sorted(requirements)) + f"\n{BASE_SITE}\n{base}\n{PY}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-MANIFEST = "manifest.json"
-NOT_CONTENT = {"layer.json", MANIFEST, "used_by.txt"}  # the cache's own records
-
-
-def contents(folder: Path) -> dict[str, int]:
-    """Every file (and link) a layer holds, by its path in the layer, with its size; Python's
-    bytecode caches, which its users write, are not the layer's content."""
-    found: dict[str, int] = {}
-    todo = [("", str(folder))]
-    while todo:
-        relative, path = todo.pop()
-        with os.scandir(path) as entries:
-            for entry in entries:
-                name = f"{relative}{entry.name}"
-                if entry.is_dir(follow_symlinks=False):
-                    if entry.name != "__pycache__":
-                        todo.append((f"{name}/", entry.path))
-                elif name not in NOT_CONTENT:
-                    found[name] = entry.stat(follow_symlinks=False).st_size
-    return found
-
-
-def write_manifest(folder: Path) -> None:
-    (folder / MANIFEST).write_text(json.dumps(contents(folder), sort_keys=True))
-
-
-def damage(folder: Path) -> list[str]:
-    """What a cached layer lost or had changed since it was built ("" when whole). A layer from
-    before manifests gets one now."""
-    try:
-        recorded = json.loads((folder / MANIFEST).read_text())
-    except FileNotFoundError:
-        write_manifest(folder)
-        return []
-    except (OSError, ValueError):
-        return [f"its {MANIFEST} is unreadable"]
-    now = contents(folder)
-    return [f"{path} {'missing' if path not in now else 'changed'}"
-            for path, size in sorted(recorded.items()) if now.get(path) != size]
-
-
-CHECKED: set[Path] = set()  # layers found whole by this process (a sweep's trials check once)
-
-
-def cached_layer(folder: Path, build: Callable[[Path], None]) -> Path:
-    """`folder`, built once by `build` (which writes its layer.json last) and checked before
-    its first use in a process against the manifest written after it: a lock keeps concurrent
-    runs out, and a build that died half-way, or a layer damaged since, is built afresh."""
-    if folder in CHECKED and (folder / "layer.json").is_file():
-        return folder
-    if (folder / "layer.json").is_file() and not damage(folder):
-        CHECKED.add(folder)
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        broken = damage(folder) if (folder / "layer.json").is_file() else []
-        if broken:
-            shown = ", ".join(broken[:3]) + (f" and {len(broken) - 3} more" if
-                                             len(broken) > 3 else "")
-            print(f"warning: the cached environment {folder} is damaged ({shown}); building "
-                  "it again", file=sys.stderr, flush=True)
-        if broken or not (folder / "layer.json").is_file():
-            shutil.rmtree(folder, ignore_errors=True)
-            build(folder)
-            write_manifest(folder)
-    CHECKED.add(folder)
-    return folder
 
 
 def closure(requirements: list[str], paths: list[str]) -> set[str]:

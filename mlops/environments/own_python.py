@@ -8,7 +8,7 @@ once with the environment).
 
 The environment is keyed by its requirements, the version resolved for and the interpreter, built
 once under a lock, and checked against its manifest before its first use in a run
-(layers.cached_layer); its layer.json records the resolution, so a cached run resolves nothing.
+(integrity.cached_layer); its layer.json records the resolution, so a cached run resolves nothing.
 As for .venv's layers, a set whose compiled packages were built for NumPy 1 and fail under
 NumPy 2 is resolved again with numpy<2, conda-forge's pairing (abi.py).
 """
@@ -24,8 +24,9 @@ from pathlib import Path
 
 from mlops.environments import abi, resolve
 from mlops.environments.closures import install_set, target_for
+from mlops.environments.integrity import cached_layer
 from mlops.environments.interpreters import HERE, Python, minor_of
-from mlops.environments.layers import cache_dir, cached_layer
+from mlops.environments.layers import cache_dir
 from mlops.errors import LocalError, MachineError
 
 VERSION = "own-python-1"  # bump when what an environment holds changes

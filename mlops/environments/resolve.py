@@ -163,8 +163,12 @@ def compile_set(lines: list[str], python: list[str], only_binary: set[str],
 
 
 def uv_env() -> dict[str, str]:
-    """uv never downloads a Python for a target it only resolves for."""
-    return {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
+    """uv never downloads a Python for a target it only resolves for, and installs by copying:
+    its default on Linux hard-links each file to its cache, so a file changed in one
+    environment would change the cache and every environment holding it (clone falls back to
+    hard links where the file system cannot clone; docs/environments.md has the figures)."""
+    return {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1",
+            "UV_LINK_MODE": "copy"}
 
 
 def tail(text: str, lines: int = 14) -> str:

@@ -1,13 +1,20 @@
 """A cached environment records what it holds and is checked before its first use in each run: a
-damaged one is named and built again (mlops/environments/layers.py)."""
+damaged one is named and built again (mlops/environments/integrity.py)."""
 
 from __future__ import annotations
 
+import base64
+import errno
+import hashlib
 import json
+import os
 from pathlib import Path
 
-from mlops.environments import layers
-from mlops.environments.layers import MANIFEST, cached_layer, damage
+import pytest
+
+from mlops.environments import integrity as layers
+from mlops.environments.integrity import MANIFEST, cached_layer, damage
+from mlops.errors import MachineError
 
 
 def builder(calls: list[Path]):
@@ -50,4 +57,102 @@ def test_a_layer_built_before_manifests_gets_one_and_is_trusted(tmp_path):
     (layer / "lib" / "m.py").write_text("")
     (layer / "layer.json").write_text("{}")
     assert damage(layer) == [] and (layer / MANIFEST).is_file()
-    assert json.loads((layer / MANIFEST).read_text()) == {"lib/m.py": 0}
+    recorded = json.loads((layer / MANIFEST).read_text())
+    assert recorded["format"] == 2 and recorded["files"]["lib/m.py"][0] == 0
+
+
+def test_a_change_of_the_same_size_and_a_file_added_are_damage(tmp_path):
+    layer = cached_layer(tmp_path / "layer", builder([]))
+    data = layer / "lib/site-packages/pkg/data.bin"
+    built = data.stat().st_mtime_ns - 10**9
+    os.utime(data, ns=(built, built))  # built a second ago (a file system's clock is coarse)
+    layers.write_manifest(layer)
+    data.write_bytes(b"xyz")  # the same size: its modification time moved
+    (layer / "lib/site-packages/pkg/shadow.py").write_text("import os\n")
+    assert damage(layer) == ["lib/site-packages/pkg/data.bin changed",
+                             "lib/site-packages/pkg/shadow.py added"]
+
+
+def wheel_builder(calls: list[str], damaged_builds: int):
+    """A layer holding one installed package whose RECORD gives its file's sha256; the first
+    `damaged_builds` builds install a damaged copy (as a damaged package cache would)."""
+
+    def build(folder: Path) -> None:
+        calls.append(os.environ.get("UV_NO_CACHE", ""))
+        site = folder / "lib" / "python3.11" / "site-packages"
+        (site / "pkg-1.0.dist-info").mkdir(parents=True)
+        good = b"x = 1\n"
+        digest = base64.urlsafe_b64encode(hashlib.sha256(good).digest()).rstrip(b"=").decode()
+        (site / "pkg.py").write_bytes(b"x = 666\n" if len(calls) <= damaged_builds else good)
+        (site / "pkg-1.0.dist-info" / "RECORD").write_text(
+            f"pkg.py,sha256={digest},6\npkg-1.0.dist-info/RECORD,,\n")
+        (folder / "layer.json").write_text("{}")
+
+    return build
+
+
+def test_a_build_from_a_damaged_package_cache_is_built_again_from_fresh_downloads(tmp_path,
+                                                                                 capsys):
+    calls: list[str] = []
+    layer = cached_layer(tmp_path / "layer", wheel_builder(calls, damaged_builds=1))
+    assert calls == ["", "1"] and "UV_NO_CACHE" not in os.environ  # the second: no cache
+    assert (layer / "lib/python3.11/site-packages/pkg.py").read_bytes() == b"x = 1\n"
+    assert "differ from their packages' digests (lib/python3.11/site-packages/pkg.py): uv's " \
+           "package cache is damaged; building it again from freshly downloaded packages" in \
+           capsys.readouterr().err
+
+
+def test_a_build_that_stays_damaged_is_the_machines_error(tmp_path):
+    with pytest.raises(MachineError, match="built twice, the second time from freshly "
+                                           "downloaded packages"):
+        cached_layer(tmp_path / "layer", wheel_builder([], damaged_builds=2))
+    assert not (tmp_path / "layer").exists()
+
+
+def test_a_cache_that_cannot_be_written_serves_what_it_holds_and_names_what_it_lacks(
+        tmp_path, monkeypatch):
+    layer = cached_layer(tmp_path / "cache" / "layer", builder([]))
+    layers.CHECKED.clear()
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(layers, "write_manifest", refuse)
+    (layer / MANIFEST).unlink()  # a layer from before manifests: checked as it is
+    assert cached_layer(layer, builder([])) == layer
+    monkeypatch.setattr(layers.fcntl, "flock", refuse)
+    with pytest.raises(MachineError, match=r"cache .*cache cannot be written \(Read-only file "
+                                           r"system\) and other needs building there"):
+        cached_layer(tmp_path / "cache" / "other", builder([]))
+
+
+def test_a_read_only_cache_skips_its_bookkeeping_with_one_note(tmp_path, monkeypatch, capsys):
+    from mlops.environments.activation import Environments
+    from mlops.environments.layers import Stack
+
+    layer = tmp_path / "cache" / "layer"
+    layer.mkdir(parents=True)
+    real_open = open
+
+    def read_only(path, mode="r", *args, **kwargs):
+        if "a" in mode or "w" in mode:
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", read_only)
+    envs = Environments()
+    envs._note_use(Stack([layer]), "job.yml")
+    envs._note_use(Stack([layer]), "other.yml")
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert err.count("cannot be written (Read-only file system): its environments are used as "
+                     "they are") == 1
+
+
+def test_make_envs_names_a_damaged_record_instead_of_failing(tmp_path, monkeypatch):
+    from mlops.environments import cache
+
+    monkeypatch.setenv("LOCAL_ENVS_DIR", str(tmp_path))
+    (tmp_path / "abc").mkdir()
+    (tmp_path / "abc" / "layer.json").write_text('{"label": 3, "requirements": 5}')
+    assert "abc  damaged record" in cache.describe()[0]

@@ -1,0 +1,177 @@
+"""A cached environment, whole: built once under a lock, its files checked against their wheels'
+digests when it is built, and against its manifest before its first use in a process.
+
+Files are installed by copying (resolve.uv_env), so a change in one environment reaches no
+other and not uv's cache; a layer found damaged is built again, and a build whose files differ
+from their wheels' RECORD digests (a damaged package cache) once more from freshly downloaded
+packages. The manifest records each file's size and modification time: any write moves one.
+A cache that cannot be written still serves the layers it holds (docs/environments.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import csv
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from mlops.errors import MachineError
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 2  # each file's size and modification time
+NOT_CONTENT = {"layer.json", MANIFEST, "used_by.txt"}  # the cache's own records
+
+
+def contents(folder: Path) -> dict[str, list[int]]:
+    """Every file (and link) a layer holds, by its path in the layer, with its size and
+    modification time (any write moves it); Python's bytecode caches, which its users write,
+    are not the layer's content."""
+    found: dict[str, list[int]] = {}
+    todo = [("", str(folder))]
+    while todo:
+        relative, path = todo.pop()
+        with os.scandir(path) as entries:
+            for entry in entries:
+                name = f"{relative}{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name != "__pycache__":
+                        todo.append((f"{name}/", entry.path))
+                elif name not in NOT_CONTENT:
+                    info = entry.stat(follow_symlinks=False)
+                    found[name] = [info.st_size, info.st_mtime_ns]
+    return found
+
+
+def write_manifest(folder: Path) -> None:
+    (folder / MANIFEST).write_text(json.dumps({"format": MANIFEST_FORMAT,
+                                               "files": contents(folder)}, sort_keys=True))
+
+
+def damage(folder: Path) -> list[str]:
+    """What a cached layer lost, had changed or had added since it was built ([] when whole).
+    A layer from before manifests of this format gets one now (where the cache is writable)."""
+    try:
+        recorded = json.loads((folder / MANIFEST).read_text())
+    except FileNotFoundError:
+        recorded = None
+    except (OSError, ValueError):
+        return [f"its {MANIFEST} is unreadable"]
+    if not isinstance(recorded, dict) or recorded.get("format") != MANIFEST_FORMAT:
+        with contextlib.suppress(OSError):  # a read-only cache: checked as it is
+            write_manifest(folder)
+        return []
+    files, now = recorded.get("files") or {}, contents(folder)
+    found = [f"{path} {'missing' if path not in now else 'changed'}"
+             for path, seen in sorted(files.items()) if now.get(path) != seen]
+    return found + [f"{path} added" for path in sorted(set(now) - set(files))]
+
+
+def unverified(folder: Path) -> list[str]:
+    """The installed files that differ from the sha256 their wheel's RECORD gives (a damaged
+    package cache installs them so): the digest check of a freshly built layer."""
+    found = []
+    for record in folder.glob("lib/python*/site-packages/*.dist-info/RECORD"):
+        site = record.parent.parent
+        with contextlib.suppress(OSError, csv.Error):
+            for row in csv.reader(record.read_text(encoding="utf-8").splitlines()):
+                algorithm, _, wanted = (row[1] if len(row) > 1 else "").partition("=")
+                path = Path(os.path.normpath(site / row[0])) if wanted else None
+                if path is None or not path.is_relative_to(folder) or \
+                        algorithm not in hashlib.algorithms_guaranteed:
+                    continue
+                if _urlsafe_digest(path, algorithm) != wanted:
+                    found.append(str(path.relative_to(folder)))
+    return found
+
+
+def _urlsafe_digest(path: Path, algorithm: str) -> str:
+    digest = hashlib.new(algorithm)
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return ""
+    return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+
+
+CHECKED: set[Path] = set()  # layers found whole by this process (a sweep's trials check once)
+
+
+def cached_layer(folder: Path, build: Callable[[Path], None]) -> Path:
+    """`folder`, built once by `build` (which writes its layer.json last), its files checked
+    against their wheels' digests, and checked before its first use in a process against the
+    manifest written after it: a lock keeps concurrent runs out, and a build that died
+    half-way, or a layer damaged since, is built afresh. A cache that cannot be written still
+    serves the layers it holds."""
+    if folder in CHECKED and (folder / "layer.json").is_file():
+        return folder
+    if (folder / "layer.json").is_file() and not damage(folder):
+        CHECKED.add(folder)
+        return folder
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _build_whole(folder, build)
+    except OSError as err:
+        raise MachineError(f"the environment cache {folder.parent} cannot be written "
+                           f"({err.strerror or err}) and {folder.name} needs building there: "
+                           "make it writable, or set MLOPS_CACHE_DIR (or LOCAL_ENVS_DIR) to a "
+                           "writable folder") from None
+    CHECKED.add(folder)
+    return folder
+
+
+def _build_whole(folder: Path, build: Callable[[Path], None]) -> None:
+    """Under the lock: build `folder` unless another run just did; a damaged layer is built
+    again, and a build whose files differ from their wheels' digests is built once more from
+    freshly downloaded packages (uv's cache bypassed)."""
+    broken = damage(folder) if (folder / "layer.json").is_file() else []
+    if broken:
+        shown = ", ".join(broken[:3]) + (f" and {len(broken) - 3} more" if
+                                         len(broken) > 3 else "")
+        print(f"warning: the cached environment {folder} is damaged ({shown}); building "
+              "it again", file=sys.stderr, flush=True)
+    if not broken and (folder / "layer.json").is_file():
+        return
+    for fresh in (False, True):
+        shutil.rmtree(folder, ignore_errors=True)
+        with _downloads(fresh):
+            build(folder)
+        wrong = unverified(folder)
+        if not wrong:
+            write_manifest(folder)
+            return
+        print(f"warning: {len(wrong)} file(s) of the environment {folder} differ from their "
+              f"packages' digests ({', '.join(wrong[:3])}): uv's package cache is damaged"
+              + ("; building it again from freshly downloaded packages" if not fresh else ""),
+              file=sys.stderr, flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    raise MachineError(f"the environment {folder.name} was built twice, the second time from "
+                       f"freshly downloaded packages, and its files still differ from their "
+                       f"digests ({', '.join(wrong[:3])}): check the disk and the package index")
+
+
+@contextlib.contextmanager
+def _downloads(fresh: bool) -> Iterator[None]:
+    """uv without its cache (every package downloaded again) while `fresh`."""
+    if not fresh:
+        yield
+        return
+    before = os.environ.get("UV_NO_CACHE")
+    os.environ["UV_NO_CACHE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("UV_NO_CACHE", None)
+        else:
+            os.environ["UV_NO_CACHE"] = before
