@@ -22,6 +22,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from mlops.environments.interpreters import HERE, Python
 from mlops.environments.requirements import canonical
+from mlops.errors import MachineError
 from mlops.project import cache_root
 
 VENV_BIN = Path(sys.executable).parent
@@ -98,11 +99,17 @@ def base_view(hidden: set[str], shadowed: frozenset[str] = frozenset()) -> Path:
             drop |= {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}
     tmp = view.with_name(f"{view.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for entry in BASE_SITE.iterdir():
-        if entry.name not in drop:
-            (tmp / entry.name).symlink_to(entry)
-    (tmp / ".complete").touch()
+    try:
+        tmp.mkdir(parents=True)
+        for entry in BASE_SITE.iterdir():
+            if entry.name not in drop:
+                (tmp / entry.name).symlink_to(entry)
+        (tmp / ".complete").touch()
+    except OSError as err:
+        raise MachineError(f"the environment cache {view.parent} cannot be written "
+                           f"({err.strerror or err}) and lacks {view.name}: make it writable, "
+                           "or set MLOPS_CACHE_DIR (or LOCAL_ENVS_DIR) to a writable folder"
+                           ) from None
     try:
         tmp.rename(view)
     except OSError:  # another run made it first
