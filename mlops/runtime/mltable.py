@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from mlops.environments.interpreters import HERE
 from mlops.environments.own_python import build_own_environment
 from mlops.errors import LocalRunError
@@ -30,9 +32,11 @@ TIMEOUT_S = 600
 
 def remote_paths(spec_file: Path) -> list[str]:
     try:
-        spec = read_yaml(spec_file.read_text()) or {}
-    except (OSError, ValueError) as err:
-        raise LocalRunError(f"{spec_file}: not a readable MLTable file ({err})") from None
+        spec = read_yaml(spec_file.read_text(encoding="utf-8")) or {}
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        reason = " ".join(str(err).split())
+        raise LocalRunError(f"{spec_file}: not a readable MLTable file ({reason}); Azure's "
+                            "mltable refuses it too (MLTable yaml is invalid)") from None
     if not isinstance(spec, dict):
         raise LocalRunError(f"{spec_file}: an MLTable file is a mapping with paths:")
     entries = spec.get("paths") or []
@@ -63,9 +67,10 @@ def read_table(folder: Path, where: str, work: Path):
                               check=False)
     except subprocess.TimeoutExpired:
         raise LocalRunError(f"{where}: reading {spec_file} took over {TIMEOUT_S} s") from None
-    if done.returncode != 0:
+    if done.returncode != 0:  # the worker's last line: mltable's code and words, on one line
         lines = [line for line in done.stderr.splitlines() if line.strip()] or ["(no output)"]
-        raise LocalRunError(f"{where}: Azure's mltable could not read {spec_file}: {lines[-1]}")
+        raise LocalRunError(f"{where}: Azure's mltable could not read {spec_file}: "
+                            f"{lines[-1].removeprefix('error: ')}")
     print(f"{where}: {spec_file}: {done.stdout.strip()} (read by mltable)", file=sys.stderr)
     return pd.read_parquet(out)
 

@@ -195,19 +195,59 @@ def test_a_classification_table_becomes_the_runner_s_label_file_with_every_url_m
         {"image_url": "file:///abs/x.jpg", "label": "can"}])
     out = tmp_path / "train.tsv"
     assert vision_data.classification_file(folder, out, label="label", multilabel=False) == 4
+    assert runner_reads(out, multilabel=False) == {
+        str(folder / "images" / "a b.jpg"): "can, tall", "/data/fridge/can/1.jpg": "milk",
+        "/data/one.jpg": "3", "/abs/x.jpg": "can"}
+
+
+def runner_reads(path, multilabel: bool) -> dict[str, object]:
+    """What azureml-automl-dnn-vision 1.62 reads from a label file: its own two readers
+    (ImageFolderLabelFileDatasetWrapper._get_files_to_labels_dict and
+    _get_labels_from_label_str), with their exact arguments."""
     import csv
 
-    rows = list(csv.reader(out.open(newline=""), delimiter="\t"))
-    assert rows == [[str(folder / "images" / "a b.jpg"), "can, tall"],
-                    ["/data/fridge/can/1.jpg", "milk"], ["/data/one.jpg", "3"],
-                    ["/abs/x.jpg", "can"]]
+    found: dict[str, object] = {}
+    with open(path, newline="") as handle:
+        for row in csv.reader(handle, delimiter="\t", skipinitialspace=True):
+            if not row:
+                continue
+            assert len(row) == 2, "More than 2 columns encountered in the input."
+            labels = list(csv.reader([row[1]], delimiter=",", quotechar="'",
+                                     skipinitialspace=True))[0]
+            assert multilabel or len(labels) == 1, "Encountered multi-label line"
+            found[row[0]] = labels if multilabel else labels[0]
+    return found
+
+
+LABELS_AS_WRITTEN = ["can, tall", 'say "cheese"', "it's", " leading", "trailing ", "two\nlines",
+                     "crlf\r\nend", "tab\there", "''", '"', ",", "", "  ", "\u00a0nbsp", "Ж"]
+
+
+@pytest.mark.parametrize("label", LABELS_AS_WRITTEN)
+def test_a_single_label_reaches_the_runner_exactly_as_written(tmp_path, label):
+    folder = table(tmp_path / "t", [{"image_url": "a.jpg", "label": label},
+                                    {"image_url": "b.jpg", "label": "plain"}])
+    out = tmp_path / "train.tsv"
+    assert vision_data.classification_file(folder, out, label="label", multilabel=False) == 2
+    assert runner_reads(out, multilabel=False) == {str(folder / "a.jpg"): label,
+                                                   str(folder / "b.jpg"): "plain"}
+
+
+def test_several_labels_reach_the_runner_each_exactly_as_written(tmp_path):
+    folder = table(tmp_path / "t", [{"image_url": "a.jpg", "label": LABELS_AS_WRITTEN},
+                                    {"image_url": "b.jpg", "label": []}])
+    out = tmp_path / "train.tsv"
+    assert vision_data.classification_file(folder, out, label="label", multilabel=True) == 2
+    assert runner_reads(out, multilabel=True) == {str(folder / "a.jpg"): LABELS_AS_WRITTEN,
+                                                  str(folder / "b.jpg"): []}
 
 
 @pytest.mark.parametrize(("rows", "multilabel", "message"), [
     ([{"image_url": "azureml://datastores/x/paths/a.jpg", "label": "a"}], False,
      r"image_url azureml://datastores/x/paths/a\.jpg has no local stand-in"),
-    ([{"image_url": "a.jpg", "label": ["a,b"]}], True, r"rows\.jsonl:1: label \['a,b'\] holds "
-                                                        "a comma"),
+    ([{"image_url": "a.jpg", "label": "a\0b"}], False, r"rows\.jsonl:1: label 'a\\x00b' holds "
+                                                      "a NUL character"),
+    ([{"image_url": "a.jpg", "label": ["a", "b"]}], False, r"no 'label' of text"),
     ([{"image_url": "a.jpg", "tag": "a"}], False, r"rows\.jsonl:1: no 'label' of text"),
     ([{"image_url": "a.jpg", "label": {"x": 1}}], False, r"no 'label' of text")])
 def test_a_row_the_runner_cannot_read_stops_the_trial_naming_it(tmp_path, rows, multilabel,
@@ -226,6 +266,45 @@ def test_a_table_that_is_not_json_lines_or_not_json_is_named(tmp_path):
     with pytest.raises(vision_data.DataError, match=r"rows\.jsonl:2: not JSON"):
         list(vision_data.rows(folder))
     with pytest.raises(vision_data.DataError, match="holds no MLTable file"):
+        list(vision_data.rows(tmp_path))
+
+
+def test_a_table_that_is_not_utf8_is_named_at_its_file_and_line(tmp_path):
+    folder = table(tmp_path / "t", [])
+    (folder / "rows.jsonl").write_bytes(b'{"image_url": "a.jpg", "label": "a"}\n'
+                                        b'{"image_url": "b.jpg", "label": "caf\xe9"}\n')
+    with pytest.raises(vision_data.DataError, match=r"rows\.jsonl:2: not UTF-8 \(byte 0xe9 at "
+                                                    r"column 37\)"):
+        vision_data.classification_file(folder, tmp_path / "o.tsv", label="label",
+                                        multilabel=False)
+
+
+@pytest.mark.parametrize("paths", ["  - pattern: ./*.jsonl", "  - folder: ./none",
+                                   "  - file: ./none.jsonl", "  - pattern: ./rows.json"])
+def test_paths_that_name_no_file_are_refused_as_mltable_refuses_them(tmp_path, paths):
+    folder = tmp_path / "t"
+    (folder / "none").mkdir(parents=True)
+    (folder / "MLTable").write_text(f"paths:\n{paths}\ntransformations:\n"
+                                    "  - read_json_lines:\n      encoding: utf8\n")
+    with pytest.raises(vision_data.DataError, match=r"matches no file .* Azure's mltable "
+                                                    r"refuses it: Error Code: ScriptExecution"
+                                                    r"\.StreamAccess\.NotFound"):
+        list(vision_data.rows(folder))
+
+
+def test_a_table_of_no_rows_is_refused_before_the_runner_starts(tmp_path):
+    with pytest.raises(vision_data.DataError, match="holds no image .* No valid datapoints"):
+        vision_data.classification_file(table(tmp_path / "t", []), tmp_path / "o.tsv",
+                                        label="label", multilabel=False)
+
+
+@pytest.mark.parametrize("text", ["paths: !!python/object/apply:os.system ['echo hi']\n",
+                                  "paths:\n  - file: !!python/name:os.system\n",
+                                  "paths: [\n", "- a list\n"])
+def test_an_mltable_file_mltable_would_refuse_is_refused_with_no_traceback(tmp_path, text):
+    (tmp_path / "MLTable").write_text(text)
+    with pytest.raises(vision_data.DataError, match=r"MLTable: (MLTable yaml is invalid|an "
+                                                    r"MLTable file is a mapping)"):
         list(vision_data.rows(tmp_path))
 
 

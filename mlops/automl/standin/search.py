@@ -49,9 +49,15 @@ class Outcome:
 
 
 def read_table(folder: str, config, role: str) -> pd.DataFrame:
-    import mltable
+    """The table as Azure's mltable reads it; what it refuses stops the job with mltable's
+    code and words on one line (an encoding error at its file and line), no traceback."""
+    from _mlops_mltable_worker import TableError, load_table  # the runtime's, in every task
 
-    frame = mltable.load(folder).to_pandas_dataframe()
+    try:
+        frame = load_table(folder)
+    except TableError as err:
+        raise SystemExit(f"error: {role}: Azure's mltable could not read {folder}: {err}") \
+            from None
     for name in (n for n in config.categorical_columns.split(",") if n):
         if name in frame.columns:
             frame[name] = frame[name].astype("category")

@@ -8,16 +8,28 @@ form of a long datastore URI, then the longest prefix ending in "/"), a `file:` 
 absolute path as it is, and a relative path from the MLTable's folder. A URL with no local
 stand-in stops the trial with its name before any training starts.
 
-Classification: a tab-separated file of image path and label (labels joined by commas for
-multilabel), written with csv quoting. Object detection and instance segmentation: one JSON line
-per box, {"imageUrl", "imageDetails", "label": {label, topX, topY, bottomX, bottomY, isCrowd,
-polygon}}, the runner's annotation file.
+Classification: the runner's label file as its own reader parses it
+(ImageFolderLabelFileDatasetWrapper in azureml-automl-dnn-vision 1.62: csv.reader with a tab
+between image and labels, '"' as its quote and initial spaces skipped; then the labels field
+through csv.reader with ',' between labels, "'" as its quote, initial spaces skipped). Every
+field is quoted at both levels, so a label holding a comma, a quote of either kind, a tab, a
+leading space or a line break reaches the runner exactly as written, for a single label and for
+each of several; a NUL, which the runner's csv module (Python 3.10) refuses, is refused here by
+row. Object detection and instance segmentation: one JSON line per box, {"imageUrl",
+"imageDetails", "label": {label, topX, topY, bottomX, bottomY, isCrowd, polygon}}, the runner's
+annotation file.
+
+The MLTable file is read as Azure's mltable reads it (safe YAML: a `!!python/object` tag is
+refused), and its paths as mltable resolves them: a file, folder or pattern that names no file
+is refused with mltable's own words (ScriptExecution.StreamAccess.NotFound). A table that is
+not UTF-8 is refused at its file and line.
 """
 
 from __future__ import annotations
 
 import csv
 import glob
+import io
 import json
 import os
 import re
@@ -30,6 +42,10 @@ LONG_DATASTORE = re.compile(r"^azureml://subscriptions/[^/]+/resourcegroups/[^/]
                             r"(?:providers/[^/]+/)?workspaces/[^/]+/(datastores/.+)$", re.I)
 REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 MAX_LINE = 1 << 20  # a JSON line longer than this is not an image's annotation
+COLUMNS = {"delimiter": "\t", "quotechar": '"', "quoting": csv.QUOTE_ALL}  # the runner's file
+LABELS = {"delimiter": ",", "quotechar": "'", "quoting": csv.QUOTE_ALL}  # its labels field
+NOT_FOUND = ("Error Code: ScriptExecution.StreamAccess.NotFound ... The requested stream was "
+             "not found. Please make sure the request uri is correct.")  # mltable 1.7's words
 
 
 class DataError(ValueError):
@@ -71,13 +87,26 @@ def local_image(url: str, table: Path, mapping: dict[str, str]) -> str:
     return str(Path(url) if os.path.isabs(url) else (table / url).resolve())
 
 
+def table_spec(spec_file: Path) -> dict[str, object]:
+    """The MLTable file, read as mltable reads it (YAML's safe loader)."""
+    try:
+        spec = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise DataError(f"{spec_file}: MLTable yaml is invalid ({' '.join(str(err).split())}); "
+                        "Azure's mltable refuses it too") from None
+    if not isinstance(spec, dict):
+        raise DataError(f"{spec_file}: an MLTable file is a mapping with paths:")
+    return spec
+
+
 def jsonl_files(folder: Path) -> list[Path]:
-    """The JSON Lines files an MLTable's paths: name (file, folder, pattern)."""
+    """The JSON Lines files an MLTable's paths: name (file, folder, pattern); an entry that
+    names no file is refused as mltable refuses it."""
     spec_file = folder / "MLTable" if folder.is_dir() else folder
     table = spec_file.parent
     if not spec_file.is_file():
         raise DataError(f"{folder} holds no MLTable file (image data is an MLTable of JSON Lines)")
-    spec = yaml.safe_load(spec_file.read_text()) or {}
+    spec = table_spec(spec_file)
     readers = [next(iter(t)) if isinstance(t, dict) else str(t)
                for t in spec.get("transformations") or []]
     if "read_json_lines" not in readers:
@@ -85,26 +114,42 @@ def jsonl_files(folder: Path) -> list[Path]:
                         "(transformations: - read_json_lines: ...)")
     files: list[Path] = []
     for entry in spec.get("paths") or []:
-        kind, value = next(iter(entry.items())) if isinstance(entry, dict) else ("file", entry)
-        if REMOTE.match(str(value)):
-            raise DataError(f"{spec_file}: {value} is not on this machine")
-        where = table / str(value)
-        if kind == "folder":  # the folder's JSON Lines files (not its images or MLTable)
-            files += sorted(p for p in where.rglob("*.jsonl") if p.is_file())
-        elif kind == "pattern":
-            files += sorted(Path(p) for p in glob.glob(str(where), recursive=True))
-        else:
-            files.append(where)
+        kind, value = next(iter(entry.items())) if isinstance(entry, dict) and entry else \
+            ("file", entry)
+        files += _named_files(table, str(kind), str(value), spec_file)
     return files
+
+
+def _named_files(table: Path, kind: str, value: str, spec_file: Path) -> list[Path]:
+    if REMOTE.match(value):
+        raise DataError(f"{spec_file}: {value} is not on this machine")
+    where = table / value
+    if kind == "folder":  # the folder's JSON Lines files (not its images or MLTable)
+        found = sorted(p for p in where.rglob("*.jsonl") if p.is_file())
+    elif kind == "pattern":
+        found = sorted(Path(p) for p in glob.glob(str(where), recursive=True)
+                       if Path(p).is_file())
+    else:
+        found = [where] if where.is_file() else []
+    if not found:
+        raise DataError(f"{spec_file}: paths: {kind}: {value} matches no file ({where}); Azure's "
+                        f"mltable refuses it: {NOT_FOUND}")
+    return found
 
 
 def rows(folder: Path):
     """Each JSON line of the table, with the file and line it came from."""
     for path in jsonl_files(folder):
-        with open(path, encoding="utf-8") as lines:
-            for number, line in enumerate(iter(lambda: lines.readline(MAX_LINE + 1), ""), 1):
-                if len(line) > MAX_LINE:
+        with open(path, "rb") as lines:
+            for number, raw in enumerate(iter(lambda: lines.readline(MAX_LINE + 1), b""), 1):
+                if len(raw) > MAX_LINE:
                     raise DataError(f"{path}:{number}: a line of over {MAX_LINE} characters")
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise DataError(f"{path}:{number}: not UTF-8 (byte 0x{raw[err.start]:02x} "
+                                    f"at column {err.start + 1}); mltable reads JSON Lines as "
+                                    "UTF-8: save the file as UTF-8") from None
                 if line.strip():
                     try:
                         yield json.loads(line), f"{path}:{number}"
@@ -112,21 +157,35 @@ def rows(folder: Path):
                         raise DataError(f"{path}:{number}: not JSON ({err})") from None
 
 
+def labels_field(names: list[object], where: str) -> str:
+    """The labels as the runner's labels field: each quoted with "'" (one doubled inside)."""
+    for name in names:
+        if "\0" in str(name):
+            raise DataError(f"{where}: label {name!r} holds a NUL character, which the "
+                            "runner's label file (Python's csv) cannot carry")
+    out = io.StringIO()
+    csv.writer(out, lineterminator="", **LABELS).writerow([str(n) for n in names])
+    return out.getvalue()
+
+
 def classification_file(folder: Path, out: Path, *, label: str, multilabel: bool) -> int:
     table, mapping, count = (folder if folder.is_dir() else folder.parent), url_map(), 0
     with open(out, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, delimiter="\t")
+        writer = csv.writer(handle, **COLUMNS)
         for row, where in rows(folder):
-            value = row.get(label)
-            names = value if isinstance(value, list) else [value]
-            if value is None or not all(isinstance(n, (str, int)) for n in names):
-                raise DataError(f"{where}: no {label!r} of text (the row has {sorted(row)})")
-            if multilabel and any("," in str(n) for n in names):
-                raise DataError(f"{where}: label {value!r} holds a comma, which the runner's "
-                                "label file uses between labels")
+            value = row.get(label) if isinstance(row, dict) else None
+            names = value if isinstance(value, list) and multilabel else [value]
+            if value is None or not all(isinstance(n, (str, int)) and not isinstance(n, bool)
+                                        for n in names):
+                shown = sorted(row) if isinstance(row, dict) else type(row).__name__
+                raise DataError(f"{where}: no {label!r} of text (the row has {shown})")
             image = local_image(str(row.get("image_url") or ""), table, mapping)
-            writer.writerow([image, ",".join(map(str, names))])
+            writer.writerow([image, labels_field(names, where)])
             count += 1
+    if not count:  # the runner's own words for an empty dataset, before any training
+        raise DataError(f"{folder}: the table holds no image (its JSON Lines have no row); "
+                        "Azure's runner stops on it: No valid datapoints found to initialize "
+                        "dataset.")
     return count
 
 
