@@ -94,6 +94,11 @@ class AssetVersion:
         """The record in `folder` (the version folder of `kind` and `name`), every field
         type-checked; DamagedRecord naming the file, what is wrong and what to do."""
         path = folder / RECORD
+        linked = next((p for p in (folder, path, folder / CONTENT) if p.is_symlink()), None)
+        if linked is not None:
+            raise DamagedRecord(f"{path}: damaged asset record ({linked} is a link to "
+                                f"{os.readlink(linked)}: the workspace writes none); remove "
+                                f"{folder} (that version is then gone)")
         try:
             with open(path, "rb") as handle:
                 text = handle.read(MAX_RECORD + 1)

@@ -80,6 +80,9 @@ class Workspace:
     def versions(self, kind: AssetKind, name: str) -> list[AssetVersion]:
         """Every version of `name`, oldest first (damaged records are named, not skipped)."""
         folder = self._name_folder(kind, name)
+        if folder.is_symlink():
+            raise DamagedRecord(f"{folder} is a link to {os.readlink(folder)}: the workspace "
+                                "writes none; remove it (its versions are then gone)")
         if not folder.is_dir():
             return []
         found = [AssetVersion.read(p, kind=kind, name=name) for p in folder.iterdir()
@@ -144,13 +147,14 @@ class Workspace:
         """An OSError while registering: the source's (cannot be read: the input) or the
         workspace's (read-only, full: the machine)."""
         where = Path(err.filename or "")
-        if err.filename and not where.is_relative_to(self.root):
+        full = err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # the copy, not the read
+        if err.filename and not where.is_relative_to(self.root) and not full:
             return LocalRunError(f"{draft.kind.noun} {draft.name}: cannot read {where} "
                                  f"({err.strerror}); nothing was registered")
         return self.unwritable(err)
 
     def unwritable(self, err: OSError) -> MachineError:
-        full = " (the disk is full)" if err.errno == errno.ENOSPC else ""
+        full = " (the disk is full)" if err.errno in (errno.ENOSPC, errno.EDQUOT) else ""
         return MachineError(f"the local workspace {self.root} could not be written: "
                             f"{err.strerror or err}{full}; nothing was changed. Free space or "
                             "make it writable, or point MLOPS_WORKSPACE_DIR at another folder")

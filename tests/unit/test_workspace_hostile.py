@@ -152,7 +152,7 @@ def test_a_workspace_that_cannot_be_written_is_the_machines_error(workspace, tmp
     (source / "m.pt").write_text("w")
 
     def full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device", str(workspace.root / "x"))
+        raise OSError(errno.ENOSPC, "No space left on device", str(source / "m.pt"))
 
     monkeypatch.setattr("mlops.workspace.uploads.shutil.copyfile", full)
     with pytest.raises(MachineError, match="could not be written: No space left on device "
@@ -220,3 +220,20 @@ def test_the_command_line_says_the_rule_for_a_name(capsys):
 
     code = assets.main(["show", "model", "a" * 300])
     assert code == 2 and "model names are 1 to 255" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("linked", ["record", "version", "content", "name"])
+def test_a_record_or_folder_that_is_a_link_is_damaged(workspace, tmp_path, linked):
+    source = tmp_path / "m"
+    source.mkdir()
+    (source / "w.pt").write_text("w")
+    made = workspace.create(Draft(AssetKind.MODEL, "clf", source))
+    elsewhere = tmp_path / "elsewhere"
+    target = {"record": made.folder / "asset.json", "version": made.folder,
+              "content": made.folder / "content", "name": made.folder.parent}[linked]
+    for path in [target, *target.rglob("*")] if target.is_dir() else [target]:
+        path.chmod(0o755)
+    target.rename(elsewhere)
+    target.symlink_to(elsewhere)
+    with pytest.raises(DamagedRecord, match="is a link to .*the workspace writes none"):
+        workspace.versions(AssetKind.MODEL, "clf")
