@@ -75,7 +75,12 @@ def lookup(reference: str, mapping: dict[str, str]) -> str | None:
         prefixes = [p for p in mapping if p.endswith("/") and key.startswith(p)]
         if prefixes:
             prefix = max(prefixes, key=len)
-            return mapping[prefix].rstrip("/") + "/" + key[len(prefix):]
+            rest = key[len(prefix):]
+            if ".." in rest.split("/"):  # a path under a datastore stays under it
+                raise LocalRunError(f"{reference}: '..' would leave {prefix} (mapped to "
+                                    f"{mapping[prefix]}); a datastore path names a file or "
+                                    "folder under it")
+            return mapping[prefix].rstrip("/") + "/" + rest
     return None
 
 

@@ -237,3 +237,13 @@ def test_a_record_or_folder_that_is_a_link_is_damaged(workspace, tmp_path, linke
     target.symlink_to(elsewhere)
     with pytest.raises(DamagedRecord, match="is a link to .*the workspace writes none"):
         workspace.versions(AssetKind.MODEL, "clf")
+
+
+@pytest.mark.parametrize("rest", ["../secret", "a/../../secret", ".."])
+def test_a_datastore_path_stays_under_its_mapped_folder(tmp_path, rest):
+    from mlops.runtime.uris import AssetMap
+
+    mapping = tmp_path / "local-paths.yml"
+    mapping.write_text(f"azureml://datastores/blob/paths/: {tmp_path / 'blob'}\n")
+    with pytest.raises(LocalRunError, match="'..' would leave azureml://datastores/blob/paths/"):
+        AssetMap(mapping).local_path(f"azureml://datastores/blob/paths/{rest}", "k", tmp_path)

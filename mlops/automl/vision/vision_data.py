@@ -70,7 +70,11 @@ def mapped(url: str, mapping: dict[str, str]) -> str | None:
         prefixes = [p for p in mapping if p.endswith("/") and key.startswith(p)]
         if prefixes:
             prefix = max(prefixes, key=len)
-            return mapping[prefix].rstrip("/") + "/" + key[len(prefix):]
+            rest = key[len(prefix):]
+            if ".." in rest.split("/"):  # a path under a datastore stays under it
+                raise DataError(f"{url}: '..' would leave {prefix} (mapped to "
+                                f"{mapping[prefix]})")
+            return mapping[prefix].rstrip("/") + "/" + rest
     return None
 
 
