@@ -83,7 +83,7 @@ def _wrong(entry: object) -> str:
 
 
 def _write(folder: Path, name: str, entry: JobEntry) -> None:
-    write_atomic(_record_file(folder, name), json.dumps(entry, indent=2) + "\n")
+    write_atomic(_record_file(folder, name), json.dumps({**entry, "name": name}, indent=2) + "\n")
 
 
 def _valid(name: str) -> bool:
@@ -189,7 +189,7 @@ def job_folder(workspace: Workspace, name: str) -> Path | None:
     """The run folder of the local job `name` (None when the workspace knows no such job)."""
     if not _valid(name):
         return None
-    entry = _entry(_index(workspace) / f"{name}.json")
+    entry = _entry(_record_file(_index(workspace), name))
     return Path(str(entry["folder"])) if entry is not None else None
 
 
@@ -197,10 +197,13 @@ def job_names(workspace: Workspace) -> list[str]:
     """Every job name the workspace holds (a run folder may hold two: the spec's `name:` and
     the folder's own, for jobs recorded before names were claimed at start)."""
     index = _index(workspace)
-    return sorted(p.stem for p in index.glob("*.json")) if index.is_dir() else []
+    if not index.is_dir():
+        return []
+    return sorted(p.stem if "~" not in p.stem else str((_entry(p) or {}).get("name", p.stem))
+                  for p in index.glob("*.json"))
 
 
 def completed_outputs(workspace: Workspace, name: str) -> dict[str, str]:
     """A completed job's outputs by name (empty when it has not completed)."""
-    entry = _entry(_index(workspace) / f"{name}.json") if _valid(name) else None
+    entry = _entry(_record_file(_index(workspace), name)) if _valid(name) else None
     return dict(entry["outputs"]) if entry and entry.get("completed") else {}

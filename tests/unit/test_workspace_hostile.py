@@ -247,3 +247,11 @@ def test_a_datastore_path_stays_under_its_mapped_folder(tmp_path, rest):
     mapping.write_text(f"azureml://datastores/blob/paths/: {tmp_path / 'blob'}\n")
     with pytest.raises(LocalRunError, match="'..' would leave azureml://datastores/blob/paths/"):
         AssetMap(mapping).local_path(f"azureml://datastores/blob/paths/{rest}", "k", tmp_path)
+
+
+def test_a_long_job_name_is_listed_and_found_by_its_name(workspace, tmp_path):
+    name = "j" * 256
+    finished_job(workspace, tmp_path, name)
+    assert workspace_jobs.job_names(workspace) == [name]
+    assert workspace_jobs.job_folder(workspace, name) == tmp_path / "run"
+    assert set(workspace_jobs.completed_outputs(workspace, name)) == {"o"}
