@@ -1,8 +1,10 @@
-"""A deployment's server, as Azure runs one behind its endpoint: azureml-inference-server-http's
-own app (what azmlinfsrv runs) under gunicorn, with the deployment's code_configuration,
-environment_variables and model, bound to 127.0.0.1 on a port of its own (azmlinfsrv itself
-always binds 0.0.0.0). The server is one task of the runtime (mlops/runtime/service.py): the same
-snapshot, environment layers, variables, read-only model and process-group cleanup as a job.
+"""A deployment's server, as Azure runs one behind its endpoint: the environment's own release of
+azureml-inference-server-http, started as Azure's image starts it (azmlinfsrv, through
+mlops/runtime/inference_server.py: every release line, 0.x included, on the environment's
+Python), with the deployment's code_configuration, environment_variables and model, bound to
+127.0.0.1 on a port of its own (azmlinfsrv itself always binds 0.0.0.0). The server is one
+task of the runtime (mlops/runtime/service.py): the same snapshot, environment layers,
+variables, read-only model and process-group cleanup as a job.
 The endpoint that holds it (auth, traffic, limits) is local_endpoint.py and front.py.
 
 The request rules the front applies for it come from its spec, with Azure's defaults:
@@ -32,7 +34,7 @@ from mlops.runtime.launch import free_port
 from mlops.runtime.service import Service, running, stop_service
 from mlops.runtime.tasks import Task, Workdir, variables
 
-APP = "azureml_inference_server_http.server.entry:app"
+LAUNCHER = "_mlops_inference_server"  # mlops/runtime/inference_server.py, in the top layer
 # The front refuses a longer body (413) before it reaches a deployment that sets no
 # SCORE_MAX_BODY_BYTES: Azure documents no request-size limit for managed online endpoints that
 # this could follow, so the local one is this repository's scorer's own default.
@@ -88,18 +90,23 @@ def latest_model() -> Path:
     return newest_trained("no model given").path
 
 
-def server_command(port: int, workers: int = 1, threads: int | None = None,
-                   debug: bool = False) -> str:
-    """gunicorn on 127.0.0.1:port, from the deployment's environment (the top layer's python
-    is first on PATH). Debugged: one worker, which takes the debugger after the fork (the run's
-    top layer holds the hook), and no worker timeout (a worker paused at a breakpoint is not
-    hung)."""
+def server_command(port: int, threads: int | None = None, debug: bool = False) -> str:
+    """The environment's azmlinfsrv on 127.0.0.1:port, from the deployment's environment (the
+    top layer's python is first on PATH), with threaded workers. Debugged, the worker takes
+    the debugger after the fork (the run's top layer holds the hook)."""
     threads = threads or int(os.environ.get("SERVER_THREADS", "4"))
-    timeout = 0 if debug else int(os.environ.get("WORKER_TIMEOUT", "300"))
-    hook = " --config python:_mlops_debug" if debug else ""
-    return (f"python -m gunicorn --bind 127.0.0.1:{port} --workers {1 if debug else workers} "
-            f"--worker-class gthread --threads {threads} --timeout {timeout}{hook} "
-            f"--access-logfile - {APP}")
+    return f"python -m {LAUNCHER} --port {port} --threads {threads}" + \
+        (" --debug" if debug else "")
+
+
+def server_settings(chosen: dict[str, str], debug: bool) -> dict[str, str]:
+    """What azmlinfsrv reads for its gunicorn: WORKER_COUNT and WORKER_TIMEOUT (the spec's
+    environment_variables, else this shell's, else 1 and 300). Debugged: one worker and no
+    worker timeout (a worker paused at a breakpoint is not hung)."""
+    workers = chosen.get("WORKER_COUNT") or os.environ.get("WORKER_COUNT") or "1"
+    timeout = chosen.get("WORKER_TIMEOUT") or os.environ.get("WORKER_TIMEOUT") or "300"
+    return {"WORKER_COUNT": "1" if debug else str(workers),
+            "WORKER_TIMEOUT": "0" if debug else str(timeout)}
 
 
 def port_taken(port: int) -> bool:
@@ -162,11 +169,10 @@ def server_task(deployment: Deployment, folder: Path, *, port: int,
     name = deployment.code.name
     spec_vars = variables(deployment.spec.data.get("environment_variables"))
     chosen = {**spec_vars, **(extra or {})}
-    workers = int(chosen.get("WORKER_COUNT") or os.environ.get("WORKER_COUNT") or 1)
     env_vars = {**spec_vars, "AML_APP_ROOT": str(app), "AZUREML_SOURCE_DIRECTORY": name,
                 "AZUREML_ENTRY_SCRIPT": str(app / name / deployment.scoring_script),
-                **layout.env(), **(extra or {})}
-    return Task(name=deployment.name, command=server_command(port, workers, debug=debug),
+                **layout.env(), **(extra or {}), **server_settings(chosen, debug)}
+    return Task(name=deployment.name, command=server_command(port, debug=debug),
                 where=f"{deployment.spec.path}: environment", folder=folder,
                 code=deployment.code, environment=deployment.environment,
                 env_vars=env_vars, read_only=[Path(p) for p in layout.read_only()],

@@ -51,7 +51,8 @@ RUNTIME = Path(__file__).parents[1] / "runtime"
 HELPERS = ((RUNTIME / "readonly_inputs.py", "_mlops_readonly_inputs.py"),
            (RUNTIME / "minibatch_worker.py", "_mlops_minibatch_worker.py"),
            (RUNTIME / "azureml_run.py", "_mlops_azureml_run.py"),
-           (RUNTIME / "mltable_worker.py", "_mlops_mltable_worker.py"))
+           (RUNTIME / "mltable_worker.py", "_mlops_mltable_worker.py"),
+           (RUNTIME / "inference_server.py", "_mlops_inference_server.py"))
 
 
 def top_site(folder: Path, python: Python = HERE) -> Path:

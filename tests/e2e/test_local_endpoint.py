@@ -192,7 +192,7 @@ def _servers(folder: Path) -> list[str]:
             except OSError:
                 continue
             if str(folder).encode() in environ + line.encode() and (
-                    "front.py" in line or "gunicorn" in line):
+                    "front.py" in line or "_mlops_inference_server" in line):
                 found.append(line)
     return found
 
@@ -211,7 +211,8 @@ def test_two_starts_at_once_leave_one_server_and_stop_stops_it(tmp_path):
         assert any("is busy (pid" in out and "serve-local blue" in out for out in outs), outs
         lines = _servers(folder)
         assert sum("front.py" in line for line in lines) == 1, lines
-        assert len({line.split("--bind ")[1].split()[0] for line in lines if "gunicorn" in line}
+        assert len({line.split("--port ")[1].split()[0] for line in lines
+                    if "_mlops_inference_server" in line}
                    ) == 1, lines  # one server (its master and worker share its address)
         records = [TaskRecord.read(d) for d in folder.glob("blue-*")]  # the replaced one is
         assert [r.status for r in records].count(Status.RUNNING) == 1, records  # kept: its log

@@ -195,6 +195,31 @@ def test_an_online_deployment_on_python_38_serves_from_its_own_server(tmp_path, 
     assert f"scoring on python {py38.version}" in log and f"Python {py38.version})" in log
 
 
+@pytest.mark.parametrize(("spec", "minor", "release"), [
+    ("online-py37-defaults.yml", "3.7", "0.4."),  # azureml-defaults 1.42: its entry:app line
+    ("online-py38-defaults.yml", "3.8", "0.7."),  # azureml-defaults 1.48
+], ids=["server-0.4-py37", "server-0.7-py38"])
+def test_old_inference_servers_start_as_their_release_starts(tmp_path, monkeypatch, spec, minor,
+                                                             release):
+    """azureml-defaults 1.3x-1.4x pin azureml-inference-server-http 0.x, which starts through
+    its own azmlinfsrv (0.1-0.6: gunicorn on `entry:app`), not on the 1.x app path."""
+    from endpoint_client import post, use_root
+
+    python = needs(minor)
+    endpoints = use_root(monkeypatch, tmp_path / "endpoints")
+    name = spec.removeprefix("online-").removesuffix(".yml")
+    try:
+        endpoints.start(SERVING / spec)
+        answer = post(f"http://127.0.0.1:{endpoints.port}/score",
+                      json.dumps({"data": [[1, 2, 3], [0, 0, 0]]}).encode(), endpoints.headers())
+        assert answer.status == 200 and answer.body == [18, 4]
+        log = endpoints.log(name)
+    finally:
+        endpoints.stop()
+    assert f"Azure ML Inferencing HTTP server v{release}" in log
+    assert "started as azmlinfsrv on 127.0.0.1" in log and python.version in log
+
+
 def test_a_batch_deployment_on_python_38_scores_in_its_own_python(tmp_path, capsys):
     from mlops import batch
 

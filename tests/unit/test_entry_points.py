@@ -16,7 +16,7 @@ from support import ROOT, python_files
 OWN_WAY_OUT = {"mlops/runtime/watchdog.py", "mlops/runtime/mlflow_server.py",
                "mlops/endpoints/front.py", "mlops/runtime/minibatch_worker.py",
                "mlops/automl/standin/automl_standin.py", "mlops/runtime/mltable_worker.py",
-               "mlops/automl/vision/automl_vision.py"}
+               "mlops/automl/vision/automl_vision.py", "mlops/runtime/inference_server.py"}
 
 
 def entry_modules() -> list[str]:
