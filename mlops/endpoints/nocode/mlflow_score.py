@@ -9,9 +9,15 @@ or one of the formats MLflow's scoring server documents (dataframe_split, datafr
 instances, inputs), with optional "params"; the answer is the predictions as JSON (a DataFrame in
 records orientation). Parsing and answers are MLflow's own (mlflow.pyfunc.scoring_server).
 Input the model cannot take is answered 400 with MLflow's message. This file runs inside the
-deployment's environment, so it needs only what that environment has (mlflow, the server).
+deployment's environment, so it needs only what that environment has (mlflow, the server), and
+runs on every Python and release Azure's images hold: Python 3.7 and up, MLflow 1.x (which parses
+a JSON string: split or records frames, `instances`/`inputs`) to 3.x, and every release line of
+azureml-inference-server-http (AMLResponse moved between them).
 """
 
+from __future__ import annotations
+
+import importlib
 import json
 import logging
 import os
@@ -48,22 +54,55 @@ def as_mlflow_request(body: dict[str, object]) -> dict[str, object]:
     return request
 
 
-def _error(status: int, message: str):
-    from azureml_inference_server_http.api.aml_response import AMLResponse
+# Where each release line of azureml-inference-server-http keeps AMLResponse: 0.8 and later in
+# api/; 0.7 in server/azureml_contrib_services; 0.1-0.6 put server/ itself on sys.path; the
+# azureml-contrib-services package last.
+RESPONSE_MODULES = ("azureml_inference_server_http.api.aml_response",
+                    "azureml_inference_server_http.server.azureml_contrib_services.aml_response",
+                    "azureml_contrib_services.aml_response",
+                    "azureml.contrib.services.aml_response")
 
-    return AMLResponse({"error": message}, status, json_str=True)
+
+def _error(status: int, message: str):
+    for name in RESPONSE_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        return module.AMLResponse({"error": message}, status, json_str=True)
+    raise RuntimeError(f"{status}: {message} (no AMLResponse in this inference server)")
+
+
+def parse(request: dict[str, object], schema):
+    """The request as MLflow's own scoring server parses it, in the MLflow this environment has:
+    infer_and_parse_data (2.9 and later); a JSON string in 2.0-2.8; MLflow 1.x's older vocabulary
+    (a records list, a split frame, or `instances`/`inputs`)."""
+    from mlflow.pyfunc import scoring_server
+
+    if hasattr(scoring_server, "infer_and_parse_data"):
+        return scoring_server.infer_and_parse_data(request, schema)
+    import mlflow
+
+    if int(mlflow.__version__.split(".")[0]) >= 2:
+        return scoring_server.infer_and_parse_json_input(json.dumps(request), schema)
+    if "dataframe_split" in request:
+        legacy = request["dataframe_split"]
+    elif "dataframe_records" in request:
+        legacy = request["dataframe_records"]
+    else:
+        legacy = request
+    return scoring_server.infer_and_parse_json_input(json.dumps(legacy), schema)
 
 
 def run(raw_data):
     from mlflow.exceptions import MlflowException
-    from mlflow.pyfunc.scoring_server import infer_and_parse_data
     from mlflow.utils.proto_json_utils import _get_jsonable_obj
 
     try:
         body = json.loads(raw_data) if isinstance(raw_data, (str, bytes)) else raw_data
         request = as_mlflow_request(body)
         params = request.pop("params", None)
-        data = infer_and_parse_data(request, model.metadata.get_input_schema())
+        data = parse(request, model.metadata.get_input_schema())
     except (ValueError, TypeError, MlflowException) as err:
         message = err.message if isinstance(err, MlflowException) else str(err)
         return _error(400, f"bad request: {message}")
