@@ -103,10 +103,10 @@ def check_command(spec: Spec, key: str, *, command: str, declared: Declared,
 def check_code(spec: Spec, key: str, code) -> list[Finding]:
     if not isinstance(code, str) or ":" in code.split("/")[0]:
         return []  # azureml:, https: and git+ code is checked by Azure
-    if not spec.beside(code).is_dir():
-        return [spec.finding(key, f"code folder '{code}' does not exist",
-                             "point code: at the folder holding the entry point, relative to "
-                             "this file (../src)")]
+    if not spec.beside(code).exists():  # a folder, or one file: Azure uploads that file alone
+        return [spec.finding(key, f"code '{code}' does not exist",
+                             "point code: at the folder holding the entry point (or the one "
+                             "file to upload), relative to this file (../src)")]
     return []
 
 

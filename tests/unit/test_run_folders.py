@@ -149,3 +149,23 @@ def test_additional_includes_are_merged_into_the_snapshot_as_az_ml_uploads_them(
     assert (wd / "outputs").is_dir() and not list((tmp_path / "tmp").iterdir())  # cleaned up
     with pytest.raises(LocalRunError, match="gone does not exist"):
         snapshot.take(code, wd, includes=[tmp_path / "gone"])
+
+
+def test_code_naming_one_file_is_checked_and_snapshotted_as_azure_uploads_it(tmp_path):
+    """azure-ai-ml accepts `code: main.py` and uploads that file: the working directory holds
+    it alone (with outputs/ and logs/)."""
+    from mlops.checks.validation import check
+    from mlops.specs import load_spec
+
+    (tmp_path / "main.py").write_text("print('hi')\n")
+    (tmp_path / "other.py").write_text("")
+    spec = tmp_path / "job.yml"
+    spec.write_text("$schema: https://azuremlschemas.azureedge.net/latest/commandJob.schema.json\n"
+                    "code: main.py\ncommand: python main.py\n"
+                    "environment: azureml:AzureML-sklearn-1.5@latest\ncompute: azureml:cpu\n")
+    assert [str(f) for f in check(load_spec(spec, "job")) if f.is_error] == []
+    assert snapshot.take((tmp_path / "main.py").resolve(), tmp_path / "wd") == 1
+    assert sorted(p.name for p in (tmp_path / "wd").iterdir()) == ["logs", "main.py", "outputs"]
+    spec.write_text(spec.read_text().replace("code: main.py", "code: gone.py"))
+    errors = [str(f) for f in check(load_spec(spec, "job")) if f.is_error]
+    assert any("code 'gone.py' does not exist" in e for e in errors), errors
