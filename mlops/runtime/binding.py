@@ -111,6 +111,14 @@ def read_only(inputs: dict[str, Value], folder: Path) -> list[str]:
     return paths
 
 
+def mounted_outputs(outputs: dict[str, OutputSpec], paths: dict[str, str]) -> list[str]:
+    """The output folders Azure mounts read-write (`rw_mount`, the default mode of folder and
+    model outputs): each a mount point, which the job can empty but never remove. `upload`
+    outputs are plain folders uploaded at the end; `direct` ones a URI; a uri_file a file."""
+    return [paths[name] for name, spec in outputs.items() if name in paths
+            and spec.type != "uri_file" and str(spec.mode or "rw_mount").lower() == "rw_mount"]
+
+
 def bind_outputs(outputs: dict[str, OutputSpec], folder: Path) -> dict[str, str]:
     """uri_folder (and model) outputs are folders; a uri_file output is a file path to write. A
     `direct` output is a path only, as Azure's URI is: nothing is created there (Spark's

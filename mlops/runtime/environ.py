@@ -3,7 +3,8 @@
 This shell's variables, less what would leak another run's identity (MLflow's, Azure's, a
 launcher's ranks); those that select the environment's layers (the environment stage's
 Activation); Azure's AZURE_ML_INPUT_/OUTPUT_ paths; the
-read-only places (the data inputs, a mounted model); then the spec's own environment_variables,
+read-only places (the data inputs, a mounted model) and the output folders (mounted ones
+marked); then the spec's own environment_variables,
 which win, as on Azure. A job also gets its MLflow run's variables (tracking_env).
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from mlops.environments.activation import Activation
 from mlops.runtime import readonly_inputs
-from mlops.runtime.binding import read_only
+from mlops.runtime.binding import mounted_outputs, read_only
 from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.tasks import Task
 
@@ -35,6 +36,8 @@ def process_env(task: Task, activation: Activation, *, inputs: dict[str, str | N
     env.update({f"AZURE_ML_OUTPUT_{k}": v for k, v in outputs.items()})
     places = read_only(task.inputs, task.folder) + [str(p) for p in task.read_only]
     env[readonly_inputs.VARIABLE] = os.pathsep.join(places)
+    env[readonly_inputs.OUTPUTS] = os.pathsep.join(outputs.values())
+    env[readonly_inputs.MOUNTED] = os.pathsep.join(mounted_outputs(task.outputs, outputs))
     env.update(task.env_vars)
     return env
 

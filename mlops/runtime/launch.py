@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -19,6 +20,8 @@ import time
 from collections import deque
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
+
+from mlops.runtime import readonly_inputs
 
 STOP_GRACE_S = 10
 LOCALHOST = "127.0.0.1"
@@ -112,6 +115,26 @@ def _shell_code(code: int | None) -> int | None:
     return 128 - code if code is not None and code < 0 else code
 
 
+def mounts(env: dict[str, str]) -> list[str]:
+    """The task's rw_mount output folders (mlops/runtime/readonly_inputs.py's MOUNTED)."""
+    return [p for p in env.get(readonly_inputs.MOUNTED, "").split(os.pathsep) if p]
+
+
+def keeping_mounts(command: str, env: dict[str, str]) -> str:
+    """`command` with its rw_mount outputs kept as Azure's mount points stay: `rm -rf out`
+    empties a mount but cannot remove it, so the next command writes into it. Here the folder
+    is removed, and bash's DEBUG trap, run before each of the command's own commands, makes it
+    again (only when it is gone: a test, no process). `rm` itself ends with 0 here, where on a
+    mount it reports "Device or resource busy"."""
+    paths = mounts(env)
+    if not paths:
+        return command
+    keep = ('for _mlops_m in "${_mlops_mounts[@]}"; do [[ -d $_mlops_m ]] || '
+            'mkdir -p -- "$_mlops_m"; done')
+    return (f"_mlops_mounts=({' '.join(map(shlex.quote, paths))}); "
+            f"trap {shlex.quote(keep)} DEBUG\n{command}")
+
+
 @dataclass
 class Launch:
     """The processes of one task, and its combined log (appended, never overwritten). The one
@@ -149,7 +172,8 @@ class Launch:
         self._readers: list[threading.Thread] = []
         if self.detached:
             self.procs.append(subprocess.Popen(
-                ["bash", "-c", f"exec {self.command}"], cwd=self.cwd, env=self.envs[0],
+                ["bash", "-c", keeping_mounts(f"exec {self.command}", self.envs[0])],
+                cwd=self.cwd, env=self.envs[0],
                 stdin=subprocess.DEVNULL, stdout=self._handle, stderr=subprocess.STDOUT,
                 start_new_session=True))
             self._handle.close()
@@ -160,10 +184,11 @@ class Launch:
 
     def _start(self, rank: int, env: dict[str, str]) -> None:
         if rank == self.terminal:  # in the runner's own group: the terminal's foreground
-            self.procs.append(subprocess.Popen(["bash", "-c", self.command], cwd=self.cwd,
-                                               env=env))
+            self.procs.append(subprocess.Popen(["bash", "-c", keeping_mounts(self.command, env)],
+                                               cwd=self.cwd, env=env))
             return
-        popen = subprocess.Popen(["bash", "-c", self.command], cwd=self.cwd, env=env,
+        popen = subprocess.Popen(["bash", "-c", keeping_mounts(self.command, env)], cwd=self.cwd,
+                                 env=env,
                                  text=True, errors="replace", stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(popen)
@@ -237,6 +262,9 @@ class Launch:
                   "logged", file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        for path in mounts(self.envs[0] if self.envs else {}):  # a mount point outlives the job
+            with contextlib.suppress(OSError):
+                Path(path).mkdir(parents=True, exist_ok=True)
         for reader in self._readers:
             reader.join(timeout=5)
         try:

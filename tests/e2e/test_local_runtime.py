@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -429,6 +430,32 @@ def test_a_job_cannot_write_into_its_mounted_inputs_as_on_azure(tmp_path):
     assert "OSError: [Errno 30] Read-only file system" in log.splitlines()[-1]
     assert (TP / "ro-data/notes.txt").read_bytes() == original
     assert sorted(p.name for p in (TP / "ro-data").iterdir()) == ["notes.txt"]
+
+
+OUTPUTS = ROOT / "tests" / "fixtures" / "outputs"
+
+
+def test_an_output_emptied_or_removed_by_the_step_stays_as_azures_mount_point(tmp_path):
+    """rw_mount: Python's rmtree empties the mount and ends with EBUSY; after the shell's
+    `rm -rf`, the next command writes into it; what is written after is the output."""
+    assert run(OUTPUTS / "rm-output.yml", tmp_path / "run") == 0
+    log = (tmp_path / "run/log.txt").read_text()
+    assert "rmtree: Device or resource busy" in log and "written: ['python.txt']" in log
+    out = tmp_path / "run/outputs/model"
+    assert sorted(p.name for p in out.iterdir()) == ["shell.txt"]
+    assert (out / "shell.txt").read_text() == "from-shell\n"
+
+
+def test_an_output_on_an_inputs_datastore_folder_is_written_through_its_own_mount(tmp_path):
+    """The input stays read-only; the output, the same datastore path, is read-write."""
+    store = shutil.copytree(OUTPUTS / "datastore", tmp_path / "store")
+    assets = tmp_path / "paths.yml"
+    assets.write_text(f"azureml://datastores/workspaceblobstore/paths/: {store}/\n")
+    assert run(OUTPUTS / "same-path.yml", tmp_path / "run", assets=assets) == 0
+    log = (tmp_path / "run/log.txt").read_text()
+    assert "input: Read-only file system" in log and "counted 1" in log
+    assert (store / "shared/count.txt").read_text() == "1"
+    assert not (store / "shared/x.txt").exists()
 
 
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry

@@ -169,3 +169,34 @@ def test_code_naming_one_file_is_checked_and_snapshotted_as_azure_uploads_it(tmp
     spec.write_text(spec.read_text().replace("code: main.py", "code: gone.py"))
     errors = [str(f) for f in check(load_spec(spec, "job")) if f.is_error]
     assert any("code 'gone.py' does not exist" in e for e in errors), errors
+
+
+def test_separate_mounts_an_output_on_an_inputs_folder_is_writable_a_mount_is_not_removable(
+        tmp_path):
+    """The innermost mount decides (an output written to the datastore folder an input reads
+    is writable, the input's own path is not); a rw_mount output's root cannot be removed or
+    moved (EBUSY), its contents can."""
+    import errno
+
+    from mlops.runtime import readonly_inputs
+
+    data, out = str(tmp_path / "store/shared"), str(tmp_path / "store/shared/out")
+    places = readonly_inputs.Places((data,), (out,), (out,))
+    assert places.refused("open", f"{out}/count.txt", True) is None
+    same = readonly_inputs.Places((data,), (data,), (data,))  # one datastore path for both
+    assert same.refused("open", f"{data}/count.txt", True) is None
+    assert places.refused("open", f"{data}/part.csv", True).errno == errno.EROFS
+    assert places.refused("os.rmdir", out, True).errno == errno.EBUSY
+    assert places.refused("os.rename", out, True).errno == errno.EBUSY
+    assert places.refused("os.rename", f"{out}/a", False) is None  # a file in it moves
+    assert places.refused("os.rmdir", f"{out}/sub", True) is None
+
+
+def test_the_shell_meets_a_removed_mount_before_its_next_command():
+    from mlops.runtime import launch, readonly_inputs
+
+    env = {readonly_inputs.MOUNTED: "/r/out a:/r/b"}
+    wrapped = launch.keeping_mounts("rm -rf /r/b; touch /r/b/x", env)
+    assert wrapped.startswith("_mlops_mounts=('/r/out a' /r/b); trap ")
+    assert wrapped.endswith(" DEBUG\nrm -rf /r/b; touch /r/b/x")
+    assert launch.keeping_mounts("python x.py", {}) == "python x.py"
