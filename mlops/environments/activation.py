@@ -52,7 +52,8 @@ HELPERS = ((RUNTIME / "readonly_inputs.py", "_mlops_readonly_inputs.py"),
            (RUNTIME / "minibatch_worker.py", "_mlops_minibatch_worker.py"),
            (RUNTIME / "azureml_run.py", "_mlops_azureml_run.py"),
            (RUNTIME / "mltable_worker.py", "_mlops_mltable_worker.py"),
-           (RUNTIME / "inference_server.py", "_mlops_inference_server.py"))
+           (RUNTIME / "inference_server.py", "_mlops_inference_server.py"),
+           (RUNTIME / "mlflow_client.py", "_mlops_mlflow_client.py"))
 
 
 def top_site(folder: Path, python: Python = HERE) -> Path:
@@ -274,6 +275,8 @@ class Environments:
             "import _mlops_readonly_inputs; _mlops_readonly_inputs.install()\n")
         (site / "zz_azureml_run.pth").write_text(  # azureml-core's Run.get_context(): the job's
             "import _mlops_azureml_run; _mlops_azureml_run.install()\n")  # MLflow run
+        (site / "zz_mlflow_client.pth").write_text(  # the job's MLflow as Azure's store takes it
+            "import _mlops_mlflow_client; _mlops_mlflow_client.install()\n")
         bins = [top / "bin", *stack.bins()]
         path = os.pathsep.join([*map(str, bins), os.environ.get("PATH", "")])
         env = {"PATH": path, "VIRTUAL_ENV": str(top)}

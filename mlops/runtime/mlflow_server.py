@@ -30,7 +30,23 @@ from pathlib import Path
 from mlops.runtime.mlflow_runs import artifact_root
 
 SERVER_MODULE = "mlflow.server.handlers"
+# MLflow 1.x clients (the newest for Python 3.7 is 1.30) call the model registry under
+# /api/2.0/preview/mlflow/ (registered-models/create, model-versions/create, ...); MLflow's server
+# answers those only under /api/2.0/mlflow/ since 2.0, with the same messages. Azure's store
+# answers both, so the job's own client registers whatever its release.
+PREVIEW_ROUTES = ("/api/2.0/preview/mlflow/", "/ajax-api/2.0/preview/mlflow/")
 KEPT: list = []  # a forked server's inherited streams, never finalized
+
+
+def stable_routes(wsgi_app):
+    """The app, answering MLflow 1.x's preview routes with the stable ones' handlers."""
+    def routed(environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        for prefix in PREVIEW_ROUTES:
+            if path.startswith(prefix):
+                environ["PATH_INFO"] = prefix.replace("preview/", "") + path[len(prefix):]
+        return wsgi_app(environ, start_response)
+    return routed
 
 
 def serve(store: str, artifacts: str, fd: int, log: str = "") -> None:
@@ -57,6 +73,7 @@ def serve(store: str, artifacts: str, fd: int, log: str = "") -> None:
                 opened.append(True)
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    app.wsgi_app = stable_routes(app.wsgi_app)
     server = make_server("127.0.0.1", 0, app, threaded=True, fd=fd)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

@@ -174,6 +174,23 @@ def test_an_unchanged_pipeline_on_python_38_reuses_every_step(tmp_path, capsys):
     assert "reused 3 step(s): prep, train, register" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("spec", "minor"), [("py37.yml", "3.7"), ("py38.yml", "3.8")])
+def test_the_jobs_own_mlflow_client_logs_and_registers_as_azures_store_takes_it(
+        tmp_path, spec, minor):
+    """MLflow 1.30 (Python 3.7) registers through /api/2.0/preview/mlflow/...; 1.30 and 2.17
+    log under an absolute artifact path, kept under the run's artifacts without its `/`."""
+    needs(minor)
+    run_dir = tmp_path / "r"
+    assert local.main([str(FIXTURES / "mlflow-clients" / spec), "--run-dir", str(run_dir)]) == 0
+    assert "registered client-compat" in (run_dir / "log.txt").read_text()
+    client = MlflowClient()
+    run_id = json.loads((run_dir / "status.json").read_text())["mlflow_run_id"]
+    logged = str(run_dir.resolve() / "wd" / "model").lstrip("/")
+    assert [f.path for f in client.list_artifacts(run_id, logged)] == [f"{logged}/weights.txt"]
+    versions = client.search_model_versions("name='client-compat'")
+    assert any(v.run_id == run_id for v in versions)
+
+
 SERVING = PYTHONS / "serving"
 
 

@@ -38,3 +38,41 @@ def test_runs_started_together_on_a_new_store_all_start_and_share_one_experiment
     names = {e.name for e in MlflowClient(uri).search_experiments()}
     assert names == {"Default", "first", "second"}
     assert not set(Path(tmp_path).iterdir()) - {tmp_path / "mlflow.db", tmp_path / "mlruns"}
+
+
+def test_mlflow_1x_preview_routes_reach_the_stable_handlers():
+    """MLflow 1.x registers models through /api/2.0/preview/mlflow/; the server answers those
+    with the handlers MLflow 2 and 3 serve under /api/2.0/mlflow/."""
+    from mlops.runtime.mlflow_server import stable_routes
+
+    seen = []
+    app = stable_routes(lambda environ, start: seen.append(environ["PATH_INFO"]) or [b""])
+    for path in ("/api/2.0/preview/mlflow/registered-models/create",
+                 "/ajax-api/2.0/preview/mlflow/model-versions/get", "/api/2.0/mlflow/runs/get",
+                 "/health"):
+        app({"PATH_INFO": path}, None)
+    assert seen == ["/api/2.0/mlflow/registered-models/create",
+                    "/ajax-api/2.0/mlflow/model-versions/get", "/api/2.0/mlflow/runs/get",
+                    "/health"]
+
+
+def test_an_absolute_artifact_path_is_kept_under_the_runs_artifacts(tmp_path):
+    """As azureml-mlflow's repository joins it onto the run's prefix: no leading `/`."""
+    import types
+
+    from mlops.runtime import mlflow_client
+
+    assert mlflow_client.relative("/tmp/wd/model") == "tmp/wd/model"
+    assert mlflow_client.relative("/") is None
+    assert mlflow_client.relative("model/a") == "model/a" and mlflow_client.relative(None) is None
+
+    class Repository:  # MLflow's LocalArtifactRepository: refuses an absolute path
+        def log_artifacts(self, local_dir, artifact_path=None):
+            assert not str(artifact_path).startswith("/"), "Invalid artifact path"
+            return artifact_path
+
+        log_artifact = log_artifacts
+
+    mlflow_client.patch(types.SimpleNamespace(LocalArtifactRepository=Repository))
+    assert Repository().log_artifacts(str(tmp_path), "/a/b/../model") == "a/model"
+    assert Repository().log_artifact(str(tmp_path), artifact_path="/x.txt") == "x.txt"
