@@ -8,9 +8,12 @@ This module is copied into every task's top layer and installed by a .pth file: 
 imports `azureml.core.run` and the real context is that offline fallback, get_context() returns a
 local run instead, which forwards to the job's MLflow run (MLFLOW_RUN_ID, MLFLOW_TRACKING_URI):
 log, log_list, log_row, log_table, log_image, tags, properties, uploads, the parent run, the
-experiment's name and the workspace's MLflow tracking URI. What needs a real workspace
-(Model.register through it, datastores, compute) still fails as it does offline. Standard
-library only, Python 3.7's syntax: it runs in every environment's Python.
+experiment's name and the workspace's MLflow tracking URI. What needs a live workspace
+(`Dataset.get_by_name`, `Datastore.get`, `Model.register`, compute) ends in one line that names
+the call and the entry of the local asset map (assets/local-paths.yml, MLOPS_ASSET_FILE) that
+stands in for what it asks for (MLOPS_STAND_INS: the map's `azureml:<name>` entries); where such
+an entry exists, `Model.get_model_path` answers from it. Standard library only, Python 3.7's
+syntax: it runs in every environment's Python.
 """
 
 from __future__ import annotations
@@ -19,16 +22,91 @@ import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
+import json
 import os
 import shutil
 import sys
 import tempfile
 
 TARGET = "azureml.core.run"
+MODEL = "azureml.core.model"
+STAND_INS = "MLOPS_STAND_INS"  # {"azureml:<name>": local path}, from the asset map
+ASSET_FILE = "MLOPS_ASSET_FILE"
+NAME_ARGS = ("name", "model_name", "datastore_name", "dataset_name")
+
+
+def stand_in(name, version=None):
+    """The local path the asset map gives `azureml:<name>[:<version>]`, or None."""
+    try:
+        entries = json.loads(os.environ.get(STAND_INS) or "{}")
+    except ValueError:
+        return None
+    keys = ([f"azureml:{name}:{version}"] if version else []) + [f"azureml:{name}"]
+    return next((entries[key] for key in keys if key in entries), None)
+
+
+WRAPPERS = ("wrapper", "wrapped", "inner", "decorator", "<lambda>")
+
+
+def _call():
+    """The azureml-core call the job's code made (the outermost azureml frame that is not a
+    decorator's) and the asset name it was given (in it or a frame it called)."""
+    frame, frames = sys._getframe(1), []
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("azureml."):
+            frames.append(frame)
+        frame = frame.f_back
+    named = [f for f in frames if f.f_code.co_name not in WRAPPERS
+             and not f.f_code.co_name.startswith("_")]
+    if not named:
+        return "this call", None
+    call, caller = named[-1], frames[-1].f_back
+    name = next((f.f_locals[a] for f in reversed(frames[:frames.index(call) + 1])
+                 for a in NAME_ARGS if isinstance(f.f_locals.get(a), str)), None)
+    where = f" (at {os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno})" \
+        if caller is not None else ""
+    return _qualified(call) + where, name
+
+
+def _qualified(frame) -> str:
+    """`Dataset.get_by_name`: the code's qualified name (3.11), else the class of its module
+    that holds this very code (a static or class method, a method)."""
+    code = frame.f_code
+    if hasattr(code, "co_qualname"):
+        return code.co_qualname
+    for owner in list(frame.f_globals.values()):
+        member = vars(owner).get(code.co_name) if isinstance(owner, type) else None
+        function = getattr(member, "__func__", member)
+        while function is not None:  # through decorators (functools.wraps' __wrapped__)
+            if getattr(function, "__code__", None) is code:
+                return f"{owner.__name__}.{code.co_name}"
+            function = getattr(function, "__wrapped__", None)
+    return code.co_name
+
+
+class NeedsWorkspace(AttributeError):
+    """An SDK v1 call that reads the live workspace a local run does not have."""
+
+
+def needs_workspace(attribute: str) -> NeedsWorkspace:
+    call, name = _call()
+    file = os.environ.get(ASSET_FILE) or "assets/local-paths.yml"
+    if "Datastore" in call:
+        key = f"azureml://datastores/{name or '<name>'}/paths/"
+        hint = f"the local stand-in is an entry `{key}: <local folder>/` in {file}"
+    elif name and stand_in(name):
+        hint = (f"{file} maps azureml:{name} to {stand_in(name)}: hand it to the job as an "
+                f"input (path: azureml:{name}) and read the input's path")
+    else:
+        hint = (f"the local stand-in is an entry `azureml:{name or '<name>'}: <local path>` in "
+                f"{file}, handed to the job as an input (path: azureml:{name or '<name>'})")
+    return NeedsWorkspace(f"{call} needs a live Azure ML workspace (workspace.{attribute}), "
+                          f"which a local run does not have; {hint}")
 
 
 class LocalWorkspace:
-    """What a script reads from `run.experiment.workspace` locally."""
+    """What a script reads from `run.experiment.workspace` locally; what needs the live
+    workspace is refused by name (NeedsWorkspace, an AttributeError: hasattr() stays false)."""
 
     name = "local"
     subscription_id = ""
@@ -37,6 +115,11 @@ class LocalWorkspace:
 
     def get_mlflow_tracking_uri(self):
         return os.environ.get("MLFLOW_TRACKING_URI", "")
+
+    def __getattr__(self, attribute):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        raise needs_workspace(attribute)
 
 
 class LocalExperiment:
@@ -202,6 +285,21 @@ def patch(module):
     module.Run.get_context = classmethod(get_context)
 
 
+def patch_model(module):
+    """Model.get_model_path: where AZUREML_MODEL_DIR does not answer (as azureml-core reads it
+    first), the asset map's `azureml:<name>[:<version>]`, before the workspace is asked."""
+    real = module.Model.get_model_path
+
+    def get_model_path(model_name, version=None, _workspace=None):
+        local = stand_in(model_name, version) if not os.environ.get("AZUREML_MODEL_DIR") else None
+        return local if local else real(model_name, version, _workspace)
+
+    module.Model.get_model_path = staticmethod(get_model_path)
+
+
+PATCHES = {TARGET: patch, MODEL: patch_model}
+
+
 class PatchingLoader(importlib.abc.Loader):
     def __init__(self, loader):
         self.loader = loader
@@ -212,12 +310,12 @@ class PatchingLoader(importlib.abc.Loader):
     def exec_module(self, module):
         self.loader.exec_module(module)
         with contextlib.suppress(AttributeError):  # another azureml-core layout: as it is
-            patch(module)
+            PATCHES[module.__name__](module)
 
 
 class Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
-        if fullname != TARGET:
+        if fullname not in PATCHES:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is not None and spec.loader is not None:

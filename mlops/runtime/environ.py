@@ -10,6 +10,7 @@ which win, as on Azure. A job also gets its MLflow run's variables (tracking_env
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -38,6 +39,9 @@ def process_env(task: Task, activation: Activation, *, inputs: dict[str, str | N
     env[readonly_inputs.VARIABLE] = os.pathsep.join(places)
     env[readonly_inputs.OUTPUTS] = os.pathsep.join(outputs.values())
     env[readonly_inputs.MOUNTED] = os.pathsep.join(mounted_outputs(task.outputs, outputs))
+    if task.assets[0]:  # what an SDK v1 script's workspace calls are told (azureml_run.py)
+        env["MLOPS_ASSET_FILE"], env["MLOPS_STAND_INS"] = task.assets[0], json.dumps(
+            task.assets[1])
     env.update(task.env_vars)
     return env
 

@@ -48,6 +48,7 @@ class Task:
     tags: dict[str, str] = field(default_factory=dict)
     parent_run: str | None = None
     address: tuple[str, ...] = ()  # in its run: ("train",), ("tune", "trial:3"); DEBUG= names it
+    assets: tuple[str, dict[str, str]] = ("", {})  # the asset map's file and azureml: entries
 
 
 class Component(NamedTuple):
@@ -164,6 +165,11 @@ class TaskSource:
         return include_paths(self.definition.get("additional_includes"), self.base, self.where)
 
 
+def stand_ins(assets: AssetMap | None) -> tuple[str, dict[str, str]]:
+    """The asset map as a job's SDK v1 calls are told of it: its file and `azureml:` entries."""
+    return (assets.named, assets.stand_ins()) if assets is not None else ("", {})
+
+
 def command_task(source: TaskSource) -> Task:
     """A command job (or component, or inline node, or trial) as one task."""
     data, where = source.definition, source.where
@@ -177,4 +183,4 @@ def command_task(source: TaskSource) -> Task:
         env_vars=variables(data.get("environment_variables")),
         placement=Placement.from_spec(data, where), timeout=time_limit(data, where),
         experiment=source.experiment, tags=dict(source.tags), parent_run=source.parent,
-        address=source.address)
+        address=source.address, assets=stand_ins(source.assets))

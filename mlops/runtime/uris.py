@@ -101,6 +101,12 @@ class AssetMap:
             return str(self.file)
         return f"an asset map (asset_map = \"<file>\" in {self.base / CONFIG}, or --assets)"
 
+    def stand_ins(self) -> dict[str, str]:
+        """The map's `azureml:<name>` entries as local paths: what an SDK v1 script's
+        workspace calls name in the job (mlops/runtime/azureml_run.py)."""
+        return {key: str((self.base / value).resolve()) for key, value in self.mapping.items()
+                if key.startswith("azureml:") and "://" not in key}
+
     def mapped_output(self, reference: str) -> Path | None:
         """Where an output whose `path:` is `reference` is written: the local path the file
         maps it to, None for a local path or a reference it does not map (the run folder)."""

@@ -561,3 +561,21 @@ def test_an_sdk_v1_script_logs_through_run_get_context_into_the_jobs_mlflow_run(
     assert "is a Run: True; type azureml.scriptrun; Run(Experiment: v1-run-context," in log
     uploaded = MlflowClient().list_artifacts(job.info.run_id, "outputs")
     assert [a.path for a in uploaded] == ["outputs/answer.txt"]
+
+
+def test_sdk_v1_workspace_calls_name_the_stand_in_and_get_model_path_answers_from_it(tmp_path):
+    """Dataset.get_by_name and Datastore.get need a live workspace: one line each, naming the
+    call and the map entry; Model.get_model_path answers from the map's entry."""
+    model = tmp_path / "model"
+    model.mkdir()
+    assets = tmp_path / "paths.yml"
+    assets.write_text(f"azureml:local-model: {model}\nazureml:titanic: {tmp_path}\n")
+    assert run(TP / "v1-workspace-calls.yml", tmp_path / "run", assets=assets) == 0
+    log = (tmp_path / "run/log.txt").read_text()
+    assert f"model path: {model}" in log
+    assert f"refused: AbstractDataset.get_by_name (at v1_workspace.py:8) needs a live Azure ML " \
+        f"workspace (workspace._auth), which a local run does not have; {assets} maps " \
+        f"azureml:titanic to {tmp_path}" in log
+    assert "refused: Datastore.get (at v1_workspace.py:9) needs a live Azure ML workspace" in log
+    assert f"`azureml://datastores/workspaceblobstore/paths/: <local folder>/` in {assets}" in log
+
