@@ -2,17 +2,22 @@
 
 Every form a spec can use resolves to a plan (a pip requirement list and a Python version):
 - `azureml:<name>@latest` / `azureml:<name>:<version>`: a workspace environment: the version
-  registered in the local workspace (mlops/workspace), else found by name among this repo's
-  environments/*.yml, else in catalog/local-envs.yml (curated ones);
+  registered in the local workspace (mlops/workspace), else in catalog/local-envs.yml
+  (curated ones), else the definition nearest the spec (below);
 - `azureml://registries/<registry>/environments/<name>/labels/<l>|versions/<v>`: local-envs.yml;
 - inline `image:` + `conda_file:`: the conda file (pip entries; conda packages through their
   PyPI names); `image:` alone: local-envs.yml by image name;
 - `build: path:` (a Docker context): the requirements its Dockerfile installs with plain
   `pip install` (packages or `-r file`) or `conda env create -f file`.
-A workspace name neither this repo nor the mapping file knows is looked up in the job's own
-repository (the enclosing git root, else the spec's folder): MLOps templates keep the environment
-spec they register beside their jobs. What cannot be read (an unknown name, a Dockerfile that
-installs otherwise) runs in .venv with a one-line notice naming the mapping file.
+A workspace name the local workspace does not hold and the mapping file does not know is the
+definition nearest the spec in its own repository, as a name resolves in the workspace it was
+registered in (MLOps templates keep the environment spec they register beside their jobs): the
+spec's folder, then each folder above it up to the repository root (the enclosing git root, else
+the spec's folder), each with its subfolders; the first of those that holds one wins, so a
+definition in another project of the same repository never stands in for the spec's own. One
+line names the file it came from (and the other definitions of that name passed over). What
+cannot be read (an unknown name, a Dockerfile that installs otherwise) runs in .venv with a
+one-line notice naming the mapping file.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from mlops.environments.envfiles import (
     with_conda_base,
 )
 from mlops.errors import LocalRunError
-from mlops.specs import ROOT, SpecData, read_yaml
+from mlops.specs import SpecData, read_yaml
 
 CATALOG = Path(__file__).resolve().parent / "catalog"  # ships with the tool (mlops/pyproject)
 ENV_MAP = CATALOG / "local-envs.yml"
@@ -60,10 +65,12 @@ class EnvironmentRef:
 
 
 class Found(NamedTuple):
-    """An environment spec found by name: its data and its file."""
+    """An environment spec found by name: its data, its file, and the other definitions of the
+    name in the same nearest folder (passed over, named in the log)."""
 
     data: SpecData
     file: Path
+    others: tuple[Path, ...] = ()
 
 
 class EnvName(NamedTuple):
@@ -143,20 +150,6 @@ def from_definition(definition: SpecData, base: Path, label: str, env_map: EnvMa
     return plan
 
 
-def repo_environment(name: str) -> Found | None:
-    """A workspace environment this repo defines (environments/*.yml), by its name."""
-    for path in sorted((ROOT / "environments").glob("*.yml")):
-        try:
-            data = read_yaml(path.read_text()) or {}
-        except yaml.YAMLError:
-            continue
-        is_spec = isinstance(data, dict) and any(k in data for k in ("image", "build",
-                                                                     "conda_file"))
-        if is_spec and data.get("name") == name:  # (a conda file has a name: too)
-            return Found(data, path)
-    return None
-
-
 SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "runs", "mlruns", "__pycache__", ".cache"}
 MAX_SCANNED = 5000  # YAML files read when looking for an environment spec in a job's repository
 
@@ -169,10 +162,12 @@ def search_root(base: Path) -> Path:
     return base
 
 
-def _yaml_files(root: Path):
+def _yaml_files(root: Path, skip: Path | None = None):
+    """The YAML files under `root`, less those under `skip` (a folder already searched)."""
     count = 0
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith(".")
+                         and Path(folder) / d != skip)
         for name in sorted(files):
             if name.endswith((".yml", ".yaml")):
                 count += 1
@@ -181,12 +176,9 @@ def _yaml_files(root: Path):
                 yield Path(folder) / name
 
 
-def job_repo_environment(name: str, version: str | None, base: Path) -> Found | None:
-    """An environment spec with `name:` in the job's own repository, as MLOps templates keep it
-    beside the jobs and register it once (`az ml environment create --file`); a spec whose
-    `version:` matches wins over one without."""
+def _definitions(name: str, folder: Path, skip: Path | None) -> list[tuple[Path, SpecData]]:
     found = []
-    for path in _yaml_files(search_root(base.resolve())):
+    for path in _yaml_files(folder, skip):
         try:
             text = path.read_text(errors="replace")
             if name not in text:
@@ -195,11 +187,26 @@ def job_repo_environment(name: str, version: str | None, base: Path) -> Found | 
         except (OSError, yaml.YAMLError):
             continue
         if _is_environment(data) and str(data.get("name")) == name:
-            found.append((str(data.get("version", "")) == (version or "-"), path, data))
-    if not found:
-        return None
-    _, path, data = max(found, key=lambda f: f[0])
-    return Found(data, path)
+            found.append((path, data))
+    return found
+
+
+def job_repo_environment(name: str, version: str | None, base: Path) -> Found | None:
+    """The definition of `name` nearest the spec in its own repository (see the module's
+    docstring); in the nearest folder that holds any, a spec whose `version:` matches first,
+    then the fewest folders below that folder, then by path."""
+    base = base.resolve()
+    root, skip = search_root(base), None
+    for folder in (base, *base.parents):
+        found = _definitions(name, folder, skip)
+        if found:
+            found.sort(key=lambda item: (str(item[1].get("version", "")) != (version or "-"),
+                                         len(item[0].relative_to(folder).parts), str(item[0])))
+            return Found(found[0][1], found[0][0], tuple(path for path, _ in found[1:]))
+        if folder == root:
+            break
+        skip = folder
+    return None
 
 
 def _is_environment(data) -> bool:
@@ -224,12 +231,12 @@ def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPl
         return from_map(key, reference, env_map, registry.group(3))
     held = registered_environment(reference)
     if held is not None:
-        return from_definition(read_yaml((held / "spec.yml").read_text()), held, reference,
+        plan = from_definition(read_yaml((held / "spec.yml").read_text()), held, reference,
                                env_map)
+        plan.notice = plan.notice or f"{reference}: the version registered in the local " \
+            f"workspace ({held / 'spec.yml'})"
+        return plan
     name, _, version = _name_version(reference)
-    local = repo_environment(name)
-    if local is not None:
-        return from_definition(local.data, local.file.parent, reference, env_map)
     plan = from_map(f"azureml:{name}", reference, env_map, version)
     if plan.notice is None:
         return plan
@@ -237,7 +244,9 @@ def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPl
     if own is None:
         return plan
     plan = from_definition(own.data, own.file.parent, reference, env_map)
-    plan.notice = plan.notice or f"{reference}: built from its spec {own.file}"
+    passed = f" (nearest of {len(own.others) + 1} definitions of {name}; not " \
+        f"{', '.join(map(str, own.others))})" if own.others else ""
+    plan.notice = plan.notice or f"{reference}: built from its spec {own.file}{passed}"
     return plan
 
 

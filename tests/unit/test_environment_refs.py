@@ -3,6 +3,8 @@ azure-ai-ml loads it (not a workspace environment named "file")."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mlops.environments.envspec import ENV_MAP, EnvMap, plan_for
@@ -69,3 +71,45 @@ def test_a_conda_files_variables_are_part_of_its_plan(tmp_path):
     plan = plan_for({"image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04",
                      "conda_file": "conda.yml"}, tmp_path, EnvMap(tmp_path / "none.yml"))
     assert plan.variables == {"GREETING": "hi", "RETRIES": "3"}
+
+
+def _env(path: Path, name: str, conda: str, version: str | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"name: {name}\n" + (f"version: {version}\n" if version else "") +
+                    f"image: mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04:latest\n"
+                    f"conda_file: {conda}\n")
+    (path.parent / conda).write_text("dependencies:\n- python=3.11\n")
+
+
+def test_an_environment_by_name_is_the_definition_nearest_the_spec_and_the_log_names_it(
+        tmp_path):
+    """As a name resolves in the workspace it was registered in: the spec's own project's
+    definition, never another project's of the same repository; the file is named."""
+    from mlops.environments.envspec import EnvMap, job_repo_environment, plan_for
+
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    _env(repo / "project-a/environments/env.yml", "shared-env", "a.yml")
+    _env(repo / "project-b/environments/env.yml", "shared-env", "b.yml")
+    _env(repo / "environments/common.yml", "common-env", "c.yml")
+    _env(repo / "tools/deep/down/common.yml", "common-env", "d.yml")
+    (repo / "project-b/jobs").mkdir(parents=True)
+    found = job_repo_environment("shared-env", None, repo / "project-b/jobs")
+    assert found.file == repo / "project-b/environments/env.yml" and found.others == ()
+    common = job_repo_environment("common-env", None, repo / "project-b/jobs")
+    assert common.file == repo / "environments/common.yml"  # nearer than tools/deep/down
+    assert common.others == (repo / "tools/deep/down/common.yml",)
+    plan = plan_for("azureml:common-env@latest", repo / "project-b/jobs", EnvMap(tmp_path / "x"))
+    assert plan.notice == (f"azureml:common-env@latest: built from its spec {common.file} "
+                           f"(nearest of 2 definitions of common-env; not {common.others[0]})")
+    assert job_repo_environment("shared-env", None, tmp_path / "elsewhere") is None
+
+
+def test_a_version_named_picks_that_version_among_the_nearest(tmp_path):
+    from mlops.environments.envspec import job_repo_environment
+
+    (tmp_path / ".git").mkdir()
+    _env(tmp_path / "envs/one.yml", "train-env", "1.yml", version="1")
+    _env(tmp_path / "envs/two.yml", "train-env", "2.yml", version="2")
+    assert job_repo_environment("train-env", "2", tmp_path / "jobs").file == \
+        tmp_path / "envs/two.yml"
