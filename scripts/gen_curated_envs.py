@@ -160,23 +160,60 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)) or (0,)
 
 
-def versions(repo: Path, folders: dict[str, str]) -> dict[str, list]:
-    """Each environment's entry at every published version (the release tags
-    `environment/<name>/<version>`, on the release branch's `latest/environment/<name>/`), as
-    [first version, entry] pairs where the entry changes."""
-    found: dict[str, list] = {}
-    tags = git(repo, "tag", "--list", "environment/*").split()
+def ranges(numbers: list[int]) -> str:
+    """[1, 2, 3, 5, 7, 8] -> "1-3,5,7-8": the versions published, compactly."""
+    parts, start = [], None
+    for index, number in enumerate(numbers):
+        if start is None:
+            start = number
+        if index + 1 == len(numbers) or numbers[index + 1] != number + 1:
+            parts.append(str(start) if start == number else f"{start}-{number}")
+            start = None
+    return ",".join(parts)
+
+
+class History(NamedTuple):
+    """What the release records say: each environment's entry where it changes, the versions
+    published, and for each legacy name (AzureML-<name>-<os>-py<ver>-<cpu|gpu>) the last
+    version whose tags gave that name."""
+
+    versions: dict[str, list]
+    published: dict[str, str]
+    legacy: dict[str, list]  # legacy key (lower case) -> [asset name, last version]
+    dates: dict[str, dict[str, int]]  # asset name -> version -> its release (unix seconds)
+
+
+def versions(repo: Path, folders: dict[str, str]) -> History:
+    """Each environment at every published version: the release tags
+    `environment/<name>/<version>`, each a commit of the release branch whose
+    `latest/environment/<name>/` holds that version's asset.yaml, spec.yaml and build context
+    (its Dockerfile and conda file with every pin resolved, where the source has
+    `{{latest-pypi-version}}`)."""
+    history = History({}, {}, {}, {})
+    released = dict(line.split() for line in git(
+        repo, "for-each-ref", "--format=%(refname:short) %(creatordate:unix)",
+        "refs/tags/environment/").splitlines())
+    tags = list(released)
+    numbers: dict[str, list[int]] = {}
     for tag in sorted(tags, key=lambda t: (t.split("/")[1], _version(t.split("/")[-1]))):
         _, name, version = tag.split("/", 2)
         if name not in folders:
             continue
-        plan = read_plan(repo, tag, f"latest/environment/{name}", name)  # the release layout
+        folder = f"latest/environment/{name}"  # the release layout
+        plan = read_plan(repo, tag, folder, name)
         if plan is None:
             continue
-        pairs = found.setdefault(name, [])
+        numbers.setdefault(name, []).append(_version(version)[0])
+        history.dates.setdefault(name, {})[version] = int(released[tag])
+        spec = _yaml(show(repo, tag, f"{folder}/spec.yaml"))
+        for key in keys(name, spec.get("tags") or {})[2:]:  # the legacy name of this version
+            history.legacy[key.lower()] = [name, version]
+        pairs = history.versions.setdefault(name, [])
         if not pairs or pairs[-1][1] != entry(plan):
             pairs.append([version, entry(plan)])
-    return found
+    history.published.update({name: ranges(sorted(set(found)))
+                              for name, found in numbers.items()})
+    return history
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,11 +229,15 @@ def main(argv: list[str] | None = None) -> int:
               "# image's pins. Do not edit: local-envs.yml beside it overrides an entry by key.\n")
     args.out.write_text(header + yaml.safe_dump(found.entries, sort_keys=False, width=100))
     history = versions(args.repo, found.folders)
+    names = {**found.names, **{key: name for key, (name, _) in history.legacy.items()}}
     versions_out = args.out.with_name(VERSIONS_FILE)
-    versions_out.write_text(json.dumps({"source": head, "names": found.names,
-                                        "versions": history}, separators=(",", ":")) + "\n")
+    versions_out.write_text(json.dumps(
+        {"source": head, "names": names, "versions": history.versions,
+         "published": history.published, "legacy": history.legacy, "dates": history.dates},
+        separators=(",", ":")) + "\n")
     print(f"{args.out}: {len(found.entries)} keys from {head[:10]}; {versions_out}: "
-          f"{sum(len(v) for v in history.values())} distinct versions of {len(history)}")
+          f"{sum(len(v) for v in history.versions.values())} distinct versions of "
+          f"{len(history.versions)}, {versions_out.stat().st_size // 1024} kB")
     return 0
 
 

@@ -111,11 +111,15 @@ def from_map(key: str, label: str, env_map: EnvMap, version: str | None = None) 
     """A curated, registry or image-only environment, through catalog/local-envs.yml over the
     curated catalogue (exact keys first, a curated image by its environment's name, then the
     longest key ending in `/` that prefixes this one); a curated one at the `version` named."""
-    entry = env_map.get(key)
-    if entry is not None and version and key.lower() not in env_map.own:
-        entry = curated.at_version(key, version) or entry
-    if entry is None and key.lower().startswith(CURATED_IMAGES):
-        entry = env_map.get(REGISTRY_ENVS + key[len(CURATED_IMAGES):])
+    if key.lower().startswith(CURATED_IMAGES) and env_map.get(key) is None:
+        key = REGISTRY_ENVS + key[len(CURATED_IMAGES):]  # the image of that curated name
+    entry, notice, as_of = env_map.get(key), None, None
+    if key.lower() not in env_map.own:  # a hand-written entry has no version history
+        chosen = curated.choose(key, version, label)
+        if chosen is not None:
+            entry, notice, as_of = chosen.entry, chosen.notice, chosen.as_of()
+        elif entry is not None and version:
+            entry = curated.at_version(key, version) or entry
     if entry is None:
         prefixes = [k for k in env_map if k.endswith("/") and key.lower().startswith(k)]
         entry = env_map[max(prefixes, key=len)] if prefixes else None
@@ -127,7 +131,17 @@ def from_map(key: str, label: str, env_map: EnvMap, version: str | None = None) 
     for line in entry.get("pip") or []:
         plan.requirements.append(str(line))
     with_conda_base(plan)  # curated and mapped images are conda environments
+    plan.requirements += [as_of] if as_of else []  # resolved as PyPI was when it was built
+    plan.notice = notice
     return plan
+
+
+def curated_tag(image: str) -> str | None:
+    """The version a curated image's tag names (`.../azureml/curated/sklearn-1.0:12`: 12;
+    `:latest` and other images: None)."""
+    bare = re.sub(r"@sha256:.*$", "", image)
+    match = re.search(r":(\d+)$", bare)
+    return match.group(1) if match and ("image:" + bare).startswith(CURATED_IMAGES) else None
 
 
 def from_definition(definition: SpecData, base: Path, label: str, env_map: EnvMap) -> EnvPlan:
@@ -141,12 +155,15 @@ def from_definition(definition: SpecData, base: Path, label: str, env_map: EnvMa
     elif build.get("path"):
         context = (base / str(build["path"])).resolve()
         image = read_dockerfile(context, str(build.get("dockerfile_path") or "Dockerfile"), plan)
-        below = from_map(image_key(image), label, env_map) if image else None
+        below = from_map(image_key(image), label, env_map, curated_tag(image)) if image \
+            else None
         if below is not None and below.notice is None:  # a curated (or mapped) image below
-            plan.requirements[:0] = below.requirements
+            plan.requirements[:0] = [line for line in below.requirements  # what the build
+                                     if not line.startswith(curated.RESOLVED_AS_OF)]  # adds: now
             plan.python, plan.notice = plan.python or below.python, None
     elif definition.get("image"):
-        return from_map(image_key(definition["image"]), label, env_map)
+        image = str(definition["image"])
+        return from_map(image_key(image), label, env_map, curated_tag(image))
     return plan
 
 

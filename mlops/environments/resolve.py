@@ -135,17 +135,24 @@ def _locked(path: Path) -> dict[str, Locked]:
     return found
 
 
+# A curated image's line `--exclude-newer <time>` (mlops/environments/curated.py): what PyPI held
+# when Azure built it, for what its definition leaves unpinned; uv takes it as an option.
+EXCLUDE_NEWER = "--exclude-newer"
+
+
 def compile_set(lines: list[str], python: list[str], only_binary: set[str],
                 lowest: bool = False) -> dict[str, Locked]:
     """uv's resolution of `lines` for `python` (its --python-version/--platform or --python
     flags); sdists whose metadata fails to build are retried as wheels only."""
     no_build = set(only_binary)
+    as_of = [word for line in lines if line.startswith(EXCLUDE_NEWER) for word in line.split()]
+    lines = [line for line in lines if not line.startswith(EXCLUDE_NEWER)]
     with tempfile.TemporaryDirectory(prefix="resolve-") as tmp:
         source, lock = Path(tmp) / "requirements.in", Path(tmp) / "pylock.toml"
         source.write_text("\n".join(lines) + "\n")
         for _ in range(ROUNDS):
             argv = [uv_binary(), "pip", "compile", str(source), "--format", "pylock.toml",
-                    "-o", str(lock), "--quiet", "--no-header", *python]
+                    "-o", str(lock), "--quiet", "--no-header", *python, *as_of[:2]]
             argv += ["--resolution", "lowest-direct"] if lowest else []
             for name in sorted(no_build):
                 argv += ["--only-binary", name]

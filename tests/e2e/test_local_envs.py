@@ -252,11 +252,15 @@ def test_every_curated_name_has_its_images_pins_and_local_envs_overrides():
 
 
 def test_a_dockerfile_from_a_curated_image_adds_to_that_images_packages_and_python():
+    from mlops.environments import curated
+
     plan = plan_for({"build": {"path": "curated-base"}}, ENVS, EnvMap())
-    image = EnvMap().get("azureml://registries/azureml/environments/"
-                         "sklearn-1.0-ubuntu20.04-py38-cpu")
+    key = "azureml://registries/azureml/environments/sklearn-1.0-ubuntu20.04-py38-cpu"
+    chosen = curated.choose(key, None, "base")  # :latest: its last release record, if any
+    image = chosen.entry if chosen is not None else EnvMap().get(key)
     assert plan.notice is None and plan.python == "3.8"
     assert plan.requirements[:len(image["pip"])] == image["pip"]
+    assert not any(line.startswith("--exclude-newer") for line in plan.requirements)
     assert plan.requirements[-2:] == ["mlflow", "torch==1.13.0"]
 
 
@@ -330,3 +334,17 @@ def test_an_environment_for_an_old_python_completes_as_its_closure_does_on_azure
     assert printed in (tmp_path / "r/log.txt").read_text()
     assert f"runs on Python {find(python).version}" in capsys.readouterr().err
     assert freeze() == before
+
+
+@pytest.mark.heavy
+@pytest.mark.network
+def test_a_curated_image_at_a_version_holds_what_that_image_holds(tmp_path, capsys):
+    """AzureML-lightgbm-3.3-ubuntu20.04-py38-cpu:1 is that version's image: Python 3.8 with
+    matplotlib 3.3, from its release record, resolved as PyPI was when it was built."""
+    if find("3.8") is None:
+        pytest.skip(f"no Python 3.8 on this machine: {how_to_get('3.8')}")
+    spec = ENVS / "curated-lightgbm-v1.yml"
+    assert local.main([str(spec), "--run-dir", str(tmp_path / "r")]) == 0
+    log = (tmp_path / "r/log.txt").read_text()
+    assert "python 3.8." in log and "matplotlib 3.3." in log and "lightgbm 3.3." in log
+    assert "not in Azure/azureml-assets' release records" not in capsys.readouterr().err

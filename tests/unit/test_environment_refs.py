@@ -113,3 +113,47 @@ def test_a_version_named_picks_that_version_among_the_nearest(tmp_path):
     _env(tmp_path / "envs/two.yml", "train-env", "2.yml", version="2")
     assert job_repo_environment("train-env", "2", tmp_path / "jobs").file == \
         tmp_path / "envs/two.yml"
+
+
+def test_a_curated_version_is_that_versions_image_and_one_the_records_lack_is_named(
+        tmp_path, monkeypatch, capsys):
+    """Each version is one image: exactly its release record; a version the records do not
+    hold is named with the one that stands in, never silently today's; @latest is the last
+    version published (for a legacy name, the last under that name)."""
+    import json
+
+    from mlops.environments import curated
+
+    history = tmp_path / "versions.json"
+    history.write_text(json.dumps({
+        "names": {"azureml:azureml-sklearn-1.0": "sklearn-1.0",
+                  "azureml:azureml-sklearn-1.0-ubuntu20.04-py38-cpu": "sklearn-1.0",
+                  "azureml://registries/azureml/environments/sklearn-1.0": "sklearn-1.0"},
+        "versions": {"sklearn-1.0": [["2", {"pip": ["mlflow==1.30.0"], "python": "3.8"}],
+                                     ["9", {"pip": ["mlflow==2.9.2"], "python": "3.8"}],
+                                     ["40", {"pip": ["mlflow==3.1.0"], "python": "3.9"}]]},
+        "published": {"sklearn-1.0": "2-7,9-12,40-41"},
+        "legacy": {"azureml:azureml-sklearn-1.0-ubuntu20.04-py38-cpu": ["sklearn-1.0", "12"]},
+        "dates": {"sklearn-1.0": {"10": 1743586353}}}))
+    monkeypatch.setattr(curated, "VERSIONS", history)
+    env_map = EnvMap(tmp_path / "none.yml", tmp_path / "none.yml")
+    legacy = "azureml:AzureML-sklearn-1.0-ubuntu20.04-py38-cpu"
+    exact = plan_for(f"{legacy}:10", tmp_path, env_map)
+    assert "mlflow==2.9.2" in exact.requirements and exact.notice is None
+    assert exact.requirements[-1] == "--exclude-newer 2025-04-03T09:32:33Z"  # built the day after
+    before = plan_for(f"{legacy}:1", tmp_path, env_map)
+    assert before.python == "3.8" and "mlflow==1.30.0" in before.requirements
+    assert before.notice == (f"{legacy}:1: version 1 of curated environment sklearn-1.0 is not "
+                             "in Azure/azureml-assets' release records (published under this "
+                             "name: 2-7,9-12); version 2's definition stands in")
+    gap = plan_for(f"{legacy}:8", tmp_path, env_map)
+    assert "mlflow==1.30.0" in gap.requirements and "version 7's definition" in gap.notice
+    past = plan_for(f"{legacy}:41", tmp_path, env_map)  # the name ended with 12
+    assert past.python == "3.8" and "version 12's definition stands in" in past.notice
+    assert "mlflow==2.9.2" in plan_for(f"{legacy}@latest", tmp_path, env_map).requirements
+    latest = plan_for("azureml:AzureML-sklearn-1.0@latest", tmp_path, env_map)
+    assert latest.python == "3.9" and latest.notice is None
+    assert curated.expand("1-3,5") == [1, 2, 3, 5]
+    image = plan_for({"image": "mcr.microsoft.com/azureml/curated/sklearn-1.0:10"}, tmp_path,
+                     env_map)  # a curated image's tag is its version
+    assert "mlflow==2.9.2" in image.requirements and image.notice is None

@@ -264,3 +264,22 @@ def test_uv_and_build_failures_are_the_machines_exit_1_with_what_to_do(capsys):
     assert "UV_CACHE_DIR" in capsys.readouterr().err
     assert exit_code(failing(resolve.BuildFailed("pyarrow", "9.0.0", "cmake failed"))) == 1
     assert exit_code(failing(resolve.NoSet("numpy==1 and numpy==2"))) == 2
+
+
+def test_a_curated_images_build_day_reaches_uv_as_an_option_not_a_requirement(monkeypatch):
+    """`--exclude-newer <time>` (mlops/environments/curated.py): what PyPI held when Azure
+    built the image, for what its definition leaves unpinned."""
+    seen = []
+
+    def run(argv, **kwargs):
+        seen.append((argv, Path(argv[3]).read_text()))
+        Path(argv[argv.index("-o") + 1]).write_text(PYLOCK)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(resolve.subprocess, "run", run)
+    monkeypatch.setattr(resolve, "uv_binary", lambda: "uv")
+    resolve.compile_set(["azureml-mlflow==1.59.0.post1", "--exclude-newer 2025-04-04T09:32:33Z"],
+                        ["--python-version", "3.10"], set())
+    argv, source = seen[0]
+    assert argv[-2:] == ["--exclude-newer", "2025-04-04T09:32:33Z"]
+    assert source == "azureml-mlflow==1.59.0.post1\n"
