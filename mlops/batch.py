@@ -14,7 +14,6 @@ from pathlib import Path
 
 from mlops import exit_code, exit_with
 from mlops.endpoints.batch_deployment import BatchRequest, run_local
-from mlops.environments.envspec import ENV_MAP
 from mlops.runtime.debugging import DebugRequest, add_arguments
 from mlops.runtime.launch import usable_cores
 
@@ -31,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="model folder (default: as make serve-local picks it)")
     parser.add_argument("--run-dir", type=Path)
     parser.add_argument("--max-procs", type=int, default=usable_cores())
-    parser.add_argument("--envs", dest="env_file", type=Path, default=ENV_MAP)
+    parser.add_argument("--envs", dest="env_file", type=Path, default=None)
     parser.add_argument("--assets", dest="asset_file", type=Path, default=None)
     add_arguments(parser)
     return parser

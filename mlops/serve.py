@@ -19,7 +19,6 @@ from pathlib import Path
 from mlops import exit_code, exit_with
 from mlops.endpoints import endpoint_actions as actions
 from mlops.endpoints import online
-from mlops.environments.envspec import ENV_MAP
 from mlops.runtime.debugging import DebugRequest, add_arguments
 from mlops.specs import ROOT
 
@@ -44,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--auth", choices=["", "none"], default="")
     parser.add_argument("--all-traffic", choices=["auto", "1", "0"], default="auto")
     parser.add_argument("--assets", dest="asset_file", type=Path, default=None)
-    parser.add_argument("--envs", dest="env_file", type=Path, default=ENV_MAP)
+    parser.add_argument("--envs", dest="env_file", type=Path, default=None)
     add_arguments(parser)
     return parser
 

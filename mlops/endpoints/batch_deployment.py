@@ -25,7 +25,6 @@ from mlops.checks.lint_assets import batch_settings
 from mlops.endpoints.deployment import Deployment, load
 from mlops.endpoints.models import ModelLayout, lay_out
 from mlops.environments.activation import Environments
-from mlops.environments.envspec import ENV_MAP
 from mlops.errors import LocalRunError
 from mlops.project import project, tracking_uri
 from mlops.runtime import archives, engine, launch, minibatch
@@ -53,7 +52,7 @@ class BatchRequest:
     model: str | None = None  # a model folder (default: as make serve-local picks it)
     run_dir: Path | None = None
     max_procs: int = 1
-    env_file: Path = ENV_MAP
+    env_file: Path | None = None
     asset_file: Path | None = None
     debug: DebugRequest | None = None  # DEBUG=1 or worker:N: a scoring process to debug
     input_type: str = ""  # mltable: the input's rows (an MLTable folder), as an

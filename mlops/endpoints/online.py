@@ -26,7 +26,6 @@ from mlops.endpoints.deployment import Deployment, load
 from mlops.endpoints.endpoint_state import Slot
 from mlops.endpoints.models import lay_out, newest_trained
 from mlops.environments.activation import Environments
-from mlops.environments.envspec import ENV_MAP
 from mlops.errors import LocalRunError
 from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.engine import Runtime, start_service
@@ -82,7 +81,7 @@ class ServeRequest:
     auth: str = ""  # AUTH=none: no auth, as `--local`; "" keeps the endpoint's auth_mode
     all_traffic: str = "auto"  # traffic.NewTraffic's values
     asset_file: Path | None = None
-    env_file: Path = ENV_MAP
+    env_file: Path | None = None
     debug: DebugRequest | None = None
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from mlops.environments.closures import build_closure_layer
-from mlops.environments.envspec import ENV_MAP, EnvironmentRef, EnvMap, EnvPlan, plan_for
+from mlops.environments.envspec import EnvironmentRef, EnvMap, EnvPlan, plan_for
 from mlops.environments.interpreters import (
     HERE,
     OLDEST,
@@ -122,7 +122,7 @@ class Environments:
     """Activates the environment of each task; remembers what it told the user."""
 
     def __init__(self, env_map_path: Path | None = None):
-        self.env_map = EnvMap(env_map_path or ENV_MAP)
+        self.env_map = EnvMap(env_map_path)
         self.said: set[str] = set()
         self.labels: dict[str, str] = {}  # where -> the environment it named, for logs
         self.caveats: dict[str, str] = {}  # where -> why a failure may be this machine's alone
@@ -187,7 +187,7 @@ class Environments:
         if plan.undefined:
             self.undefined[where] = (
                 f"note: {plan.label} was not found here, so the job ran in .venv, which may lack "
-                f"what it imports; define it with a line in {self.env_map.file}: "
+                f"what it imports; define it with a line in {self.env_map.named}: "
                 f"'{plan.undefined}: [<package>==<version>, ...]' (or a spec file of its own)")
         with_mpi(plan.requirements)
         remote = [line for line in plan.requirements if unfetchable(line)]

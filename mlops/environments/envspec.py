@@ -40,6 +40,7 @@ from mlops.environments.envfiles import (
     with_conda_base,
 )
 from mlops.errors import LocalRunError
+from mlops.project import CONFIG, project
 from mlops.specs import SpecData, read_yaml
 
 CATALOG = Path(__file__).resolve().parent / "catalog"  # ships with the tool (mlops/pyproject)
@@ -92,13 +93,17 @@ def _load_map(path: Path) -> dict[str, object]:
 
 
 class EnvMap(dict):
-    """catalog/local-envs.yml (or the file given) over the generated catalogue of every curated
-    environment (catalog/curated-envs.yml); keys match without regard to case, as Azure's
-    environment names do."""
+    """The repository's own environment map (`path`, else its settings' `env_map`:
+    mlops/project.py) over the tool's stand-ins (catalog/local-envs.yml) over the generated
+    catalogue of every curated environment (catalog/curated-envs.yml); keys match without
+    regard to case, as Azure's environment names do."""
 
-    def __init__(self, path: Path = ENV_MAP, curated: Path = CURATED):
-        self.file = Path(path)
-        own = _load_map(self.file)
+    def __init__(self, path: Path | None = None, curated: Path = CURATED):
+        settings = project()
+        self.file = Path(path) if path is not None else settings.env_map
+        self.named = str(self.file) if self.file is not None else \
+            f"an environment map (env_map = \"<file>\" in {settings.root / CONFIG})"
+        own = {**_load_map(ENV_MAP), **(_load_map(self.file) if self.file else {})}
         self.own = {str(k).lower() for k in own}  # hand-written: no version history applies
         data = {**_load_map(Path(curated)), **own}
         super().__init__({str(k).lower(): v for k, v in data.items()})
@@ -125,7 +130,7 @@ def from_map(key: str, label: str, env_map: EnvMap, version: str | None = None) 
         entry = env_map[max(prefixes, key=len)] if prefixes else None
     if entry is None:
         return EnvPlan(label, notice=f"{label} has no local stand-in (add '{key}:' to "
-                                     f"{env_map.file}); running in .venv", undefined=key)
+                                     f"{env_map.named}); running in .venv", undefined=key)
     entry = {"pip": entry} if isinstance(entry, list) else dict(entry)
     plan = EnvPlan(label, python=str(entry["python"]) if entry.get("python") else None)
     for line in entry.get("pip") or []:

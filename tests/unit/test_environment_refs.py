@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mlops.environments.envspec import ENV_MAP, EnvMap, plan_for
+from mlops.environments.envspec import EnvMap, plan_for
 from mlops.errors import LocalRunError
 
 
@@ -18,7 +18,7 @@ def test_a_file_reference_reads_the_environment_spec_it_names(tmp_path):
                                       "    - pyjokes==0.6.0\n")
     (folder / "env.yml").write_text("name: mine\nimage: mcr.microsoft.com/azureml/"
                                     "openmpi4.1.0-ubuntu22.04\nconda_file: conda.yml\n")
-    plan = plan_for("file:./environments/azureml/env.yml", tmp_path, EnvMap(ENV_MAP), "job")
+    plan = plan_for("file:./environments/azureml/env.yml", tmp_path, EnvMap(), "job")
     assert "pyjokes==0.6.0" in plan.requirements and plan.python == "3.11"
     assert plan.label == "file:./environments/azureml/env.yml"
 
@@ -26,9 +26,9 @@ def test_a_file_reference_reads_the_environment_spec_it_names(tmp_path):
 def test_a_file_reference_to_something_else_is_refused_by_name(tmp_path):
     (tmp_path / "job.yml").write_text("command: echo\n")
     with pytest.raises(LocalRunError, match="job.yml is not an environment spec"):
-        plan_for("file:job.yml", tmp_path, EnvMap(ENV_MAP), "job")
+        plan_for("file:job.yml", tmp_path, EnvMap(), "job")
     with pytest.raises(LocalRunError, match="cannot read"):
-        plan_for("file:missing.yml", tmp_path, EnvMap(ENV_MAP), "job")
+        plan_for("file:missing.yml", tmp_path, EnvMap(), "job")
 
 
 def test_a_curated_environment_named_with_a_version_gets_that_versions_packages(

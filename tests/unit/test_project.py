@@ -64,3 +64,18 @@ def test_damaged_settings_are_refused_with_the_file_named(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(LocalRunError, match=rf"{CONFIG}: not readable TOML"):
         project()
+
+
+def test_a_repositorys_env_map_overlays_the_tools_stand_ins(tmp_path, monkeypatch):
+    """Its own entries win; the curated catalogue and the tool's stand-ins still answer."""
+    from mlops.environments.envspec import EnvMap
+
+    (tmp_path / CONFIG).write_text('env_map = "envs.yml"\n')
+    (tmp_path / "envs.yml").write_text("azureml:my-team-env: [six]\n"
+                                       "azureml:AzureML-sklearn-1.5: [scikit-learn==1.5.2]\n")
+    monkeypatch.chdir(tmp_path)
+    env_map = EnvMap()
+    assert env_map.file == tmp_path.resolve() / "envs.yml"
+    assert env_map.get("azureml:my-team-env") == ["six"]
+    assert env_map.get("azureml:azureml-sklearn-1.5") == ["scikit-learn==1.5.2"]
+    assert env_map.get("azureml:AzureML-minimal-ubuntu22.04-py39-cpu-inference") is not None
