@@ -13,12 +13,14 @@ import json
 import os
 import secrets
 import time
-from dataclasses import asdict, dataclass, field
+import typing
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from pathlib import Path
 
 STATE_FILE = "endpoint.json"
 TOKEN_TTL_S = float(os.environ.get("LOCAL_TOKEN_TTL_S", str(24 * 3600)))
+MAX_STATE = 16 * 2**20  # bytes: a longer endpoint.json is not one this code wrote
 
 
 class DamagedState(ValueError):
@@ -85,18 +87,33 @@ class EndpointState:
 
     @classmethod
     def read(cls, folder: Path) -> EndpointState | None:
+        """The state in `folder` (None when it has none); DamagedState when the file is not
+        an endpoint's state: not JSON, a field missing, of the wrong type or out of range."""
         try:
-            data = json.loads((folder / STATE_FILE).read_text())
-            data["auth_mode"] = AuthMode(data["auth_mode"])
-            data["tokens"] = [Token(**t) for t in data.get("tokens", [])]
-            data["deployments"] = {k: Slot(**v) for k, v in data.get("deployments", {}).items()}
-            return cls(**data)
+            with open(folder / STATE_FILE, "rb") as handle:
+                data = json.loads(handle.read(MAX_STATE + 1)[:MAX_STATE])
+            state = typed(cls, data, "")
+            state.check()
+            return state
         except FileNotFoundError:
             return None
-        except (ValueError, TypeError, KeyError, AttributeError) as err:
-            raise DamagedState(f"{folder / STATE_FILE} is damaged ({type(err).__name__}: {err}); "
-                               "remove it to start the endpoint afresh (servers it started may "
-                               "still run: their folders beside it hold their pids)") from None
+        except (ValueError, TypeError, KeyError, RecursionError) as err:
+            raise DamagedState(f"{folder / STATE_FILE} is damaged ({err}); `make stop-local "
+                               f"ENDPOINT={folder.name}` stops the servers its folder records "
+                               "and sets it aside") from None
+
+    def check(self) -> None:
+        """ValueError for what a well-typed state cannot hold."""
+        ports = [self.port, *(s.port for s in self.deployments.values())]
+        if any(not 0 <= port <= 65535 for port in ports):
+            raise ValueError(f"a port out of range: {ports}")
+        for name, slot in self.deployments.items():
+            if name != slot.name or min(slot.pid, slot.max_body, slot.timeout_ms) < 0 or \
+                    slot.max_pending < 1:
+                raise ValueError(f"deployment {name!r}: {slot}")
+        weights = [*self.traffic.values(), *self.mirror_traffic.values()]
+        if any(not 0 <= weight <= 100 for weight in weights):
+            raise ValueError(f"a weight out of 0-100: {weights}")
 
     def write(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -136,3 +153,29 @@ class EndpointState:
         if self.auth_mode == AuthMode.KEY:
             return self.keys.get("primaryKey", "")
         return self.tokens[-1].accessToken if self.tokens else ""
+
+
+def typed(hint, value, where: str):
+    """`value` (from JSON) as the type `hint` names: dataclasses from objects (each field
+    typed; keys it does not know, from a newer tool, ignored), enums from their values;
+    TypeError or ValueError otherwise."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise TypeError(f"{where or 'the state'}: {type(value).__name__}, not an object")
+        hints = typing.get_type_hints(hint)
+        known = {f.name for f in fields(hint)}
+        return hint(**{k: typed(hints[k], v, f"{where}.{k}".lstrip(".")) for k, v in
+                       value.items() if k in known})
+    if origin is dict and isinstance(value, dict):
+        return {typed(args[0], k, where): typed(args[1], v, f"{where}[{k!r}]")
+                for k, v in value.items()}
+    if origin is list and isinstance(value, list):
+        return [typed(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(hint, type) and issubclass(hint, StrEnum) and isinstance(value, str):
+        return hint(value)
+    exact = {int: (int,), float: (int, float), str: (str,)}.get(hint, ())
+    if isinstance(value, exact) and not isinstance(value, bool):
+        return value
+    wanted = getattr(hint, "__name__", hint)
+    raise TypeError(f"{where}: {type(value).__name__} {value!r:.40}, not {wanted}")

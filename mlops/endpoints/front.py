@@ -3,7 +3,7 @@
     python mlops/endpoints/front.py <endpoint folder>
 
 It listens on the endpoint's port (endpoint.json, re-read whenever it changes) and, for each
-request, in Azure's order:
+request, in Azure's order (front_rules.py):
   1. auth: `Authorization: Bearer <key or token>` (401 without it or with a wrong one);
   2. a deployment: the one the `azureml-model-deployment` header names, or one drawn by the
      endpoint's traffic weights (404 when no deployment has weight); a drawn request is copied
@@ -14,238 +14,342 @@ request, in Azure's order:
   5. the deployment's answer within request_timeout_ms (408 past it); a status other than 200
      becomes 424 with ms-azureml-model-error-statuscode/-reason; `azureml-model-deployment`
      names who answered.
-It holds slow clients (head and body deadlines, answered 408), so a stalled client never holds
-one of a server's threads. SIGTERM: it stops accepting, answers every request it accepted, then
-exits. Standard library only: it starts by its path, in any environment's Python.
+HTTP is h11's, with nginx's refusals on top (front_wire.py); each deployment's server is reached
+over kept-alive connections (front_pool.py); connections are accepted while descriptors last
+(front_listen.py). Slow clients are held here (head and body deadlines, answered 408), so a
+stalled client never holds one of a server's threads. SIGTERM or SIGINT: it stops accepting,
+answers every request it accepted, then exits; SIGHUP: endpoint.json is read again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import random
 import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+import h11
+
 if __package__:
+    from mlops.endpoints import front_listen, front_pool
     from mlops.endpoints import front_wire as wire
-    from mlops.endpoints.endpoint_state import STATE_FILE, AuthMode, EndpointState, Slot
+    from mlops.endpoints.endpoint_state import DamagedState, Slot
+    from mlops.endpoints.front_rules import Route, Router, say
 else:  # started by its path: this folder is first on sys.path
+    import front_listen  # type: ignore[no-redef]
+    import front_pool  # type: ignore[no-redef]
     import front_wire as wire  # type: ignore[no-redef]
-    from endpoint_state import STATE_FILE, AuthMode, EndpointState, Slot  # type: ignore
+    from endpoint_state import DamagedState, Slot  # type: ignore[no-redef]
+    from front_rules import Route, Router, say  # type: ignore[no-redef]
 
 HOST = "127.0.0.1"
-LINGER_S = 2.0  # how long a refused client may go on sending
-# Azure's 401 bodies for key auth, as clients see them (a missing or malformed header, a wrong
-# key); Azure documents no body for the token modes, so theirs read the same way locally.
-UNAUTHORIZED = {AuthMode.KEY: ("key_auth_bad_header_forbidden", "key_auth_access_denied"),
-                AuthMode.AML_TOKEN: ("aml_token_auth_bad_header_forbidden",
-                                     "aml_token_auth_access_denied"),
-                AuthMode.AAD_TOKEN: ("aad_token_auth_bad_header_forbidden",
-                                     "aad_token_auth_access_denied")}
+LINGER_S, LINGER_BYTES = 1.0, 256 * 1024  # what a refused client may still send: then closed
+STOP_GRACE_S = 1.0  # how long a connection accepted before a stop may take to send a request
 
 
-@dataclass
-class Route:
-    slot: Slot
-    mirror: Slot | None = None
+class Client(asyncio.Protocol):
+    """One client connection: its requests, read by h11 in order, and their answers."""
 
+    def __init__(self, front: Front):
+        self.front, self.wire = front, wire.Inbound()
+        self.transport: asyncio.Transport | None = None
+        self.phase = "idle"  # idle (no byte of a request yet), head, body, busy, closing
+        self.timer: asyncio.TimerHandle | None = None
+        self.dropped = 0
+        self.ended = False  # the client closed its side
+        self.request: h11.Request | None = None
+        self.route: Route | None = None
+        self.body: wire.Body | None = None
 
-class Router:
-    """The endpoint's state as endpoint.json says it now, and the requests in flight."""
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.front.clients[self] = None
+        self._wait()
 
-    def __init__(self, folder: Path):
-        self.file = folder / STATE_FILE
-        self.seen: tuple[int, int] = (0, 0)
-        self.state = EndpointState(name="?")
-        self.pending: dict[str, int] = {}
-        self.current()
+    def connection_lost(self, exc) -> None:
+        self._set_timer(None)
+        if self.phase != "busy" and self.body is not None:
+            self.body.close()
+        self.phase = "closing"
+        self.front.closed(self)
 
-    def current(self) -> EndpointState:
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # keep the last good
-            stat = self.file.stat()
-            if (stat.st_mtime_ns, stat.st_ino) != self.seen:
-                self.state = EndpointState.read(self.file.parent) or self.state
-                self.seen = (stat.st_mtime_ns, stat.st_ino)
-        return self.state
-
-    def authorize(self, head: wire.Head) -> None:
-        state = self.current()
-        if state.auth_mode == AuthMode.NONE:
+    def data_received(self, data: bytes) -> None:
+        if self.phase == "closing":
+            self.dropped += len(data)
+            if self.dropped > LINGER_BYTES:
+                self.transport.close()
             return
-        missing, wrong = UNAUTHORIZED[state.auth_mode]
-        scheme, _, bearer = head.fields.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not bearer.strip():
-            raise wire.Refused(401, missing, text=True)
-        if not state.accepts(bearer.strip()):
-            raise wire.Refused(401, wrong, text=True)
+        if self.phase == "idle":
+            self.phase = "head"
+            self._set_timer(wire.HEAD_S, self._late)
+        self.wire.feed(data)
+        if self.phase != "busy":
+            self._advance()
 
-    def route(self, head: wire.Head) -> Route:
-        state = self.current()
-        named = head.fields.get("azureml-model-deployment")
-        if named:  # straight to it, whatever the weights; never mirrored
-            if named not in state.deployments:
-                raise wire.Refused(404, f"endpoint {state.name} has no deployment {named!r}")
-            return Route(state.deployments[named])
-        live = [(n, p) for n, p in state.traffic.items() if p > 0 and n in state.deployments]
-        if not live:
-            raise wire.Refused(404, f"endpoint {state.name} doesn't have any valid deployment "
-                                    "with positive weight")
-        name = random.choices([n for n, _ in live], [p for _, p in live])[0]
-        mirror = next((state.deployments[n] for n, p in state.mirror_traffic.items()
-                       if n in state.deployments and random.random() * 100 < p), None)
-        return Route(state.deployments[name], mirror)
+    def eof_received(self) -> bool:
+        if self.phase in ("closing", "idle"):
+            return False
+        self.ended = True
+        self.wire.feed(b"")
+        if self.phase != "busy":
+            self._advance()
+        return True  # still open for the answer
 
-    @contextlib.contextmanager
-    def admitted(self, slot: Slot):
-        if self.pending.get(slot.name, 0) >= slot.max_pending:
-            raise wire.Refused(429, f"too many pending requests for {slot.name}: at most "
-                                    f"{slot.max_pending} at once (2 * max_concurrent_requests_"
-                                    "per_instance * instance_count)")
-        self.pending[slot.name] = self.pending.get(slot.name, 0) + 1
+    def _set_timer(self, seconds: float | None, then=None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = None if seconds is None else \
+            asyncio.get_running_loop().call_later(seconds, then)
+
+    def _wait(self) -> None:
+        """Wait for the next request: idle connections close quietly in time."""
+        self.phase = "idle"
+        self._set_timer(STOP_GRACE_S if self.front.stopping else wire.IDLE_S,
+                        self.transport.close)
+
+    def _late(self) -> None:
+        late = "head" if self.phase == "head" else "body"
+        self.refuse(wire.Refused(408, f"the request's {late} did not arrive in time"))
+
+    def _advance(self) -> None:
         try:
-            yield
-        finally:
-            self.pending[slot.name] -= 1
+            while True:
+                event = self.wire.next_event()
+                kind = type(event)
+                if kind is h11.Data:
+                    self.body.add(event.data)
+                elif kind is h11.Request:
+                    self._begin(event)
+                elif kind is h11.EndOfMessage:
+                    self._dispatch()
+                    return
+                elif event is h11.NEED_DATA or event is h11.PAUSED:
+                    return
+                else:  # the client closed its side before a whole request
+                    self.transport.close()
+                    return
+        except wire.Refused as refused:
+            self.refuse(refused)
 
+    def _begin(self, request: h11.Request) -> None:
+        """A request's head is in: Azure's rules that need no body, then the body's limit."""
+        self.phase = "body"
+        self._set_timer(wire.BODY_S, self._late)
+        fields = dict(request.headers)  # the fields that must be unique were checked
+        self.front.router.authorize(fields)
+        route = self.front.router.route(fields)
+        self.body = self.wire.body_for(request, route.slot.max_body)
+        self.request, self.route = request, route
+        if self.wire.conn.they_are_waiting_for_100_continue:
+            self.transport.write(self.wire.conn.send(h11.InformationalResponse(
+                status_code=100, headers=[], reason=b"Continue")))
 
-async def answer(router: Router, slot: Slot, head: wire.Head, body) -> bytes:
-    spool, length = body
-    upstream = head.upstream(length)
-    timeout = slot.timeout_ms / 1000 or None
-    with router.admitted(slot):
-        try:
-            raw = await asyncio.wait_for(wire.exchange(slot.port, upstream, spool), timeout)
-        except TimeoutError:
-            raise wire.Refused(408, f"{slot.name} took longer than its request_timeout_ms "
-                                    f"({slot.timeout_ms})") from None
-        except OSError:
-            raw = b""
-    if not raw:
-        raise wire.Refused(502, f"deployment {slot.name} closed the connection unanswered")
-    return raw
+    def _dispatch(self) -> None:
+        self.phase = "busy"
+        self._set_timer(None)
+        self.transport.pause_reading()
+        self.front.spawn(self.front.answer(self, self.request, self.route, self.body))
 
+    def reply(self, answer: front_pool.Answer, deployment: str) -> None:
+        status, reason, headers = wire.relabeled(answer.status, answer.reason, answer.headers,
+                                                 deployment=deployment)
+        length = len(answer.body)
+        if self.request.method == b"HEAD":
+            length = int(dict(answer.headers).get(b"content-length", b"0") or 0)
+        headers.append((b"content-length", b"%d" % length))
+        if self.front.stopping:
+            headers.append((b"connection", b"close"))
+        self.transport.write(self.wire.respond(status, headers, answer.body, reason=reason))
+        self.request = self.route = self.body = None
+        if self.front.stopping or self.ended or not self.wire.next_cycle():
+            self.phase = "closing"
+            self.transport.close()
+            return
+        self.transport.resume_reading()
+        self._wait()
+        if self.wire.head:  # pipelined: the next request is already here
+            self.phase = "head"
+            self._set_timer(wire.HEAD_S, self._late)
+            self._advance()
 
-async def mirrored(router: Router, slot: Slot, head: wire.Head, body) -> None:
-    """A copy for the mirror deployment; its answer (or failure) is dropped, as Azure drops it."""
-    try:
-        with contextlib.suppress(wire.Refused, OSError):
-            await answer(router, slot, head, body)
-            print(f"mirror -> {slot.name}", flush=True)
-    finally:
-        body[0].close()
-
-
-async def linger(reader) -> None:
-    """Read and drop what the client still sends after a refusal until it closes: closing on
-    unread data resets the connection, and a reset can discard the answer before it is read."""
-    while await reader.read(1 << 16):
-        pass
+    def refuse(self, refused: wire.Refused) -> None:
+        """Answer with the refusal and close: what the client still sends is read and dropped
+        for at most LINGER_S seconds or LINGER_BYTES bytes (closing on unread bytes resets the
+        connection, which can lose the answer), never drained."""
+        self.phase = "closing"
+        self.transport.write(self.wire.refuse(refused))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.transport.resume_reading()
+        self._set_timer(LINGER_S, self.transport.close)
+        target = self.request.target.decode("latin-1") if self.request else "-"
+        self.front.log(f"{target} refused {refused.status}: {refused.message}")
 
 
 class Front:
-    def __init__(self, folder: Path):
-        self.router = Router(folder)
-        self.stopping = asyncio.Event()
-        self.connections: set[asyncio.Task] = set()
+    def __init__(self, router: Router):
+        self.router = router
+        self.stopping = False
+        self.clients: dict[Client, None] = {}  # in the order they came
+        self.opening = 0  # accepted, not yet a Client
         self.background: set[asyncio.Task] = set()
+        self.pools: dict[int, front_pool.Pool] = {}
+        self.done = asyncio.Event()
+        self.listener: front_listen.Listener | None = None
+        self.lines: list[str] = []
 
-    async def one(self, reader, writer, head: wire.Head) -> bool:
-        """Answer one request; whether the connection stays open."""
-        self.router.authorize(head)
-        route = self.router.route(head)
-        if head.fields.get("expect", "").lower() == "100-continue":
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = await wire.read_body(reader, head, route.slot.max_body)
+    def log(self, line: str) -> None:
+        """A line of the access log, written within a fraction of a second."""
+        if not self.lines:
+            asyncio.get_running_loop().call_later(0.2, self._flush)
+        self.lines.append(line)
+
+    def _flush(self) -> None:
+        sys.stdout.write("".join(f"{line}\n" for line in self.lines))
+        sys.stdout.flush()
+        self.lines.clear()
+
+    def spawn(self, work) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self.background.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self.background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            say(f"error: {task.exception()!r}")
+        self.check_done()
+
+    async def forward(self, slot: Slot, request: h11.Request,
+                      body: wire.Body) -> front_pool.Answer:
+        with self.router.admitted(slot):
+            pool = self.pools.get(slot.port) or self.pools.setdefault(
+                slot.port, front_pool.Pool(slot.port))
+            try:
+                return await pool.exchange(wire.upstream_request(request, body.size), body,
+                                           slot.timeout_ms / 1000 or None)
+            except TimeoutError:
+                raise wire.Refused(408, f"{slot.name} took longer than its request_timeout_ms"
+                                        f" ({slot.timeout_ms})") from None
+            except OSError as err:
+                raise wire.Refused(502, f"deployment {slot.name} did not answer: {err}"
+                                   ) from None
+
+    async def answer(self, client: Client, request: h11.Request, route: Route,
+                     body: wire.Body) -> None:
         started = time.monotonic()
         try:
-            raw = await answer(self.router, route.slot, head, body)
+            answer = await self.forward(route.slot, request, body)
+        except wire.Refused as refused:
+            if client.phase == "busy":
+                client.refuse(refused)
+            return
         finally:
             if route.mirror is None:
-                body[0].close()
+                body.close()
             else:
-                task = asyncio.ensure_future(mirrored(self.router, route.mirror, head, body))
-                self.background.add(task)
-                task.add_done_callback(self.background.discard)
-        closing = head.closes or not wire.framed(raw) or self.stopping.is_set()
-        writer.write(wire.relabel(raw, closing=closing, deployment=route.slot.name))
-        await writer.drain()
-        print(f"{head.request_line.decode('latin-1')} -> {route.slot.name} "
-              f"{raw[9:12].decode('latin-1')} {1000 * (time.monotonic() - started):.0f} ms",
-              flush=True)
-        return not closing
+                self.spawn(self.mirrored(route.mirror, request, body))
+        if client.phase == "busy":
+            client.reply(answer, route.slot.name)
+        self.log(f"{request.method.decode()} {request.target.decode('latin-1')} -> "
+                 f"{route.slot.name} {answer.status} "
+                 f"{1000 * (time.monotonic() - started):.0f} ms")
 
-    async def serve(self, reader, writer) -> None:
+    async def mirrored(self, slot: Slot, request: h11.Request, body: wire.Body) -> None:
+        """A copy for the mirror deployment; its answer (or failure) is dropped, as Azure's."""
         try:
-            while (head := await wire.read_head(reader, self.stopping)) is not None:
-                if not await self.one(reader, writer, head):
-                    break
+            await self.forward(slot, request, body)
+            self.log(f"mirror -> {slot.name}")
         except wire.Refused as refused:
-            writer.write(refused.answer())
-            with contextlib.suppress(ConnectionError, TimeoutError, OSError):
-                await writer.drain()
-                writer.write_eof()
-                await asyncio.wait_for(linger(reader), LINGER_S)
-        except (ConnectionError, asyncio.IncompleteReadError, OSError):
-            pass
+            self.log(f"mirror -> {slot.name} dropped: {refused.message}")
         finally:
-            writer.close()
+            body.close()
+
+    # ---- connections ----
 
     def take(self, conn: socket.socket) -> None:
-        async def handle() -> None:
-            reader, writer = await asyncio.open_connection(sock=conn, limit=wire.MAX_HEAD)
-            await self.serve(reader, writer)
+        self.opening += 1
+        self.spawn(self._open(conn))
 
-        task = asyncio.ensure_future(handle())
-        self.connections.add(task)
-        task.add_done_callback(self.connections.discard)
+    async def _open(self, conn: socket.socket) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: Client(self), conn)
+        except OSError:
+            conn.close()
+        finally:
+            self.opening -= 1
 
-    async def run(self, listener: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.ensure_future(self.stopping.wait())
-        while not self.stopping.is_set():
-            accept = asyncio.ensure_future(loop.sock_accept(listener))
-            await asyncio.wait({accept, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if accept.done() and not accept.cancelled():
-                self.take(accept.result()[0])
-            else:
-                accept.cancel()
-        with contextlib.suppress(BlockingIOError, InterruptedError):  # accepted by the kernel
-            while True:  # before the stop: they are served too
-                self.take(listener.accept()[0])
-        listener.close()
-        while self.connections or self.background:
-            await asyncio.wait(self.connections | self.background)
+    def evict(self, count: int) -> int:
+        """Close up to `count` connections that wait for a request, the oldest first."""
+        waiting = [c for c in self.clients if c.phase == "idle"][:count]
+        for client in waiting:
+            client.phase = "closing"
+            client.transport.close()
+        return len(waiting)
+
+    def closed(self, client: Client) -> None:
+        self.clients.pop(client, None)
+        if self.listener is not None and not self.stopping:
+            self.listener.closed_one()
+        self.check_done()
+
+    def start(self, sock: socket.socket) -> None:
+        self.listener = front_listen.Listener(
+            sock, self.take, evict=self.evict, held=lambda: len(self.clients) + self.opening,
+            limit=front_listen.capacity())
+        self.listener.start()
+
+    def stop(self) -> None:
+        """Stop accepting; answer what was accepted, then end."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.listener.drain()
+        for client in list(self.clients):
+            if client.phase == "idle":
+                client._wait()
+        self.check_done()
+
+    def check_done(self) -> None:
+        if self.stopping and not self.clients and not self.opening and not self.background:
+            self.done.set()
 
 
 def listen(port: int) -> socket.socket:
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((HOST, port))
-    listener.listen(1024)
-    listener.setblocking(False)
-    return listener
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((HOST, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
 
 
-async def main_async(folder: Path) -> int:
-    front = Front(folder)
-    listener = listen(front.router.current().port)
+async def serve(folder: Path) -> int:
+    try:
+        router = Router.open(folder)
+    except (DamagedState, OSError) as err:
+        say(f"cannot start: {err}")
+        return 1
+    front = Front(router)
+    front.start(listen(router.state.port))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, front.stopping.set)
-    print(f"front: endpoint {front.router.state.name} on http://{HOST}:"
-          f"{front.router.state.port}", flush=True)
-    await front.run(listener)
+        loop.add_signal_handler(sig, front.stop)
+    loop.add_signal_handler(signal.SIGHUP, router.reread)
+    print(f"front: endpoint {router.state.name} on http://{HOST}:{router.state.port}",
+          flush=True)
+    await front.done.wait()
+    if front.lines:
+        front._flush()
     print("front: stopped; every accepted request was answered", flush=True)
     return 0
 
 
 def main(argv: list[str]) -> int:
-    return asyncio.run(main_async(Path(argv[0])))
+    return asyncio.run(serve(Path(argv[0])))
 
 
 if __name__ == "__main__":

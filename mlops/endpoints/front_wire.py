@@ -1,29 +1,53 @@
-"""HTTP/1.1 as the local endpoint's front reads and writes it: a request's head within a
-deadline, its body into a spool that holds at most SPOOL_MEMORY bytes in memory and refuses a
-body past the deployment's limit as it arrives (413, Content-Length or chunked), and the
-deployment server's answer. Standard library only (the front starts by its path).
+"""HTTP/1.1 as the local endpoint's front reads and writes it: h11 (the sans-I/O HTTP/1.1 library
+under uvicorn and httpx) parses every byte a client sends, and this module adds what nginx
+refuses and h11 lets through. No sockets here (front.py holds them): every rule is a function of
+bytes, tested with bytes alone.
+
+Refused as nginx refuses them, read from the head as it came (h11 joins folded lines and merges
+equal Content-Length values before anyone sees them):
+  - a field line that starts with a space or tab (obsolete line folding): 400;
+  - a second Host, Content-Length, Transfer-Encoding, Authorization or Expect (nginx's unique
+    fields), or a second azureml-model-deployment (two routes for one request): 400;
+  - a Content-Length that is not digits alone (`+5`, `6_685`, `5, 5`): 400;
+  - Transfer-Encoding in an HTTP/1.0 request, or beside Content-Length: 400; any coding but
+    `chunked` alone: 501;
+  - a method of anything but capitals, `_` and `-`: 400; an HTTP version other than 1.x: 505;
+  - a chunk line or trailer ended by a bare LF (h11 would wait for a CR LF): 400.
+Empty lines before a request line are skipped, as nginx skips them. Every refusal closes the
+connection.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
+import re
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+
+import h11
 
 HEAD_S = float(os.environ.get("FRONT_HEAD_TIMEOUT_S", "10"))
 BODY_S = float(os.environ.get("FRONT_BODY_TIMEOUT_S", "60"))
 IDLE_S = float(os.environ.get("FRONT_IDLE_TIMEOUT_S", "5"))
 MAX_HEAD = 64 * 1024
 SPOOL_MEMORY = 1 << 20  # a longer body waits in a temporary file, not in memory
-HOP_BY_HOP = (b"connection:", b"keep-alive:", b"expect:", b"transfer-encoding:",
-              b"content-length:", b"te:", b"upgrade:", b"proxy-")
-REASONS = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout",
-           413: "Payload Too Large", 424: "Failed Dependency", 429: "Too Many Requests",
-           431: "Request Header Fields Too Large", 502: "Bad Gateway",
-           503: "Service Unavailable"}
+REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found",
+           408: b"Request Timeout", 413: b"Payload Too Large", 424: b"Failed Dependency",
+           429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
+           501: b"Not Implemented", 502: b"Bad Gateway", 503: b"Service Unavailable",
+           505: b"HTTP Version Not Supported"}
+UNIQUE = (b"host", b"content-length", b"transfer-encoding", b"authorization", b"expect",
+          b"azureml-model-deployment")
+# Hop-by-hop fields: the connection's own, never passed on (RFC 9110 7.6.1); the length is
+# set anew for the bytes that are passed on.
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
+                        b"transfer-encoding", b"upgrade", b"content-length", b"expect",
+                        b"proxy-authenticate", b"proxy-authorization"})
+METHOD = re.compile(rb"[A-Z_-]+")
+DIGITS = re.compile(rb"[0-9]+")
+HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head
+BARE_LF = re.compile(rb"(?<!\r)\n")
 
 
 class Refused(Exception):
@@ -33,177 +57,209 @@ class Refused(Exception):
         super().__init__(message)
         self.status, self.message, self.text = status, message, text
 
-    def answer(self) -> bytes:
-        body = self.message.encode() if self.text else json.dumps(
-            {"message": self.message}).encode()
-        kind = "text/plain" if self.text else "application/json"
-        return (f"HTTP/1.1 {self.status} {REASONS.get(self.status, '')}\r\nContent-Type: "
-                f"{kind}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-                ).encode() + body
-
-
-@dataclass
-class Head:
-    raw: bytes
-    fields: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, raw: bytes) -> Head:
-        lines = raw.decode("latin-1").split("\r\n")[1:]
-        return cls(raw, {k.strip().lower(): v.strip() for k, _, v in
-                         (line.partition(":") for line in lines if ":" in line)})
-
-    @property
-    def request_line(self) -> bytes:
-        return self.raw.split(b"\r\n", 1)[0]
-
-    @property
-    def chunked(self) -> bool:
-        return "chunked" in self.fields.get("transfer-encoding", "").lower()
-
-    @property
-    def closes(self) -> bool:
-        return self.fields.get("connection", "").lower() == "close" or \
-            self.request_line.endswith(b"HTTP/1.0")
-
-    def upstream(self, length: int) -> bytes:
-        """The head the deployment's server gets: no hop-by-hop fields, the body's length."""
-        kept = [line for line in self.raw.split(b"\r\n")[1:] if line and
-                not line.lower().startswith(HOP_BY_HOP)]
-        return b"\r\n".join([self.request_line, *kept,
-                             b"Content-Length: %d" % length, b"Connection: close", b"", b""])
-
-
-async def first_byte(reader: asyncio.StreamReader, stopping: asyncio.Event) -> bytes:
-    """The next request's first byte; b"" when the client closed or sat idle, or when the front
-    stops and nothing more arrives within a moment."""
-    read = asyncio.ensure_future(reader.read(1))
-    stop = asyncio.ensure_future(stopping.wait())
-    try:
-        await asyncio.wait({read, stop}, timeout=IDLE_S, return_when=asyncio.FIRST_COMPLETED)
-        if not read.done() and stopping.is_set():  # a request sent just as the stop came
-            await asyncio.wait({read}, timeout=1.0)
-        return read.result() if read.done() else b""
-    finally:
-        stop.cancel()
-        read.cancel()
-
-
-async def read_head(reader: asyncio.StreamReader, stopping: asyncio.Event) -> Head | None:
-    """A request's head; None when the client closed (or sat idle) between requests."""
-    first = await first_byte(reader, stopping)
-    if not first:
-        return None
-    try:
-        rest = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_S)
-    except TimeoutError:
-        raise Refused(408, "the request's head did not arrive in time") from None
-    except asyncio.LimitOverrunError:
-        raise Refused(431, f"request head over {MAX_HEAD} bytes") from None
-    except asyncio.IncompleteReadError:
-        return None
-    return Head.parse(first + rest)
+    def body(self) -> tuple[bytes, bytes]:
+        """The answer's content type and body: Azure's plain text 401s, JSON otherwise."""
+        if self.text:
+            return b"text/plain", self.message.encode()
+        return b"application/json", json.dumps({"message": self.message}).encode()
 
 
 def too_large(limit: int) -> Refused:
     return Refused(413, f"request body over this deployment's limit of {limit} bytes")
 
 
-async def _copy(reader: asyncio.StreamReader, spool, count: int) -> None:
-    while count:
-        chunk = await reader.read(min(count, 1 << 16))
-        if not chunk:
-            raise asyncio.IncompleteReadError(b"", count)
-        spool.write(chunk)
-        count -= len(chunk)
+def _field_lines(head: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """(lower-case name, value) of each field line; Refused for a folded one."""
+    for line in head.split(b"\n")[1:]:
+        line = line.rstrip(b"\r")
+        if not line:
+            return
+        if line[:1] in (b" ", b"\t"):
+            raise Refused(400, "obsolete line folding (a field line that starts with a space)")
+        name, _, value = line.partition(b":")
+        yield name.lower(), value.strip(b" \t")
 
 
-async def _sized(reader: asyncio.StreamReader, spool, head: Head, limit: int) -> int:
-    length = int(head.fields.get("content-length", "0") or 0)
-    if length > limit:
-        raise too_large(limit)
-    if length < 0:
-        raise ValueError(length)
-    await _copy(reader, spool, length)
-    return length
-
-
-async def _chunked(reader: asyncio.StreamReader, spool, limit: int) -> int:
-    total = 0
-    while size := int((await reader.readuntil(b"\r\n")).split(b";")[0].strip() or b"0", 16):
-        total += size
-        if total > limit:
-            raise too_large(limit)
-        await _copy(reader, spool, size)
-        await reader.readexactly(2)
-    while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers
-        pass
-    return total
-
-
-async def read_body(reader: asyncio.StreamReader, head: Head, limit: int):
-    """The body in a spool (a file object at offset 0) and its length; 413 past `limit`."""
-    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)  # noqa: SIM115 - returned
-    fill = _chunked(reader, spool, limit) if head.chunked else _sized(reader, spool, head, limit)
+def nginx_refusal(head: bytes) -> Refused | None:
+    """What nginx refuses in a request's head (`head`: its bytes as they came) that h11 lets
+    through; None when nothing is."""
+    method, _, rest = head.split(b"\n", 1)[0].rstrip(b"\r").partition(b" ")
+    version = rest.rpartition(b" ")[2]
+    if not METHOD.fullmatch(method):
+        return Refused(400, "invalid method")
+    if version.startswith(b"HTTP/") and not version.startswith(b"HTTP/1."):
+        return Refused(505, f"HTTP version {version.decode('latin-1')} is not supported")
+    fields: dict[bytes, list[bytes]] = {}
     try:
-        length = await asyncio.wait_for(fill, BODY_S)
-    except BaseException as err:
-        spool.close()
-        if isinstance(err, TimeoutError):
-            raise Refused(408, "the request's body did not arrive in time") from None
-        if isinstance(err, (ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError)):
-            raise Refused(400, "malformed request body framing") from None
-        raise
-    spool.seek(0)
-    return spool, length
+        for name, value in _field_lines(head):
+            fields.setdefault(name, []).append(value)
+    except Refused as refused:
+        return refused
+    twice = [name.decode("latin-1") for name in UNIQUE if len(fields.get(name, ())) > 1]
+    if twice:
+        return Refused(400, f"duplicate {twice[0]} field")
+    length, coding = fields.get(b"content-length"), fields.get(b"transfer-encoding")
+    if length and not DIGITS.fullmatch(length[0]):
+        return Refused(400, "invalid Content-Length")
+    if coding and version == b"HTTP/1.0":
+        return Refused(400, "Transfer-Encoding in an HTTP/1.0 request")
+    if coding and coding[0].lower() != b"chunked":
+        return Refused(501, f"unknown Transfer-Encoding {coding[0].decode('latin-1')!r}")
+    if coding and length:
+        return Refused(400, "both Content-Length and Transfer-Encoding")
+    return None
 
 
-async def read_all(reader: asyncio.StreamReader) -> bytes:
-    """Everything the server sends until it closes, even when it resets the connection."""
-    chunks = []
-    with contextlib.suppress(ConnectionError):
-        while chunk := await reader.read(1 << 16):
-            chunks.append(chunk)
-    return b"".join(chunks)
+class Inbound:
+    """One client connection's requests, as h11 reads them with nginx's refusals on top, and
+    the answers written for them."""
+
+    def __init__(self) -> None:
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        self.head = bytearray()  # the request's bytes as they came, until its head is read
+        self.reading_head = True
+        self.chunked = False
+
+    def feed(self, data: bytes) -> None:
+        """Bytes from the client (b"": it closed its side)."""
+        if self.reading_head and data:
+            if not self.head and self.conn.their_state is h11.IDLE:
+                data = data.lstrip(b"\r\n")  # nginx skips empty lines before a request line
+                if not data:
+                    return
+            if len(self.head) <= MAX_HEAD:
+                self.head += data
+        self.conn.receive_data(data)
+
+    def next_event(self):
+        """The next thing h11 read: a Request (checked), Data, EndOfMessage, NEED_DATA,
+        PAUSED or ConnectionClosed; Refused for what h11 or nginx's rules refuse."""
+        try:
+            event = self.conn.next_event()
+        except h11.RemoteProtocolError as err:
+            raise self._refusal(err) from None
+        if type(event) is h11.Request:
+            self._check(event)
+        elif event is h11.NEED_DATA and self.chunked and \
+                self.conn.their_state is h11.SEND_BODY and \
+                BARE_LF.search(self.conn.trailing_data[0]):
+            raise Refused(400, "a chunk line ended by LF alone, not CR LF")
+        return event
+
+    def body_for(self, request: h11.Request, limit: int) -> Body:
+        """Where the request's body goes; 413 at once when its announced length is over
+        `limit` (the cap on a chunked body applies to its bytes as they come)."""
+        for name, value in request.headers:
+            if name == b"content-length" and int(value) > limit:
+                raise too_large(limit)
+        return Body(limit)
+
+    def _head_bytes(self) -> bytes | None:
+        end = HEAD_END.search(self.head)
+        return bytes(self.head[:end.end()]) if end else None
+
+    def _check(self, request: h11.Request) -> None:
+        head = self._head_bytes()
+        self.reading_head = False
+        self.head = bytearray()
+        if head is None or len(head) > MAX_HEAD:  # h11 bounds only a head still incomplete
+            raise Refused(431, f"request head over {MAX_HEAD} bytes")
+        refused = nginx_refusal(head)
+        if refused is not None:
+            raise refused
+        self.chunked = any(name == b"transfer-encoding" for name, _ in request.headers)
+
+    def _refusal(self, err: h11.RemoteProtocolError) -> Refused:
+        head = self._head_bytes() if self.reading_head else None
+        return (head and nginx_refusal(head)) or Refused(err.error_status_hint, str(err))
+
+    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, *,
+                reason: bytes = b"") -> bytes:
+        """The answer's bytes (b"" when the connection can no longer answer)."""
+        try:
+            out = self.conn.send(h11.Response(status_code=status, headers=headers,
+                                              reason=reason or REASONS.get(status, b"")))
+            if body:
+                out += self.conn.send(h11.Data(data=body))
+            return out + self.conn.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:
+            return b""
+
+    def refuse(self, refused: Refused) -> bytes:
+        kind, body = refused.body()
+        return self.respond(refused.status, [(b"content-type", kind), (b"connection", b"close"),
+                                             (b"content-length", b"%d" % len(body))], body)
+
+    def next_cycle(self) -> bool:
+        """Ready for the connection's next request (False: it closes now)."""
+        if self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
+            return False
+        self.conn.start_next_cycle()
+        self.head, self.reading_head, self.chunked = bytearray(), True, False
+        pending = self.conn.trailing_data[0]
+        if pending:  # pipelined: the next request is already here
+            self.head += pending[:MAX_HEAD + 1]
+        return True
 
 
-async def exchange(port: int, head: bytes, spool) -> bytes:
-    """Send a request to 127.0.0.1:port, the body streamed from its spool; the whole answer."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    answering = asyncio.ensure_future(read_all(reader))  # read while sending: the server may
-    try:  # answer (413) and close before it has read the whole body, and its answer counts
-        with contextlib.suppress(ConnectionError):
-            writer.write(head)
-            spool.seek(0)
-            while chunk := spool.read(1 << 16):
-                writer.write(chunk)
-                await writer.drain()
-            await writer.drain()
-        return await answering
-    finally:
-        answering.cancel()
-        writer.close()
+def upstream_request(request: h11.Request, length: int) -> h11.Request:
+    """The request as the deployment's server gets it: the connection's own fields dropped
+    (and those its Connection field names), the body's length."""
+    named = {token.strip().lower() for name, value in request.headers if name == b"connection"
+             for token in value.split(b",")}
+    headers = [(name, value) for name, value in request.headers
+               if name not in HOP_BY_HOP and name not in named]
+    headers.append((b"content-length", b"%d" % length))
+    return h11.Request(method=request.method, target=request.target, headers=headers)
 
 
-def relabel(answer: bytes, *, closing: bool, deployment: str) -> bytes:
-    """The server's answer as the endpoint sends it: a status other than 200 becomes 424 with
-    the server's status and reason in ms-azureml-model-error-* (Azure's rule; the body is the
-    server's), the deployment named, the client's connection header."""
-    head, _, body = answer.partition(b"\r\n\r\n")
-    status, *lines = head.split(b"\r\n")
-    parts = status.split(b" ", 2)
-    kept = [line for line in lines if not line.lower().startswith(b"connection:")]
-    kept.append(b"azureml-model-deployment: " + deployment.encode())
-    if parts[1:2] != [b"200"]:
-        reason = parts[2] if len(parts) > 2 else b""
-        kept += [b"ms-azureml-model-error-statuscode: " + parts[1],
-                 b"ms-azureml-model-error-reason: " + reason]
-        status = b"HTTP/1.1 424 Failed Dependency"
-    kept.append(b"Connection: " + (b"close" if closing else b"keep-alive"))
-    return b"\r\n".join([status, *kept]) + b"\r\n\r\n" + body
+def relabeled(status: int, reason: bytes, headers, *, deployment: str
+              ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """The deployment's answer as the endpoint gives it (Azure's rule): a status other than
+    200 becomes 424 with the server's status and reason in ms-azureml-model-error-*, and
+    azureml-model-deployment names who answered. The length is set by the caller."""
+    kept = [(name, value) for name, value in headers if name not in HOP_BY_HOP]
+    kept.append((b"azureml-model-deployment", deployment.encode()))
+    if status != 200:
+        kept += [(b"ms-azureml-model-error-statuscode", b"%d" % status),
+                 (b"ms-azureml-model-error-reason", reason)]
+        status, reason = 424, REASONS[424]
+    return status, reason, kept
 
 
-def framed(answer: bytes) -> bool:
-    """Whether the answer says where it ends (else only closing the connection does)."""
-    fields = Head.parse(answer.partition(b"\r\n\r\n")[0]).fields
-    return "content-length" in fields or "chunked" in fields.get("transfer-encoding", "")
+class Body:
+    """A request's body as it arrives: in memory up to SPOOL_MEMORY bytes, then in a temporary
+    file; 413 as soon as it passes `limit`."""
+
+    def __init__(self, limit: int):
+        self.limit, self.size = limit, 0
+        self.parts: list[bytes] = []
+        self.file = None
+
+    def add(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise too_large(self.limit)
+        if self.file is None and self.size > SPOOL_MEMORY:
+            self.file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+            self.file.writelines(self.parts)
+            self.parts = []
+        if self.file is not None:
+            self.file.write(data)
+        else:
+            self.parts.append(data)
+
+    def chunks(self) -> Iterator[bytes]:
+        """The body in pieces, from its start (again at each call)."""
+        if self.file is None:
+            if len(self.parts) > 1:
+                self.parts = [b"".join(self.parts)]
+            yield from self.parts
+            return
+        self.file.seek(0)
+        while piece := self.file.read(1 << 16):
+            yield piece
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()

@@ -3,7 +3,7 @@ tokens, which endpoint a deployment goes to, and the front's routing, auth, limi
 
 from __future__ import annotations
 
-import asyncio
+import json
 import random
 import stat
 from pathlib import Path
@@ -13,8 +13,8 @@ import pytest
 from mlops.endpoints import front_wire as wire
 from mlops.endpoints import local_endpoint, online
 from mlops.endpoints.deployment import load
-from mlops.endpoints.endpoint_state import AuthMode, EndpointState, Slot, Token
-from mlops.endpoints.front import Router
+from mlops.endpoints.endpoint_state import AuthMode, DamagedState, EndpointState, Slot, Token
+from mlops.endpoints.front_rules import Router
 from mlops.endpoints.traffic import NewTraffic, add_deployment, parse, set_mirror, set_traffic
 from mlops.errors import LocalRunError
 from mlops.specs import ROOT
@@ -162,11 +162,13 @@ def test_names_follow_azures_rule():
 
 def router(tmp_path: Path, state: EndpointState) -> Router:
     state.write(tmp_path)
-    return Router(tmp_path)
+    return Router.open(tmp_path)
 
 
-def head(*lines: str) -> wire.Head:
-    return wire.Head.parse("\r\n".join(["POST /score HTTP/1.1", *lines, "", ""]).encode())
+def head(*lines: str) -> dict[bytes, bytes]:
+    """A request's fields as the front reads them (lower-case names)."""
+    return {name.strip().lower().encode(): value.strip().encode()
+            for name, _, value in (line.partition(":") for line in lines)}
 
 
 def refusal(call) -> tuple[int, str]:
@@ -217,46 +219,37 @@ def test_the_front_takes_at_most_max_pending_requests_per_deployment(tmp_path):
         pass
 
 
-def read_body(data: bytes, the_head: wire.Head, limit: int):
-    async def go():
-        reader = asyncio.StreamReader()
-        reader.feed_data(data)
-        reader.feed_eof()
-        spool, length = await wire.read_body(reader, the_head, limit)
-        return spool.read(), length
-    return asyncio.run(go())
-
-
-def test_a_body_is_refused_past_the_limit_as_it_arrives():
-    assert read_body(b"hello", head("Content-Length: 5"), 5) == (b"hello", 5)
-    assert refusal(lambda: read_body(b"", head("Content-Length: 6"), 5))[0] == 413
-    chunked = head("Transfer-Encoding: chunked")
-    assert read_body(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", chunked, 5) == (b"abcde", 5)
-    assert refusal(lambda: read_body(b"3\r\nabc\r\n3\r\n", chunked, 5))[0] == 413
-    assert refusal(lambda: read_body(b"zz\r\n", chunked, 5))[0] == 400
-    assert refusal(lambda: read_body(b"ab", head("Content-Length: 5"), 5))[0] == 400
-
-
-def test_a_deployments_answer_other_than_200_is_a_424_naming_its_status():
-    answer = b"HTTP/1.1 400 BAD REQUEST\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
-    out = wire.relabel(answer, closing=False, deployment="blue")
-    head_, _, body = out.partition(b"\r\n\r\n")
-    assert head_.startswith(b"HTTP/1.1 424 ") and body == b"{}"
-    assert b"ms-azureml-model-error-statuscode: 400" in head_
-    assert b"ms-azureml-model-error-reason: BAD REQUEST" in head_
-    assert b"azureml-model-deployment: blue" in head_ and b"Connection: keep-alive" in head_
-    fine = wire.relabel(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", closing=True,
-                        deployment="g")
-    assert fine.startswith(b"HTTP/1.1 200 OK") and b"statuscode" not in fine
-
-
 def test_a_damaged_state_file_is_named_not_a_traceback(tmp_path, monkeypatch):
     monkeypatch.setattr(local_endpoint, "ENDPOINTS", tmp_path)
     (tmp_path / "e2e-endpoint").mkdir()
     (tmp_path / "e2e-endpoint" / "endpoint.json").write_text('{"name": "x", "auth_mo')
     with pytest.raises(LocalRunError, match="endpoint.json is damaged"):
         local_endpoint.live_state(tmp_path / "e2e-endpoint")
-    front = Router.__new__(Router)  # the front keeps the last good state it read
-    front.file, front.seen = tmp_path / "e2e-endpoint" / "endpoint.json", (0, 0)
-    front.state = endpoint("blue", blue=100)
-    assert front.current().traffic == {"blue": 100}
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d["deployments"]["blue"].update(port="5001"),  # a string where a number goes
+    lambda d: d.update(traffic=["blue"]),
+    lambda d: d.update(auth_mode="password"),
+    lambda d: d["deployments"]["blue"].update(max_pending=True),
+    lambda d: d.update(tokens=[{"accessToken": 1}]),
+    lambda d: d.update(port=70000),
+    lambda d: d.pop("name"),
+    lambda d: d.update(deployments=None),
+])
+def test_the_front_keeps_the_last_good_state_and_says_so_once(tmp_path, damage, capsys):
+    state = endpoint("blue", blue=100)
+    front = router(tmp_path, state)
+    data = json.loads((tmp_path / "endpoint.json").read_text())
+    damage(data)
+    (tmp_path / "endpoint.json").write_text(json.dumps(data))
+    with pytest.raises(DamagedState):
+        EndpointState.read(tmp_path)
+    for _ in range(3):
+        assert front.current() == state
+        assert front.route(head()).slot.name == "blue"
+    assert capsys.readouterr().err.count("keeping the last good state") == 1
+    (tmp_path / "endpoint.json").unlink()
+    assert front.current() == state
+    state.write(tmp_path)  # good again: read again
+    assert front.current() == state

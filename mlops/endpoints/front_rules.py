@@ -1,0 +1,137 @@
+"""Azure's endpoint rules as the front applies them to one request, in Azure's order: auth,
+which deployment (header, else traffic; a copy to the mirror), how many at once. The state they
+read is endpoint.json, re-read whenever it changes; a damaged or wrongly typed one is refused
+and the last good state kept (said once in the front's log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__:
+    from mlops.endpoints import front_wire as wire
+    from mlops.endpoints.endpoint_state import (
+        STATE_FILE,
+        AuthMode,
+        DamagedState,
+        EndpointState,
+        Slot,
+    )
+else:  # started by its path (front.py): this folder is first on sys.path
+    import front_wire as wire  # type: ignore[no-redef]
+    from endpoint_state import (  # type: ignore[no-redef]
+        STATE_FILE,
+        AuthMode,
+        DamagedState,
+        EndpointState,
+        Slot,
+    )
+
+# Azure's 401 bodies for key auth, as clients see them (a missing or malformed header, a wrong
+# key); Azure documents no body for the token modes, so theirs read the same way locally.
+UNAUTHORIZED = {AuthMode.KEY: ("key_auth_bad_header_forbidden", "key_auth_access_denied"),
+                AuthMode.AML_TOKEN: ("aml_token_auth_bad_header_forbidden",
+                                     "aml_token_auth_access_denied"),
+                AuthMode.AAD_TOKEN: ("aad_token_auth_bad_header_forbidden",
+                                     "aad_token_auth_access_denied")}
+
+
+@dataclass
+class Route:
+    slot: Slot
+    mirror: Slot | None = None
+
+
+def say(line: str) -> None:
+    print(f"front: {line}", file=sys.stderr, flush=True)
+
+
+class Router:
+    """The endpoint's state as endpoint.json says it now, and the requests in flight."""
+
+    def __init__(self, folder: Path, state: EndpointState):
+        self.file = folder / STATE_FILE
+        self.state = state
+        self.seen = self._stamp()
+        self.pending: dict[str, int] = {}
+
+    @classmethod
+    def open(cls, folder: Path) -> Router:
+        """The front's router, from the state the endpoint starts with (DamagedState when it
+        is damaged, FileNotFoundError when there is none)."""
+        state = EndpointState.read(folder)
+        if state is None:
+            raise FileNotFoundError(folder / STATE_FILE)
+        return cls(folder, state)
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            stat = self.file.stat()
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_ino, stat.st_size
+
+    def current(self) -> EndpointState:
+        """The newest good state (the last good one, while the file is damaged or gone)."""
+        stamp = self._stamp()
+        if stamp == self.seen:
+            return self.state
+        self.seen = stamp
+        if stamp is None:
+            say(f"{self.file} is gone; keeping the last good state")
+            return self.state
+        try:
+            state = EndpointState.read(self.file.parent)
+        except (DamagedState, OSError) as err:
+            say(f"{err}; keeping the last good state")
+            return self.state
+        if state is not None:
+            self.state = state
+        return self.state
+
+    def reread(self) -> None:
+        """Read endpoint.json at the next request, changed or not (SIGHUP)."""
+        self.seen = (-1, -1, -1)
+
+    def authorize(self, fields: dict[bytes, bytes]) -> None:
+        state = self.current()
+        if state.auth_mode == AuthMode.NONE:
+            return
+        missing, wrong = UNAUTHORIZED[state.auth_mode]
+        scheme, _, bearer = fields.get(b"authorization", b"").decode("latin-1").partition(" ")
+        if scheme.lower() != "bearer" or not bearer.strip():
+            raise wire.Refused(401, missing, text=True)
+        if not state.accepts(bearer.strip()):
+            raise wire.Refused(401, wrong, text=True)
+
+    def route(self, fields: dict[bytes, bytes]) -> Route:
+        state = self.current()
+        named = fields.get(b"azureml-model-deployment", b"").decode("latin-1").strip()
+        if named:  # straight to it, whatever the weights; never mirrored
+            if named not in state.deployments:
+                raise wire.Refused(404, f"endpoint {state.name} has no deployment {named!r}")
+            return Route(state.deployments[named])
+        live = [(n, p) for n, p in state.traffic.items() if p > 0 and n in state.deployments]
+        if not live:
+            raise wire.Refused(404, f"endpoint {state.name} doesn't have any valid deployment "
+                                    "with positive weight")
+        name = random.choices([n for n, _ in live], [p for _, p in live])[0]
+        mirror = next((state.deployments[n] for n, p in state.mirror_traffic.items()
+                       if n in state.deployments and random.random() * 100 < p), None)
+        return Route(state.deployments[name], mirror)
+
+    @contextlib.contextmanager
+    def admitted(self, slot: Slot):
+        if self.pending.get(slot.name, 0) >= slot.max_pending:
+            raise wire.Refused(429, f"too many pending requests for {slot.name}: at most "
+                                    f"{slot.max_pending} at once (2 * max_concurrent_requests_"
+                                    "per_instance * instance_count)")
+        self.pending[slot.name] = self.pending.get(slot.name, 0) + 1
+        try:
+            yield
+        finally:
+            self.pending[slot.name] -= 1
