@@ -82,3 +82,21 @@ def post(url: str, body, headers: dict[str, str] | None = None, *,
 def use_root(monkeypatch, root: Path) -> Endpoints:
     monkeypatch.setattr(local_endpoint, "ENDPOINTS", root)
     return Endpoints(root)
+
+
+def servers_of(folder: Path) -> list[str]:
+    """The command lines of the fronts and deployment servers (gunicorn) still running whose
+    command or variables name `folder`: every process an endpoint under it started, recorded or
+    not."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                environ = (proc / "environ").read_bytes()
+            except OSError:
+                continue
+            if str(folder).encode() in environ + line.encode() and (
+                    "front.py" in line or "gunicorn" in line):
+                found.append(line)
+    return found

@@ -6,7 +6,10 @@ invoke it with its key. Each is the local twin of an `az ml online-endpoint` or
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -15,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mlops.endpoints import online
-from mlops.endpoints.endpoint_state import AuthMode, EndpointState
+from mlops.endpoints.endpoint_state import STATE_FILE, AuthMode, EndpointState, Slot
 from mlops.endpoints.local_endpoint import (
     checked_name,
     endpoint_folder,
@@ -29,6 +32,7 @@ from mlops.endpoints.local_endpoint import (
     open_state,
     prune,
     read_state,
+    recorded_servers,
     retire,
 )
 from mlops.endpoints.traffic import (
@@ -41,6 +45,7 @@ from mlops.endpoints.traffic import (
 )
 from mlops.errors import LocalRunError
 from mlops.runtime.aliases import safe_root
+from mlops.runtime.launch import interruptible, signals_held
 from mlops.runtime.service import alive, stop_service
 
 AUTH_NOTES = {AuthMode.NONE: "auth: none (AUTH=none, as `az ml ... --local`, which has no auth; "
@@ -51,7 +56,18 @@ AUTH_NOTES = {AuthMode.NONE: "auth: none (AUTH=none, as `az ml ... --local`, whi
 
 def start(request: online.ServeRequest) -> int:
     """Add the deployment to its endpoint, or replace it there; 0 once it serves, 1 when its
-    server failed (the log's tail shown)."""
+    server failed (the log's tail shown). SIGTERM, SIGINT or SIGHUP at any step stop what
+    this start started and leave endpoint.json as it was."""
+    with interruptible():
+        try:
+            return _start(request)
+        except KeyboardInterrupt as err:
+            print(f"\nserve-local: stopped by {err or 'SIGINT'}; what this start started was "
+                  "stopped", file=sys.stderr)
+            raise
+
+
+def _start(request: online.ServeRequest) -> int:
     deployment = online.load_deployment(request)
     spec = endpoint_spec(request, deployment)
     name = checked_name(deployment.name, "deployment")
@@ -68,20 +84,13 @@ def start(request: online.ServeRequest) -> int:
                   file=sys.stderr)
             return 1
         replaced = state.deployments.get(name)
-        state.deployments[name] = slot
-        decided = add_deployment(state, name, NewTraffic(request.all_traffic))
-        try:
-            state.write(folder)  # the front starts from it
-        except BaseException:  # not recorded (a full disk, Ctrl-C): not left running
-            retire(slot)
-            raise
-        ensure_front(state, folder)
-        state.write(folder)
+        decided = _enter(state, slot, folder, NewTraffic(request.all_traffic))
         if replaced is not None:
             print(f"replacing deployment {name}'s previous server (pid {replaced.pid}) once it "
                   "has answered what it holds", flush=True)
-            retire(replaced)
-            prune(folder, name, keep=Path(replaced.folder))
+            with signals_held():
+                retire(replaced)
+                prune(folder, name, keep=Path(replaced.folder))
     auth = AUTH_NOTES.get(state.auth_mode,
                           f"auth: {state.auth_mode.value} (make credentials-local)")
     print(f"environment: {slot.environment}\n{decided}\n{auth}"
@@ -90,13 +99,45 @@ def start(request: online.ServeRequest) -> int:
     return 0
 
 
+def _enter(state: EndpointState, slot: Slot, folder: Path, choice: NewTraffic) -> str:
+    """Put the new server into the endpoint (its front started if it is not running) and
+    record it; on any failure or signal, stop what this start started and put endpoint.json
+    back as it was. What was decided about its traffic, for the log."""
+    before = copy.deepcopy(state)
+    try:
+        with signals_held():
+            state.deployments[slot.name] = slot
+            decided = add_deployment(state, slot.name, choice)
+            state.write(folder)  # the front starts from it
+        ensure_front(state, folder)
+        with signals_held():
+            state.write(folder)
+        return decided
+    except BaseException:  # a full disk, a front that did not start, a signal
+        with signals_held():
+            retire(slot)
+            if state.front_pid and not before.front_pid:
+                stop_service(state.front_pid, folder / "front")
+            with contextlib.suppress(OSError):
+                before.write(folder)
+        raise
+
+
 def running_endpoints(*, partly: bool = False) -> list[Path]:
-    """The local endpoints whose front runs (partly: or any of whose servers runs)."""
+    """The local endpoints whose front runs (partly: or any server they started, found from
+    endpoint.json or, when it is gone or damaged, from their run folders)."""
     found = []
     for folder in endpoint_folders():
-        state = read_state(folder)
-        pids = [state.front_pid] + ([s.pid for s in state.deployments.values()] if partly else
-                                    []) if state else []
+        try:
+            state = read_state(folder)
+        except LocalRunError:
+            if not partly:
+                raise
+            state = None
+        pids = [state.front_pid] if state else []
+        if partly:
+            pids += [s.pid for s in state.deployments.values()] if state else []
+            pids += list(recorded_servers(folder))
         if any(alive(pid) for pid in pids):
             found.append(folder)
     return found
@@ -124,24 +165,49 @@ def running_state(folder: Path) -> EndpointState:
 
 def stop(name: str | None = None) -> int:
     """Stop the front (it answers what it accepted first), then every deployment's server;
-    with no name, every local endpoint that runs."""
+    with no name, every local endpoint that runs. Servers are found from endpoint.json and
+    from the endpoint's run folders, so a damaged or missing endpoint.json stops them too."""
     folders = [chosen(name)] if name else running_endpoints(partly=True)
     if not folders:
         print("no local endpoint running")
     for folder in folders:
-        with endpoint_lock(folder, "stop-local"):
-            state = live_state(folder) or EndpointState(name=folder.name)
-            if state.front_pid:
-                drain = max((grace(s) for s in state.deployments.values()), default=5) + 10
-                stop_service(state.front_pid, folder / "front", grace=drain)
-            with ThreadPoolExecutor(max(len(state.deployments), 1)) as pool:  # all at once
-                list(pool.map(retire, state.deployments.values()))
-            stopped = ", ".join(f"{n} (pid {s.pid})" for n, s in state.deployments.items())
-            state.front_pid, state.deployments = 0, {}
-            state.traffic, state.mirror_traffic = {}, {}
-            state.write(folder)
-        print(f"stopped local endpoint {folder.name}: {stopped or 'no deployment'}")
+        with interruptible(), endpoint_lock(folder, "stop-local"), signals_held():
+            stopped = _stop_endpoint(folder)
+        print(f"stopped local endpoint {folder.name}: {', '.join(stopped) or 'no deployment'}")
     return 0
+
+
+def _stop_endpoint(folder: Path) -> list[str]:
+    try:
+        state, damaged = live_state(folder), False
+    except LocalRunError as err:
+        print(f"note: {err}", file=sys.stderr)
+        state, damaged = None, True
+    found = recorded_servers(folder)
+    state = state or EndpointState(name=folder.name)
+    front = state.front_pid or next((pid for pid, run in found.items() if run.name == "front"),
+                                    0)
+    if front:
+        drain = max((grace(s) for s in state.deployments.values()), default=5) + 10
+        stop_service(front, folder / "front", grace=drain)
+    slots = {s.pid: s for s in state.deployments.values()}
+    strays = {pid: run for pid, run in found.items() if pid not in slots and pid != front}
+    with ThreadPoolExecutor(max(len(slots) + len(strays), 1)) as pool:  # all at once
+        list(pool.map(retire, slots.values()))
+        list(pool.map(lambda pid: stop_service(pid, strays[pid], grace=10), strays))
+    stopped = [f"{n} (pid {s.pid})" for n, s in state.deployments.items()]
+    stopped += [f"{run.name} (pid {pid}, found in its run folder)" for pid, run in strays.items()
+                if run.name != "front"]
+    if damaged:
+        aside = folder / f"{STATE_FILE}.damaged"
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(folder / STATE_FILE, aside)
+            print(f"note: the damaged state is kept as {aside}", file=sys.stderr)
+    elif (folder / STATE_FILE).exists():
+        state.front_pid, state.deployments = 0, {}
+        state.traffic, state.mirror_traffic = {}, {}
+        state.write(folder)
+    return stopped
 
 
 def update(name: str | None, *, traffic: str | None, mirror: str | None) -> int:

@@ -33,6 +33,7 @@ from mlops.errors import LocalRunError
 from mlops.project import project
 from mlops.runtime.aliases import safe_root
 from mlops.runtime.engine import Runtime, start_service
+from mlops.runtime.launch import signals_held
 from mlops.runtime.records import Status, TaskRecord
 from mlops.runtime.service import Service, alive, running, stop_service
 from mlops.runtime.tasks import Task
@@ -155,10 +156,17 @@ def live_state(folder: Path) -> EndpointState | None:
 
 
 def holder_of(port: int) -> str:
+    lost = []
     for folder in endpoint_folders():
-        state = read_state(folder)
-        if state is not None and state.port == port and alive(state.front_pid):
-            return f"local endpoint {state.name} (make stop-local ENDPOINT={state.name})"
+        with contextlib.suppress(LocalRunError):  # a damaged state is said where it matters
+            state = read_state(folder)
+            if state is not None and state.port == port and alive(state.front_pid):
+                return f"local endpoint {state.name} (make stop-local ENDPOINT={state.name})"
+            if state is None and recorded_servers(folder):
+                lost.append(folder.name)
+    if lost:
+        return (f"another process (local endpoint {', '.join(lost)} has servers running and no "
+                f"endpoint.json: make stop-local ENDPOINT={lost[0]})")
     return "another process"
 
 
@@ -210,7 +218,6 @@ def wait_listening(port: int, service: Service, timeout: float = 60) -> None:
             return
         time.sleep(0.1)
     tail = "".join(service.log.read_text(errors="replace").splitlines(True)[-10:])
-    stop_service(service.pid, service.folder)
     raise LocalRunError(f"the endpoint's front did not start listening on {port}:\n{tail}")
 
 
@@ -224,5 +231,37 @@ def ensure_front(state: EndpointState, folder: Path) -> None:
                 folder=root / "front")
     service = start_service(task, Runtime(task.folder, 1, environments=Environments()),
                             [f"endpoint: {state.name}"])
-    wait_listening(state.port, service)
+    try:
+        wait_listening(state.port, service)
+    except BaseException:  # failed, or interrupted (a signal): not left running
+        with signals_held():
+            stop_service(service.pid, service.folder)
+        raise
     state.front_pid = service.pid
+
+
+def ours(pid: int, run: Path) -> bool:
+    """Whether `pid` is still the server that `run` recorded (not a process that took its
+    number since): a process group's leader, working in that folder (where /proc tells)."""
+    try:
+        if os.getpgid(pid) != pid:
+            return False
+        cwd = Path(f"/proc/{pid}/cwd")
+        return not cwd.parent.is_dir() or cwd.resolve().is_relative_to(run.resolve())
+    except (ProcessLookupError, PermissionError):
+        return False
+    except OSError:  # /proc/<pid>/cwd unreadable: the group is enough
+        return True
+
+
+def recorded_servers(folder: Path) -> dict[int, Path]:
+    """pid -> run folder of every server the endpoint's folder records as running (its
+    front's, each deployment's): found from the run folders, whatever endpoint.json says."""
+    found = {}
+    runs = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    for run in runs:
+        record = TaskRecord.read(run)
+        if record is not None and record.status == Status.RUNNING and record.pid and \
+                alive(record.pid) and ours(record.pid, run):
+            found[record.pid] = run
+    return found

@@ -29,7 +29,7 @@ from mlops.environments.activation import Environments
 from mlops.errors import LocalRunError
 from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.engine import Runtime, start_service
-from mlops.runtime.launch import free_port
+from mlops.runtime.launch import free_port, signals_held
 from mlops.runtime.service import Service, running, stop_service
 from mlops.runtime.tasks import Task, Workdir, variables
 
@@ -211,8 +211,9 @@ def launch_server(plan: ServerPlan) -> Slot:
     try:
         wait_healthy(f"http://127.0.0.1:{plan.port}{plan.rules.ready_path}", service,
                      plan.rules.ready_s)
-    except BaseException:  # failed, or interrupted (Ctrl-C): no server is left behind
-        stop_service(service.pid, service.folder)
+    except BaseException:  # failed, or interrupted (a signal): no server is left behind
+        with signals_held():
+            stop_service(service.pid, service.folder)
         raise
     rules = plan.rules
     return Slot(name=plan.task.name, port=plan.port, pid=service.pid, folder=str(service.folder),

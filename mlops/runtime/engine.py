@@ -302,9 +302,14 @@ def start_service(task: Task, rt: Runtime, about: list[str]) -> Service:
     (task.folder / "command.sh").write_text(resolved.command + "\n")
     rt.started = True
     lines = [*about, f"environment: {activation.label}"]
-    job = launch.Launch(resolved.command, resolved.wd, [variables], task.folder / "log.txt",
-                        header="".join(f"mlops.serve: {line}\n" for line in lines),
-                        detached=True).start()
-    pid = job.procs[0].pid
-    TaskRecord(Status.RUNNING, pid=pid, outputs=resolved.outputs).write(task.folder)
+    with launch.signals_held():  # the server is recorded before a signal unwinds anything
+        job = launch.Launch(resolved.command, resolved.wd, [variables], task.folder / "log.txt",
+                            header="".join(f"mlops.serve: {line}\n" for line in lines),
+                            detached=True).start()
+        pid = job.procs[0].pid
+        try:
+            TaskRecord(Status.RUNNING, pid=pid, outputs=resolved.outputs).write(task.folder)
+        except BaseException:  # unrecorded (a full disk): not left running
+            launch.stop_group(pid, 0)
+            raise
     return Service(pid, job.log, task.folder, activation.label)

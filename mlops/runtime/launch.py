@@ -78,6 +78,46 @@ def check_interrupt() -> None:
         raise Interrupted(_pending.pop())
 
 
+_held = [0]  # how deep in signals_held() the main thread is
+
+
+def _interrupt(signum, frame):  # noqa: ARG001 - the signal module's signature
+    if _held[0]:
+        _pending.append(signum)
+        return
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interruptible():
+    """SIGINT, SIGTERM and SIGHUP raise Interrupted where the program is, as Ctrl-C raises
+    KeyboardInterrupt (a start waiting on a server ends at once, and what it started is
+    stopped as it unwinds), except inside signals_held(). Only in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _pending.clear()
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM,
+                                                                signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        restore_signal_handlers(previous)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Under interruptible(), a signal that arrives inside waits until it ends: a process
+    started here is recorded, and a cleanup run here finishes, before anything unwinds."""
+    _held[0] += 1
+    try:
+        yield
+    finally:
+        _held[0] -= 1
+        if not _held[0] and _pending and signal.getsignal(signal.SIGTERM) is _interrupt:
+            raise Interrupted(_pending.pop())
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((LOCALHOST, 0))

@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from endpoint_client import Endpoints, post, use_root
+from endpoint_client import Endpoints, post, servers_of, use_root
 from support import ROOT, until
 
 from mlops import serve
@@ -181,22 +181,6 @@ def test_an_announced_body_over_the_limit_is_refused_before_it_is_sent(rollout):
         assert sock.recv(64).startswith(b"HTTP/1.1 413")
 
 
-def _servers(folder: Path) -> list[str]:
-    """The command lines of this test's fronts and servers still running."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                environ = (proc / "environ").read_bytes()
-            except OSError:
-                continue
-            if str(folder).encode() in environ + line.encode() and (
-                    "front.py" in line or "_mlops_inference_server" in line):
-                found.append(line)
-    return found
-
-
 def test_two_starts_at_once_leave_one_server_and_stop_stops_it(tmp_path):
     env = {**os.environ, "MLOPS_STATE_DIR": str(tmp_path)}
     port = str(Endpoints(tmp_path).port)
@@ -209,7 +193,7 @@ def test_two_starts_at_once_leave_one_server_and_stop_stops_it(tmp_path):
         outs = [p.communicate(timeout=120)[0] for p in starts]
         assert [p.returncode for p in starts] == [0, 0], outs
         assert any("is busy (pid" in out and "serve-local blue" in out for out in outs), outs
-        lines = _servers(folder)
+        lines = servers_of(folder)
         assert sum("front.py" in line for line in lines) == 1, lines
         assert len({line.split("--port ")[1].split()[0] for line in lines
                     if "_mlops_inference_server" in line}
@@ -220,7 +204,7 @@ def test_two_starts_at_once_leave_one_server_and_stop_stops_it(tmp_path):
         stop = subprocess.run([sys.executable, "-m", "mlops.serve", "stop"], env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
     assert stop.returncode == 0 and "stopped local endpoint rollout-local" in stop.stdout
-    until(lambda: not _servers(folder), 10, "no server of the endpoint left")
+    until(lambda: not servers_of(folder), 10, "no server of the endpoint left")
 
 
 def test_stop_under_load_answers_every_accepted_request(own):
@@ -261,7 +245,7 @@ def test_a_killed_front_is_started_again_by_the_next_start_and_stop_leaves_nothi
     assert state.front_pid != front and set(state.deployments) == {"blue", "green"}
     assert post(url, {}, own.headers()).body == {"who": "blue"}
     own.stop()
-    until(lambda: not _servers(own.root), 10, "no server of the endpoints left")
+    until(lambda: not servers_of(own.root), 10, "no server of the endpoints left")
 
 
 def post_or_none(url: str, headers: dict[str, str]):

@@ -1,0 +1,73 @@
+"""Starting and stopping the local endpoint when things go wrong, with real processes: a
+signal at a step of `python -m mlops.serve start` leaves no process that nothing records, and
+stop-local finds every server of an endpoint from its run folders even when endpoint.json is
+gone or damaged."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from endpoint_client import Endpoints, servers_of, use_root
+from support import ROOT, until
+
+from mlops import serve
+from mlops.endpoints.endpoint_state import EndpointState
+
+FIXTURE = ROOT / "tests" / "fixtures" / "endpoint"
+BLUE, GREEN = FIXTURE / "blue.yml", FIXTURE / "green.yml"
+
+
+@pytest.mark.parametrize(("sig", "step"), [
+    (signal.SIGTERM, "blue-1"),  # blue's server started, not yet ready
+    (signal.SIGHUP, "front"),  # the front started, not yet listening or recorded
+    (signal.SIGINT, "blue-1"),
+])
+def test_a_signal_during_a_start_stops_what_it_started(tmp_path, sig, step):
+    env = {**os.environ, "MLOPS_STATE_DIR": str(tmp_path)}
+    folder = tmp_path / "runs" / "endpoints" / "rollout-local"
+    start = subprocess.Popen([sys.executable, "-m", "mlops.serve", "start", "--deployment",
+                              str(BLUE), "--port", str(Endpoints(tmp_path).port)], env=env,
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    try:
+        until(lambda: (folder / step / "status.json").exists() or start.poll() is not None,
+              120, f"{step}'s server started", step=0.002)
+        os.kill(start.pid, signal.SIGSTOP)  # held at this step while the signal is sent
+        os.kill(start.pid, sig)
+        os.kill(start.pid, signal.SIGCONT)
+        out = start.communicate(timeout=60)[0]
+    finally:
+        start.kill()
+    assert start.returncode == 128 + sig, out
+    assert "what this start started was stopped" in out
+    until(lambda: not servers_of(folder), 15, "no server of the endpoint left")
+    state = EndpointState.read(folder)
+    assert state is None or (not state.deployments and not state.front_pid), state
+
+
+@pytest.mark.parametrize("damage", ["gone", "wrongly typed"])
+def test_stop_finds_every_server_when_endpoint_json_is_gone_or_damaged(tmp_path, monkeypatch,
+                                                                       capsys, damage):
+    endpoints = use_root(monkeypatch, tmp_path / "endpoints")
+    endpoints.start(BLUE)
+    endpoints.start(GREEN)
+    folder = tmp_path / "endpoints" / "rollout-local"
+    assert len(servers_of(folder)) >= 3  # the front, blue's and green's gunicorn
+    state = folder / "endpoint.json"
+    if damage == "gone":
+        state.unlink()
+    else:
+        state.write_text(state.read_text().replace('"traffic": {', '"traffic": [0], "x": {'))
+    capsys.readouterr()
+    assert serve.main(["stop"]) == 0  # no name: found from the run folders
+    out = capsys.readouterr()
+    assert "blue-1 (pid" in out.out and "green-1 (pid" in out.out, out
+    until(lambda: not servers_of(folder), 15, "no server of the endpoint left")
+    if damage != "gone":
+        assert "endpoint.json is damaged" in out.err
+        assert (folder / "endpoint.json.damaged").is_file() and not state.exists()
+    assert serve.main(["stop"]) == 0 and "no local endpoint running" in capsys.readouterr().out
