@@ -36,159 +36,17 @@ if __package__:
     from mlops.endpoints import front_listen, front_pool
     from mlops.endpoints import front_wire as wire
     from mlops.endpoints.endpoint_state import DamagedState, Slot
+    from mlops.endpoints.front_client import Client
     from mlops.endpoints.front_rules import Route, Router, say
 else:  # started by its path: this folder is first on sys.path
     import front_listen  # type: ignore[no-redef]
     import front_pool  # type: ignore[no-redef]
     import front_wire as wire  # type: ignore[no-redef]
     from endpoint_state import DamagedState, Slot  # type: ignore[no-redef]
+    from front_client import Client  # type: ignore[no-redef]
     from front_rules import Route, Router, say  # type: ignore[no-redef]
 
 HOST = "127.0.0.1"
-LINGER_S, LINGER_BYTES = 1.0, 256 * 1024  # what a refused client may still send: then closed
-STOP_GRACE_S = 1.0  # how long a connection accepted before a stop may take to send a request
-
-
-class Client(asyncio.Protocol):
-    """One client connection: its requests, read by h11 in order, and their answers."""
-
-    def __init__(self, front: Front):
-        self.front, self.wire = front, wire.Inbound()
-        self.transport: asyncio.Transport | None = None
-        self.phase = "idle"  # idle (no byte of a request yet), head, body, busy, closing
-        self.timer: asyncio.TimerHandle | None = None
-        self.dropped = 0
-        self.ended = False  # the client closed its side
-        self.request: h11.Request | None = None
-        self.route: Route | None = None
-        self.body: wire.Body | None = None
-
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.front.clients[self] = None
-        self._wait()
-
-    def connection_lost(self, exc) -> None:
-        self._set_timer(None)
-        if self.phase != "busy" and self.body is not None:
-            self.body.close()
-        self.phase = "closing"
-        self.front.closed(self)
-
-    def data_received(self, data: bytes) -> None:
-        if self.phase == "closing":
-            self.dropped += len(data)
-            if self.dropped > LINGER_BYTES:
-                self.transport.close()
-            return
-        if self.phase == "idle":
-            self.phase = "head"
-            self._set_timer(wire.HEAD_S, self._late)
-        self.wire.feed(data)
-        if self.phase != "busy":
-            self._advance()
-
-    def eof_received(self) -> bool:
-        if self.phase in ("closing", "idle"):
-            return False
-        self.ended = True
-        self.wire.feed(b"")
-        if self.phase != "busy":
-            self._advance()
-        return True  # still open for the answer
-
-    def _set_timer(self, seconds: float | None, then=None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer = None if seconds is None else \
-            asyncio.get_running_loop().call_later(seconds, then)
-
-    def _wait(self) -> None:
-        """Wait for the next request: idle connections close quietly in time."""
-        self.phase = "idle"
-        self._set_timer(STOP_GRACE_S if self.front.stopping else wire.IDLE_S,
-                        self.transport.close)
-
-    def _late(self) -> None:
-        late = "head" if self.phase == "head" else "body"
-        self.refuse(wire.Refused(408, f"the request's {late} did not arrive in time"))
-
-    def _advance(self) -> None:
-        try:
-            while True:
-                event = self.wire.next_event()
-                kind = type(event)
-                if kind is h11.Data:
-                    self.body.add(event.data)
-                elif kind is h11.Request:
-                    self._begin(event)
-                elif kind is h11.EndOfMessage:
-                    self._dispatch()
-                    return
-                elif event is h11.NEED_DATA or event is h11.PAUSED:
-                    return
-                else:  # the client closed its side before a whole request
-                    self.transport.close()
-                    return
-        except wire.Refused as refused:
-            self.refuse(refused)
-
-    def _begin(self, request: h11.Request) -> None:
-        """A request's head is in: Azure's rules that need no body, then the body's limit."""
-        self.phase = "body"
-        self._set_timer(wire.BODY_S, self._late)
-        fields = dict(request.headers)  # the fields that must be unique were checked
-        self.front.router.authorize(fields)
-        route = self.front.router.route(fields)
-        self.body = self.wire.body_for(request, route.slot.max_body)
-        self.request, self.route = request, route
-        if self.wire.conn.they_are_waiting_for_100_continue:
-            self.transport.write(self.wire.conn.send(h11.InformationalResponse(
-                status_code=100, headers=[], reason=b"Continue")))
-
-    def _dispatch(self) -> None:
-        self.phase = "busy"
-        self._set_timer(None)
-        self.transport.pause_reading()
-        self.front.spawn(self.front.answer(self, self.request, self.route, self.body))
-
-    def reply(self, answer: front_pool.Answer, deployment: str) -> None:
-        status, reason, headers = wire.relabeled(answer.status, answer.reason, answer.headers,
-                                                 deployment=deployment)
-        length = len(answer.body)
-        if self.request.method == b"HEAD":
-            length = int(dict(answer.headers).get(b"content-length", b"0") or 0)
-        headers.append((b"content-length", b"%d" % length))
-        if self.front.stopping:
-            headers.append((b"connection", b"close"))
-        self.transport.write(self.wire.respond(status, headers, answer.body, reason=reason))
-        self.request = self.route = self.body = None
-        if self.front.stopping or self.ended or not self.wire.next_cycle():
-            self.phase = "closing"
-            self.transport.close()
-            return
-        self.transport.resume_reading()
-        self._wait()
-        if self.wire.head:  # pipelined: the next request is already here
-            self.phase = "head"
-            self._set_timer(wire.HEAD_S, self._late)
-            self._advance()
-
-    def refuse(self, refused: wire.Refused) -> None:
-        """Answer with the refusal and close: what the client still sends is read and dropped
-        for at most LINGER_S seconds or LINGER_BYTES bytes (closing on unread bytes resets the
-        connection, which can lose the answer), never drained."""
-        self.phase = "closing"
-        self.transport.write(self.wire.refuse(refused))
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-        self.transport.resume_reading()
-        self._set_timer(LINGER_S, self.transport.close)
-        target = self.request.target.decode("latin-1") if self.request else "-"
-        self.front.log(f"{target} refused {refused.status}: {refused.message}")
-
-
 class Front:
     def __init__(self, router: Router):
         self.router = router
@@ -229,8 +87,7 @@ class Front:
             pool = self.pools.get(slot.port) or self.pools.setdefault(
                 slot.port, front_pool.Pool(slot.port))
             try:
-                return await pool.exchange(wire.upstream_request(request, body.size), body,
-                                           slot.timeout_ms / 1000 or None)
+                return await pool.exchange(request, body, slot.timeout_ms / 1000 or None)
             except TimeoutError:
                 raise wire.Refused(408, f"{slot.name} took longer than its request_timeout_ms"
                                         f" ({slot.timeout_ms})") from None
@@ -243,7 +100,9 @@ class Front:
         started = time.monotonic()
         try:
             answer = await self.forward(route.slot, request, body)
-        except wire.Refused as refused:
+        except Exception as err:  # noqa: BLE001 - every request is answered, whatever failed
+            refused = err if isinstance(err, wire.Refused) else wire.Refused(
+                502, f"the front could not pass the request on: {err!r}")
             if client.phase == "busy":
                 client.refuse(refused)
             return

@@ -121,7 +121,7 @@ class Upstream(asyncio.Protocol):
             elif kind is h11.EndOfMessage:
                 self.waiter.set_result(Answer(
                     status=self.response.status_code, reason=self.response.reason,
-                    headers=list(self.response.headers), body=b"".join(self.parts)))
+                    headers=self.response.headers.raw_items(), body=b"".join(self.parts)))
             elif kind is h11.ConnectionClosed:
                 self._fail(Broken("the server closed the connection", silent=not self.heard))
 

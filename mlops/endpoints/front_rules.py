@@ -6,7 +6,6 @@ and the last good state kept (said once in the front's log).
 
 from __future__ import annotations
 
-import contextlib
 import random
 import sys
 from dataclasses import dataclass
@@ -97,8 +96,10 @@ class Router:
         """Read endpoint.json at the next request, changed or not (SIGHUP)."""
         self.seen = (-1, -1, -1)
 
-    def authorize(self, fields: dict[bytes, bytes]) -> None:
-        state = self.current()
+    def authorize(self, fields: dict[bytes, bytes], state: EndpointState | None = None) -> None:
+        """401 unless the request's Authorization opens the endpoint (`state`: as read for
+        this request; the current one by default)."""
+        state = state or self.current()
         if state.auth_mode == AuthMode.NONE:
             return
         missing, wrong = UNAUTHORIZED[state.auth_mode]
@@ -108,8 +109,8 @@ class Router:
         if not state.accepts(bearer.strip()):
             raise wire.Refused(401, wrong, text=True)
 
-    def route(self, fields: dict[bytes, bytes]) -> Route:
-        state = self.current()
+    def route(self, fields: dict[bytes, bytes], state: EndpointState | None = None) -> Route:
+        state = state or self.current()
         named = fields.get(b"azureml-model-deployment", b"").decode("latin-1").strip()
         if named:  # straight to it, whatever the weights; never mirrored
             if named not in state.deployments:
@@ -119,19 +120,29 @@ class Router:
         if not live:
             raise wire.Refused(404, f"endpoint {state.name} doesn't have any valid deployment "
                                     "with positive weight")
-        name = random.choices([n for n, _ in live], [p for _, p in live])[0]
+        name = live[0][0] if len(live) == 1 else \
+            random.choices([n for n, _ in live], [p for _, p in live])[0]
         mirror = next((state.deployments[n] for n, p in state.mirror_traffic.items()
                        if n in state.deployments and random.random() * 100 < p), None)
         return Route(state.deployments[name], mirror)
 
-    @contextlib.contextmanager
-    def admitted(self, slot: Slot):
+    def admitted(self, slot: Slot) -> Admission:
+        """`with router.admitted(slot):` one of the deployment's pending requests (429 when it
+        has its most)."""
+        return Admission(self.pending, slot)
+
+
+class Admission:
+    def __init__(self, pending: dict[str, int], slot: Slot):
+        self.pending, self.slot = pending, slot
+
+    def __enter__(self) -> None:
+        slot = self.slot
         if self.pending.get(slot.name, 0) >= slot.max_pending:
             raise wire.Refused(429, f"too many pending requests for {slot.name}: at most "
                                     f"{slot.max_pending} at once (2 * max_concurrent_requests_"
                                     "per_instance * instance_count)")
         self.pending[slot.name] = self.pending.get(slot.name, 0) + 1
-        try:
-            yield
-        finally:
-            self.pending[slot.name] -= 1
+
+    def __exit__(self, *exc) -> None:
+        self.pending[self.slot.name] -= 1

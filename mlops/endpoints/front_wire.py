@@ -37,8 +37,9 @@ REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Fou
            429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
            501: b"Not Implemented", 502: b"Bad Gateway", 503: b"Service Unavailable",
            505: b"HTTP Version Not Supported"}
-UNIQUE = (b"host", b"content-length", b"transfer-encoding", b"authorization", b"expect",
-          b"azureml-model-deployment")
+UNIQUE_FIELDS = {name: re.compile(rb"\n" + name + rb":([^\n]*)") for name in (
+    b"host", b"content-length", b"transfer-encoding", b"authorization", b"expect",
+    b"azureml-model-deployment")}
 # Hop-by-hop fields: the connection's own, never passed on (RFC 9110 7.6.1); the length is
 # set anew for the bytes that are passed on.
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
@@ -47,6 +48,7 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te"
 METHOD = re.compile(rb"[A-Z_-]+")
 DIGITS = re.compile(rb"[0-9]+")
 HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head
+FOLDED = re.compile(rb"\n[ \t]")
 BARE_LF = re.compile(rb"(?<!\r)\n")
 
 
@@ -68,42 +70,30 @@ def too_large(limit: int) -> Refused:
     return Refused(413, f"request body over this deployment's limit of {limit} bytes")
 
 
-def _field_lines(head: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """(lower-case name, value) of each field line; Refused for a folded one."""
-    for line in head.split(b"\n")[1:]:
-        line = line.rstrip(b"\r")
-        if not line:
-            return
-        if line[:1] in (b" ", b"\t"):
-            raise Refused(400, "obsolete line folding (a field line that starts with a space)")
-        name, _, value = line.partition(b":")
-        yield name.lower(), value.strip(b" \t")
-
-
 def nginx_refusal(head: bytes) -> Refused | None:
-    """What nginx refuses in a request's head (`head`: its bytes as they came) that h11 lets
-    through; None when nothing is."""
-    method, _, rest = head.split(b"\n", 1)[0].rstrip(b"\r").partition(b" ")
-    version = rest.rpartition(b" ")[2]
+    """What nginx refuses in a request's head (`head`: its bytes as they came, to the blank
+    line) that h11 lets through; None when nothing is."""
+    line, _, rest = head.partition(b"\n")
+    method, _, rest_of_line = line.rstrip(b"\r").partition(b" ")
+    version = rest_of_line.rpartition(b" ")[2]
     if not METHOD.fullmatch(method):
         return Refused(400, "invalid method")
     if version.startswith(b"HTTP/") and not version.startswith(b"HTTP/1."):
         return Refused(505, f"HTTP version {version.decode('latin-1')} is not supported")
-    fields: dict[bytes, list[bytes]] = {}
-    try:
-        for name, value in _field_lines(head):
-            fields.setdefault(name, []).append(value)
-    except Refused as refused:
-        return refused
-    twice = [name.decode("latin-1") for name in UNIQUE if len(fields.get(name, ())) > 1]
+    fields = b"\n" + rest.lower()  # each field line starts after a LF
+    if FOLDED.search(fields):
+        return Refused(400, "obsolete line folding (a field line that starts with a space)")
+    values = {name: [v.strip(b" \t\r") for v in pattern.findall(fields)]
+              for name, pattern in UNIQUE_FIELDS.items()}
+    twice = [name.decode() for name in UNIQUE_FIELDS if len(values[name]) > 1]
     if twice:
         return Refused(400, f"duplicate {twice[0]} field")
-    length, coding = fields.get(b"content-length"), fields.get(b"transfer-encoding")
+    length, coding = values[b"content-length"], values[b"transfer-encoding"]
     if length and not DIGITS.fullmatch(length[0]):
         return Refused(400, "invalid Content-Length")
     if coding and version == b"HTTP/1.0":
         return Refused(400, "Transfer-Encoding in an HTTP/1.0 request")
-    if coding and coding[0].lower() != b"chunked":
+    if coding and coding[0] != b"chunked":
         return Refused(501, f"unknown Transfer-Encoding {coding[0].decode('latin-1')!r}")
     if coding and length:
         return Refused(400, "both Content-Length and Transfer-Encoding")
@@ -146,12 +136,12 @@ class Inbound:
             raise Refused(400, "a chunk line ended by LF alone, not CR LF")
         return event
 
-    def body_for(self, request: h11.Request, limit: int) -> Body:
-        """Where the request's body goes; 413 at once when its announced length is over
-        `limit` (the cap on a chunked body applies to its bytes as they come)."""
-        for name, value in request.headers:
-            if name == b"content-length" and int(value) > limit:
-                raise too_large(limit)
+    def body_for(self, fields: dict[bytes, bytes], limit: int) -> Body:
+        """Where the request's body goes (`fields`: its fields by lower-case name); 413 at once
+        when its announced length is over `limit` (a chunked body's cap applies to its bytes
+        as they come)."""
+        if int(fields.get(b"content-length", 0)) > limit:
+            raise too_large(limit)
         return Body(limit)
 
     def _head_bytes(self) -> bytes | None:
@@ -202,14 +192,23 @@ class Inbound:
         return True
 
 
-def upstream_request(request: h11.Request, length: int) -> h11.Request:
-    """The request as the deployment's server gets it: the connection's own fields dropped
-    (and those its Connection field names), the body's length."""
-    named = {token.strip().lower() for name, value in request.headers if name == b"connection"
-             for token in value.split(b",")}
-    headers = [(name, value) for name, value in request.headers
-               if name not in HOP_BY_HOP and name not in named]
-    headers.append((b"content-length", b"%d" % length))
+def fields_of(message) -> tuple[list[tuple[bytes, bytes]], dict[bytes, bytes]]:
+    """A request's or answer's fields as they came, and by lower-case name."""
+    items = message.headers.raw_items()
+    return items, {name.lower(): value for name, value in items}
+
+
+def upstream_request(request: h11.Request, items: list[tuple[bytes, bytes]],
+                     length: int) -> h11.Request:
+    """The request as the deployment's server gets it (`items`: its fields as they came): the
+    connection's own fields dropped (and those its Connection field names), the body's
+    length."""
+    hop = HOP_BY_HOP
+    for name, value in items:
+        if name.lower() == b"connection":
+            hop = hop | {token.strip().lower() for token in value.split(b",")}
+    headers = [(name, value) for name, value in items if name.lower() not in hop]
+    headers.append((b"Content-Length", b"%d" % length))
     return h11.Request(method=request.method, target=request.target, headers=headers)
 
 
@@ -218,7 +217,7 @@ def relabeled(status: int, reason: bytes, headers, *, deployment: str
     """The deployment's answer as the endpoint gives it (Azure's rule): a status other than
     200 becomes 424 with the server's status and reason in ms-azureml-model-error-*, and
     azureml-model-deployment names who answered. The length is set by the caller."""
-    kept = [(name, value) for name, value in headers if name not in HOP_BY_HOP]
+    kept = [(name, value) for name, value in headers if name.lower() not in HOP_BY_HOP]
     kept.append((b"azureml-model-deployment", deployment.encode()))
     if status != 200:
         kept += [(b"ms-azureml-model-error-statuscode", b"%d" % status),

@@ -1,0 +1,197 @@
+"""One client connection of the endpoint's front (front.py): its requests, read in order by h11
+with nginx's refusals on top (front_wire.py), and their answers. Deadlines: a request's head
+must arrive within FRONT_HEAD_TIMEOUT_S of its first byte, its body within FRONT_BODY_TIMEOUT_S
+(else 408); a connection idle between requests closes after FRONT_IDLE_TIMEOUT_S. A refusal is
+answered and the connection closed, after reading and dropping at most LINGER_BYTES (or
+LINGER_S) more of what the client sends: closing on unread bytes resets the connection, which
+can lose the answer; an endless body is never drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import h11
+
+if __package__:
+    from mlops.endpoints import front_pool
+    from mlops.endpoints import front_wire as wire
+    from mlops.endpoints.front_rules import Route
+else:  # started by its path (front.py): this folder is first on sys.path
+    import front_pool  # type: ignore[no-redef]
+    import front_wire as wire  # type: ignore[no-redef]
+    from front_rules import Route  # type: ignore[no-redef]
+
+LINGER_S, LINGER_BYTES = 1.0, 256 * 1024  # what a refused client may still send: then closed
+STOP_GRACE_S = 1.0  # how long a connection accepted before a stop may take to send a request
+
+
+class Client(asyncio.Protocol):
+    """One client connection: its requests, read by h11 in order, and their answers."""
+
+    def __init__(self, front):  # front.Front: its router, pools, log and connections
+        self.front, self.wire = front, wire.Inbound()
+        self.transport: asyncio.Transport | None = None
+        self.phase = "idle"  # idle (no byte of a request yet), head, body, busy, closing
+        self.timer: asyncio.TimerHandle | None = None
+        self.timed = ""  # the phase the timer was armed for
+        self.dropped = 0
+        self.held, self.paused = 0, False  # bytes that came while busy; reading paused
+        self.ended = False  # the client closed its side
+        self.request: h11.Request | None = None
+        self.items: list[tuple[bytes, bytes]] = []
+        self.route: Route | None = None
+        self.body: wire.Body | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.front.clients[self] = None
+        self._wait()
+
+    def connection_lost(self, exc) -> None:
+        self._arm("closing", None)
+        if self.phase != "busy" and self.body is not None:
+            self.body.close()
+        self.phase = "closing"
+        self.front.closed(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.phase == "closing":
+            self.dropped += len(data)
+            if self.dropped > LINGER_BYTES:
+                self.transport.close()
+            return
+        if self.phase == "idle":
+            self.phase = "head"
+        self.wire.feed(data)
+        if self.phase != "busy":
+            self._advance()
+        elif not self.paused:  # pipelined while a request is answered: held, up to a bound
+            self.held += len(data)
+            if self.held > wire.MAX_HEAD:
+                self.paused = True
+                self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        if self.phase in ("closing", "idle"):
+            return False
+        self.ended = True
+        self.wire.feed(b"")
+        if self.phase != "busy":
+            self._advance()
+        return True  # still open for the answer
+
+    def _arm(self, phase: str, seconds: float | None, then=None) -> None:
+        """The connection's one timer, for `phase` (None: no timer)."""
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timed = phase
+        self.timer = None if seconds is None else \
+            asyncio.get_running_loop().call_later(seconds, then)
+
+    def _deadline(self) -> None:
+        """A head or a body must arrive in time: armed when one is still to come after the
+        bytes at hand (a request whole in one read arms none)."""
+        if self.phase == self.timed or self.phase in ("idle", "closing"):
+            return
+        if self.phase == "busy":
+            self._arm("busy", None)
+        else:
+            self._arm(self.phase, wire.HEAD_S if self.phase == "head" else wire.BODY_S,
+                      self._late)
+
+    def _wait(self) -> None:
+        """Wait for the next request: idle connections close quietly in time."""
+        self.phase = "idle"
+        self._arm("idle", STOP_GRACE_S if self.front.stopping else wire.IDLE_S,
+                  self.transport.close)
+
+    def _late(self) -> None:
+        late = "head" if self.phase == "head" else "body"
+        self.refuse(wire.Refused(408, f"the request's {late} did not arrive in time"))
+
+    def _advance(self) -> None:
+        try:
+            while True:
+                event = self.wire.next_event()
+                kind = type(event)
+                if kind is h11.Data:
+                    self.body.add(event.data)
+                elif kind is h11.Request:
+                    self._begin(event)
+                elif kind is h11.EndOfMessage:
+                    self._dispatch()
+                    return
+                elif event is h11.NEED_DATA or event is h11.PAUSED:
+                    return
+                else:  # the client closed its side before a whole request
+                    self.transport.close()
+                    return
+        except wire.Refused as refused:
+            self.refuse(refused)
+        finally:
+            self._deadline()
+
+    def _begin(self, request: h11.Request) -> None:
+        """A request's head is in: Azure's rules that need no body, then the body's limit."""
+        self.phase = "body"
+        self.items, fields = wire.fields_of(request)  # those that must be unique, are
+        state = self.front.router.current()
+        self.front.router.authorize(fields, state)
+        route = self.front.router.route(fields, state)
+        self.body = self.wire.body_for(fields, route.slot.max_body)
+        self.request, self.route = request, route
+        if self.wire.conn.they_are_waiting_for_100_continue:
+            self.transport.write(self.wire.conn.send(h11.InformationalResponse(
+                status_code=100, headers=[], reason=b"Continue")))
+
+    def _dispatch(self) -> None:
+        self.phase, self.held = "busy", 0
+        sent = wire.upstream_request(self.request, self.items, self.body.size)
+        self.front.spawn(self.front.answer(self, sent, self.route, self.body))
+
+    def reply(self, answer: front_pool.Answer, deployment: str) -> None:
+        status, reason, headers = wire.relabeled(answer.status, answer.reason, answer.headers,
+                                                 deployment=deployment)
+        length = len(answer.body)
+        if self.request.method == b"HEAD":
+            length = int(next((value for name, value in answer.headers
+                               if name.lower() == b"content-length"), b"0"))
+        headers.append((b"content-length", b"%d" % length))
+        if self.front.stopping:
+            headers.append((b"connection", b"close"))
+        out = self.wire.respond(status, headers, answer.body, reason=reason)
+        self.request = self.route = self.body = None
+        if not out:  # h11 would not write it: the connection cannot go on
+            self.phase = "closing"
+            self.transport.abort()
+            return
+        self.transport.write(out)
+        if self.front.stopping or self.ended or not self.wire.next_cycle():
+            self.phase = "closing"
+            self.transport.close()
+            return
+        if self.paused:
+            self.paused = False
+            self.transport.resume_reading()
+        self._wait()
+        if self.wire.head:  # pipelined: the next request is already here
+            self.phase = "head"
+            self._advance()
+
+    def refuse(self, refused: wire.Refused) -> None:
+        """Answer with the refusal and close: what the client still sends is read and dropped
+        for at most LINGER_S seconds or LINGER_BYTES bytes (closing on unread bytes resets the
+        connection, which can lose the answer), never drained."""
+        self.phase = "closing"
+        self.transport.write(self.wire.refuse(refused))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        if self.paused:
+            self.paused = False
+            self.transport.resume_reading()
+        self._arm("closing", LINGER_S, self.transport.close)
+        target = self.request.target.decode("latin-1") if self.request else "-"
+        self.front.log(f"{target} refused {refused.status}: {refused.message}")
