@@ -11,7 +11,8 @@ equal Content-Length values before anyone sees them):
   - a Content-Length that is not digits alone (`+5`, `6_685`, `5, 5`): 400;
   - Transfer-Encoding in an HTTP/1.0 request, or beside Content-Length: 400; any coding but
     `chunked` alone: 501;
-  - a method of anything but capitals, `_` and `-`: 400; an HTTP version other than 1.x: 505;
+  - a method of anything but capitals, `_` and `-`: 400; TRACE or CONNECT: 405; an HTTP
+    version other than 1.x: 505;
   - a chunk line or trailer ended by a bare LF (h11 would wait for a CR LF): 400.
 Empty lines before a request line are skipped, as nginx skips them. Every refusal closes the
 connection.
@@ -33,6 +34,7 @@ IDLE_S = float(os.environ.get("FRONT_IDLE_TIMEOUT_S", "5"))
 MAX_HEAD = 64 * 1024
 SPOOL_MEMORY = 1 << 20  # a longer body waits in a temporary file, not in memory
 REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found",
+           405: b"Not Allowed",
            408: b"Request Timeout", 413: b"Payload Too Large", 424: b"Failed Dependency",
            429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
            501: b"Not Implemented", 502: b"Bad Gateway", 503: b"Service Unavailable",
@@ -78,6 +80,8 @@ def nginx_refusal(head: bytes) -> Refused | None:
     version = rest_of_line.rpartition(b" ")[2]
     if not METHOD.fullmatch(method):
         return Refused(400, "invalid method")
+    if method in (b"TRACE", b"CONNECT"):
+        return Refused(405, f"{method.decode()} is not allowed")
     if version.startswith(b"HTTP/") and not version.startswith(b"HTTP/1."):
         return Refused(505, f"HTTP version {version.decode('latin-1')} is not supported")
     fields = b"\n" + rest.lower()  # each field line starts after a LF

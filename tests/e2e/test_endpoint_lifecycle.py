@@ -24,8 +24,7 @@ BLUE, GREEN = FIXTURE / "blue.yml", FIXTURE / "green.yml"
 @pytest.mark.parametrize(("sig", "step"), [
     (signal.SIGTERM, "blue-1"),  # blue's server started, not yet ready
     (signal.SIGHUP, "front"),  # the front started, not yet listening or recorded
-    (signal.SIGINT, "blue-1"),
-])
+])  # SIGINT takes SIGTERM's path (tests/unit/test_serve_local.py)
 def test_a_signal_during_a_start_stops_what_it_started(tmp_path, sig, step):
     env = {**os.environ, "MLOPS_STATE_DIR": str(tmp_path)}
     folder = tmp_path / "runs" / "endpoints" / "rollout-local"

@@ -73,6 +73,7 @@ STREAMS = [
     ("a bare CR in the request line", b"POST /score HTTP/1.1\rHost: x\r\n\r\n", 400),
     ("HTTP/2.0 in a request line", post(HOST, version=b"2.0"), 505),
     ("a lower-case method", post(HOST, method=b"post"), 400),
+    ("TRACE", post(HOST, method=b"TRACE"), 405),
     ("a NUL in a field value", post(HOST, b"X-A: a\x00b"), 400),
     ("a head over 64 KiB", post(HOST, b"X-A: " + b"a" * 70_000), 431),
     ("a TLS handshake", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40

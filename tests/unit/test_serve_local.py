@@ -1,18 +1,23 @@
-"""The local endpoint's rules that need no server: a taken port is an error, and the default model
-is one that exists."""
+"""The local endpoint's rules that need no server: a taken port is an error, the default model
+is one that exists, and a start that a signal or a failure stops leaves nothing of itself."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
+import time
 
 import pytest
 
-from mlops.endpoints import local_endpoint, online
-from mlops.endpoints.endpoint_state import AuthMode
+from mlops.endpoints import endpoint_actions, local_endpoint, online
+from mlops.endpoints.endpoint_state import AuthMode, EndpointState, Slot
 from mlops.endpoints.models import newest_trained
+from mlops.endpoints.traffic import NewTraffic
 from mlops.errors import LocalRunError
+from mlops.runtime import launch
+from mlops.runtime.launch import Interrupted, interruptible, signals_held
 
 
 def test_a_port_another_process_holds_is_an_error_not_a_healthy_server(tmp_path, monkeypatch):
@@ -78,3 +83,40 @@ def test_a_stopped_servers_time_wait_sockets_do_not_hold_the_port():
     with socket.socket() as plain, pytest.raises(OSError):  # the state the old check tripped on
         plain.bind(("127.0.0.1", port))
     assert not online.port_taken(port)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_during_a_start_unwinds_it_but_waits_out_a_held_section(sig):
+    """serve-local's start runs interruptible(): each of the three signals raises where the
+    start is (as Ctrl-C does), except inside signals_held(), which finishes first."""
+    done = []
+    with pytest.raises(Interrupted) as raised, interruptible():
+        with signals_held():
+            os.kill(os.getpid(), sig)
+            done.append("recorded")  # the section goes on after the signal
+        done.append("never")
+    assert raised.value.signum == sig and done == ["recorded"]
+    with pytest.raises(Interrupted), interruptible():
+        os.kill(os.getpid(), sig)
+        time.sleep(5)  # unreachable: the signal ends the wait
+    assert signal.getsignal(signal.SIGTERM) is not launch._interrupt  # put back as it was
+
+
+def test_a_start_that_fails_after_its_server_started_stops_it_and_puts_the_state_back(
+        tmp_path, monkeypatch):
+    state = EndpointState(name="e", port=5001)
+    state.ensure_credentials()
+    state.write(tmp_path)
+    retired = []
+    monkeypatch.setattr(endpoint_actions, "retire", retired.append)
+
+    def no_front(*args):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(endpoint_actions, "ensure_front", no_front)
+    slot = Slot(name="blue", port=1, pid=1, folder=str(tmp_path), spec="", model="",
+                environment="", max_body=1, timeout_ms=1, max_pending=2)
+    with pytest.raises(Interrupted):
+        endpoint_actions._enter(state, slot, tmp_path, NewTraffic.AUTO)
+    assert retired == [slot]
+    assert EndpointState.read(tmp_path).deployments == {}  # as it was before the start
