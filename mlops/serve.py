@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mlops import exit_code, exit_with
 from mlops.endpoints import endpoint_actions as actions
-from mlops.endpoints import online
+from mlops.endpoints import endpoint_stop, online
 from mlops.runtime.debugging import DebugRequest, add_arguments
 from mlops.specs import ROOT
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         debug=DebugRequest.parse(args.debug, args.debug_port))
     name = args.endpoint or None
     run = {"start": lambda: actions.start(request),
-           "stop": lambda: actions.stop(name),
+           "stop": lambda: endpoint_stop.stop(name),
            "invoke": lambda: actions.invoke(args.request, name=name,
                                             deployment=args.deployment_name),
            "traffic": lambda: actions.update(name, traffic=args.weights,

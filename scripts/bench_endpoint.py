@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench_load import concurrent_load  # noqa: E402
 
-from mlops.endpoints import endpoint_actions, local_endpoint, online  # noqa: E402
+from mlops.endpoints import endpoint_actions, endpoint_stop, local_endpoint, online  # noqa: E402
 from mlops.endpoints.endpoint_state import EndpointState  # noqa: E402
 from mlops.runtime.launch import free_port  # noqa: E402
 
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             measure(EndpointState.read(Path(tmp) / "rollout-local"), args)
         finally:  # the servers never outlive the benchmark
             started = time.perf_counter()
-            endpoint_actions.stop()
+            endpoint_stop.stop()
             print(f"stop (front drained, two servers stopped): "
                   f"{time.perf_counter() - started:.1f} s")
     return 0

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlops import serve
-from mlops.endpoints import endpoint_actions, local_endpoint
+from mlops.endpoints import endpoint_stop, local_endpoint
 from mlops.endpoints.endpoint_state import EndpointState
 from mlops.runtime.launch import free_port
 
@@ -39,7 +39,7 @@ class Endpoints:
         return f"http://127.0.0.1:{self.port}/score"
 
     def state(self, name: str | None = None) -> EndpointState:
-        folder = endpoint_actions.chosen(name)
+        folder = endpoint_stop.chosen(name)
         state = EndpointState.read(folder)
         assert state is not None
         return state
@@ -54,7 +54,7 @@ class Endpoints:
         return {"Authorization": f"Bearer {self.state(name).credential()}"}
 
     def stop(self) -> None:
-        endpoint_actions.stop()
+        endpoint_stop.stop()
 
 
 def post(url: str, body, headers: dict[str, str] | None = None, *,

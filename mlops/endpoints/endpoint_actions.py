@@ -9,30 +9,25 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import os
 import sys
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
 from mlops.endpoints import online
-from mlops.endpoints.endpoint_state import STATE_FILE, AuthMode, EndpointState, Slot
+from mlops.endpoints.endpoint_state import AuthMode, EndpointState, Slot
+from mlops.endpoints.endpoint_stop import chosen, stop_orphans
 from mlops.endpoints.local_endpoint import (
     checked_name,
     endpoint_folder,
-    endpoint_folders,
     endpoint_lock,
     endpoint_spec,
     ensure_front,
-    grace,
     live_state,
     next_folder,
     open_state,
     prune,
-    read_state,
-    recorded_servers,
     retire,
 )
 from mlops.endpoints.traffic import (
@@ -46,7 +41,7 @@ from mlops.endpoints.traffic import (
 from mlops.errors import LocalRunError
 from mlops.runtime.aliases import safe_root
 from mlops.runtime.launch import interruptible, signals_held
-from mlops.runtime.service import alive, stop_service
+from mlops.runtime.service import stop_service
 
 AUTH_NOTES = {AuthMode.NONE: "auth: none (AUTH=none, as `az ml ... --local`, which has no auth; "
                              "on Azure this endpoint needs its key or token)",
@@ -73,6 +68,7 @@ def _start(request: online.ServeRequest) -> int:
     name = checked_name(deployment.name, "deployment")
     folder = endpoint_folder(spec.name)
     with endpoint_lock(folder, f"serve-local {name}"):
+        stop_orphans(folder)
         state = open_state(folder, spec, request.port)
         plan = online.prepare(request, deployment, folder=next_folder(safe_root(folder), name))
         print("\n".join(plan.about), flush=True)
@@ -123,91 +119,11 @@ def _enter(state: EndpointState, slot: Slot, folder: Path, choice: NewTraffic) -
         raise
 
 
-def running_endpoints(*, partly: bool = False) -> list[Path]:
-    """The local endpoints whose front runs (partly: or any server they started, found from
-    endpoint.json or, when it is gone or damaged, from their run folders)."""
-    found = []
-    for folder in endpoint_folders():
-        try:
-            state = read_state(folder)
-        except LocalRunError:
-            if not partly:
-                raise
-            state = None
-        pids = [state.front_pid] if state else []
-        if partly:
-            pids += [s.pid for s in state.deployments.values()] if state else []
-            pids += list(recorded_servers(folder))
-        if any(alive(pid) for pid in pids):
-            found.append(folder)
-    return found
-
-
-def chosen(name: str | None) -> Path:
-    """The endpoint asked for, or the one that runs when none is named."""
-    if name:
-        return endpoint_folder(name)
-    running = running_endpoints()
-    if len(running) == 1:
-        return running[0]
-    if not running:
-        raise LocalRunError("no local endpoint is running: make serve-local first")
-    raise LocalRunError(f"{len(running)} local endpoints run ("
-                        f"{', '.join(f.name for f in running)}): name one, ENDPOINT=<name>")
-
-
 def running_state(folder: Path) -> EndpointState:
     state = live_state(folder)
     if state is None or not state.front_pid:
         raise LocalRunError(f"local endpoint {folder.name} is not running: make serve-local")
     return state
-
-
-def stop(name: str | None = None) -> int:
-    """Stop the front (it answers what it accepted first), then every deployment's server;
-    with no name, every local endpoint that runs. Servers are found from endpoint.json and
-    from the endpoint's run folders, so a damaged or missing endpoint.json stops them too."""
-    folders = [chosen(name)] if name else running_endpoints(partly=True)
-    if not folders:
-        print("no local endpoint running")
-    for folder in folders:
-        with interruptible(), endpoint_lock(folder, "stop-local"), signals_held():
-            stopped = _stop_endpoint(folder)
-        print(f"stopped local endpoint {folder.name}: {', '.join(stopped) or 'no deployment'}")
-    return 0
-
-
-def _stop_endpoint(folder: Path) -> list[str]:
-    try:
-        state, damaged = live_state(folder), False
-    except LocalRunError as err:
-        print(f"note: {err}", file=sys.stderr)
-        state, damaged = None, True
-    found = recorded_servers(folder)
-    state = state or EndpointState(name=folder.name)
-    front = state.front_pid or next((pid for pid, run in found.items() if run.name == "front"),
-                                    0)
-    if front:
-        drain = max((grace(s) for s in state.deployments.values()), default=5) + 10
-        stop_service(front, folder / "front", grace=drain)
-    slots = {s.pid: s for s in state.deployments.values()}
-    strays = {pid: run for pid, run in found.items() if pid not in slots and pid != front}
-    with ThreadPoolExecutor(max(len(slots) + len(strays), 1)) as pool:  # all at once
-        list(pool.map(retire, slots.values()))
-        list(pool.map(lambda pid: stop_service(pid, strays[pid], grace=10), strays))
-    stopped = [f"{n} (pid {s.pid})" for n, s in state.deployments.items()]
-    stopped += [f"{run.name} (pid {pid}, found in its run folder)" for pid, run in strays.items()
-                if run.name != "front"]
-    if damaged:
-        aside = folder / f"{STATE_FILE}.damaged"
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(folder / STATE_FILE, aside)
-            print(f"note: the damaged state is kept as {aside}", file=sys.stderr)
-    elif (folder / STATE_FILE).exists():
-        state.front_pid, state.deployments = 0, {}
-        state.traffic, state.mirror_traffic = {}, {}
-        state.write(folder)
-    return stopped
 
 
 def update(name: str | None, *, traffic: str | None, mirror: str | None) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 import time
 import typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
@@ -90,8 +91,7 @@ class EndpointState:
         """The state in `folder` (None when it has none); DamagedState when the file is not
         an endpoint's state: not JSON, a field missing, of the wrong type or out of range."""
         try:
-            with open(folder / STATE_FILE, "rb") as handle:
-                data = json.loads(handle.read(MAX_STATE + 1)[:MAX_STATE])
+            data = json.loads(_read(folder / STATE_FILE))
             state = typed(cls, data, "")
             state.check()
             return state
@@ -153,6 +153,19 @@ class EndpointState:
         if self.auth_mode == AuthMode.KEY:
             return self.keys.get("primaryKey", "")
         return self.tokens[-1].accessToken if self.tokens else ""
+
+
+def _read(path: Path) -> bytes:
+    """The file's bytes; ValueError for what is not a regular file (a FIFO would block the
+    reader, a device never end) or is longer than any state written here."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = handle.read(MAX_STATE + 1)
+    if len(data) > MAX_STATE:
+        raise ValueError(f"over {MAX_STATE} bytes")
+    return data
 
 
 def typed(hint, value, where: str):

@@ -47,7 +47,12 @@ else:  # started by its path: this folder is first on sys.path
     from front_rules import Route, Router, say  # type: ignore[no-redef]
 
 HOST = "127.0.0.1"
+
+
 class Front:
+    """The endpoint's front: its connections, the requests in flight and the pools to each
+    deployment's server."""
+
     def __init__(self, router: Router):
         self.router = router
         self.stopping = False
@@ -169,7 +174,7 @@ class Front:
         self.listener.drain()
         for client in list(self.clients):
             if client.phase == "idle":
-                client._wait()
+                client.wait_next()
         self.check_done()
 
     def check_done(self) -> None:

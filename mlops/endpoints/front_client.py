@@ -48,7 +48,7 @@ class Client(asyncio.Protocol):
         self.transport = transport
         transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.front.clients[self] = None
-        self._wait()
+        self.wait_next()
 
     def connection_lost(self, exc) -> None:
         self._arm("closing", None)
@@ -102,7 +102,7 @@ class Client(asyncio.Protocol):
             self._arm(self.phase, wire.HEAD_S if self.phase == "head" else wire.BODY_S,
                       self._late)
 
-    def _wait(self) -> None:
+    def wait_next(self) -> None:
         """Wait for the next request: idle connections close quietly in time."""
         self.phase = "idle"
         self._arm("idle", STOP_GRACE_S if self.front.stopping else wire.IDLE_S,
@@ -176,7 +176,7 @@ class Client(asyncio.Protocol):
         if self.paused:
             self.paused = False
             self.transport.resume_reading()
-        self._wait()
+        self.wait_next()
         if self.wire.head:  # pipelined: the next request is already here
             self.phase = "head"
             self._advance()

@@ -34,7 +34,7 @@ from mlops.project import project
 from mlops.runtime.aliases import safe_root
 from mlops.runtime.engine import Runtime, start_service
 from mlops.runtime.launch import signals_held
-from mlops.runtime.records import Status, TaskRecord
+from mlops.runtime.records import STATUS, Status, TaskRecord
 from mlops.runtime.service import Service, alive, running, stop_service
 from mlops.runtime.tasks import Task
 from mlops.specs import load_spec, schema_kind
@@ -162,7 +162,7 @@ def holder_of(port: int) -> str:
             state = read_state(folder)
             if state is not None and state.port == port and alive(state.front_pid):
                 return f"local endpoint {state.name} (make stop-local ENDPOINT={state.name})"
-            if state is None and recorded_servers(folder):
+            if state is None and running_servers(folder):
                 lost.append(folder.name)
     if lost:
         return (f"another process (local endpoint {', '.join(lost)} has servers running and no "
@@ -242,26 +242,55 @@ def ensure_front(state: EndpointState, folder: Path) -> None:
 
 def ours(pid: int, run: Path) -> bool:
     """Whether `pid` is still the server that `run` recorded (not a process that took its
-    number since): a process group's leader, working in that folder (where /proc tells)."""
+    number since): a process group's leader, of that folder's environment (where /proc
+    tells)."""
     try:
         if os.getpgid(pid) != pid:
             return False
-        cwd = Path(f"/proc/{pid}/cwd")
-        return not cwd.parent.is_dir() or cwd.resolve().is_relative_to(run.resolve())
     except (ProcessLookupError, PermissionError):
         return False
-    except OSError:  # /proc/<pid>/cwd unreadable: the group is enough
-        return True
+    return _environment_of(pid) in (None, run.resolve())
 
 
-def recorded_servers(folder: Path) -> dict[int, Path]:
-    """pid -> run folder of every server the endpoint's folder records as running (its
-    front's, each deployment's): found from the run folders, whatever endpoint.json says."""
+def _environment_of(pid: int) -> Path | None:
+    """The run folder whose environment the process runs in (its VIRTUAL_ENV, the run's top
+    layer); None where /proc does not tell."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    for entry in environ.split(b"\0"):
+        if entry.startswith(b"VIRTUAL_ENV="):
+            return Path(os.fsdecode(entry[12:])).resolve().parent
+    return Path("/")  # no environment of the runtime's
+
+
+def _leaders_under(folder: Path) -> dict[int, Path]:
+    """pid -> run folder of each process group leader that runs in the environment of one of
+    `folder`'s run folders: the servers a record no longer names (its status.json damaged)."""
+    found: dict[int, Path] = {}
+    real = folder.resolve()
+    for proc in Path("/proc").glob("[0-9]*"):
+        pid = int(proc.name)
+        with contextlib.suppress(OSError, ValueError):
+            if os.getpgid(pid) == pid and pid != os.getpgid(0):
+                run = _environment_of(pid)
+                if run is not None and run.parent == real:
+                    found[pid] = folder / run.name
+    return found
+
+
+def running_servers(folder: Path) -> dict[int, Path]:
+    """pid -> run folder of every server of the endpoint that runs (its front, each
+    deployment's): found from the run folders' records and, where /proc tells, from the
+    processes themselves, whatever endpoint.json says."""
     found = {}
     runs = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     for run in runs:
+        if not (run / STATUS).is_file():  # none, or a FIFO or device that would block
+            continue
         record = TaskRecord.read(run)
         if record is not None and record.status == Status.RUNNING and record.pid and \
                 alive(record.pid) and ours(record.pid, run):
             found[record.pid] = run
-    return found
+    return {**_leaders_under(folder), **found}

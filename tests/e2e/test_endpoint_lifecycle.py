@@ -70,3 +70,22 @@ def test_stop_finds_every_server_when_endpoint_json_is_gone_or_damaged(tmp_path,
         assert "endpoint.json is damaged" in out.err
         assert (folder / "endpoint.json.damaged").is_file() and not state.exists()
     assert serve.main(["stop"]) == 0 and "no local endpoint running" in capsys.readouterr().out
+
+
+def test_a_server_a_killed_start_left_is_stopped_by_the_next_start(tmp_path, monkeypatch, capsys):
+    env = {**os.environ, "MLOPS_STATE_DIR": str(tmp_path)}
+    endpoints = use_root(monkeypatch, tmp_path / "runs" / "endpoints")
+    folder = endpoints.root / "rollout-local"
+    start = subprocess.Popen([sys.executable, "-m", "mlops.serve", "start", "--deployment",
+                              str(BLUE), "--port", str(endpoints.port)], env=env, cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    until(lambda: (folder / "blue-1" / "status.json").exists(), 120, "blue's server started")
+    start.kill()  # SIGKILL: nothing of the start's own runs after it
+    start.wait(30)
+    assert servers_of(folder)  # blue-1's server, recorded in its run folder only
+    endpoints.start(BLUE)
+    assert "blue-1's server" in capsys.readouterr().err
+    assert {line.split("--bind ")[1].split()[0] for line in servers_of(folder)
+            if "gunicorn" in line} == {f"127.0.0.1:{endpoints.state().deployments['blue'].port}"}
+    endpoints.stop()
+    until(lambda: not servers_of(folder), 15, "no server of the endpoint left")

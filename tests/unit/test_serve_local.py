@@ -120,3 +120,14 @@ def test_a_start_that_fails_after_its_server_started_stops_it_and_puts_the_state
         endpoint_actions._enter(state, slot, tmp_path, NewTraffic.AUTO)
     assert retired == [slot]
     assert EndpointState.read(tmp_path).deployments == {}  # as it was before the start
+
+
+def test_stop_reads_no_run_record_that_would_block_it(tmp_path):
+    """A FIFO or a device where a run folder's status.json or endpoint.json goes is passed
+    over (status.json) or damage (endpoint.json), never read until it ends."""
+    (tmp_path / "blue-1").mkdir()
+    os.mkfifo(tmp_path / "blue-1" / "status.json")
+    os.mkfifo(tmp_path / "endpoint.json")
+    assert local_endpoint.running_servers(tmp_path) == {}
+    with pytest.raises(LocalRunError, match="not a regular file"):
+        local_endpoint.live_state(tmp_path)
