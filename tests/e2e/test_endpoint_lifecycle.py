@@ -21,25 +21,26 @@ FIXTURE = ROOT / "tests" / "fixtures" / "endpoint"
 BLUE, GREEN = FIXTURE / "blue.yml", FIXTURE / "green.yml"
 
 
-@pytest.mark.parametrize(("sig", "step"), [
-    (signal.SIGTERM, "blue-1"),  # blue's server started, not yet ready
-    (signal.SIGHUP, "front"),  # the front started, not yet listening or recorded
-])  # SIGINT takes SIGTERM's path (tests/unit/test_serve_local.py)
-def test_a_signal_during_a_start_stops_what_it_started(tmp_path, sig, step):
-    env = {**os.environ, "MLOPS_STATE_DIR": str(tmp_path)}
+@pytest.mark.parametrize(("sig", "held"), [
+    (signal.SIGTERM, "gunicorn"),  # blue's server started, not yet ready
+    (signal.SIGHUP, "front.py"),  # blue recorded; the front started, not yet listening
+])
+def test_a_signal_during_a_start_stops_what_it_started(tmp_path, sig, held):
+    gate = tmp_path / "open"
+    env = {**os.environ, "MLOPS_STATE_DIR": str(tmp_path), "PYTHONPATH": str(FIXTURE / "gate"),
+           "ENDPOINT_TEST_GATE": str(gate), "ENDPOINT_TEST_GATE_FOR": held}
     folder = tmp_path / "runs" / "endpoints" / "rollout-local"
+    step = folder / ("blue-1" if held == "gunicorn" else "front") / "status.json"
     start = subprocess.Popen([sys.executable, "-m", "mlops.serve", "start", "--deployment",
                               str(BLUE), "--port", str(Endpoints(tmp_path).port)], env=env,
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
     try:
-        until(lambda: (folder / step / "status.json").exists() or start.poll() is not None,
-              120, f"{step}'s server started", step=0.002)
-        os.kill(start.pid, signal.SIGSTOP)  # held at this step while the signal is sent
-        os.kill(start.pid, sig)
-        os.kill(start.pid, signal.SIGCONT)
+        until(lambda: step.exists() or start.poll() is not None, 240, f"{held} started")
+        os.kill(start.pid, sig)  # the start waits on the held process: it cannot be done
         out = start.communicate(timeout=60)[0]
     finally:
+        gate.touch()
         start.kill()
     assert start.returncode == 128 + sig, out
     assert "what this start started was stopped" in out
@@ -73,15 +74,20 @@ def test_stop_finds_every_server_when_endpoint_json_is_gone_or_damaged(tmp_path,
 
 
 def test_a_server_a_killed_start_left_is_stopped_by_the_next_start(tmp_path, monkeypatch, capsys):
-    env = {**os.environ, "MLOPS_STATE_DIR": str(tmp_path)}
+    gate = tmp_path / "open"
+    env = {**os.environ, "MLOPS_STATE_DIR": str(tmp_path), "PYTHONPATH": str(FIXTURE / "gate"),
+           "ENDPOINT_TEST_GATE": str(gate), "ENDPOINT_TEST_GATE_FOR": "gunicorn"}
     endpoints = use_root(monkeypatch, tmp_path / "runs" / "endpoints")
     folder = endpoints.root / "rollout-local"
     start = subprocess.Popen([sys.executable, "-m", "mlops.serve", "start", "--deployment",
                               str(BLUE), "--port", str(endpoints.port)], env=env, cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    until(lambda: (folder / "blue-1" / "status.json").exists(), 120, "blue's server started")
-    start.kill()  # SIGKILL: nothing of the start's own runs after it
-    start.wait(30)
+    try:
+        until(lambda: (folder / "blue-1" / "status.json").exists(), 240, "blue's server")
+        start.kill()  # SIGKILL while it waits on the server: nothing of the start's own runs
+        start.wait(30)
+    finally:
+        gate.touch()
     assert servers_of(folder)  # blue-1's server, recorded in its run folder only
     endpoints.start(BLUE)
     assert "blue-1's server" in capsys.readouterr().err
