@@ -84,8 +84,11 @@ def use_root(monkeypatch, root: Path) -> Endpoints:
     return Endpoints(root)
 
 
+SERVER = "_mlops_inference_server"  # a deployment's server, as the runtime starts it
+
+
 def servers_of(folder: Path) -> list[str]:
-    """The command lines of the fronts and deployment servers (gunicorn) still running whose
+    """The command lines of the fronts and deployment servers (azmlinfsrv) still running whose
     command or variables name `folder`: every process an endpoint under it started, recorded or
     not."""
     found = []
@@ -97,6 +100,6 @@ def servers_of(folder: Path) -> list[str]:
             except OSError:
                 continue
             if str(folder).encode() in environ + line.encode() and (
-                    "front.py" in line or "gunicorn" in line):
+                    "front.py" in line or SERVER in line):
                 found.append(line)
     return found

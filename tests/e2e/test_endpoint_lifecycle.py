@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from endpoint_client import Endpoints, servers_of, use_root
+from endpoint_client import SERVER, Endpoints, servers_of, use_root
 from support import ROOT, until
 
 from mlops import serve
@@ -22,7 +22,7 @@ BLUE, GREEN = FIXTURE / "blue.yml", FIXTURE / "green.yml"
 
 
 @pytest.mark.parametrize(("sig", "held"), [
-    (signal.SIGTERM, "gunicorn"),  # blue's server started, not yet ready
+    (signal.SIGTERM, SERVER),  # blue's server started, not yet ready
     (signal.SIGHUP, "front.py"),  # blue recorded; the front started, not yet listening
 ])
 def test_a_signal_during_a_start_stops_what_it_started(tmp_path, sig, held):
@@ -30,7 +30,7 @@ def test_a_signal_during_a_start_stops_what_it_started(tmp_path, sig, held):
     env = {**os.environ, "MLOPS_STATE_DIR": str(tmp_path), "PYTHONPATH": str(FIXTURE / "gate"),
            "ENDPOINT_TEST_GATE": str(gate), "ENDPOINT_TEST_GATE_FOR": held}
     folder = tmp_path / "runs" / "endpoints" / "rollout-local"
-    step = folder / ("blue-1" if held == "gunicorn" else "front") / "status.json"
+    step = folder / ("blue-1" if held == SERVER else "front") / "status.json"
     start = subprocess.Popen([sys.executable, "-m", "mlops.serve", "start", "--deployment",
                               str(BLUE), "--port", str(Endpoints(tmp_path).port)], env=env,
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -59,7 +59,7 @@ def test_stop_finds_every_server_when_endpoint_json_is_gone_or_damaged(tmp_path,
     endpoints.start(BLUE)
     endpoints.start(GREEN)
     folder = tmp_path / "endpoints" / "rollout-local"
-    assert len(servers_of(folder)) >= 3  # the front, blue's and green's gunicorn
+    assert len(servers_of(folder)) >= 3  # the front, blue's and green's servers
     state = folder / "endpoint.json"
     if damage == "gone":
         state.unlink()
@@ -79,7 +79,7 @@ def test_stop_finds_every_server_when_endpoint_json_is_gone_or_damaged(tmp_path,
 def test_a_server_a_killed_start_left_is_stopped_by_the_next_start(tmp_path, monkeypatch, capsys):
     gate = tmp_path / "open"
     env = {**os.environ, "MLOPS_STATE_DIR": str(tmp_path), "PYTHONPATH": str(FIXTURE / "gate"),
-           "ENDPOINT_TEST_GATE": str(gate), "ENDPOINT_TEST_GATE_FOR": "gunicorn"}
+           "ENDPOINT_TEST_GATE": str(gate), "ENDPOINT_TEST_GATE_FOR": SERVER}
     endpoints = use_root(monkeypatch, tmp_path / "runs" / "endpoints")
     folder = endpoints.root / "rollout-local"
     start = subprocess.Popen([sys.executable, "-m", "mlops.serve", "start", "--deployment",
@@ -94,7 +94,7 @@ def test_a_server_a_killed_start_left_is_stopped_by_the_next_start(tmp_path, mon
     assert servers_of(folder)  # blue-1's server, recorded in its run folder only
     endpoints.start(BLUE)
     assert "blue-1's server" in capsys.readouterr().err
-    assert {line.split("--bind ")[1].split()[0] for line in servers_of(folder)
-            if "gunicorn" in line} == {f"127.0.0.1:{endpoints.state().deployments['blue'].port}"}
+    assert {line.split("--port ")[1].split()[0] for line in servers_of(folder)
+            if SERVER in line} == {str(endpoints.state().deployments["blue"].port)}
     endpoints.stop()
     until(lambda: not servers_of(folder), 15, "no server of the endpoint left")
