@@ -42,10 +42,12 @@ MLFLOW_PORT ?= 5000
 # holds a model.pt).
 PORT ?= 5001
 DEPLOYMENT ?= endpoints/blue.yml
-# The endpoint spec that holds DEPLOYMENT (empty: the one beside it that its endpoint_name
-# names); AUTH=none serves without auth, as `az ml ... --local`; ALL_TRAFFIC: 1 gives the
-# deployment all traffic (--all-traffic), 0 none, auto all when no deployment takes any yet.
+# The endpoint spec that holds DEPLOYMENT (empty: endpoint.yml beside it); AUTH=none serves
+# without auth, as `az ml ... --local`; ALL_TRAFFIC: 1 gives the deployment all traffic
+# (--all-traffic), 0 none, auto all when no deployment takes any yet.
 ENDPOINT_SPEC ?=
+SERVE_ENDPOINT_SPEC = $$(s=$(call q,$(ENDPOINT_SPEC)); [ -n "$$s" ] || \
+	s="$$(dirname -- $(call q,$(DEPLOYMENT)))/endpoint.yml"; printf %s "$$s")
 AUTH ?=
 ALL_TRAFFIC ?= auto
 REQUEST ?= endpoints/sample-request.json
@@ -105,9 +107,6 @@ STAMP := $(VENV)/.installed
 # A value as one shell word, whatever it holds (spaces, quotes, ;, non-ASCII): single-quoted,
 # each ' in it written '"'"'.
 q = '$(subst ','"'"',$(1))'
-# The local endpoint a command names: ENDPOINT when given on the command line or in the
-# environment, else the one that runs.
-LOCAL_ENDPOINT = $(if $(filter command line environment%,$(origin ENDPOINT)),--endpoint $(call q,$(ENDPOINT)))
 AZ_ARGS = $(if $(SUBSCRIPTION),--subscription $(call q,$(SUBSCRIPTION))) \
 	$(if $(GROUP),--resource-group $(call q,$(GROUP))) \
 	$(if $(WORKSPACE),--workspace-name $(call q,$(WORKSPACE)))
@@ -209,42 +208,44 @@ export-onnx: $(STAMP) $(DATA_DEP) ## Write model.onnx and the gated model.int8.o
 		exit 1; $(PY) -m image_classifier.export --model_dir "$$model" --data "$(ABS_DATA)" --int8
 
 serve-local: $(STAMP) ## Add DEPLOYMENT's spec to its local endpoint on 127.0.0.1:PORT (MODEL_DIR= AUTH=none)
-	$(PY) -m mlops.serve start --deployment $(call q,$(DEPLOYMENT)) --port $(call q,$(PORT)) \
-		--all-traffic $(call q,$(ALL_TRAFFIC)) $(if $(AUTH),--auth $(call q,$(AUTH))) \
-		$(if $(ENDPOINT_SPEC),--endpoint-spec $(call q,$(ENDPOINT_SPEC))) \
-		$(if $(MODEL_DIR),--model $(call q,$(MODEL_DIR))) $(DEBUG_ARGS)
+	$(AZML) online-endpoint create -f "$(SERVE_ENDPOINT_SPEC)" --port $(call q,$(PORT)) \
+		$(if $(AUTH),--auth $(call q,$(AUTH))) -o none && \
+	$(AZML) online-deployment create -f $(call q,$(DEPLOYMENT)) \
+		--initial-traffic $(call q,$(ALL_TRAFFIC)) $(if $(MODEL_DIR),--model $(call q,$(MODEL_DIR))) \
+		$(DEBUG_ARGS) --query "{endpoint:endpoint_name,deployment:name,state:provisioning_state}" -o tsv
 
 serve-green-local: $(STAMP) ## deploy-green's twin: CANDIDATE's spec beside LIVE at 0% traffic
-	$(PY) -m mlops.serve start --deployment $(call q,endpoints/$(CANDIDATE).yml) \
-		--port $(call q,$(PORT)) --all-traffic 0 $(if $(AUTH),--auth $(call q,$(AUTH))) \
-		$(if $(MODEL_DIR),--model $(call q,$(MODEL_DIR))) $(DEBUG_ARGS)
+	$(AZML) online-deployment create -f $(call q,endpoints/$(CANDIDATE).yml) \
+		$(if $(MODEL_DIR),--model $(call q,$(MODEL_DIR))) $(DEBUG_ARGS) \
+		--query "{endpoint:endpoint_name,deployment:name,state:provisioning_state}" -o tsv
 
 invoke-local: $(STAMP) ## POST REQUEST (default endpoints/sample-request.json) to the local endpoint, with its key
-	$(PY) -m mlops.serve invoke --request $(call q,$(REQUEST)) $(LOCAL_ENDPOINT)
+	$(AZML) online-endpoint invoke -n $(call q,$(ENDPOINT)) -r $(call q,$(REQUEST)) -o tsv
 
 invoke-green-local: $(STAMP) ## invoke-green's twin: call CANDIDATE by the deployment header
-	$(PY) -m mlops.serve invoke --deployment-name $(call q,$(CANDIDATE)) \
-		--request $(call q,$(REQUEST)) $(LOCAL_ENDPOINT)
+	$(AZML) online-endpoint invoke -n $(call q,$(ENDPOINT)) -d $(call q,$(CANDIDATE)) \
+		-r $(call q,$(REQUEST)) -o tsv
 
 mirror-green-local: $(STAMP) ## mirror-green's twin: copy MIRROR% of live traffic to CANDIDATE
-	$(PY) -m mlops.serve mirror $(call q,$(CANDIDATE)=$(MIRROR)) $(LOCAL_ENDPOINT)
+	$(AZML) online-endpoint update -n $(call q,$(ENDPOINT)) \
+		--mirror-traffic $(call q,$(CANDIDATE)=$(MIRROR)) --query mirror_traffic
 
 shift-local: $(STAMP) ## shift's twin: GREEN_TRAFFIC% to CANDIDATE, the rest to LIVE
-	$(PY) -m mlops.serve traffic \
-		$(call q,$(LIVE)=$(shell expr 100 - $(GREEN_TRAFFIC)) $(CANDIDATE)=$(GREEN_TRAFFIC)) $(LOCAL_ENDPOINT)
+	$(AZML) online-endpoint update -n $(call q,$(ENDPOINT)) --query traffic \
+		--traffic $(call q,$(LIVE)=$(shell expr 100 - $(GREEN_TRAFFIC)) $(CANDIDATE)=$(GREEN_TRAFFIC))
 
 rollback-local: $(STAMP) ## rollback's twin: all traffic back to LIVE, no mirroring
-	$(PY) -m mlops.serve traffic $(call q,$(LIVE)=100 $(CANDIDATE)=0) \
-		--mirror-traffic $(call q,$(CANDIDATE)=0) $(LOCAL_ENDPOINT)
+	$(AZML) online-endpoint update -n $(call q,$(ENDPOINT)) --query traffic \
+		--traffic $(call q,$(LIVE)=100 $(CANDIDATE)=0) --mirror-traffic $(call q,$(CANDIDATE)=0)
 
 credentials-local: $(STAMP) ## get-credentials' twin: the local endpoint's keys (or token) as JSON
-	$(PY) -m mlops.serve credentials $(LOCAL_ENDPOINT)
+	$(AZML) online-endpoint get-credentials -n $(call q,$(ENDPOINT))
 
 endpoint-show-local: $(STAMP) ## endpoint-show's twin: the local endpoint, its traffic and servers
-	$(PY) -m mlops.serve show $(LOCAL_ENDPOINT)
+	$(AZML) online-endpoint show -n $(call q,$(ENDPOINT))
 
-stop-local: $(STAMP) ## Stop the local endpoint (it answers what it accepted first)
-	$(PY) -m mlops.serve stop $(LOCAL_ENDPOINT)
+stop-local: $(STAMP) ## Stop the local endpoint (it answers what it accepted first): az ml online-endpoint delete's twin
+	$(AZML) online-endpoint delete -n $(call q,$(ENDPOINT)) --yes
 
 batch-local: $(STAMP) ## Run the batch deployment spec locally over INPUT=<folder|zip> (MODEL_DIR=, INPUT_TYPE=mltable)
 	$(if $(INPUT),,$(error set INPUT=<folder of images or .zip>))

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from mlops.api import jobs, registry
+from mlops.api import endpoints, jobs, registry
 from mlops.api.assets import AssetView, asset_view
+from mlops.api.endpoints import View
 from mlops.api.records import all_jobs, find_job
 from mlops.api.views import JobView, job_view
 from mlops.errors import LocalError, LocalRunError
@@ -133,6 +134,48 @@ class Session:
         selection = registry.Selection(_kind(kind), _named(name), version)
         return [asset_view(r) for r in registry.archive(selection, archived)]
 
+
+    # online endpoints -------------------------------------------------------------------
+    def create_endpoint(self, spec: Path, *, name: str | None = None, port: int | None = None,
+                        auth: str = "") -> View:
+        """`az ml online-endpoint create -f`: recorded; nothing starts until a deployment
+        (local only: the front's `port`, `auth` "none")."""
+        return endpoints.create_endpoint(spec, name=name, port=port, auth=auth)
+
+    def show_endpoint(self, name: str) -> View:
+        return endpoints.endpoint_view(name)
+
+    def list_endpoints(self) -> list[View]:
+        return endpoints.endpoints()
+
+    def delete_endpoint(self, name: str) -> None:
+        endpoints.delete_endpoint(name)
+
+    def update_traffic(self, name: str, *, traffic: str | None, mirror: str | None) -> View:
+        """`az ml online-endpoint update --traffic --mirror-traffic`."""
+        return endpoints.update_traffic(name, traffic=traffic, mirror=mirror)
+
+    def invoke(self, name: str, request: Path, *, deployment: str | None = None) -> str:
+        return endpoints.invoke(name, request, deployment)
+
+    def endpoint_credentials(self, name: str) -> dict[str, object]:
+        return endpoints.credentials(name)
+
+    def create_deployment(self, request: endpoints.DeploymentRequest) -> View:
+        """`az ml online-deployment create|update -f [--all-traffic]`: its server started."""
+        return endpoints.create_deployment(request)
+
+    def show_deployment(self, endpoint: str, name: str) -> View:
+        return endpoints.deployment_view(endpoint, name)
+
+    def list_deployments(self, endpoint: str) -> list[View]:
+        return endpoints.deployments(endpoint)
+
+    def deployment_logs(self, endpoint: str, name: str, *, lines: int | None = None) -> str:
+        return endpoints.deployment_logs(endpoint, name, lines)
+
+    def delete_deployment(self, endpoint: str, name: str) -> None:
+        endpoints.delete_deployment(endpoint, name)
 
 def _kind(text: str | None) -> AssetKind:
     try:

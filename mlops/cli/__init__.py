@@ -8,6 +8,8 @@ command line or the input), 3 (no such job, endpoint or asset).
   jobs     azml job create|run|show|list|stream|cancel|download (run: local only, the job in
            the foreground, what make's targets call)
   assets   azml model|data|environment|component create|list|show|archive|restore
+  endpoints  azml online-endpoint create|show|list|update|invoke|get-credentials|delete,
+           online-deployment create|update|show|list|get-logs|delete
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import argparse
 import sys
 
 from mlops.api.session import Session
-from mlops.cli import assets, jobs
+from mlops.cli import assets, endpoints, jobs
 from mlops.cli.common import Verb, note
 from mlops.cli.output import query, render
 from mlops.errors import LocalError
@@ -31,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups = parser.add_subparsers(dest="group", required=True, metavar="GROUP")
     jobs.add(groups, Verb)
     assets.add(groups, Verb)
+    endpoints.add(groups, Verb)
     return parser
 
 

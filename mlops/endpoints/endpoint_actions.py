@@ -12,7 +12,7 @@ import json
 import sys
 import urllib.error
 import urllib.request
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mlops.endpoints import online
@@ -38,7 +38,7 @@ from mlops.endpoints.traffic import (
     set_mirror,
     set_traffic,
 )
-from mlops.errors import LocalRunError
+from mlops.errors import LocalError, LocalRunError
 from mlops.runtime.aliases import safe_root
 from mlops.runtime.launch import interruptible, signals_held
 from mlops.runtime.service import stop_service
@@ -128,6 +128,13 @@ def running_state(folder: Path) -> EndpointState:
 
 def update(name: str | None, *, traffic: str | None, mirror: str | None) -> int:
     """`az ml online-endpoint update --traffic ... --mirror-traffic ...`, locally."""
+    state = updated(name, traffic=traffic, mirror=mirror)
+    print(f"endpoint {state.name}: {describe(state)}")
+    return 0
+
+
+def updated(name: str | None, *, traffic: str | None, mirror: str | None) -> EndpointState:
+    """The endpoint with its traffic and mirror traffic set (None: left as they are)."""
     folder = chosen(name)
     with endpoint_lock(folder, "traffic update"):
         state = running_state(folder)
@@ -139,13 +146,18 @@ def update(name: str | None, *, traffic: str | None, mirror: str | None) -> int:
         if mirror is not None:
             set_mirror(state, new_mirror)
         state.write(folder)
-    print(f"endpoint {state.name}: {describe(state)}")
-    return 0
+    return state
 
 
 def credentials(name: str | None) -> int:
-    """`az ml online-endpoint get-credentials`: the keys, or a token (a new one once the last is
-    past its refresh time), with the same JSON fields."""
+    """`az ml online-endpoint get-credentials`, printed as JSON."""
+    print(json.dumps(credential_record(name), indent=2))
+    return 0
+
+
+def credential_record(name: str | None) -> dict[str, object]:
+    """The keys, or a token (a new one once the last is past its refresh time), with the same
+    JSON fields as `az ml online-endpoint get-credentials`."""
     folder = chosen(name)
     with endpoint_lock(folder, "get-credentials"):
         state = running_state(folder)
@@ -153,9 +165,7 @@ def credentials(name: str | None) -> int:
             raise LocalRunError(f"endpoint {state.name} runs with AUTH=none: it takes no key")
         state.ensure_credentials()
         state.write(folder)
-    shown = state.keys if state.auth_mode == AuthMode.KEY else asdict(state.tokens[-1])
-    print(json.dumps(shown, indent=2))
-    return 0
+    return dict(state.keys) if state.auth_mode == AuthMode.KEY else asdict(state.tokens[-1])
 
 
 def show(name: str | None) -> int:
@@ -172,9 +182,29 @@ def show(name: str | None) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What the endpoint answered an invoke: the body, and the deployment that answered."""
+
+    body: bytes
+    deployment: str
+
+
 def invoke(request: Path, *, name: str | None = None, deployment: str | None = None) -> int:
     """POST the request file to the endpoint's /score with its key (or token), to the named
-    deployment when one is given, as `az ml online-endpoint invoke` does."""
+    deployment when one is given, as `az ml online-endpoint invoke` does; the answer printed."""
+    answer = post(request.read_bytes(), name=name, deployment=deployment)
+    try:
+        print(json.dumps(json.loads(answer.body), indent=2))
+    except ValueError:
+        print(answer.body.decode(errors="replace"))
+    print(f"answered by deployment {answer.deployment}", file=sys.stderr)
+    return 0
+
+
+def post(body: bytes, *, name: str | None, deployment: str | None) -> Answer:
+    """The endpoint's answer to `body`; a refusal (4xx, 5xx) or no answer is an error naming
+    the status and the deployment's reason."""
     folder = chosen(name)
     state = running_state(folder)
     if state.auth_mode not in (AuthMode.KEY, AuthMode.NONE):
@@ -187,24 +217,20 @@ def invoke(request: Path, *, name: str | None = None, deployment: str | None = N
     if deployment:
         headers["azureml-model-deployment"] = deployment
     call = urllib.request.Request(f"http://127.0.0.1:{state.port}/score", method="POST",
-                                  data=request.read_bytes(), headers=headers)
+                                  data=body, headers=headers)
     try:
         with urllib.request.urlopen(call, timeout=120) as response:
-            answer = response.read()
-            who = response.headers.get("azureml-model-deployment", "?")
+            return Answer(response.read(), response.headers.get("azureml-model-deployment", "?"))
     except urllib.error.HTTPError as err:
-        print(f"HTTP {err.code}: {err.read().decode(errors='replace')}", file=sys.stderr)
         code = err.headers.get("ms-azureml-model-error-statuscode")
-        if code:
-            print(f"(the deployment answered {code} "
-                  f"{err.headers.get('ms-azureml-model-error-reason', '')})", file=sys.stderr)
-        return 1
+        said = (f" (the deployment answered {code} "
+                f"{err.headers.get('ms-azureml-model-error-reason', '')})") if code else ""
+        raise Refused(f"HTTP {err.code}: {err.read().decode(errors='replace')}{said}") from None
     except urllib.error.URLError as err:
-        print(f"cannot reach 127.0.0.1:{state.port} ({err.reason})", file=sys.stderr)
-        return 1
-    try:
-        print(json.dumps(json.loads(answer), indent=2))
-    except ValueError:
-        print(answer.decode(errors="replace"))
-    print(f"answered by deployment {who}", file=sys.stderr)
-    return 0
+        raise Refused(f"cannot reach 127.0.0.1:{state.port} ({err.reason})") from None
+
+
+class Refused(LocalError):
+    """The endpoint refused or did not answer a request (az exits 1)."""
+
+    exit_code = 1

@@ -73,3 +73,33 @@ def test_cancel_stops_a_running_job_and_its_processes(repo):
           "the job's script to stop")
     streamed = azml(repo, "job", "stream", "-n", "slow", check=False)
     assert streamed.returncode == 1 and "Canceled" in streamed.stderr
+
+
+def test_an_online_endpoint_is_created_deployed_to_rolled_out_and_deleted_as_with_az_ml(repo):
+    """The safe-rollout walk of Azure's docs, verb for verb: endpoint, blue with all traffic,
+    green at 0 %, traffic moved, blue deleted, the endpoint deleted (its servers stopped)."""
+    shutil.copytree(ROOT / "tests" / "fixtures" / "endpoint", repo / "ep")
+    (repo / "req.json").write_text('{"data": [1]}')
+    created = json.loads(azml(repo, "online-endpoint", "create", "-f", "ep/endpoint.yml").stdout)
+    assert created["name"] == "rollout-local" and created["scoring_uri"].endswith("/score")
+    azml(repo, "online-deployment", "create", "-f", "ep/blue.yml", "--all-traffic")
+    azml(repo, "online-deployment", "create", "-f", "ep/green.yml")
+    show = ["online-endpoint", "show", "-n", "rollout-local", "--query", "traffic"]
+    assert json.loads(azml(repo, *show).stdout) == {"blue": 100, "green": 0}
+    invoke = ["online-endpoint", "invoke", "-n", "rollout-local", "-r", "req.json"]
+    assert json.loads(json.loads(azml(repo, *invoke).stdout)) == {"who": "blue"}
+    azml(repo, "online-endpoint", "update", "-n", "rollout-local", "--traffic",
+         "blue=0 green=100")
+    assert json.loads(json.loads(azml(repo, *invoke).stdout)) == {"who": "green"}
+    logs = azml(repo, "online-deployment", "get-logs", "-n", "green", "-e", "rollout-local",
+                "-o", "tsv").stdout
+    assert "POST /score" in logs
+    azml(repo, "online-deployment", "delete", "-n", "blue", "-e", "rollout-local", "--yes")
+    assert json.loads(azml(repo, *show).stdout) == {"green": 100}
+    azml(repo, "online-endpoint", "delete", "-n", "rollout-local", "--yes")
+    gone = azml(repo, *show, check=False)
+    assert gone.returncode == 3 and "not found" in gone.stderr
+    until(lambda: not list(repo.glob(".azml/runs/endpoints/rollout-local/*/status.json")) or
+          all('"Running"' not in p.read_text() for p in
+              repo.glob(".azml/runs/endpoints/rollout-local/*/status.json")),
+          60, "every server of the endpoint to stop")

@@ -115,17 +115,19 @@ def test_register_gates_the_model_on_the_pipelines_bar_before_creating_it():
 HOSTILE = "/tmp/my data ü/x;y 'z'.zip"
 
 
-def argv_of(*args: str, tmp_path) -> list[str]:
-    """What a local target's program gets, word by word: $(PY) prints its argv instead."""
+def argv_of(*args: str, tmp_path, last: bool = False) -> list[str]:
+    """What a local target's program gets, word by word: $(PY) and $(AZML) print their argv
+    instead (the first program's, or with `last` the last one's)."""
     import json
 
     printer = tmp_path / "argv.py"
     printer.write_text("import json, sys\nprint('ARGV ' + json.dumps(sys.argv[1:]))\n")
-    result = subprocess.run(["make", "-s", *args, f"PY=python3 {printer}"], cwd=ROOT,
+    result = subprocess.run(["make", "-s", *args, f"PY=python3 {printer}",
+                             f"AZML=python3 {printer}"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    line = next(line for line in result.stdout.splitlines() if line.startswith("ARGV "))
-    return json.loads(line[5:])
+    lines = [line for line in result.stdout.splitlines() if line.startswith("ARGV ")]
+    return json.loads(lines[-1 if last else 0][5:])
 
 
 @pytest.mark.parametrize("target", ["train-local", "local", "pipeline-local"])
@@ -137,8 +139,9 @@ def test_every_value_reaches_the_program_as_one_argument_whatever_it_holds(targe
                    tmp_path=tmp_path)
     assert "--run-dir" in argv and argv[argv.index("--run-dir") + 1] == "/tmp/run dir ü"
     assert argv[argv.index("--sets") + 1] == "inputs.title='a b;c' inputs.n=1"
+    assert argv[:3] == ["job", "run", "-f"]
     if target == "local":
-        assert argv[2] == "jobs/my job.yml"
+        assert argv[3] == "jobs/my job.yml"
     else:
         assert f"inputs.data.path={HOSTILE}" in argv and "inputs.data.type=uri_file" in argv
         assert "inputs.epochs=2; echo x" in argv
@@ -151,14 +154,16 @@ def test_a_relative_data_path_is_the_checkouts_and_a_folder_is_a_uri_folder(tmp_
 
 
 def test_the_endpoint_and_batch_targets_quote_their_paths_too(tmp_path):
+    endpoint = argv_of("serve-local", "DEPLOYMENT=endpoints/my blue.yml", tmp_path=tmp_path)
+    assert endpoint[:4] == ["online-endpoint", "create", "-f", "endpoints/endpoint.yml"]
     serve = argv_of("serve-local", "DEPLOYMENT=endpoints/my blue.yml", "MODEL_DIR=/m d/ü",
-                    tmp_path=tmp_path)
-    assert serve[serve.index("--deployment") + 1] == "endpoints/my blue.yml"
+                    tmp_path=tmp_path, last=True)
+    assert serve[serve.index("-f") + 1] == "endpoints/my blue.yml"
     assert serve[serve.index("--model") + 1] == "/m d/ü"
     batch = argv_of("batch-local", f"INPUT={HOSTILE}", tmp_path=tmp_path)
     assert batch[batch.index("--input") + 1] == HOSTILE
     invoke = argv_of("invoke-local", "REQUEST=my request.json", tmp_path=tmp_path)
-    assert invoke[invoke.index("--request") + 1] == "my request.json"
+    assert invoke[invoke.index("-r") + 1] == "my request.json"
 
 
 def test_the_workspace_targets_quote_their_values_too(tmp_path):

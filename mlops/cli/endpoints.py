@@ -1,0 +1,136 @@
+"""`azml online-endpoint ...` and `azml online-deployment ...`: the arguments az ml takes,
+through Session (mlops/api/endpoints.py)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from mlops.api.endpoints import DeploymentRequest
+from mlops.api.session import Session
+from mlops.cli.common import Verb, note
+from mlops.runtime.debugging import DebugRequest, add_arguments
+
+
+def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
+    endpoint = groups.add_parser("online-endpoint", help="local online endpoints").add_subparsers(
+        dest="verb", required=True,
+        metavar="{create,show,list,update,invoke,get-credentials,delete}")
+    create = verb.add(endpoint, "create", _create_endpoint, "create (or update) an endpoint")
+    create.add_argument("-f", "--file", required=True, type=Path)
+    create.add_argument("-n", "--name")
+    create.add_argument("--local", action="store_true", help="(Docker: not here)")
+    create.add_argument("--port", type=int, help="local only: the port its front listens on "
+                        "(default: a free one)")
+    create.add_argument("--auth", choices=["none"], help="local only: serve without a key, "
+                        "as az ml --local does")
+    for name, handler in (("show", _show_endpoint), ("delete", _delete_endpoint),
+                          ("get-credentials", _credentials)):
+        each = verb.add(endpoint, name, handler, f"{name} an endpoint")
+        each.add_argument("-n", "--name", required=True)
+        if name == "delete":
+            each.add_argument("-y", "--yes", action="store_true")
+            each.add_argument("--no-wait", action="store_true")
+    verb.add(endpoint, "list", _list_endpoints, "the endpoints")
+    update = verb.add(endpoint, "update", _update_endpoint, "set traffic and mirror traffic")
+    update.add_argument("-n", "--name", required=True)
+    update.add_argument("-t", "--traffic", help='"blue=90 green=10"')
+    update.add_argument("--mirror-traffic", help='"green=10"')
+    update.add_argument("-f", "--file", type=Path, help="(an endpoint spec: create -f updates)")
+    invoke = verb.add(endpoint, "invoke", _invoke, "send a request to the endpoint")
+    invoke.add_argument("-n", "--name", required=True)
+    invoke.add_argument("-r", "--request-file", required=True, type=Path)
+    invoke.add_argument("-d", "--deployment-name")
+    add_deployments(groups, verb)
+
+
+def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
+    deployment = groups.add_parser("online-deployment", help="local online deployments") \
+        .add_subparsers(dest="verb", required=True,
+                        metavar="{create,update,show,list,get-logs,delete}")
+    for name in ("create", "update"):
+        each = verb.add(deployment, name, _create_deployment, f"{name} a deployment: its "
+                        "server started in its endpoint", az_debug=False)
+        each.add_argument("-f", "--file", required=True, type=Path)
+        each.add_argument("-e", "--endpoint-name")
+        each.add_argument("--all-traffic", action="store_const", const="1", dest="traffic",
+                          default="0")
+        each.add_argument("--initial-traffic", choices=["auto", "1", "0"], dest="traffic",
+                          default="0", help="local only: auto gives it all traffic when no "
+                          "deployment takes any yet")
+        each.add_argument("--model", help="local only: serve this model folder instead")
+        add_arguments(each)
+        each.add_argument("--local", action="store_true", help="(Docker: not here)")
+        each.add_argument("--skip-script-validation", action="store_true")
+    for name, handler in (("show", _show_deployment), ("get-logs", _logs),
+                          ("delete", _delete_deployment)):
+        each = verb.add(deployment, name, handler, f"{name} a deployment")
+        each.add_argument("-n", "--name", required=True)
+        each.add_argument("-e", "--endpoint-name", required=True)
+        if name == "get-logs":
+            each.add_argument("-l", "--lines", type=int)
+            each.add_argument("-c", "--container", help="(one server here: its log)")
+        if name == "delete":
+            each.add_argument("-y", "--yes", action="store_true")
+    listing = verb.add(deployment, "list", _list_deployments, "the endpoint's deployments")
+    listing.add_argument("-e", "--endpoint-name", required=True)
+
+
+def _local_note(args: argparse.Namespace) -> None:
+    if getattr(args, "local", False):
+        note("--local runs Azure's Docker image; here every endpoint is local, without Docker")
+
+
+def _create_endpoint(session: Session, args: argparse.Namespace) -> object:
+    _local_note(args)
+    return session.create_endpoint(args.file, name=args.name, port=args.port,
+                                   auth=args.auth or "")
+
+
+def _show_endpoint(session: Session, args: argparse.Namespace) -> object:
+    return session.show_endpoint(args.name)
+
+
+def _list_endpoints(session: Session, args: argparse.Namespace) -> object:  # noqa: ARG001
+    return session.list_endpoints()
+
+
+def _delete_endpoint(session: Session, args: argparse.Namespace) -> None:
+    session.delete_endpoint(args.name)
+
+
+def _update_endpoint(session: Session, args: argparse.Namespace) -> object:
+    if args.file is not None:
+        return session.create_endpoint(args.file, name=args.name)
+    return session.update_traffic(args.name, traffic=args.traffic, mirror=args.mirror_traffic)
+
+
+def _invoke(session: Session, args: argparse.Namespace) -> object:
+    return session.invoke(args.name, args.request_file, deployment=args.deployment_name)
+
+
+def _credentials(session: Session, args: argparse.Namespace) -> object:
+    return session.endpoint_credentials(args.name)
+
+
+def _create_deployment(session: Session, args: argparse.Namespace) -> object:
+    _local_note(args)
+    return session.create_deployment(DeploymentRequest(
+        spec=args.file, endpoint=args.endpoint_name, traffic=args.traffic, model=args.model,
+        debug=DebugRequest.parse(args.debug, args.debug_port)))
+
+
+def _show_deployment(session: Session, args: argparse.Namespace) -> object:
+    return session.show_deployment(args.endpoint_name, args.name)
+
+
+def _list_deployments(session: Session, args: argparse.Namespace) -> object:
+    return session.list_deployments(args.endpoint_name)
+
+
+def _logs(session: Session, args: argparse.Namespace) -> object:
+    return session.deployment_logs(args.endpoint_name, args.name, lines=args.lines)
+
+
+def _delete_deployment(session: Session, args: argparse.Namespace) -> None:
+    session.delete_deployment(args.endpoint_name, args.name)
