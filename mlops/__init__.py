@@ -21,7 +21,9 @@ shared: errors, specs (loading, kinds, line numbers), project (the repository, i
                   run.json, Status), values, binding, snapshot, placement (distribution), launch
                   (the one launcher: processes, signals), environ (a process's variables),
                   service (a server left running), devices, watchdog, readonly_inputs, failures,
-                  mlflow_runs and mlflow_server, uris (the asset map), reuse (step reuse), job
+                  mlflow_runs and mlflow_server, uris (the asset map), reuse (step reuse:
+                  keyparts, keydiff and earlier say why a step ran), selection (--from,
+                  --only), job
                   (a checked job spec, its run folder and run.json), minibatch and
                   minibatch_worker (the mini-batch driver of batch deployments and parallel
                   nodes), mltable and mltable_worker (tables read by Azure's mltable package)
@@ -31,7 +33,7 @@ shared: errors, specs (loading, kinds, line numbers), project (the repository, i
                   az ml job create checks it), lint, lint_assets, skus, overrides (--set /
                   --remove), sdk_findings (azure-ai-ml's verdicts at their file and line)
   orchestrators/  jobs (a job spec -> its kind's runner), sweep (+ sampling, policies), pipeline
-                  (+ graph), parallel
+                  (+ graph, subset: each step's reuse rules, --from / --only planned), parallel
   endpoints/      deployment (a deployment spec's kind, code, environment), models (its model and
                   the AZUREML_MODEL_DIR layout), online (the local online endpoint),
                   batch_deployment (a batch deployment over a folder), nocode/ (Azure's scoring

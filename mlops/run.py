@@ -1,6 +1,7 @@
 """Run an Azure ML CLI v2 job spec on this machine, as Azure would run it: no Docker, no Azure.
 
     python -m mlops.run jobs/train.yml [--set inputs.epochs=1 ...] [--run-dir runs/x]
+        [--explain] [--from STEP | --only STEP[,STEP]] [--force-rerun]
 
 The spec is checked as `az ml job create` checks it (azure-ai-ml's own loader and validation,
 plus what the service refuses); `--set` works as the CLI's. Command jobs, sweep trials and
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from mlops import exit_code, exit_with
 from mlops.api.session import Session
+from mlops.runtime import selection
 from mlops.runtime.debugging import DebugRequest, add_arguments
 from mlops.runtime.launch import usable_cores
 
@@ -36,12 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="mapping of azureml: assets and URLs to local paths")
     parser.add_argument("--envs", dest="env_file", type=Path, default=None,
                         help="mapping of curated, registry and image environments to packages")
-    parser.add_argument("--run-dir", type=Path, help="reuse a run folder (resumes a command job)")
-    parser.add_argument("--force-rerun", action="store_true",
-                        help="run every pipeline step, even where an earlier one can be reused")
+    parser.add_argument("--run-dir", type=Path, help="run in this folder: an earlier run's "
+                        "resumes there (a pipeline's completed steps reused unless changed)")
     parser.add_argument("--max-procs", type=int, default=usable_cores(),
                         help="cap on processes run at once (default: the cores available)")
     add_arguments(parser)
+    selection.add_arguments(parser)
     return parser
 
 
@@ -54,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sets (SET=): {err}: close the quote")
     session = Session(asset_file=args.asset_file, env_file=args.env_file,
                       max_procs=args.max_procs, force_rerun=args.force_rerun,
-                      debug=DebugRequest.parse(args.debug, args.debug_port))
+                      debug=DebugRequest.parse(args.debug, args.debug_port),
+                      explain=args.explain, from_step=args.from_step, only_steps=args.only_steps)
     sets = [s for group in args.set for s in group] + joined
     return exit_code(lambda: session.run_job(args.spec, sets=sets, removes=args.remove,
                                              run_dir=args.run_dir))

@@ -19,6 +19,7 @@ from mlops.api.views import JobView, job_view
 from mlops.errors import LocalError, LocalRunError
 from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.launch import usable_cores
+from mlops.runtime.selection import Selection
 from mlops.workspace.records import AssetKind
 
 
@@ -44,19 +45,29 @@ class Session:
     env_file: Path | None = None  # else the repository's env_map over the tool's stand-ins
     max_procs: int = field(default_factory=usable_cores)
     debug: DebugRequest | None = None
-    force_rerun: bool = False
+    force_rerun: bool = False  # every pipeline step runs, even where one could be reused
+    explain: bool = False  # each pipeline step's whole reuse-key difference, under its line
+    from_step: str | None = None  # a pipeline from this step on (local only: --from)
+    only_steps: str | None = None  # just these pipeline steps, "a,outer/b" (--only)
 
     # jobs -------------------------------------------------------------------------------
-    def run_job(self, spec: str | Path, *, sets: list[str] | None = None,
-                removes: list[str] | None = None, run_dir: Path | None = None) -> int:
-        """Run a job in this process to its end (make local): its exit code."""
+    def run_job(self, spec: str | Path | None, *, sets: list[str] | None = None,
+                removes: list[str] | None = None, run_dir: Path | None = None,
+                resume: str | None = None) -> int:
+        """Run a job in this process to its end (make local): its exit code. `run_dir` (or
+        `resume`, a job's name) is an earlier run's folder: a pipeline resumes there, its
+        completed steps reused unless they changed (`spec`: that run's own, when None)."""
         from mlops.orchestrators.jobs import JobRequest, run_local
 
-        return run_local(JobRequest(spec=str(spec), sets=list(sets or []),
-                                    removes=list(removes or []), asset_file=self.asset_file,
-                                    env_file=self.env_file, run_dir=run_dir,
-                                    force_rerun=self.force_rerun, max_procs=self.max_procs,
-                                    debug=self.debug))
+        if resume is not None:
+            spec, run_dir = _resumed(resume, spec, run_dir)
+        if spec is None:
+            raise LocalRunError("name the job's spec (-f), or a job to resume (--resume)")
+        return run_local(JobRequest(
+            spec=str(spec), sets=list(sets or []), removes=list(removes or []),
+            asset_file=self.asset_file, env_file=self.env_file, run_dir=run_dir,
+            force_rerun=self.force_rerun, max_procs=self.max_procs, debug=self.debug,
+            explain=self.explain, selection=Selection.parse(self.from_step, self.only_steps)))
 
     def create_job(self, spec: str | Path, *, sets: list[str] | None = None,
                    removes: list[str] | None = None, name: str | None = None) -> JobView:
@@ -176,6 +187,19 @@ class Session:
 
     def delete_deployment(self, endpoint: str, name: str) -> None:
         endpoints.delete_deployment(endpoint, name)
+
+
+def _resumed(name: str, spec: str | Path | None, run_dir: Path | None) -> tuple[str, Path]:
+    """The spec and run folder of the job named `name`, to resume it there."""
+    record = find_job(name)
+    if run_dir is not None and Path(run_dir).resolve() != record.folder.resolve():
+        raise LocalRunError(f"--resume {name} runs in its own folder {record.folder}; "
+                            f"--run-dir names {run_dir}: give one of them")
+    recorded = record.run.spec if record.run else None
+    if spec is None and not recorded:
+        raise LocalRunError(f"job {name}: its run folder records no spec; name it with -f")
+    return str(spec or recorded), record.folder
+
 
 def _kind(text: str | None) -> AssetKind:
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from mlops.api.session import Session
 from mlops.cli.common import Verb, note, set_values
 from mlops.errors import LocalRunError
+from mlops.runtime import selection
 from mlops.runtime.debugging import DebugRequest, add_arguments
 
 
@@ -55,17 +56,20 @@ def add_run(job: argparse._SubParsersAction, verb: type[Verb]) -> None:
     exit code azml's; Ctrl-C stops it. What the make targets call."""
     run = verb.add(job, "run", _run, "run a job here in the foreground to its end (local "
                    "only: Ctrl-C stops it; --debug attaches a debugger)", az_debug=False)
-    run.add_argument("-f", "--file", required=True, type=Path, help="the job's YAML spec")
+    run.add_argument("-f", "--file", type=Path,
+                     help="the job's YAML spec (with --resume: the resumed run's, unless given)")
     run.add_argument("-n", "--name", help="the job's name (over the spec's)")
     run.add_argument("--set", dest="sets", nargs="+", action="append", default=[],
                      metavar="KEY=VALUE", help="override a spec value, as az does")
     run.add_argument("--sets", dest="joined", default="", metavar="'KEY=VALUE ...'",
                      help="overrides in one string, split as a shell splits words")
     run.add_argument("--remove", action="append", default=[], metavar="KEY")
-    run.add_argument("--run-dir", type=Path, help="reuse a run folder (resumes a command job)")
-    run.add_argument("--force-rerun", action="store_true",
-                     help="run every pipeline step, even where an earlier one can be reused")
+    run.add_argument("--run-dir", type=Path, help="run in this folder: an earlier run's "
+                     "resumes there (a pipeline's completed steps are reused unless changed)")
+    run.add_argument("--resume", metavar="NAME", help="resume the job of this name in its own "
+                     "run folder (its spec unless -f)")
     run.add_argument("--max-procs", type=int, help="cap on processes at once (default: cores)")
+    selection.add_arguments(run)
     add_arguments(run)
     run.set_defaults(output="none")
 
@@ -77,11 +81,12 @@ def _run(session: Session, args: argparse.Namespace) -> int:
         raise LocalRunError(f"--sets: {err}: close the quote") from None
     sets = set_values(args.sets) + joined + ([f"name={args.name}"] if args.name else [])
     options = {"debug": DebugRequest.parse(args.debug, args.debug_port),
-               "force_rerun": args.force_rerun}
+               "force_rerun": args.force_rerun, "explain": args.explain,
+               "from_step": args.from_step, "only_steps": args.only_steps}
     if args.max_procs is not None:
         options["max_procs"] = max(1, args.max_procs)
     return replace(session, **options).run_job(args.file, sets=sets, removes=args.remove,
-                                               run_dir=args.run_dir)
+                                               run_dir=args.run_dir, resume=args.resume)
 
 
 def _create(session: Session, args: argparse.Namespace) -> object:

@@ -70,6 +70,7 @@ class Scope:
     force_rerun: bool = False  # settings.force_rerun: no step is reused
     reused: list[str] = field(default_factory=list)  # names of the steps reused, for the summary
     path: tuple[str, ...] = ()  # the nodes above this scope: a nested pipeline's names
+    spec: str = ""  # the pipeline job's spec file: a step's earlier runs are found by it
 
 
 def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str) -> Node:

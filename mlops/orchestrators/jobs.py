@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mlops.checks.prepare import prepare_job
 from mlops.environments.activation import Environments
+from mlops.errors import LocalRunError
 from mlops.project import tracking_uri
 from mlops.runtime import engine, launch
 from mlops.runtime.aliases import safe_root
@@ -20,6 +21,7 @@ from mlops.runtime.debugging import DebugRequest
 from mlops.runtime.job import Job, end_record, job_name, locked, run_folder, write_record
 from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.mlflow_server import Server
+from mlops.runtime.selection import Selection
 from mlops.runtime.spark import spark_task
 from mlops.runtime.tasks import TaskSource, command_task, experiment_name
 from mlops.runtime.uris import AssetMap
@@ -36,10 +38,12 @@ class JobRequest:
     removes: list[str] = field(default_factory=list)
     asset_file: Path | None = None  # azureml: assets and URLs -> local paths (else the repo's)
     env_file: Path | None = None  # curated, registry, image environments (else the tool's)
-    run_dir: Path | None = None
+    run_dir: Path | None = None  # a folder of an earlier run: a pipeline resumes there
     force_rerun: bool = False
     max_procs: int = 1
     debug: DebugRequest | None = None  # DEBUG=: the one process to debug
+    explain: bool = False  # --explain: each step's whole reuse-key difference
+    selection: Selection | None = None  # --from / --only: part of a pipeline
 
 
 def services_note(data: SpecData, wd: Path) -> str:
@@ -178,6 +182,9 @@ def run_local(request: JobRequest) -> int:
     try:
         job = prepare_job(request.spec, request.sets, request.removes,
                           AssetMap(request.asset_file))
+        if request.selection is not None and job.spec.kind != "pipelineJob":
+            raise LocalRunError(f"{request.selection.flag} picks steps of a pipeline; "
+                                f"{request.spec} is a {job.spec.kind}")
         launch.check_interrupt()
         folder = run_folder(job, request.run_dir)
         created = not folder.exists()
@@ -187,7 +194,8 @@ def run_local(request: JobRequest) -> int:
                 claim(job, folder)
                 rt = engine.Runtime(safe_root(folder), max(1, request.max_procs),
                                     Tracking(server), Environments(request.env_file),
-                                    force_rerun=request.force_rerun, debug=request.debug)
+                                    force_rerun=request.force_rerun, debug=request.debug,
+                                    explain=request.explain, selection=request.selection)
                 return run_job(job, rt)
             except BaseException:
                 if created and not (rt and rt.started):  # nothing ran: leave nothing behind

@@ -91,6 +91,14 @@ def rows_target(task_def: SpecData, outputs: dict[str, OutputSpec], where: str) 
     return match.group(1)
 
 
+def key_settings(definition: SpecData) -> SpecData:
+    """What a parallel node's reuse key adds to its task's: the settings that decide its
+    mini-batches, its failure thresholds and where its rows go."""
+    return {**{k: definition.get(k) for k in ("input_data", "mini_batch_size", "error_threshold",
+                                               "mini_batch_error_threshold")},
+            "append_row_to": (definition.get("task") or {}).get("append_row_to")}
+
+
 def node_task(source: TaskSource, max_procs: int) -> Task:
     """The node as one task: the mini-batch worker around its entry script, in its
     environment."""

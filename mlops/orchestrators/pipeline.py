@@ -17,7 +17,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from mlops.orchestrators import parallel
+from mlops.orchestrators import parallel, subset
 from mlops.orchestrators.graph import (
     STEP_OUTPUT,
     Node,
@@ -28,11 +28,13 @@ from mlops.orchestrators.graph import (
     node_inputs,
     node_outputs,
 )
-from mlops.runtime import engine, launch, watchdog
+from mlops.orchestrators.subset import step_rules, take_node
+from mlops.runtime import engine, launch, minibatch, watchdog
 from mlops.runtime.binding import publish, slot
 from mlops.runtime.job import Job, read_record, update_record
-from mlops.runtime.records import RunStatus, Status
-from mlops.runtime.reuse import deterministic
+from mlops.runtime.records import RunStatus, Status, TaskRecord
+from mlops.runtime.reuse import DONE, StepRules
+from mlops.runtime.selection import Choice
 from mlops.runtime.spark import spark_task
 from mlops.runtime.tasks import Task, TaskSource, command_task, experiment_name
 from mlops.runtime.uris import AssetMap
@@ -71,10 +73,7 @@ def produced(task: Task, outputs: dict[str, str]) -> dict[str, Produced]:
 
 def run_command_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
     task = node_task(node, scope)
-    debugged = rt.debug is not None and rt.debug.matches(task.address)
-    reusable = deterministic(definition_for(node)) and \
-        not (scope.force_rerun or rt.force_rerun or debugged)
-    result = engine.run_step(task, rt, reusable=reusable, label=node.name)
+    result = engine.run_step(task, rt, rules=step_rules(node, scope, rt), label=node.name)
     scope.steps[node.name] = produced(task, result.outputs)
     if result.status == Status.REUSED:
         scope.reused.append(node.name)
@@ -95,17 +94,25 @@ def run_sweep_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
     folder = scope.folder / "steps" / node.name
     outputs = node_outputs(node, scope)
     tags = {"mlops.spec": node.where, "mlops.step": node.name}
+    rules = step_rules(node, scope, rt)
+    if rules.take:
+        return take_node(node, scope, rt, rules)
+    print(f"step {node.name}: ran: {rules.forced or 'a sweep runs its trials every time'}",
+          flush=True)
     with rt.tracking.open(scope.experiment, node.name, tags, parent=scope.run_id) as run:
         ctx = TrialContext(folder=folder, assets=scope.assets, where=f"{node.where}.trial",
                            name=node.name, experiment=scope.experiment, parent=run.run_id,
-                           address=(*scope.path, node.name))
+                           address=(*scope.path, node.name), spec=scope.spec)
         make = trial_factory(definition_for(node), node.base,
                              inputs=node_inputs(node, scope), outputs=outputs, ctx=ctx)
-        best = sweep(node.raw, rt, folder=folder, parent_run=run.run_id, make_task=make).best
+        best = sweep(node.raw, rt, folder=folder, parent_run=run.run_id, make_task=make,
+                     rules=replace(rules, forced="")).best
         paths = publish(best.folder, outputs, folder) if best else {}
         scope.steps[node.name] = {k: Produced(outputs[k].type, Path(v))
                                   for k, v in paths.items()}
         run.close(RunStatus.FINISHED if best else RunStatus.FAILED)
+    if best:  # what --from / --only take from its last run
+        rt.steps.completed_node(folder, run.run_id, paths, rules)
     return 0 if best else 1
 
 
@@ -119,7 +126,7 @@ def run_pipeline_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
                       run_id=run.run_id, experiment=scope.experiment, assets=scope.assets,
                       base=node.base, continue_on_failure=scope.continue_on_failure,
                       force_rerun=scope.force_rerun, reused=scope.reused,
-                      path=(*scope.path, node.name))
+                      path=(*scope.path, node.name), spec=scope.spec)
         nodes = build_nodes(node.definition["jobs"], node.base, scope.assets, node.where)
         code = run_graph(nodes, child, rt)
         run.close(RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
@@ -131,11 +138,21 @@ def run_parallel_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
     definition = {**definition_for(node), **{k: v for k, v in node.raw.items()
                                              if k in parallel.NODE_SETTINGS}}
     task = parallel.node_task(node_source(node, scope, definition), rt.max_procs)
-    driven = parallel.run_node(definition, task, rt)
-    result = driven.result
+    driven: list[minibatch.Driven] = []
+
+    def drive() -> engine.Result:
+        driven.append(parallel.run_node(definition, task, rt))
+        return driven[0].result
+
+    rules = step_rules(node, scope, rt, **parallel.key_settings(definition))
+    result = engine.run_step(task, rt, rules=rules, label=node.name, runs=drive)
     scope.steps[node.name] = produced(task, result.outputs)
-    print(f"step {node.name}: {result.status}: {parallel.summary(driven.tally)}", flush=True)
-    if result.status != Status.COMPLETED:
+    if driven:
+        print(f"step {node.name}: {result.status}: {parallel.summary(driven[0].tally)}",
+              flush=True)
+    if result.status == Status.REUSED:
+        scope.reused.append(node.name)
+    elif result.status != Status.COMPLETED:
         tail = "\n".join(f"  | {line}" for line in result_tail(result.log))
         print(f"\nstep {node.name} failed; {node.where}\nlog tail ({result.log}):\n{tail}",
               file=sys.stderr)
@@ -157,6 +174,9 @@ def run_graph(nodes: list[Node], scope: Scope, rt: engine.Runtime) -> int:
         if failed & {step for step, _ in STEP_OUTPUT.findall(str(node.raw))}:
             print(f"step {node.name}: skipped (an input comes from a failed step)")
             failed.add(node.name)
+            continue
+        if rt.selection and rt.selection.choice((*scope.path, node.name)) == Choice.SKIP:
+            print(f"step {node.name}: left out ({rt.selection.label})", flush=True)
             continue
         code = RUNNERS[node.kind](node, scope, rt)
         if code == 0:
@@ -201,6 +221,9 @@ def run_pipeline_job(job: Job, rt: engine.Runtime) -> int:
     nodes = build_nodes(data.get("jobs"), path.parent, job.assets, str(path))
     if rt.debug is not None:
         rt.debug.check(addresses(nodes, job.assets))
+    spec_file = str(path.resolve())
+    if rt.selection is not None:
+        subset.plan(rt.selection, nodes, job.assets, lambda a: ever_completed(rt, spec_file, a))
     experiment = experiment_name(data)
     outputs = {name: replace(spec, target=slot(name, spec, rt.root))
                for name, spec in job_outputs(data.get("outputs"), job.assets).items()}
@@ -214,8 +237,11 @@ def run_pipeline_job(job: Job, rt: engine.Runtime) -> int:
         scope = Scope(inputs=inputs, outputs=outputs, folder=rt.root, run_id=run.run_id,
                       experiment=experiment, assets=job.assets, base=path.parent,
                       continue_on_failure=flag(settings.get("continue_on_step_failure")),
-                      force_rerun=flag(settings.get("force_rerun")))
+                      force_rerun=flag(settings.get("force_rerun")), spec=spec_file)
         print(f"{job.name}: steps {' -> '.join(n.name for n in nodes)}; run folder {rt.shown}")
+        if earlier is not None and earlier.mlflow_run_id:
+            print(f"resuming {rt.shown.name}: {completed_steps(rt.root)} step(s) completed "
+                  "there, reused unless they changed", flush=True)
         with watchdog.guarding(rt.root, run.run_id, rt.tracking.uri):
             code = run_graph(nodes, scope, rt)
             run.close(RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
@@ -225,3 +251,20 @@ def run_pipeline_job(job: Job, rt: engine.Runtime) -> int:
     print(f"{job.name}: {status}\n  outputs: {rt.shown / 'outputs'}\n  steps: {rt.shown / 'steps'}"
           f"\n  MLflow run: {run.run_id}")
     return code
+
+
+def completed_steps(folder: Path) -> int:
+    """How many steps (nested ones too) completed, or were reused, in a run folder."""
+    count = 0
+    for step in sorted((folder / "steps").glob("*/")):
+        record = TaskRecord.read(step)
+        count += (record is not None and record.status in DONE) + completed_steps(step)
+    return count
+
+
+def ever_completed(rt: engine.Runtime, spec: str, address: tuple[str, ...]) -> bool:
+    """Whether a step completed in this run folder, or in any run of this spec (--from/--only
+    take its outputs from there)."""
+    record = TaskRecord.read(rt.root.joinpath(*[p for name in address for p in ("steps", name)]))
+    return (record is not None and record.status in DONE) or \
+        rt.steps.last(StepRules(spec=spec), "/".join(address)) is not None

@@ -25,6 +25,7 @@ from mlops.runtime import engine, launch, watchdog
 from mlops.runtime.binding import publish
 from mlops.runtime.job import Job
 from mlops.runtime.records import RunStatus, Status
+from mlops.runtime.reuse import Decision, StepRules
 from mlops.runtime.tasks import Task, TaskSource, command_task, experiment_name, load_component
 from mlops.runtime.uris import AssetMap
 from mlops.runtime.values import (
@@ -79,6 +80,7 @@ class Trial:
     evaluated: int = 0
     status: Status = Status.RUNNING
     result: engine.Result | None = None
+    decision: Decision | None = None  # what differs from the trial's nearest earlier run
 
 
 @dataclass(frozen=True)
@@ -121,8 +123,9 @@ TrialMaker = Callable[[int, dict[str, object]], Task]
 
 
 class Sweep:
-    def __init__(self, settings: Settings, rt: engine.Runtime, make_task: TrialMaker):
-        self.s, self.rt, self.make_task = settings, rt, make_task
+    def __init__(self, settings: Settings, rt: engine.Runtime, make_task: TrialMaker,
+                 rules: StepRules):
+        self.s, self.rt, self.make_task, self.rules = settings, rt, make_task, rules
         self.study = make_study(settings.algorithm, settings.space, settings.maximize)
         self.trials: list[Trial] = []
 
@@ -130,9 +133,14 @@ class Sweep:
         number = len(self.trials)
         optuna_trial = self.study.ask()
         params = {name: sample(optuna_trial, name, p) for name, p in self.s.space.items()}
-        running = engine.start(self.make_task(number, params), self.rt, echo=False)
-        self.trials.append(Trial(number, params, running, optuna_trial))
-        print(f"trial {number} started: {params}", flush=True)
+        task = self.make_task(number, params)
+        rules = replace(self.rules, params={k: render_literal(v) for k, v in params.items()})
+        decision = self.rt.steps.explain(task, self.rt.environments.env_map, rules)
+        running = engine.start(task, self.rt, echo=False)
+        self.trials.append(Trial(number, params, running, optuna_trial, decision=decision))
+        print(f"trial {number} started: {params}\ntrial {number}: {decision.line}", flush=True)
+        if self.rt.explain:
+            print("".join(f"    {line}\n" for line in decision.details), end="", flush=True)
 
     def running(self) -> list[Trial]:
         return [t for t in self.trials if t.status == Status.RUNNING]
@@ -146,6 +154,9 @@ class Sweep:
         """`status`: how the sweep ended the trial (None: it ended on its own)."""
         trial.result = engine.finish(trial.running, self.rt, status)
         trial.status = trial.result.status
+        if trial.status == Status.COMPLETED and trial.decision is not None:
+            self.rt.steps.record(trial.decision, trial.running.task.folder,
+                                 trial.running.run_id, self.rules)
         trial.history = self.rt.tracking.history(trial.running.run_id, self.s.metric)
         value = self.best(trial)
         state = {Status.COMPLETED: optuna.trial.TrialState.COMPLETE,
@@ -252,11 +263,13 @@ def last_error(log: Path | None) -> str:
 
 
 def sweep(data: SpecData, rt: engine.Runtime, *, folder: Path, parent_run: str,
-          make_task: TrialMaker) -> SweepSummary:
-    """Run the trials; write sweep_summary.json in `folder`; return the summary."""
+          make_task: TrialMaker, rules: StepRules) -> SweepSummary:
+    """Run the trials; write sweep_summary.json in `folder`; return the summary. `rules`: how
+    each trial's earlier runs are found (it always runs: Azure reuses a step, not a trial)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     settings = Settings.from_spec(data, rt.max_procs)
-    trials = Sweep(settings, rt, make_task)
+    trials = Sweep(settings, rt, make_task, replace(rules, indexed=False, resumable=False,
+                                                    always="a sweep runs every trial"))
     sharing, rt.sharing = rt.sharing, settings.concurrency
     try:
         trials.run()
@@ -288,6 +301,7 @@ class TrialContext:
     experiment: str
     parent: str  # the sweep's MLflow run
     address: tuple[str, ...] = ()  # a sweep node's place in its pipeline (DEBUG=<node>/trial:N)
+    spec: str = ""  # the job's spec file: a trial's earlier runs are found by it
 
 
 def trial_factory(trial_def: SpecData, base: Path, *, inputs: dict[str, Value],
@@ -327,9 +341,17 @@ def run_sweep_job(job: Job, rt: engine.Runtime) -> int:
         ctx = TrialContext(folder=rt.root, assets=job.assets, where=f"{path}: trial",
                            name=job.name, experiment=experiment, parent=run.run_id)
         make = trial_factory(trial_def, base, inputs=inputs, outputs=outputs, ctx=ctx)
-        best = sweep(data, rt, folder=rt.root, parent_run=run.run_id, make_task=make).best
+        best = sweep(data, rt, folder=rt.root, parent_run=run.run_id, make_task=make,
+                     rules=trial_rules(trial_def, str(path.resolve()), rt)).best
         if best:
             publish(best.folder, outputs, rt.root)
         run.close(RunStatus.FINISHED if best else RunStatus.FAILED)
     print(f"summary: {rt.shown / 'sweep_summary.json'}")
     return 0 if best else 1
+
+
+def trial_rules(trial_def: SpecData, spec: str, rt: engine.Runtime) -> StepRules:
+    """How a sweep's trials find their earlier runs: by the spec and trial number, else by
+    the trial's component."""
+    return StepRules(spec=spec, run=rt.shown.name, component=str(trial_def.get("name") or ""),
+                     version=str(trial_def.get("version") or ""))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from mlops.runtime.failures import explain
 from mlops.runtime.mlflow_runs import OpenRun, Tracking
 from mlops.runtime.records import RunStatus, Status, TaskRecord
 from mlops.runtime.reuse import StepIndex
+from mlops.runtime.selection import Selection
 from mlops.runtime.service import Service
 from mlops.runtime.tasks import Task
 from mlops.runtime.values import render_command
@@ -56,6 +58,8 @@ class Runtime:
     steps: StepIndex | None = None  # completed steps of every run beside this one (reuse.py)
     debug: debugging.DebugRequest | None = None  # DEBUG=: the one process to debug
     debug_taken: bool = False  # that process started: no later task takes it
+    explain: bool = False  # --explain: every step's whole key diff under its line
+    selection: Selection | None = None  # --from / --only: the steps that run (selection.py)
 
     @property
     def shown(self) -> Path:
@@ -272,19 +276,23 @@ def run(task: Task, rt: Runtime, *, echo: bool = True, label: str = "") -> Resul
     return finish(running, rt)
 
 
-def run_step(task: Task, rt: Runtime, *, reusable: bool, label: str = "") -> Result:
-    """A pipeline step: reused as Azure reuses one (reuse.py) when `reusable` and an earlier
-    completed step has its key, else run, and recorded for later runs when it completes."""
-    key = rt.steps.key(task, rt.environments.env_map) if reusable else None
-    earlier = rt.steps.find(key) if key else None
-    if earlier is not None:
-        linked = reuse.link_step(task, earlier, rt.tracking)
+def run_step(task: Task, rt: Runtime, *, rules: reuse.StepRules, label: str = "",
+             runs: Callable[[], Result] | None = None) -> Result:
+    """A pipeline step: reused as Azure reuses one (reuse.py) when an earlier completed step
+    has its key, else run (`runs`, else as a task), and recorded for later runs when it
+    completes; either way one line says why (with --explain, the whole key diff)."""
+    decision = rt.steps.decide(task, rt.environments.env_map, rules)
+    print(f"step {task.name}: {decision.line}", flush=True)
+    if rt.explain:
+        print("".join(f"    {line}\n" for line in decision.details), end="", flush=True)
+    if decision.earlier is not None:
+        linked = reuse.link_step(task, decision.earlier, rt.tracking)
+        rt.steps.linked(decision, task.folder, rules)
         return Result(Status.REUSED, 0, linked.run_id, linked.outputs, 0.0,
-                      earlier.folder / "log.txt")
-    print(f"step {task.name}: started", flush=True)
-    result = run(task, rt, label=label)
-    if key is not None and result.status == Status.COMPLETED:
-        rt.steps.record(key, task.folder, result.run_id)
+                      decision.earlier.folder / "log.txt")
+    result = runs() if runs is not None else run(task, rt, label=label)
+    if result.status == Status.COMPLETED:
+        rt.steps.record(decision, task.folder, result.run_id, rules)
     return result
 
 
