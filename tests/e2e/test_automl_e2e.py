@@ -84,7 +84,7 @@ def test_a_pipeline_prepares_searches_and_scores_with_the_best_model_then_reuses
     assert "step search: registered model azureml:automl-fixture-fruit:1" in out
     assert local.main([str(FIXTURES / "pipeline.yml"), "--run-dir", str(tmp_path / "again")]) \
         == 0
-    assert f"step search: Reused (from {first / 'steps/search'})" in capsys.readouterr().out
+    assert "step search: reused (from first search)" in capsys.readouterr().out
 
 
 def test_an_image_model_from_azures_registry_is_refused_before_a_run_folder_exists(

@@ -136,10 +136,11 @@ def test_every_value_reaches_the_program_as_one_argument_whatever_it_holds(targe
     one argument each, never run by the shell."""
     argv = argv_of(target, f"DATA={HOSTILE}", "RUN_DIR=/tmp/run dir ü", "EPOCHS=2; echo x",
                    "JOB=jobs/my job.yml", "SET=inputs.title='a b;c' inputs.n=1",
-                   tmp_path=tmp_path)
+                   "FROM=outer/my step;x", "EXPLAIN=1", tmp_path=tmp_path)
     assert "--run-dir" in argv and argv[argv.index("--run-dir") + 1] == "/tmp/run dir ü"
     assert argv[argv.index("--sets") + 1] == "inputs.title='a b;c' inputs.n=1"
     assert argv[:3] == ["job", "run", "-f"]
+    assert argv[argv.index("--from") + 1] == "outer/my step;x" and "--explain" in argv
     if target == "local":
         assert argv[3] == "jobs/my job.yml"
     else:
