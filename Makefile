@@ -12,7 +12,8 @@ STATE_DIR = $(if $(MLOPS_STATE_DIR),$(MLOPS_STATE_DIR),$(CURDIR))
 DATA ?=
 SYNTHETIC_DATA ?= $(if $(MLOPS_STATE_DIR),$(MLOPS_STATE_DIR)/data/synthetic_fowl,data/synthetic_fowl)
 # Local runs of the job specs (make local): overrides (SET="inputs.epochs=1 inputs.title='a b'",
-# split as a shell splits words), a run folder to reuse (resumes training).
+# split as a shell splits words), a run folder to reuse (resumes training; resumes a failed or
+# killed pipeline, its completed steps reused).
 JOB ?= jobs/train.yml
 SET ?=
 RUN_DIR ?=
@@ -23,7 +24,13 @@ KIND ?=
 NAME ?=
 VERSION ?=
 # FORCE=1: pipeline steps run again even where an earlier identical step could be reused.
+# EXPLAIN=1: each pipeline step's whole reuse-key difference from its nearest earlier run.
+# FROM=<step>: rerun a pipeline from that step on; ONLY=<step>[,<step>]: just those steps (the
+# others' outputs from their last run; local conveniences, docs/local-runtime.md).
 FORCE ?=
+EXPLAIN ?=
+FROM ?=
+ONLY ?=
 # Debug one process of a local run (docs/debugging.md): DEBUG=1 (the job, rank 0, worker 0, the
 # local endpoint), a step (train, outer/train), a trial (3), rank:N or worker:N; pdb or pdb:<what>
 # for pdb on the terminal. DEBUG_PORT: where it listens (empty: 5678 if free, else any free port).
@@ -132,7 +139,8 @@ DEBUG_ARGS = $(if $(DEBUG),--debug $(call q,$(DEBUG))) \
 	$(if $(DEBUG_PORT),--debug-port $(call q,$(DEBUG_PORT)))
 LOCAL_ARGS = $(if $(RUN_DIR),--run-dir $(call q,$(RUN_DIR))) --max-procs $(call q,$(NPROC)) \
 	$(if $(SET),--sets $(call q,$(SET))) $(if $(filter 1 true yes,$(FORCE)),--force-rerun) \
-	$(DEBUG_ARGS)
+	$(if $(filter 1 true yes,$(EXPLAIN)),--explain) $(if $(FROM),--from $(call q,$(FROM))) \
+	$(if $(ONLY),--only $(call q,$(ONLY))) $(DEBUG_ARGS)
 # The main job's inputs for a CPU run in about a minute (the spec's own values target a GPU).
 TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(call q,$(EPOCHS)) \
 	--set inputs.image_size=$(call q,$(IMAGE_SIZE)) \
