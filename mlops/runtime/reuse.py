@@ -166,9 +166,9 @@ class StepIndex:
     def _reused(self, parts: KeyParts, earlier: Earlier, note: str) -> Decision:
         old = KeyParts.read(earlier.folder)
         changes = keydiff.compare(old, parts, self.trees) if old else []
-        lines = [f"key {parts.key}: {'same as' if earlier.key == parts.key else 'was'} "
-                 f"{earlier.key} of {earlier.label} ({earlier.folder})",
-                 *keydiff.details(changes)]
+        lines = [f"key {parts.key}, " + ("as " if earlier.key == parts.key else
+                                          f"was {earlier.key} in ")
+                 + f"{earlier.label} ({earlier.folder})", *keydiff.details(changes)]
         return Decision(parts, earlier, f"reused (from {earlier.label}{note})", lines)
 
     def _ran(self, parts: KeyParts, rules: StepRules, folder: Path) -> Decision:
