@@ -21,7 +21,7 @@ def run(spec: str, folder: Path, *sets: str) -> int:
 
 
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
-def test_file_mini_batches_retry_count_failures_and_append_rows_in_order(tmp_path):
+def test_file_mini_batches_retry_count_failures_and_append_rows_in_order(tmp_path, capsys):
     assert run("files-pipeline.yml", tmp_path / "run") == 0
     step = tmp_path / "run/steps/score"
     rows = (step / "outputs/scores/scores.csv").read_text().splitlines()
@@ -30,6 +30,13 @@ def test_file_mini_batches_retry_count_failures_and_append_rows_in_order(tmp_pat
     assert "init with weight 2 label chars" in log  # program_arguments reach argparse
     assert log.count("mini-batch attempt") == 2  # max_retries: 1
     assert "ValueError: cannot score item_7.txt" in log
+    # unchanged, the node is reused as Azure reuses a parallel step: nothing starts
+    capsys.readouterr()
+    assert run("files-pipeline.yml", tmp_path / "again") == 0
+    assert "step score: reused (from run score)" in capsys.readouterr().out
+    assert not (tmp_path / "again/steps/score/log.txt").exists()
+    assert (tmp_path / "again/steps/score/outputs/scores/scores.csv").read_text() == \
+        "\n".join(rows) + "\n"
 
 
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry

@@ -16,6 +16,7 @@ import pytest
 from support import ROOT
 
 from mlops import run as local
+from mlops.cli import run as azml
 
 FIXTURE = ROOT / "tests" / "fixtures" / "reuse"
 pytestmark = pytest.mark.usefixtures("sources_unchanged", "mlflow_store")
@@ -142,8 +143,10 @@ def test_a_failed_pipeline_resumes_in_its_folder_and_from_and_only_start_just_th
         path = pipeline.runs / "failed" / record
         path.write_text(json.dumps({**json.loads(path.read_text()), "status": "Running",
                                     "pid": gone}))
-    code, started, lines = pipeline.run("failed")
-    assert (code, started, lines["d"]) == (0, ["d"], "ran: it was killed in this run")
+    before = len(pipeline.started())  # resumed by its job name: its folder, its spec
+    assert azml(["job", "run", "--resume", "failed", "--max-procs", "1"]) == 0
+    assert [line.split()[0] for line in pipeline.started()[before:]] == ["d"]
+    assert "step d: ran: it was killed in this run" in capsys.readouterr().out
 
     assert pipeline.run("from", "--from", "c") == (0, ["c", "d"], {
         "a": "reused (from failed a; --from c leaves it out)",
