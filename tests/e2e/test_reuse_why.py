@@ -97,7 +97,8 @@ def test_each_single_change_names_itself_and_starts_only_the_steps_it_changes(pi
     for name, change, args, expected, why in changes:
         change()
         code, started, lines = pipeline.run(name, *args)
-        table.append(f"{name:<17} started {' '.join(started):<6} b: {lines['b']}")
+        table.append(f"{name}: started {' '.join(started)}\n" + "".join(
+            f"  step {step}: {line}\n" for step, line in lines.items()))
         assert (code, started) == (0, expected), name
         assert lines["b"].startswith(f"ran: {why}"), (name, lines["b"])
         if name not in ("force", "nondeterministic"):
@@ -107,7 +108,7 @@ def test_each_single_change_names_itself_and_starts_only_the_steps_it_changes(pi
         if "c" not in expected:
             assert lines["c"].startswith("reused (from "), (name, lines["c"])
         before = name
-    print("\n".join(table))
+    print("".join(table))  # the matrix as run (pytest -s)
 
 
 def dead_pid() -> int:
