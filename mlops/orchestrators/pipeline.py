@@ -28,12 +28,11 @@ from mlops.orchestrators.graph import (
     node_inputs,
     node_outputs,
 )
-from mlops.orchestrators.subset import step_rules, take_node
+from mlops.orchestrators.subset import completed_steps, ever_completed, step_rules, take_node
 from mlops.runtime import engine, launch, minibatch, watchdog
 from mlops.runtime.binding import publish, slot
 from mlops.runtime.job import Job, read_record, update_record
-from mlops.runtime.records import RunStatus, Status, TaskRecord
-from mlops.runtime.reuse import DONE, StepRules
+from mlops.runtime.records import RunStatus, Status
 from mlops.runtime.selection import Choice
 from mlops.runtime.spark import spark_task
 from mlops.runtime.tasks import Task, TaskSource, command_task, experiment_name
@@ -252,19 +251,3 @@ def run_pipeline_job(job: Job, rt: engine.Runtime) -> int:
           f"\n  MLflow run: {run.run_id}")
     return code
 
-
-def completed_steps(folder: Path) -> int:
-    """How many steps (nested ones too) completed, or were reused, in a run folder."""
-    count = 0
-    for step in sorted((folder / "steps").glob("*/")):
-        record = TaskRecord.read(step)
-        count += (record is not None and record.status in DONE) + completed_steps(step)
-    return count
-
-
-def ever_completed(rt: engine.Runtime, spec: str, address: tuple[str, ...]) -> bool:
-    """Whether a step completed in this run folder, or in any run of this spec (--from/--only
-    take its outputs from there)."""
-    record = TaskRecord.read(rt.root.joinpath(*[p for name in address for p in ("steps", name)]))
-    return (record is not None and record.status in DONE) or \
-        rt.steps.last(StepRules(spec=spec), "/".join(address)) is not None

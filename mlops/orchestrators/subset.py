@@ -25,7 +25,8 @@ from mlops.orchestrators.graph import (
     node_outputs,
 )
 from mlops.runtime import engine
-from mlops.runtime.reuse import StepRules, deterministic, link_step
+from mlops.runtime.records import TaskRecord
+from mlops.runtime.reuse import DONE, StepRules, deterministic, link_step
 from mlops.runtime.selection import Address, Choice, Selection
 from mlops.runtime.tasks import Task
 from mlops.runtime.uris import AssetMap
@@ -150,3 +151,20 @@ def take_node(node: Node, scope: Scope, rt: engine.Runtime, rules: StepRules) ->
                               for k, v in linked.outputs.items()}
     scope.reused.append(node.name)
     return 0
+
+
+def completed_steps(folder: Path) -> int:
+    """How many steps (nested ones too) completed, or were reused, in a run folder."""
+    count = 0
+    for step in sorted((folder / "steps").glob("*/")):
+        record = TaskRecord.read(step)
+        count += (record is not None and record.status in DONE) + completed_steps(step)
+    return count
+
+
+def ever_completed(rt: engine.Runtime, spec: str, address: tuple[str, ...]) -> bool:
+    """Whether a step completed in this run folder, or in any run of this spec (--from/--only
+    take its outputs from there)."""
+    record = TaskRecord.read(rt.root.joinpath(*[p for name in address for p in ("steps", name)]))
+    return (record is not None and record.status in DONE) or \
+        rt.steps.last(StepRules(spec=spec), "/".join(address)) is not None
