@@ -1,7 +1,8 @@
 """A job spec that passed Azure's checks, and its record in the run folder.
 
 The run folder is `<runs_dir>/<slug>-<time>` ([tool.azml] runs_dir), or the one asked for: a
-command job run again into its folder resumes there; a sweep is never resumed. `spec.yml` holds
+command job run again into its folder resumes there, a pipeline resumes there with the steps it
+completed reused unless they changed (reuse.py); a sweep is never resumed. `spec.yml` holds
 the spec as it ran (after --set), `run.json` its kind, file and MLflow run (records.py).
 """
 
@@ -63,7 +64,7 @@ def read_record(folder: Path) -> RunRecord | None:
 
 def run_folder(job: Job, requested: Path | None) -> Path:
     """A new <runs_dir>/<name>-<time>, or the requested folder (a rerun resumes a command
-    job)."""
+    job or a pipeline)."""
     if requested is None:
         runs, stamp = project().runs_dir, time.strftime("%Y%m%d-%H%M%S")
         folder, n = runs / f"{job.slug}-{stamp}", 1
