@@ -145,7 +145,6 @@ class Session:
         selection = registry.Selection(_kind(kind), _named(name), version)
         return [asset_view(r) for r in registry.archive(selection, archived)]
 
-
     # online endpoints -------------------------------------------------------------------
     def create_endpoint(self, spec: Path, *, name: str | None = None, port: int | None = None,
                         auth: str = "") -> View:
