@@ -61,6 +61,7 @@ def job_view(record: JobRecord) -> JobView:
     if job is None:
         return _raw_view(record, status)
     job.name = record.name
+    job.display_name = job.display_name or record.name  # Azure's default: the job's name
     job._status = status  # noqa: SLF001 - what the service sets on the entity it returns
     job._id = resource_id("jobs", record.name)  # noqa: SLF001
     job._creation_context = SystemData(  # noqa: SLF001
@@ -78,6 +79,7 @@ def _raw_view(record: JobRecord, status: str) -> JobView:
     except Exception:  # noqa: BLE001 - a damaged spec.yml: the keys the workspace gives
         data = {}
     view = {k: v for k, v in (data if isinstance(data, dict) else {}).items() if k != "$schema"}
+    view.setdefault("display_name", record.name)
     view.update(name=record.name, status=status, id=resource_id("jobs", record.name),
                 creation_context={"created_at": _created(record).isoformat(),
                                   "created_by": getpass.getuser(), "created_by_type": "User"},
