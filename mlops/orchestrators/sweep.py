@@ -332,7 +332,7 @@ def run_sweep_job(job: Job, rt: engine.Runtime) -> int:
     if rt.debug is not None:
         trials = Settings.from_spec(data, rt.max_procs).max_trials
         rt.debug.check([(f"trial:{n}",) for n in range(trials)])
-    trial_def, base = load_component(data["trial"], path.parent, job.assets, f"{path}: trial")
+    trial_def, base, _ = load_component(data["trial"], path.parent, job.assets, f"{path}: trial")
     outputs = job_outputs(data.get("outputs"))
     inputs = job_inputs(data.get("inputs"), path.parent, job.assets)
     tags = {"mlops.spec": str(path), "mlops.local": "true"}

@@ -52,10 +52,12 @@ class Task:
 
 
 class Component(NamedTuple):
-    """A component's definition and the folder its relative paths start from."""
+    """A component's definition, the folder its relative paths start from, and the registry
+    it came from (its own `azureml:` references resolve there)."""
 
     data: SpecData
     base: Path
+    registry: str | None = None
 
 
 def variables(values) -> dict[str, str]:
@@ -95,12 +97,21 @@ def experiment_name(data: SpecData) -> str:
     return str(data.get("experiment_name") or Path.cwd().name)
 
 
-def load_component(ref, base: Path, assets: AssetMap, where: str) -> Component:
-    """A component given as a file, `file:` path, inline mapping, or mapped `azureml:` name."""
+def load_component(ref, base: Path, assets: AssetMap, where: str,
+                   registry: str | None = None) -> Component:
+    """A component given as a file, `file:` path, inline mapping, a registry's (from the folder
+    the asset map names for it), or a registered or mapped `azureml:` name. `registry`: the
+    registry of the pipeline component this one is a node of."""
+    from mlops.runtime.registry_specs import component_file, pinned_environment
+
     if isinstance(ref, dict):
-        return Component(ref, base)
+        return Component(ref, base, registry)
     ref = str(ref)
-    if is_remote(ref):
+    held = component_file(ref, assets, where, registry) if is_remote(ref) else None
+    if held is not None:
+        path, registry = held
+    elif is_remote(ref):
+        registry = None
         path = assets.local_path(ref, where, base, must_exist=False, bare=True,
                                  kind="component")
         if path.is_dir() and (path / "spec.yml").is_file():  # registered in the workspace
@@ -114,7 +125,10 @@ def load_component(ref, base: Path, assets: AssetMap, where: str) -> Component:
         spec = load_spec(path, role="component")
     except SpecError as err:
         raise LocalRunError(f"{where}: component {ref}: {err}") from None
-    return Component(spec.data, path.parent)
+    data = spec.data
+    if registry is not None and "environment" in data:
+        data = {**data, "environment": pinned_environment(data["environment"], assets, registry)}
+    return Component(data, path.parent, registry)
 
 
 def include_paths(items, base: Path, where: str) -> list[Path]:

@@ -10,6 +10,12 @@ Values are local paths relative to the repository's root. The local workspace an
 file: a version registered there (`azureml:<name>:<version>`, `@latest`, the long workspace URI)
 and a finished local job's output (`azureml://jobs/<name>/outputs/<output>`); see
 mlops/workspace. A reference neither knows is an error that names the reference and the file.
+
+A registry (`azureml://registries/<registry>/components|models|environments|data/<name>...`)
+resolves from the folder the file maps the registry itself to (`azureml://registries/azureml:
+<a checkout of Azure/azureml-assets>`), by each asset's own name and version
+(mlops/workspace/registry.py); a model whose files the registry keeps in storage (azureml-assets'
+`model.yaml` path) needs that storage URL mapped too.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import yaml
 from mlops.errors import LocalRunError
 from mlops.project import CONFIG, project
 from mlops.specs import read_yaml
+from mlops.workspace import registry
+from mlops.workspace.records import AssetKind
 
 # What Azure fetches itself: assets, datastores, storage and web URLs, git repositories (code).
 REMOTE = re.compile(r"^(azureml:|https?://|wasbs?://|abfss?://|adl://|s3://|gs://|git\+)", re.I)
@@ -115,6 +123,59 @@ class AssetMap:
         local = lookup(reference, self.mapping)
         return (self.base / local).resolve() if local is not None else None
 
+    def registry_asset(self, reference: str) -> registry.RegistryAsset | None:
+        """The asset a registry URI names, from the folder this file maps its registry to;
+        None for another reference, or a registry the file maps no folder for."""
+        ref = registry.parse_ref(reference)
+        folder = registry.registry_folders(self.mapping, self.base).get(ref.registry) \
+            if ref is not None else None
+        if folder is None:
+            return None
+        held = registry.index(folder)
+        found = held.get(ref)
+        if found is None and ref.kind != AssetKind.ENVIRONMENT:  # those fall back on curated ones
+            unread = f"; {len(held.problems)} asset file(s) there could not be read (first: " \
+                f"{held.problems[0].file}: {held.problems[0].reason})" if held.problems else ""
+            raise LocalRunError(f"{reference}: registry {ref.registry}'s folder {folder} (in "
+                                f"{self.named}) holds no {ref.kind.noun} named {ref.name}"
+                                f"{unread}")
+        return found
+
+    def registry_path(self, reference: str, key: str) -> Path | None:
+        """The local files of the registry asset `reference` names: a component's spec, a data
+        asset's or a model's files; None when its registry is not mapped to a folder."""
+        asset = self.registry_asset(reference)
+        if asset is None:
+            return None
+        if asset.kind == AssetKind.COMPONENT:
+            return asset.spec
+        if asset.kind == AssetKind.ENVIRONMENT:
+            raise LocalRunError(f"{key}: {reference} is an environment, not data or a model")
+        return self.asset_files(asset, reference, key)
+
+    def asset_files(self, asset: registry.RegistryAsset, reference: str, key: str) -> Path:
+        """A registry model's or data asset's files: its spec's `path:` (relative to the spec),
+        or the storage its extra config names (azureml-assets' models), through this file."""
+        spec = read_yaml(asset.spec.read_text(encoding="utf-8")) or {}
+        extra = read_yaml(asset.extra.read_text(encoding="utf-8")) if asset.extra else None
+        stored = (extra or {}).get("path") if isinstance(extra, dict) else None
+        if isinstance(stored, dict) and stored.get("type") == "azureblob":
+            url = (f"https://{stored.get('storage_name')}.blob.core.windows.net/"
+                   f"{stored.get('container_name')}/{stored.get('container_path')}")
+            local = lookup(url, self.mapping)
+            if local is None:
+                raise LocalRunError(
+                    f"{key}: {reference}: the registry keeps {asset.name} {asset.shown}'s files "
+                    f"in storage ({url}), not in {asset.spec.parent}; download them and add "
+                    f"'{url}: <local folder>' to {self.named}")
+            return (self.base / local).resolve()
+        path = spec.get("path") if isinstance(spec, dict) else None
+        if not isinstance(path, str) or not path:
+            raise LocalRunError(f"{key}: {reference}: its spec {asset.spec} names no path")
+        if is_remote(path):
+            return self.local_path(path, key, asset.spec.parent, must_exist=False, bare=True)
+        return (asset.spec.parent / path).resolve()
+
     def registered(self, reference: str, kind: str) -> Path | None:
         """What the local workspace holds under `reference` (a registered version, a local
         job's output), None when it holds nothing of that name (the mapping file is next)."""
@@ -133,6 +194,8 @@ class AssetMap:
         reference = str(reference)
         what = WHAT.get(kind, "local path")  # what a line of the mapping file should point at
         registered = self.registered(reference, kind) if is_remote(reference) else None
+        if registered is None and is_remote(reference):
+            registered = self.registry_path(reference, key)
         if registered is not None:
             path = registered
         elif is_remote(reference):
