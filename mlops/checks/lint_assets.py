@@ -90,6 +90,17 @@ def _check_node(spec, name, *, node, component, jobs, outputs_of) -> list[Findin
     return found
 
 
+def _parallel_for_bodies(jobs: SpecData) -> set[str]:
+    """The nodes a parallel_for runs once per item (`body: ${{parent.jobs.<node>}}`)."""
+    found = set()
+    for node in jobs.values():
+        if isinstance(node, dict) and str(node.get("type")) == "parallel_for":
+            match = re.match(r"^\$\{\{\s*parent\.jobs\.([\w-]+)\s*\}\}$",
+                             str(node.get("body") or "").strip())
+            found |= {match.group(1)} if match else set()
+    return found
+
+
 def _swept(node: SpecData, key: str) -> bool:
     return str(node.get("type", "")).lower() == "sweep" and key in (node.get("search_space")
                                                                     or {})
@@ -120,10 +131,12 @@ def check_pipeline(spec: Spec) -> list[Finding]:
     outputs_of = {name: list(c.data.get("outputs") or {}) for name, c in components.items()}
     outputs_of.update({name: list((node or {}).get("outputs") or {}) for name, node in
                        jobs.items() if _is_inline(node or {})})
+    looped = _parallel_for_bodies(jobs)  # their items set their inputs (azure-ai-ml's rule)
     for name, node in jobs.items():
         if name in components:
-            found += _check_node(spec, name, node=node, component=components[name], jobs=jobs,
-                                 outputs_of=outputs_of)
+            found += [f for f in _check_node(spec, name, node=node, component=components[name],
+                                             jobs=jobs, outputs_of=outputs_of)
+                      if not (name in looped and f.problem.startswith("required input"))]
         elif _is_inline(node or {}):
             for io in ("inputs", "outputs"):
                 for key, value in ((node or {}).get(io) or {}).items():

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import json
 import logging
+import os
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -52,6 +54,10 @@ def _most_specific(error: ValidationError) -> ValidationError:
         error = max(best, key=lambda e: len(e.path))
     return error
 
+
+# azure-ai-ml loads if_else, do_while and parallel_for nodes from YAML only with this set
+# (is_private_preview_enabled, read when its pipeline schema is first imported), as az ml does
+PRIVATE_PREVIEW = "AZURE_ML_CLI_PRIVATE_FEATURES_ENABLED"
 
 # kinds azure-ai-ml's loader alone checks: an AutoML job has one schema per task there
 SDK_ONLY = ("autoMLJob",)
@@ -132,7 +138,7 @@ def sdk_layer(spec: Spec) -> list[Finding]:
         if job is not None and job is not entity:
             job._validate()  # a Spark job's own rules (input and output modes): they raise
     except LoaderError as err:
-        return sdk_findings.from_loader(spec, err.messages)
+        return [_control_flow_hint(f) for f in sdk_findings.from_loader(spec, err.messages)]
     except Exception as err:  # noqa: BLE001 - the SDK raises many types; all mean "invalid"
         if sdk_findings.needs_workspace(spec, str(err)):
             return []  # the rest of its checks need the registered component too
@@ -259,10 +265,22 @@ def _layers(spec: Spec, for_run: bool) -> list[Finding]:
     return found if schema else found + lint_layer(spec, flags=not for_run)
 
 
+def _control_flow_hint(finding: Finding) -> Finding:
+    """azure-ai-ml's refusal of a control-flow node type, with the setting that loads it."""
+    named = [k for k in ("if_else", "do_while", "parallel_for") if f"'{k}' passed" in
+             finding.problem]
+    if not named or os.environ.get(PRIVATE_PREVIEW, "").lower() == "true":
+        return finding
+    return dataclasses.replace(
+        finding, fix=f"az ml (azure-ai-ml) loads {named[0]} nodes from YAML only with "
+                     f"{PRIVATE_PREVIEW}=true in the environment: set it for az ml and here alike")
+
+
 def sdk_cached(spec: Spec) -> list[Finding]:
     from importlib.metadata import version
 
-    text = json.dumps([str(spec.path.resolve()), spec.data, version("azure-ai-ml")],
+    text = json.dumps([str(spec.path.resolve()), spec.data, version("azure-ai-ml"),
+                       os.environ.get(PRIVATE_PREVIEW, "")],  # control-flow nodes: its flag
                       sort_keys=True, default=str)
     marker = cache_root() / "validated" / hashlib.sha256(text.encode()).hexdigest()[:24]
     if marker.is_file():

@@ -15,6 +15,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mlops.errors import LocalRunError
+from mlops.orchestrators.control_flow import (
+    CONTROL_KINDS,
+    PRIMITIVE,
+    Ports,
+    blocks,
+    body_of,
+    primitive_value,
+)
 from mlops.runtime.tasks import load_component
 from mlops.runtime.uris import AssetMap
 from mlops.runtime.values import (
@@ -45,6 +53,16 @@ class Node:
     base: Path  # what the definition's relative paths are relative to
     where: str
     inline: bool = False  # a command node with no component: it declares its own inputs
+    registry: str | None = None  # the registry its component came from (its references' home)
+    gate: tuple[str, bool] | None = None  # in an if_else block: (that node, the block's branch)
+    body: Node | None = None  # a loop's body, which only the loop runs
+    owner: str | None = None  # a loop body: the loop that runs it
+
+    @property
+    def ports(self) -> Ports:
+        """Its declared inputs and outputs (an inline node's own)."""
+        source = self.raw if self.inline else self.definition
+        return Ports(dict(source.get("inputs") or {}), dict(source.get("outputs") or {}))
 
 
 class Produced(NamedTuple):
@@ -71,12 +89,19 @@ class Scope:
     reused: list[str] = field(default_factory=list)  # names of the steps reused, for the summary
     path: tuple[str, ...] = ()  # the nodes above this scope: a nested pipeline's names
     spec: str = ""  # the pipeline job's spec file: a step's earlier runs are found by it
+    skipped: set[str] = field(default_factory=set)  # nodes not run: an if_else did not choose them
+    chosen: dict[str, bool] = field(default_factory=dict)  # if_else node -> its condition's value
+    given: dict[str, dict[str, Value]] = field(default_factory=dict)  # a loop's inputs, by node
+    controls: dict[str, dict[str, object]] = field(default_factory=dict)  # control outputs by node
 
 
-def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str) -> Node:
+def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str,
+              registry: str | None = None) -> Node:
     if not isinstance(raw, dict):
         raise LocalRunError(f"{where}: a node is a mapping (command, component or trial)")
     kind = str(raw.get("type") or "command").lower()
+    if kind in CONTROL_KINDS:  # control flow: what it controls is wired in build_nodes
+        return Node(name, kind, raw, raw, base, where, inline=True, registry=registry)
     if kind == "automl":  # runs as what searches (mlops/automl/translate.py)
         from mlops.automl.translate import automl_command
 
@@ -88,42 +113,81 @@ def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str) -> No
         return Node(name, "command", built.definition, built.definition, base, where,
                     inline=True)
     if kind == "sweep":
-        definition, def_base = load_component(raw.get("trial"), base, assets, f"{where}.trial")
+        definition, def_base, home = load_component(raw.get("trial"), base, assets,
+                                                    f"{where}.trial", registry)
     elif kind in ("command", "pipeline", "parallel", "spark") and \
             raw.get("component") is not None:
-        definition, def_base = load_component(raw["component"], base, assets,
-                                              f"{where}.component")
+        definition, def_base, home = load_component(raw["component"], base, assets,
+                                                    f"{where}.component", registry)
     elif kind in ("command", "parallel", "spark"):
-        return Node(name, kind, raw, raw, base, where, inline=True)
+        return Node(name, kind, raw, raw, base, where, inline=True, registry=registry)
     else:
         raise LocalRunError(f"{where}: a {kind} node cannot run on this machine (the local "
-                            "runtime runs command, sweep, parallel, spark, automl and pipeline "
-                            "nodes); run it on Azure")
+                            "runtime runs command, sweep, parallel, spark, automl, pipeline, "
+                            "if_else, do_while and parallel_for nodes); run it on Azure")
     if kind == "pipeline" and not isinstance(definition.get("jobs"), dict):
         raise LocalRunError(f"{where}: the pipeline component has no jobs:")
-    return Node(name, kind, raw, definition, def_base, where)
+    return Node(name, kind, raw, definition, def_base, where, registry=home)
 
 
-def build_nodes(jobs: SpecData, base: Path, assets: AssetMap, where: str) -> list[Node]:
-    """Every node loaded and every static data input resolved, in dependency order."""
-    nodes = {name: load_node(name, raw, base=base, assets=assets, where=f"{where}: jobs.{name}")
+def build_nodes(jobs: SpecData, base: Path, assets: AssetMap, where: str,
+                registry: str | None = None) -> list[Node]:
+    """Every node loaded and every static data input resolved, in dependency order (a loop's
+    body is not in it: its loop runs it). `registry`: the registry a pipeline component came
+    from, where its nodes' `azureml:` components are."""
+    nodes = {name: load_node(name, raw, base=base, assets=assets, where=f"{where}: jobs.{name}",
+                             registry=registry)
              for name, raw in (jobs or {}).items()}
     for node in nodes.values():
         for key, binding in (node.raw.get("inputs") or {}).items():
             if isinstance(binding, dict) and not REF.search(str(binding.get("path", ""))):
                 input_value(binding, f"{node.where}.inputs.{key}", base, assets)
         if node.kind == "pipeline":
-            build_nodes(node.definition["jobs"], node.base, assets, node.where)
+            build_nodes(node.definition["jobs"], node.base, assets, node.where, node.registry)
     graph = {name: {step for step, _ in STEP_OUTPUT.findall(str(node.raw))}
              for name, node in nodes.items()}
     unknown = {dep for deps in graph.values() for dep in deps} - set(nodes)
     if unknown:
         raise LocalRunError(f"{where}: jobs refer to nodes that do not exist: {sorted(unknown)}")
+    wire(nodes, graph)
     try:
         return [nodes[name] for name in TopologicalSorter(graph).static_order()]
     except CycleError as err:
         raise LocalRunError(f"{where}: jobs: the nodes depend on each other in a cycle "
                             f"({' -> '.join(err.args[1])}); break the cycle") from err
+
+
+def _member(nodes: dict[str, Node], name: str, control: Node) -> Node:
+    if name not in nodes:
+        raise LocalRunError(f"{control.where}: node {name} does not exist in this pipeline "
+                            f"(its nodes: {', '.join(nodes)})")
+    return nodes[name]
+
+
+def wire(nodes: dict[str, Node], graph: dict[str, set[str]]) -> None:
+    """Control flow into the order: an if_else's blocks run after it; a loop's body runs only
+    inside its loop, which runs after what the body needs, and what reads the body's outputs
+    runs after the loop (control_flow.py)."""
+    for name, node in nodes.items():
+        if node.kind == "if_else":
+            true, false = blocks(node.raw, node.where)
+            for member, branch in [(m, True) for m in true] + [(m, False) for m in false]:
+                _member(nodes, member, node).gate = (name, branch)
+                graph[member].add(name)
+        elif node.kind in ("do_while", "parallel_for"):
+            body = _member(nodes, body_of(node.raw, node.where), node)
+            if body.owner is not None or body.kind in CONTROL_KINDS:
+                raise LocalRunError(f"{node.where}.body: The body of loop node cannot be "
+                                    "promoted as another loop again.")
+            body.owner, node.body = name, body
+    for node in [n for n in nodes.values() if n.owner is not None]:
+        needs = graph.pop(node.name) - {node.owner}
+        graph[node.owner] = (graph[node.owner] | needs) - {node.name}
+        for deps in graph.values():
+            if node.name in deps:
+                deps.discard(node.name)
+                deps.add(node.owner)
+        graph[node.owner].discard(node.owner)
 
 
 def bind(binding, decl: SpecData, scope: Scope, key: str) -> Value:
@@ -144,11 +208,16 @@ def bind(binding, decl: SpecData, scope: Scope, key: str) -> Value:
         value = scope.inputs[match.group(1)]
         return replace(value, type=kind or value.type) if value.is_data else value
     if match := STEP_OUTPUT.fullmatch(text):
+        if match.group(1) in scope.skipped:  # an optional input from a step not run: no value
+            return Value(None, type=kind or "string")
         produced = scope.steps.get(match.group(1), {})
         if match.group(2) not in produced:
             raise LocalRunError(f"{key}: {text}: node {match.group(1)} has no output "
                                 f"{match.group(2)} (its outputs: {', '.join(produced) or 'none'})")
         out_type, path = produced[match.group(2)]
+        if out_type in PRIMITIVE:  # a primitive output feeds its value
+            return Value(primitive_value(path, match.group(2),
+                                         scope.controls.get(match.group(1))), type=out_type)
         return Value(path=path, type=kind or out_type)
     if PARENT_OUTPUT.match(text):
         raise LocalRunError(f"{key}: a node input cannot read a pipeline output ({text})")
@@ -164,10 +233,13 @@ def bind(binding, decl: SpecData, scope: Scope, key: str) -> Value:
 def node_inputs(node: Node, scope: Scope) -> dict[str, Value]:
     decls = {} if node.inline else (node.definition.get("inputs") or {})
     bindings = node.raw.get("inputs") or {}
+    given = scope.given.get(node.name, {})  # a loop's: an item's, the last iteration's outputs
     values = {}
-    for name in [*decls, *[b for b in bindings if b not in decls]]:
+    for name in [*decls, *[b for b in bindings if b not in decls], *given]:
         decl = decls.get(name) if isinstance(decls.get(name), dict) else {}
-        if name in bindings:
+        if name in given:
+            values[name] = given[name]
+        elif name in bindings:
             values[name] = bind(bindings[name], decl, scope, f"{node.where}.inputs.{name}")
         else:
             values[name] = input_value(decl.get("default"), f"{node.where}.inputs.{name}",

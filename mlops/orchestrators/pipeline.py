@@ -17,7 +17,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from mlops.orchestrators import parallel, subset
+from mlops.orchestrators import loops, parallel, subset
 from mlops.orchestrators.graph import (
     STEP_OUTPUT,
     Node,
@@ -74,6 +74,8 @@ def run_command_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
     task = node_task(node, scope)
     result = engine.run_step(task, rt, rules=step_rules(node, scope, rt), label=node.name)
     scope.steps[node.name] = produced(task, result.outputs)
+    if loops.has_primitive_outputs(node):  # an if_else or do_while may read them
+        scope.controls[node.name] = loops.control_outputs(rt, result.run_id)
     if result.status == Status.REUSED:
         scope.reused.append(node.name)
     elif result.code != 0:
@@ -126,7 +128,8 @@ def run_pipeline_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
                       base=node.base, continue_on_failure=scope.continue_on_failure,
                       force_rerun=scope.force_rerun, reused=scope.reused,
                       path=(*scope.path, node.name), spec=scope.spec)
-        nodes = build_nodes(node.definition["jobs"], node.base, scope.assets, node.where)
+        nodes = build_nodes(node.definition["jobs"], node.base, scope.assets, node.where,
+                            node.registry)
         code = run_graph(nodes, child, rt)
         run.close(RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
     scope.steps[node.name] = {k: Produced(v.type, v.target) for k, v in outputs.items()}
@@ -159,29 +162,49 @@ def run_parallel_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
     return 0
 
 
+def run_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
+    """One node by its kind (a loop runs its body through this too)."""
+    return RUNNERS[node.kind](node, scope, rt)
+
+
 RUNNERS = {"command": run_command_node, "sweep": run_sweep_node, "pipeline": run_pipeline_node,
-           "parallel": run_parallel_node, "spark": run_command_node}
+           "parallel": run_parallel_node, "spark": run_command_node,
+           "if_else": loops.run_if_else,
+           "do_while": lambda node, scope, rt: loops.run_do_while(node, scope, rt, run_node),
+           "parallel_for": lambda node, scope, rt: loops.run_parallel_for(node, scope, rt,
+                                                                          run_node)}
+
+
+def needs(node: Node) -> set[str]:
+    """The nodes whose outputs `node` (and a loop's body) reads."""
+    raw = [node.raw, node.body.raw] if node.body is not None else [node.raw]
+    return {step for step, _ in STEP_OUTPUT.findall(str(raw))}
 
 
 def run_graph(nodes: list[Node], scope: Scope, rt: engine.Runtime) -> int:
     """Nodes in order; a failure stops the pipeline (or, with continue_on_step_failure, only
-    what depends on it). The first failing node's exit code (0: every node succeeded)."""
+    what depends on it); a node an if_else did not choose is skipped. The first failing node's
+    exit code (0: every node succeeded or was skipped)."""
     failed: set[str] = set()
     first_code = 0
     for node in nodes:
         launch.check_interrupt()
-        if failed & {step for step, _ in STEP_OUTPUT.findall(str(node.raw))}:
+        if failed & (needs(node) | ({node.gate[0]} if node.gate else set())):
             print(f"step {node.name}: skipped (an input comes from a failed step)")
             failed.add(node.name)
             continue
         if rt.selection and rt.selection.choice((*scope.path, node.name)) == Choice.SKIP:
             print(f"step {node.name}: left out ({rt.selection.label})", flush=True)
             continue
-        code = RUNNERS[node.kind](node, scope, rt)
+        why = loops.skip_reason(node, scope)
+        if why is not None:
+            loops.skip(node, scope, rt, why)
+            continue
+        code = run_node(node, scope, rt)
         if code == 0:
             code = register_node_outputs(node, scope)
         if code != 0:
-            failed.add(node.name)
+            failed |= {node.name, *([node.body.name] if node.body is not None else [])}
             first_code = first_code or code
             if not scope.continue_on_failure:
                 break
@@ -204,9 +227,14 @@ def addresses(nodes: list[Node], assets: AssetMap, above: tuple[str, ...] = ()
     found: list[tuple[str, ...]] = []
     for node in nodes:
         here = (*above, node.name)
-        if node.kind == "pipeline":
+        if node.body is not None:
+            for part in loops.parts(node):
+                found += addresses([node.body], assets, (*here, part))
+        elif node.kind in ("if_else",):
+            continue
+        elif node.kind == "pipeline":
             found += addresses(build_nodes(node.definition["jobs"], node.base, assets,
-                                           node.where), assets, here)
+                                           node.where, node.registry), assets, here)
         elif node.kind == "sweep":
             trials = int((node.raw.get("limits") or {}).get("max_total_trials") or 1)
             found += [(*here, f"trial:{n}") for n in range(trials)]

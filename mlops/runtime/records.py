@@ -32,9 +32,10 @@ class RunStatus(StrEnum):
 
 
 class Status(StrEnum):
-    """A local task's status: Azure ML's job statuses it can take, and three of its own (a
+    """A local task's status: Azure ML's job statuses it can take, and four of its own (a
     pipeline step linked from an earlier run, a trial the sweep's policy or trial_timeout
-    stopped), each shown as Azure's Studio shows the child run."""
+    stopped, a step of an if_else block its condition did not choose), each shown as Azure's
+    Studio shows the child run."""
 
     RUNNING = "Running"
     COMPLETED = "Completed"
@@ -43,12 +44,14 @@ class Status(StrEnum):
     REUSED = "Reused"
     EARLY_TERMINATED = "EarlyTerminated"
     TIMED_OUT = "TimedOut"
+    SKIPPED = "Skipped"
 
     @property
     def run_status(self) -> RunStatus:
         """The MLflow status a task of this status leaves its run in."""
         return {Status.RUNNING: RunStatus.RUNNING, Status.COMPLETED: RunStatus.FINISHED,
-                Status.REUSED: RunStatus.FINISHED, Status.FAILED: RunStatus.FAILED}.get(
+                Status.REUSED: RunStatus.FINISHED, Status.SKIPPED: RunStatus.FINISHED,
+                Status.FAILED: RunStatus.FAILED}.get(
                     self, RunStatus.KILLED)
 
 
