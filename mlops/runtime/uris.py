@@ -45,7 +45,8 @@ def is_remote(reference) -> bool:
     return isinstance(reference, str) and bool(REMOTE.match(reference))
 
 
-def load_map(path: Path | None) -> dict[str, str]:
+def read_map(path: Path | None) -> dict[str, object]:
+    """The mapping file as written (a registry's value may be a list of folders)."""
     if path is None or not path.is_file():
         return {}
     try:
@@ -54,7 +55,11 @@ def load_map(path: Path | None) -> dict[str, str]:
         raise LocalRunError(f"{path}: not valid YAML ({err})") from None
     if not isinstance(data, dict):
         raise LocalRunError(f"{path}: expected a mapping of references to local paths")
-    return {str(k): str(v) for k, v in data.items() if v is not None}
+    return {str(k): v for k, v in data.items()}
+
+
+def load_map(path: Path | None) -> dict[str, str]:
+    return {k: str(v) for k, v in read_map(path).items() if v is not None}
 
 
 def asset_key(reference: str) -> str:
@@ -100,7 +105,9 @@ class AssetMap:
         settings = project()
         self.file = Path(path) if path is not None else settings.asset_map
         self.base = settings.root
-        self.mapping = load_map(self.file)
+        written = read_map(self.file)
+        self.mapping = {k: str(v) for k, v in written.items() if v is not None}
+        self.registries = registry.registry_folders(written, self.base)
 
     @property
     def named(self) -> str:
@@ -127,17 +134,17 @@ class AssetMap:
         """The asset a registry URI names, from the folder this file maps its registry to;
         None for another reference, or a registry the file maps no folder for."""
         ref = registry.parse_ref(reference)
-        folder = registry.registry_folders(self.mapping, self.base).get(ref.registry) \
-            if ref is not None else None
-        if folder is None:
+        folders = self.registries.get(ref.registry) if ref is not None else None
+        if not folders:
             return None
-        held = registry.index(folder)
+        held = registry.Registry([registry.index(f) for f in folders])
         found = held.get(ref)
+        problems = held.problems
         if found is None and ref.kind != AssetKind.ENVIRONMENT:  # those fall back on curated ones
-            unread = f"; {len(held.problems)} asset file(s) there could not be read (first: " \
-                f"{held.problems[0].file}: {held.problems[0].reason})" if held.problems else ""
-            raise LocalRunError(f"{reference}: registry {ref.registry}'s folder {folder} (in "
-                                f"{self.named}) holds no {ref.kind.noun} named {ref.name}"
+            unread = f"; {len(problems)} asset file(s) there could not be read (first: " \
+                f"{problems[0].file}: {problems[0].reason})" if problems else ""
+            raise LocalRunError(f"{reference}: registry {ref.registry}'s folder {held.folders} "
+                                f"(in {self.named}) holds no {ref.kind.noun} named {ref.name}"
                                 f"{unread}")
         return found
 

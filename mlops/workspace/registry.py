@@ -89,14 +89,16 @@ def version_order(version: str | None) -> tuple:
         return (0, version)
 
 
-def registry_folders(mapping: dict[str, str], base: Path) -> dict[str, Path]:
-    """The registries the asset map names a folder for (`azureml://registries/<r>`, with or
-    without a final `/`), relative paths from the repository's root."""
+def registry_folders(data: dict[str, object], base: Path) -> dict[str, list[Path]]:
+    """The registries an asset map names folders for (`azureml://registries/<r>`, with or
+    without a final `/`: one folder, or a list of them, earlier ones first), relative paths
+    from the repository's root."""
     found = {}
-    for key, value in mapping.items():
-        match = ROOT_KEY.match(key)
-        if match:
-            found[match.group(1)] = (base / str(value)).expanduser().resolve()
+    for key, value in data.items():
+        match = ROOT_KEY.match(str(key))
+        if match and value is not None:
+            values = value if isinstance(value, list) else [value]
+            found[match.group(1)] = [(base / str(v)).expanduser().resolve() for v in values]
     return found
 
 
@@ -164,6 +166,33 @@ class RegistryIndex:
 
     def get(self, ref: RegistryRef) -> RegistryAsset | None:
         """The version `ref` names; None when the folder holds no asset of that name."""
+        return Registry([self]).get(ref)
+
+
+class Registry:
+    """A registry's folders, earlier ones first: a version is the first folder's that holds it,
+    latest the highest version any holds."""
+
+    def __init__(self, indexes: list[RegistryIndex]):
+        self.indexes = indexes
+
+    @property
+    def problems(self) -> list[Problem]:
+        return [p for i in self.indexes for p in i.problems]
+
+    @property
+    def folders(self) -> str:
+        return ", ".join(str(i.folder) for i in self.indexes)
+
+    def versions(self, kind: AssetKind, name: str) -> list[RegistryAsset]:
+        held: dict[str | None, RegistryAsset] = {}
+        for each in self.indexes:
+            for asset in each.versions(kind, name):
+                held.setdefault(asset.version, asset)
+        return sorted(held.values(), key=lambda a: version_order(a.version))
+
+    def get(self, ref: RegistryRef) -> RegistryAsset | None:
+        """The version `ref` names; None when no folder holds an asset of that name."""
         held = self.versions(ref.kind, ref.name)
         if not held:
             return None
@@ -175,13 +204,20 @@ class RegistryIndex:
             raise LocalRunError(f"{ref.kind.noun} {ref.name} in registry {ref.registry}: label "
                                 f"{ref.label!r}; a registry's assets have one label, latest")
         if not chosen:
-            have = ", ".join(a.shown for a in held)
-            raise LocalRunError(
-                f"{ref.kind.noun} {ref.name} version {ref.version} is not in registry "
-                f"{ref.registry}'s folder {self.folder} (it holds {have}): use one of those, or "
-                "map the registry to a folder that holds that version (for a git checkout, the "
-                "commit that published it)")
+            raise LocalRunError(self._missing(ref, held))
         return chosen[0]
+
+    def _missing(self, ref: RegistryRef, held: list[RegistryAsset]) -> str:
+        have = ", ".join(a.shown for a in held)
+        spec = held[-1].spec
+        repo = next((f for f in (spec, *spec.parents) if (f / ".git").exists()), None)
+        where = (f"; in a git checkout, `git -C {repo} log -S 'version: {ref.version}' -- "
+                 f"{spec.relative_to(repo)}` finds the commit that published it: add a "
+                 "checkout of that commit to the registry's folders (a list) in the asset map"
+                 ) if repo is not None else \
+            ": add a folder that holds it to the registry's folders (a list) in the asset map"
+        return (f"{ref.kind.noun} {ref.name} version {ref.version} is not in registry "
+                f"{ref.registry}'s folder {self.folders} (it holds {have}){where}")
 
 
 # ---- building and caching the index --------------------------------------------------------

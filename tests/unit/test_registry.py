@@ -197,3 +197,18 @@ def test_a_registry_data_asset_is_its_specs_path(tmp_path):
 def test_an_unmapped_registry_keeps_the_maps_own_lines(tmp_path):
     assets = AssetMap(write(tmp_path / "map.yml", f"{REG}/components/x/versions/1: c.yml\n"))
     assert assets.registry_asset(f"{REG}/components/x/versions/1") is None
+
+
+def test_a_registry_may_map_to_several_folders_the_first_wins(tmp_path):
+    new = assets_checkout(tmp_path / "new")
+    old = tmp_path / "old" / "create"
+    write(old / "asset.yaml", "type: component\nspec: spec.yaml\n")
+    write(old / "spec.yaml", "name: rai_create\nversion: 0.21.0\ntype: command\ncommand: x\n")
+    (tmp_path / ".git").mkdir()  # the old folder inside a git checkout: the error says how
+    assets = AssetMap(write(tmp_path / "map.yml", f"{REG}:\n  - {new}\n  - {tmp_path / 'old'}\n"))
+    assert assets.registry_asset(f"{REG}/components/rai_create/versions/0.21.0").spec == \
+        old / "spec.yaml"
+    assert assets.registry_asset(f"{REG}/components/rai_create@latest").version == "0.22.0"
+    with pytest.raises(LocalRunError, match=r"holds 0\.21\.0, 0\.22\.0\).*git -C .* log -S "
+                                            r"'version: 0\.20\.0'"):
+        assets.registry_asset(f"{REG}/components/rai_create/versions/0.20.0")
