@@ -6,7 +6,8 @@ import re
 from typing import NamedTuple
 
 from mlops.checks.lint import ENDPOINT_NAME, check_size
-from mlops.runtime.uris import is_remote
+from mlops.errors import LocalRunError
+from mlops.runtime.uris import AssetMap, is_remote
 from mlops.specs import FLAT_BATCH_KEYS, REF, Finding, Spec, SpecData, SpecError, load_spec
 
 RUNTIME_EXPRESSIONS = {"name", "output_name"}
@@ -28,6 +29,8 @@ class Resolved(NamedTuple):
 def component_spec(spec: Spec, key: str, ref) -> Resolved:
     if isinstance(ref, dict):
         return Resolved(Spec(spec.path, ref, spec.lines, "component"), [])  # this file's lines
+    if isinstance(ref, str) and ref.startswith("azureml://registries/"):
+        return _registry_component(spec, key, ref)
     if not isinstance(ref, str) or _is_remote(ref):
         return Resolved(None, [])  # registered components (azureml:name@version): Azure's
     path = spec.beside(ref.removeprefix("file:"))
@@ -39,6 +42,18 @@ def component_spec(spec: Spec, key: str, ref) -> Resolved:
         return Resolved(load_spec(path, role="component"), [])
     except SpecError as err:
         return Resolved(None, [err.finding])
+
+
+def _registry_component(spec: Spec, key: str, ref: str) -> Resolved:
+    """A registry's component, from the folder the asset map names for the registry (the node
+    is then checked against its inputs and outputs); unchecked where none is mapped, and a
+    warning where the folder lacks that version (Azure's registry may hold it)."""
+    try:
+        asset = AssetMap().registry_asset(ref)
+        return Resolved(load_spec(asset.spec, role="component") if asset else None, [])
+    except (LocalRunError, SpecError) as err:
+        return Resolved(None, [spec.warning(key, f"{ref} cannot be checked here: {err}",
+                                            "map the registry to a folder that holds it")])
 
 
 def _check_binding(spec: Spec, key: str, *, value, jobs: SpecData,
