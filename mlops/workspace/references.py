@@ -1,6 +1,7 @@
 """What an `azureml:` reference names in the workspace, and its local files.
 
-The forms Azure resolves in a workspace (registries stay with assets/local-paths.yml):
+The forms Azure resolves in a workspace (a registry's resolve in registry.py, from the folder
+the asset map names for it):
 - `azureml:<name>:<version>`, `azureml:<name>@latest`;
 - `azureml://locations/<l>/workspaces/<w>/<kind>/<name>/versions/<v>` (and `/labels/latest`),
   and the same under `azureml://subscriptions/<s>/resourcegroups/<g>/workspaces/<w>/`;
