@@ -4,11 +4,13 @@ workspace (mlops/workspace); each returns the versions it registered, found or c
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlops.api.drafts import default_type, draft_of, resolve_path
+from mlops.errors import LocalRunError
 from mlops.runtime.uris import AssetMap
 from mlops.workspace import names
 from mlops.workspace.records import AssetKind, AssetVersion
@@ -23,28 +25,39 @@ class Selection:
     name: str
     version: str | None = None
     label: str | None = None
+    registry: str | None = None  # --registry-name: that registry's local store
 
 
-def _workspace() -> Workspace:
-    return Workspace(workspace_root())
+def _workspace(registry: str | None = None) -> Workspace:
+    """The local workspace, or with `registry` (`--registry-name`) the store of that registry
+    here, which `azureml://registries/<registry>/...` resolves from (workspace/registry.py)."""
+    if registry is None:
+        return Workspace(workspace_root())
+    from mlops.workspace.registry import REGISTRY_NAME, local_store
+
+    if not re.fullmatch(REGISTRY_NAME, registry):
+        raise LocalRunError(f"--registry-name {registry!r}: a registry's name is 3 to 33 "
+                            "letters, digits, '-' or '_', starting with a letter or digit")
+    return Workspace(local_store(registry))
 
 
 def create(spec: Path, *, kind: str | None, version: str | None,
-           asset_file: Path | None) -> AssetVersion:
-    """`az ml <kind> create -f <spec>`."""
+           asset_file: Path | None, registry: str | None = None) -> AssetVersion:
+    """`az ml <kind> create -f <spec> [--registry-name <r>]`."""
     with draft_of(spec, kind=kind, assets=AssetMap(asset_file), version=version) as draft:
-        return create_from(draft)
+        return create_from(draft, registry=registry)
 
 
-def create_from(draft: Draft, *, path: str | None = None,
-                asset_file: Path | None = None) -> AssetVersion:
+def create_from(draft: Draft, *, path: str | None = None, asset_file: Path | None = None,
+                registry: str | None = None) -> AssetVersion:
     """Register `draft` (`az ml model create --name --path`: `path` a local one, a job's
-    output or a mapped URI); a new model is registered in MLflow too (mlflow_models.py)."""
+    output or a mapped URI); a new model is registered in MLflow too (mlflow_models.py), unless
+    it goes into a registry."""
     if path is not None:
         draft.source = resolve_path(path, asset_file)
     draft.type = draft.type or default_type(draft.kind)
-    record = _workspace().create(draft)
-    if draft.kind == AssetKind.MODEL and record.new:
+    record = _workspace(registry).create(draft)
+    if draft.kind == AssetKind.MODEL and record.new and registry is None:
         from mlops.workspace.mlflow_models import register_in_mlflow
 
         register_in_mlflow(record)
@@ -56,13 +69,15 @@ def _named(kind: AssetKind, name: str) -> str:
     return names.asset_name(kind.value, name, kind.noun)
 
 
-def listed(kind: AssetKind | None, name: str | None, archived: bool) -> list[AssetVersion]:
+def listed(kind: AssetKind | None, name: str | None, archived: bool,
+           registry: str | None = None) -> list[AssetVersion]:
     """Every version of `name`, or the latest version of every name (as `az ml <kind> list`)."""
-    workspace = _workspace()
+    workspace = _workspace(registry)
     shown = []
     for each in [kind] if kind else list(AssetKind):
-        for one in [_named(each, name)] if name else _held_names(workspace, each):
-            if name and each == AssetKind.MODEL:
+        held = workspace.names(each) if registry else _held_names(workspace, each)
+        for one in [_named(each, name)] if name else held:
+            if name and each == AssetKind.MODEL and registry is None:
                 from mlops.workspace.mlflow_models import take_in
 
                 take_in(workspace, one)
@@ -96,16 +111,19 @@ def show(selection: Selection) -> AssetVersion:
     _named(selection.kind, selection.name)
     ref = f"azureml:{selection.name}" + (f":{selection.version}" if selection.version
                                          else f"@{selection.label or LATEST}")
-    record = registered(ref, selection.kind, _workspace())
+    workspace = _workspace(selection.registry)
+    record = workspace.find(selection.kind, selection.name, version=selection.version,
+                            label=selection.label) if selection.registry else \
+        registered(ref, selection.kind, workspace)
     if record is None:
         from mlops.errors import NotFound
 
         raise NotFound(f"{selection.kind.noun} {selection.name} is not in the local "
-                       f"workspace {workspace_root()}")
+                       f"{'registry' if selection.registry else 'workspace'} {workspace.root}")
     return record
 
 
 def archive(selection: Selection, archived: bool) -> list[AssetVersion]:
     _named(selection.kind, selection.name)
-    return _workspace().set_archived(selection.kind, selection.name, selection.version,
-                                     archived)
+    return _workspace(selection.registry).set_archived(selection.kind, selection.name,
+                                                       selection.version, archived)

@@ -35,6 +35,7 @@ class AssetRequest:
     path: str | None = None
     type: str = ""
     description: str = ""
+    registry: str | None = None  # --registry-name: into that registry's local store
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +117,8 @@ class Session:
         if request.spec is not None:
             return asset_view(registry.create(request.spec, kind=request.kind,
                                              version=request.version,
-                                             asset_file=self.asset_file))
+                                             asset_file=self.asset_file,
+                                             registry=request.registry))
         kind = _kind(request.kind)
         if kind not in (AssetKind.MODEL, AssetKind.DATA) or not request.name or \
                 request.path is None:
@@ -125,24 +127,28 @@ class Session:
         draft = Draft(kind, request.name, None, version=request.version, type=request.type,
                       description=request.description, origin=request.path)
         return asset_view(registry.create_from(draft, path=request.path,
-                                              asset_file=self.asset_file))
+                                              asset_file=self.asset_file,
+                                              registry=request.registry))
 
     def list_assets(self, kind: str | None, *, name: str | None = None,
-                    archived: bool = False) -> list[AssetView]:
+                    archived: bool = False, registry_name: str | None = None
+                    ) -> list[AssetView]:
         """`az ml <kind> list`: the latest version of each name, or every version of one (no
-        kind: every kind)."""
+        kind: every kind); `registry_name`: that registry's (--registry-name)."""
         chosen = _kind(kind) if kind else None
-        return [asset_view(r) for r in registry.listed(chosen, name, archived)]
+        return [asset_view(r) for r in registry.listed(chosen, name, archived, registry_name)]
 
     def show_asset(self, kind: str, name: str, *, version: str | None = None,
-                   label: str | None = None) -> AssetView:
+                   label: str | None = None, registry_name: str | None = None) -> AssetView:
         return asset_view(registry.show(registry.Selection(_kind(kind), _named(name), version,
-                                                         label)))
+                                                         label, registry_name)))
 
     def archive_asset(self, kind: str, name: str, *, version: str | None = None,
-                      archived: bool = True) -> list[AssetView]:
+                      archived: bool = True, registry_name: str | None = None
+                      ) -> list[AssetView]:
         """`az ml <kind> archive` (restore: archived=False): no longer @latest."""
-        selection = registry.Selection(_kind(kind), _named(name), version)
+        selection = registry.Selection(_kind(kind), _named(name), version,
+                                       registry=registry_name)
         return [asset_view(r) for r in registry.archive(selection, archived)]
 
     # online endpoints -------------------------------------------------------------------

@@ -39,9 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if any(getattr(args, name, None) for name in IGNORED):
+    ignored = [n for n in IGNORED if getattr(args, n, None) and not
+               (n == "registry_name" and args.group != "job")]  # an asset's: a local registry
+    if ignored:
         note("the workspace is the local one: --resource-group, --workspace-name, "
-             "--subscription and --registry-name are ignored")
+             "--subscription" + (" and a job's --registry-name are" if "registry_name" in ignored
+                                 else " are") + " ignored")
     try:
         result = args.handler(Session(), args)
         if isinstance(result, int):  # a job run in the foreground: its exit code

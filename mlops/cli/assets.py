@@ -53,22 +53,27 @@ def _create(session: Session, args: argparse.Namespace) -> object:
     return session.create_asset(AssetRequest(
         kind=args.kind, spec=args.file, name=args.name, version=args.version,
         path=getattr(args, "path", None), type=getattr(args, "type", ""),
-        description=getattr(args, "description", "")))
+        description=getattr(args, "description", ""),
+        registry=getattr(args, "registry_name", None)))
 
 
 def _list(session: Session, args: argparse.Namespace) -> object:
     found = session.list_assets(args.kind, name=args.name,
-                                archived=args.include_archived or args.archived_only)
+                                archived=args.include_archived or args.archived_only,
+                                registry_name=getattr(args, "registry_name", None))
     return found
 
 
 def _show(session: Session, args: argparse.Namespace) -> object:
-    return session.show_asset(args.kind, args.name, version=args.version, label=args.label)
+    return session.show_asset(args.kind, args.name, version=args.version, label=args.label,
+                              registry_name=getattr(args, "registry_name", None))
 
 
 def _archive(session: Session, args: argparse.Namespace) -> None:
-    session.archive_asset(args.kind, args.name, version=args.version)
+    session.archive_asset(args.kind, args.name, version=args.version,
+                          registry_name=getattr(args, "registry_name", None))
 
 
 def _restore(session: Session, args: argparse.Namespace) -> None:
-    session.archive_asset(args.kind, args.name, version=args.version, archived=False)
+    session.archive_asset(args.kind, args.name, version=args.version, archived=False,
+                          registry_name=getattr(args, "registry_name", None))

@@ -134,9 +134,12 @@ class AssetMap:
         """The asset a registry URI names, from the folder this file maps its registry to;
         None for another reference, or a registry the file maps no folder for."""
         ref = registry.parse_ref(reference)
-        folders = self.registries.get(ref.registry) if ref is not None else None
-        if not folders:
+        if ref is None:
             return None
+        here = registry.from_store(ref)  # registered here with --registry-name
+        folders = self.registries.get(ref.registry)
+        if here is not None or not folders:
+            return here
         held = registry.Registry([registry.index(f) for f in folders])
         found = held.get(ref)
         problems = held.problems
@@ -163,6 +166,8 @@ class AssetMap:
     def asset_files(self, asset: registry.RegistryAsset, reference: str, key: str) -> Path:
         """A registry model's or data asset's files: its spec's `path:` (relative to the spec),
         or the storage its extra config names (azureml-assets' models), through this file."""
+        if asset.files is not None and asset.kind in (AssetKind.MODEL, AssetKind.DATA):
+            return asset.files
         spec = read_yaml(asset.spec.read_text(encoding="utf-8")) or {}
         extra = read_yaml(asset.extra.read_text(encoding="utf-8")) if asset.extra else None
         stored = (extra or {}).get("path") if isinstance(extra, dict) else None

@@ -25,10 +25,13 @@ from mlops.errors import LocalRunError
 from mlops.project import cache_root
 from mlops.specs import read_yaml
 from mlops.workspace.records import AssetKind
+from mlops.workspace.store import Workspace, workspace_root
 
-REF = re.compile(r"^azureml://registries/([^/]+)/(components|models|environments|data)/"
+# a registry's name as Azure takes one (3 to 33 letters, digits, `-`, `_`; a letter or digit first)
+REGISTRY_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]{2,32}"
+REF = re.compile(rf"^azureml://registries/({REGISTRY_NAME})/(components|models|environments|data)/"
                  r"([^/@]+)(?:@([^/]+)|/versions/([^/]+)|/labels/([^/]+))?/?$")
-ROOT_KEY = re.compile(r"^azureml://registries/([^/]+)/?$")
+ROOT_KEY = re.compile(rf"^azureml://registries/({REGISTRY_NAME})/?$")
 ASSET_FILES = {"asset.yaml", "asset.yml"}
 KINDS = {"component": AssetKind.COMPONENT, "model": AssetKind.MODEL,
          "environment": AssetKind.ENVIRONMENT, "data": AssetKind.DATA}
@@ -70,6 +73,7 @@ class RegistryAsset:
     version: str | None  # None: `version: auto`, numbered by the registry's release
     spec: Path
     extra: Path | None = None
+    files: Path | None = None  # registered here (`--registry-name`): its checked content
 
     @property
     def shown(self) -> str:
@@ -218,6 +222,28 @@ class Registry:
             ": add a folder that holds it to the registry's folders (a list) in the asset map"
         return (f"{ref.kind.noun} {ref.name} version {ref.version} is not in registry "
                 f"{ref.registry}'s folder {self.folders} (it holds {have}){where}")
+
+
+def local_store(name: str) -> Path:
+    """Where `azml <kind> create --registry-name <name>` registers: a workspace of its own,
+    `registries/<name>` in the local workspace."""
+    return workspace_root() / "registries" / name
+
+
+def from_store(ref: RegistryRef) -> RegistryAsset | None:
+    """The version `ref` names among what was registered here into its registry; None when
+    nothing of that name was (an error listing the versions held when that one was not)."""
+    store = local_store(ref.registry)
+    if not store.is_dir():
+        return None
+    workspace = Workspace(store)
+    record = workspace.find(ref.kind, ref.name, version=ref.version, label=ref.label)
+    if record is None:
+        return None
+    path = workspace.checked(record)
+    spec = path / "spec.yml" if (path / "spec.yml").is_file() else path
+    return RegistryAsset(kind=ref.kind, name=record.name, version=record.version, spec=spec,
+                         files=path)
 
 
 # ---- building and caching the index --------------------------------------------------------

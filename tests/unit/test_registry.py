@@ -212,3 +212,23 @@ def test_a_registry_may_map_to_several_folders_the_first_wins(tmp_path):
     with pytest.raises(LocalRunError, match=r"holds 0\.21\.0, 0\.22\.0\).*git -C .* log -S "
                                             r"'version: 0\.20\.0'"):
         assets.registry_asset(f"{REG}/components/rai_create/versions/0.20.0")
+
+
+def test_what_create_registers_with_a_registry_name_resolves_as_that_registrys(tmp_path):
+    from mlops.api import registry as api
+
+    write(tmp_path / "src/run.py", "print('hi')\n")
+    spec = write(tmp_path / "comp.yml", "$schema: https://azuremlschemas.azureedge.net/latest/"
+                 "commandComponent.schema.json\ntype: command\nname: shared_step\nversion: 2\n"
+                 "code: src\ncommand: python run.py\nenvironment:\n  image: python\n")
+    made = api.create(spec, kind="component", version=None, asset_file=None, registry="my-reg")
+    assert made.version == "2" and "registries" in str(made.folder)
+    with pytest.raises(LocalRunError, match="registry's name is 3 to 33"):
+        api.create(spec, kind="component", version=None, asset_file=None, registry="../x")
+    assets = AssetMap(tmp_path / "none.yml")
+    component = load_component("azureml://registries/my-reg/components/shared_step/labels/latest",
+                               tmp_path, assets, "x")
+    assert component.registry == "my-reg"
+    assert (component.base / component.data["code"] / "run.py").is_file()
+    assert api.listed(AssetKind.COMPONENT, None, False, "my-reg")[0].name == "shared_step"
+    assert api.listed(AssetKind.COMPONENT, None, False) == []  # not the workspace's
