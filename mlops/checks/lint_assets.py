@@ -85,6 +85,8 @@ def _check_binding(spec: Spec, key: str, *, value, jobs: SpecData,
 def _check_node(spec, name, *, node, component, jobs, outputs_of) -> list[Finding]:
     found = []
     label = "its inline component" if component.path == spec.path else component.path.name
+    if label in ("spec.yaml", "spec.yml") and component.data.get("name"):  # a registry's
+        label = f"component {component.data['name']} {component.data.get('version', '')}".strip()
     declared = component.data.get("inputs") or {}
     for io in ("inputs", "outputs"):
         for key, value in (node.get(io) or {}).items():

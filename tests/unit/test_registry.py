@@ -232,3 +232,25 @@ def test_what_create_registers_with_a_registry_name_resolves_as_that_registrys(t
     assert (component.base / component.data["code"] / "run.py").is_file()
     assert api.listed(AssetKind.COMPONENT, None, False, "my-reg")[0].name == "shared_step"
     assert api.listed(AssetKind.COMPONENT, None, False) == []  # not the workspace's
+
+
+def test_a_pipeline_node_is_checked_against_the_registry_component_the_folder_holds(
+        tmp_path, monkeypatch):
+    from mlops.checks import lint_assets
+    from mlops.specs import load_spec
+
+    root = assets_checkout(tmp_path / "repo")
+    write(root / "assets/rai/components/create/spec.yaml",
+          "name: rai_create\nversion: 0.22.0\ntype: command\ncommand: x\n"
+          "inputs:\n  title: {type: string}\n")
+    monkeypatch.setattr(lint_assets, "AssetMap", lambda: asset_map(tmp_path, root))
+    job = write(tmp_path / "job.yml", "type: pipeline\njobs:\n  a:\n    type: command\n"
+                f"    component: {REG}/components/rai_create/versions/0.22.0\n"
+                "    inputs:\n      titel: x\n  b:\n    type: command\n"
+                f"    component: {REG}/components/rai_create/versions/0.1.0\n")
+    found = {(f.key, f.severity, f.problem.split(":")[0]) for f in
+             lint_assets.check_pipeline(load_spec(job))}
+    assert ("jobs.a.inputs.titel", "warning", "component rai_create 0.22.0 has no input 'titel' "
+            "(Azure ignores the binding)") in found
+    assert any(k == "jobs.a.inputs" and s == "error" for k, s, _ in found)
+    assert any(k == "jobs.b.component" and s == "warning" for k, s, _ in found)
