@@ -141,3 +141,16 @@ def test_a_loop_body_cannot_be_another_loops(tmp_path):
             "two": {"type": "parallel_for", "body": "${{parent.jobs.b}}", "items": [{}]}}
     with pytest.raises(LocalRunError, match="cannot be promoted as another loop"):
         build_nodes(jobs, tmp_path, AssetMap(tmp_path / "none.yml"), "job.yml")
+
+
+def test_debug_names_each_run_of_a_body_by_its_path(tmp_path):
+    from mlops.orchestrators.pipeline import addresses
+
+    assets = AssetMap(tmp_path / "none.yml")
+    found = addresses(nodes_of("do-while.yml", tmp_path), assets)
+    assert ("loop", "iteration:0", "counter") in found and ("report",) in found
+    assert ("loop", "iteration:5", "counter") not in found and ("counter",) not in found
+    assert set(addresses(nodes_of("if-else.yml", tmp_path), assets)) == \
+        {("check",), ("big",), ("small",)}  # the if_else itself starts no process
+    assert ("each", "item:2", "greeter") in addresses(nodes_of("parallel-for.yml", tmp_path),
+                                                      assets)
