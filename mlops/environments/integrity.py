@@ -74,21 +74,24 @@ def damage(folder: Path) -> list[str]:
 
 
 def unverified(folder: Path) -> list[str]:
-    """The installed files that differ from the sha256 their wheel's RECORD gives (a damaged
-    package cache installs them so): the digest check of a freshly built layer."""
-    found = []
+    """The installed files that differ from every sha256 their wheels' RECORDs give (a damaged
+    package cache installs them so): the digest check of a freshly built layer. A file more than
+    one wheel ships (a namespace package's `azureml/__init__.py`) holds one of theirs, as pip
+    leaves the last installed; bytecode is the installer's own compilation, not the wheel's."""
+    wanted: dict[Path, set[tuple[str, str]]] = {}
     for record in folder.glob("lib/python*/site-packages/*.dist-info/RECORD"):
         site = record.parent.parent
         with contextlib.suppress(OSError, csv.Error):
             for row in csv.reader(record.read_text(encoding="utf-8").splitlines()):
-                algorithm, _, wanted = (row[1] if len(row) > 1 else "").partition("=")
-                path = Path(os.path.normpath(site / row[0])) if wanted else None
+                algorithm, _, digest = (row[1] if len(row) > 1 else "").partition("=")
+                path = Path(os.path.normpath(site / row[0])) if digest else None
                 if path is None or not path.is_relative_to(folder) or \
-                        algorithm not in hashlib.algorithms_guaranteed:
+                        algorithm not in hashlib.algorithms_guaranteed or \
+                        "__pycache__" in path.parts:
                     continue
-                if _urlsafe_digest(path, algorithm) != wanted:
-                    found.append(str(path.relative_to(folder)))
-    return found
+                wanted.setdefault(path, set()).add((algorithm, digest))
+    return [str(path.relative_to(folder)) for path, digests in wanted.items()
+            if not any(_urlsafe_digest(path, a) == d for a, d in digests)]
 
 
 def _urlsafe_digest(path: Path, algorithm: str) -> str:

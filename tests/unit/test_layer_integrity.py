@@ -156,3 +156,25 @@ def test_make_envs_names_a_damaged_record_instead_of_failing(tmp_path, monkeypat
     (tmp_path / "abc").mkdir()
     (tmp_path / "abc" / "layer.json").write_text('{"label": 3, "requirements": 5}')
     assert "abc  damaged record" in cache.describe()[0]
+
+
+def test_a_file_two_wheels_ship_and_installer_bytecode_are_not_damage(tmp_path):
+    """azureml-* wheels each ship azureml/__init__.py (the last installed stays, as with pip);
+    uv's --compile-bytecode rewrites the .pyc a wheel lists (numpy's distutils)."""
+    site = tmp_path / "lib/python3.10/site-packages"
+    (site / "azureml").mkdir(parents=True)
+    (site / "pkg/__pycache__").mkdir(parents=True)
+    (site / "azureml/__init__.py").write_bytes(b"second\n")
+    (site / "pkg/__pycache__/m.cpython-310.pyc").write_bytes(b"recompiled")
+
+    def sha(data: bytes) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    for name, data in (("a", b"first\n"), ("b", b"second\n")):
+        info = site / f"azureml_{name}-1.dist-info"
+        info.mkdir()
+        (info / "RECORD").write_text(f"azureml/__init__.py,sha256={sha(data)},1\n"
+                                     f"pkg/__pycache__/m.cpython-310.pyc,sha256={sha(b'x')},1\n")
+    assert layers.unverified(tmp_path) == []
+    (site / "azureml/__init__.py").write_bytes(b"neither\n")
+    assert layers.unverified(tmp_path) == ["lib/python3.10/site-packages/azureml/__init__.py"]
