@@ -46,7 +46,7 @@ def step_addresses(nodes: list[Node], assets: AssetMap, above: Address = ()) -> 
 
 
 def children(node: Node, assets: AssetMap) -> list[Node]:
-    return build_nodes(node.definition["jobs"], node.base, assets, node.where)
+    return build_nodes(node.definition["jobs"], node.base, assets, node.where, node.registry)
 
 
 def depends(node: Node) -> set[str]:
