@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 from support import ROOT
 
@@ -41,8 +42,8 @@ def needs(minor: str) -> interpreters.Python:
 
 def on_python_38(folder: Path, tmp: Path, *beside: Path) -> Path:
     """A copy of a fixture folder (and of the folders `beside` it that its specs name) whose
-    specs' environments are one conda file for Python 3.8 with the MLflow client (the newest
-    for 3.8: 2.17.2), shared by every test here."""
+    specs' environments, wherever they are declared, are one conda file for Python 3.8 with the
+    MLflow client (the newest for 3.8: 2.17.2), shared by every test here."""
     needs("3.8")
     for other in beside:
         shutil.copytree(other, tmp / other.name)
@@ -50,14 +51,28 @@ def on_python_38(folder: Path, tmp: Path, *beside: Path) -> Path:
     conda = tmp / "py38-conda.yml"
     conda.write_text("name: py38\ndependencies:\n  - python=3.8\n  - pip\n  - pip:\n"
                      "      - mlflow-skinny\n")
-    line = re.compile(r"^( *)environment: .*$", re.M)
+    py38 = {"image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04:latest",
+            "conda_file": str(conda)}
     for spec in copy.rglob("*.yml"):
-        text = spec.read_text()
-        text = text.replace("conda_file: hello-conda.yml", f"conda_file: {conda}")
-        spec.write_text(line.sub(lambda m: f"{m.group(1)}environment:\n{m.group(1)}  image: "
-                                 f"mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04:latest\n"
-                                 f"{m.group(1)}  conda_file: {conda}", text))
+        data = yaml.safe_load(spec.read_text())
+        if _environments_to(data, py38):
+            spec.write_text(yaml.safe_dump(data, sort_keys=False))
     return copy
+
+
+def _environments_to(data: object, environment: dict[str, str]) -> bool:
+    """Every `environment:` under `data` set to `environment`; whether there was one."""
+    found = False
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key == "environment":
+                data[key], found = dict(environment), True
+            else:
+                found = _environments_to(value, environment) or found
+    elif isinstance(data, list):
+        for item in data:
+            found = _environments_to(item, environment) or found
+    return found
 
 
 def test_the_probe_takes_pyenvs_interpreter_and_refuses_a_shim_that_cannot_answer():
@@ -101,6 +116,7 @@ def test_a_parallel_step_on_python_37_pickles_with_cloudpickle_1_1_1(tmp_path, c
     assert "Python 3.7 has no audit hooks" in capsys.readouterr().err
 
 
+@pytest.mark.proof
 def test_a_job_on_python_38_logs_its_mlflow_run_through_its_own_client(tmp_path, monkeypatch):
     """The environment's MLflow 2.17 client (nothing of .venv's MLflow 3 beside it) logs to the
     local tracking server."""
