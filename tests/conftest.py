@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import gc
 import os
+import resource
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,11 +38,15 @@ def no_repository_store(tmp_path_factory) -> Iterator[None]:
     from mlops.project import cache_root
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('default-store') / 'mlflow.db'}"
+    caches = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", uri)
-        # the caches a user's runs share (environment layers, debugpy): tests that point
-        # XDG_CACHE_HOME at a folder of their own (the trainer's zip cache) still share them
+        # the caches a user's runs share (environment layers, debugpy, uv's and pip's
+        # downloads): tests that point XDG_CACHE_HOME at a folder of their own (the trainer's
+        # zip cache) still share them, so a layer is built once per machine, not per test
         patch.setenv("MLOPS_CACHE_DIR", str(cache_root()))
+        patch.setenv("UV_CACHE_DIR", os.environ.get("UV_CACHE_DIR") or str(caches / "uv"))
+        patch.setenv("PIP_CACHE_DIR", os.environ.get("PIP_CACHE_DIR") or str(caches / "pip"))
         yield
 
 
@@ -71,7 +78,7 @@ def _no_fsync(connection, record) -> None:  # noqa: ARG001 - SQLAlchemy's listen
         cursor.close()
 
 
-def pytest_collection_modifyitems(config, items):  # noqa: ARG001 - pytest's hook signature
+def pytest_collection_modifyitems(config, items):
     """Marks `e2e` every test under tests/e2e (so `-m e2e` selects them) and runs those first.
     xdist hands each worker its next tests in this order: with the unit tests (a fraction of a
     second each) last, the workers end together, instead of one running a long test at the end
@@ -80,6 +87,49 @@ def pytest_collection_modifyitems(config, items):  # noqa: ARG001 - pytest's hoo
         if TESTS / "e2e" in Path(item.path).parents:
             item.add_marker(pytest.mark.e2e)
     items.sort(key=lambda item: item.get_closest_marker("e2e") is None)  # stable: file order
+    if getattr(config.option, "loadgroup", False):
+        _grouped(items)
+
+
+def _grouped(items) -> None:
+    """--dist loadgroup (make test, make test-e2e): the tests of one `xdist_group` run in one
+    worker, so a module's server starts once, not once per worker. pytest-xdist marks them by
+    suffixing the node id with @<group>, which it writes where pytest 9 no longer reads it
+    (`item._nodeid`); this writes it where pytest does."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                         for mark in item.iter_markers("xdist_group")})
+        if groups and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - pytest's hook signature
+    """With MLOPS_TEST_TIMES=<file>: one line per test (its id, CPU seconds of the worker and of
+    the processes it waited for, wall seconds), appended by every worker: what a test costs on
+    a shared machine, where wall time says more of the neighbours (docs/testing.md)."""
+    target = os.environ.get("MLOPS_TEST_TIMES")
+    if not target:
+        return (yield)
+    before, started = _cpu_seconds(), time.monotonic()
+    try:
+        return (yield)
+    finally:
+        line = f"{item.nodeid}\t{_cpu_seconds() - before:.2f}\t{time.monotonic() - started:.2f}\n"
+        with open(target, "a") as times:
+            times.write(line)
+
+
+def _cpu_seconds() -> float:
+    """This worker's CPU and that of the processes it has reaped: first those that ended since
+    (subprocess reaps a process a test left behind only when the next one starts), so their
+    seconds count for the test that left them rather than the next."""
+    subprocess._cleanup()  # noqa: SLF001 - the standard library's reaper of left processes
+    own, children = resource.getrusage(resource.RUSAGE_SELF), \
+        resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def pytest_collection_finish(session):  # noqa: ARG001 - pytest's hook signature

@@ -2,15 +2,19 @@
 for another Python, a complete environment of an interpreter of that version. .venv is never
 written.
 
-These install small packages from PyPI (six, pyjokes: a few kB each) into a cached layer in a
-temporary folder, so each CI run builds them from scratch.
+These install small packages from PyPI (six, pyjokes: a few kB each) into cached layers of the
+user's environment cache, as a user's runs do: built on a machine's first run, reused after. One
+test builds its layer into a folder of its own on every run (a curated name through the mapping
+file), so a layer's build is proven however warm the cache is.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -19,21 +23,21 @@ import yaml
 from mlops import run as local
 from mlops.environments.envspec import EnvMap, image_key, plan_for
 from mlops.environments.interpreters import find, how_to_get
+from mlops.environments.layers import cache_dir
 from mlops.project import project
 from mlops.specs import ROOT
 
 ENVS = ROOT / "tests" / "fixtures" / "envs"
-pytestmark = pytest.mark.usefixtures("sources_unchanged", "mlflow_store", "env_cache")
+pytestmark = pytest.mark.usefixtures("sources_unchanged", "mlflow_store")
 
 
-@pytest.fixture
-def env_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("LOCAL_ENVS_DIR", str(tmp_path_factory.getbasetemp() / "envs"))
-
-
-def freeze() -> str:
-    return subprocess.run([sys.executable, "-m", "pip", "freeze", "--all"], capture_output=True,
-                          text=True, check=True).stdout
+def freeze() -> set[str]:
+    """What `pip freeze --all` says of .venv, read from its site-packages instead of in a pip
+    process of its own: each distribution's metadata folder, named with its version (a job
+    that installed into .venv, or changed a release there, changes it)."""
+    sites = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    return {entry.name for site in sites for entry in os.scandir(site)
+            if entry.name.endswith((".dist-info", ".egg-info", ".egg-link", ".pth"))}
 
 
 def run(spec: Path, run_dir: Path, envs: Path | None = None) -> int:
@@ -53,6 +57,7 @@ def test_an_inline_conda_file_gets_its_own_pins_and_leaves_venv_alone(tmp_path, 
     assert freeze() == before
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_what_a_job_installs_lands_in_its_throwaway_layer(tmp_path, monkeypatch):
     before = freeze()
@@ -66,14 +71,17 @@ def test_what_a_job_installs_lands_in_its_throwaway_layer(tmp_path, monkeypatch)
         importlib.metadata.version("pyjokes")
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
-def test_a_curated_name_through_the_mapping_file(tmp_path):
+def test_a_curated_name_through_the_mapping_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_ENVS_DIR", str(tmp_path / "envs"))  # built here, every time
     mapping = tmp_path / "local-envs.yml"
     mapping.write_text(yaml.safe_dump({"azureml:AzureML-tiny-test": ["six==1.16.0"]}))
     assert run(ENVS / "curated.yml", tmp_path / "run", mapping) == 0
     assert (tmp_path / "run/outputs/seen/six.txt").read_text().strip() == "1.16.0"
 
 
+@pytest.mark.proof
 def test_an_unmapped_environment_runs_in_venv_with_a_notice(tmp_path, capsys):
     assert run(ENVS / "unmapped.yml", tmp_path / "run") == 0
     seen = (tmp_path / "run/outputs/seen/six.txt").read_text().strip()
@@ -83,6 +91,7 @@ def test_an_unmapped_environment_runs_in_venv_with_a_notice(tmp_path, capsys):
     assert "not-mapped-anywhere" in line and "local-envs.yml" in line and "running in .venv" in line
 
 
+@pytest.mark.proof
 def test_a_module_missing_because_the_environment_was_not_found_is_explained(tmp_path, capsys):
     """The job ran in .venv because nothing here defines its environment, and failed importing
     what that environment would have had: after the log, the runner says so and which mapping
@@ -99,12 +108,14 @@ def test_a_module_missing_because_the_environment_was_not_found_is_explained(tmp
     assert "'azureml://registries/azureml/environments/not-mapped-anywhere: [<package>" in err
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_docker_context_installs_what_its_dockerfile_pip_installs(tmp_path):
     assert run(ENVS / "docker-build.yml", tmp_path / "run") == 0
     assert (tmp_path / "run/outputs/seen/six.txt").read_text().strip() == "1.16.0"
 
 
+@pytest.mark.proof
 def test_every_environment_form_resolves_to_a_plan(tmp_path):
     env_map = EnvMap(ROOT / "mlops" / "environments" / "catalog" / "local-envs.yml")
     base = ROOT / "jobs"
@@ -126,6 +137,7 @@ def test_every_environment_form_resolves_to_a_plan(tmp_path):
     assert plan.python == "3.9" and plan.skipped == ["cudatoolkit=11.8"]
 
 
+@pytest.mark.proof
 def test_a_requirement_this_machine_cannot_fetch_is_skipped_and_the_rest_built(
         tmp_path, capsys, monkeypatch):
     """A display name with spaces and parentheses is a label: the run folder is a slug of it,
@@ -165,9 +177,7 @@ def test_a_workspace_environment_registered_from_the_jobs_own_repository(tmp_pat
     assert f"azureml:template-train-env:2: built from its spec {repo / 'environments'}" \
            "/train-env.yml" in err
     assert f"built from its spec {repo / 'environments/serve-env.yml'}" in err
-    import os
-
-    assert f"pyjokes from {os.environ['LOCAL_ENVS_DIR']}/" in (tmp_path / "b/log.txt").read_text()
+    assert f"pyjokes from {cache_dir()}/" in (tmp_path / "b/log.txt").read_text()
 
 
 @pytest.mark.network  # a cold cache: its environment from the registry
@@ -228,6 +238,7 @@ def test_the_environment_decides_its_mlflow_and_a_2x_client_logs_to_the_local_se
     assert freeze() == before
 
 
+@pytest.mark.proof
 def test_every_curated_name_has_its_images_pins_and_local_envs_overrides():
     """The generated catalogue (mlops/environments/catalog/) knows current and retired curated
     names, with MLflow among the pins; hand-written local-envs.yml entries win."""
@@ -251,6 +262,7 @@ def test_every_curated_name_has_its_images_pins_and_local_envs_overrides():
         "azureml:AzureML-sklearn-1.0-ubuntu20.04-py38-cpu"]
 
 
+@pytest.mark.proof
 def test_a_dockerfile_from_a_curated_image_adds_to_that_images_packages_and_python():
     from mlops.environments import curated
 
@@ -297,6 +309,7 @@ def test_a_release_built_for_numpy_1_gets_numpy_1_as_azures_conda_build_gives_it
         yaml.safe_load((layer / "layer.json").read_text())["moved"])
 
 
+@pytest.mark.proof
 def test_what_an_environment_installs_follows_installed_requirements_and_no_further():
     """The closure of what .venv has installed (scripts/lock.py writes constraints.txt from it)
     follows installed requirements and extras, and no further: never torch for MLflow."""

@@ -13,6 +13,8 @@ from mlops.checks.workflows import make_targets, target_exists
 from mlops.specs import ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"
+# one xdist worker lints the planted mistakes once for every case (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("workflow-lint")
 
 
 def lint(*paths: Path) -> subprocess.CompletedProcess:
@@ -24,6 +26,7 @@ def lint(*paths: Path) -> subprocess.CompletedProcess:
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.proof
 def test_repo_workflows_pass_every_linter():
     result = lint(*sorted(WORKFLOWS.glob("*.yml")))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -48,18 +51,41 @@ PLANTED = {
 }
 
 
-@pytest.mark.parametrize("case", PLANTED, ids=list(PLANTED))
-def test_planted_mistake_fails_the_lint(case, tmp_path):
-    name, old, new, expected = PLANTED[case]
-    text = (WORKFLOWS / name).read_text()
-    assert old in text
-    broken = tmp_path / name
-    broken.write_text(text.replace(old, new, 1))
-    result = lint(broken)
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> tuple[dict[str, Path], str]:
+    """Each planted mistake in a copy of its workflow of its own (a file that is not valid YAML
+    hides its other findings), all linted by one make lint-workflows: each case's file and
+    what the linters printed."""
+    folder = tmp_path_factory.mktemp("planted")
+    files = {}
+    for number, (case, (name, old, new, _)) in enumerate(PLANTED.items()):
+        text = (WORKFLOWS / name).read_text()
+        assert old in text, case
+        (folder / str(number)).mkdir()
+        files[case] = folder / str(number) / name
+        files[case].write_text(text.replace(old, new, 1))
+    result = lint(*files.values())
     assert result.returncode != 0
-    assert expected in result.stdout + result.stderr
+    return files, result.stdout + result.stderr
 
 
+def findings_for(output: str, path: Path) -> str:
+    """The lines of the linters' output about `path`: those naming it, with the two lines
+    before each (zizmor names the rule a line or two above the file)."""
+    lines = output.splitlines()
+    named = [n for n, line in enumerate(lines) if str(path) in line]
+    return "\n".join(line for n in named for line in lines[max(0, n - 2):n + 1])
+
+
+@pytest.mark.proof
+@pytest.mark.parametrize("case", PLANTED, ids=list(PLANTED))
+def test_planted_mistake_fails_the_lint(case, planted):
+    files, output = planted
+    expected = PLANTED[case][3]
+    assert expected in findings_for(output, files[case]), output
+
+
+@pytest.mark.proof
 def test_every_make_target_a_workflow_calls_exists():
     called = set()
     for path in WORKFLOWS.glob("*.yml"):
@@ -70,6 +96,7 @@ def test_every_make_target_a_workflow_calls_exists():
     assert not missing
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize(("model", "steps", "ok"), [
     ("azureml:fowl-classifier@latest", "10 50 100", True),
     ("azureml:fowl-classifier:3", "100", True),
@@ -91,6 +118,7 @@ def test_deploy_inputs_are_checked_before_use(model, steps, ok):
 AZ = ROOT / "tests" / "fixtures" / "az"
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize(("recorded", "code", "reason"), [
     ("endpoint-promoted.json", 0, "blue is idle"),
     ("endpoint-mid-rollout.json", 1, "blue still gets traffic"),
@@ -106,6 +134,7 @@ def test_the_live_deployment_is_deleted_only_when_the_endpoint_reports_it_idle(r
     assert result.returncode == code and reason in result.stderr
 
 
+@pytest.mark.proof
 def test_unreadable_endpoint_json_is_not_taken_as_idle():
     result = subprocess.run([sys.executable, "scripts/rollout.py", "idle", "--live", "blue",
                              "--candidate", "green"], cwd=ROOT, capture_output=True, text=True,

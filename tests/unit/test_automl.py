@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from support import ROOT
 
-from mlops.automl.standin import algorithms, azure_metrics
+from mlops.automl.standin import algorithms
 from mlops.automl.translate import STANDIN, automl_command
 from mlops.checks.prepare import prepare_job
 from mlops.errors import LocalRunError
@@ -162,7 +162,16 @@ def test_a_published_style_automl_spec_passes_azure_ai_mls_loader_and_a_bad_one_
         prepare_job(image, [], [], AssetMap(tmp_path / "none.yml"))
 
 
-def test_azures_classification_metrics_carry_azures_names_and_definitions():
+@pytest.fixture
+def azure_metrics():
+    """The stand-in's metrics (scikit-learn and SciPy: imported by the worker that runs these
+    tests alone, not by every worker's collection)."""
+    from mlops.automl.standin import azure_metrics
+
+    return azure_metrics
+
+
+def test_azures_classification_metrics_carry_azures_names_and_definitions(azure_metrics):
     y = np.array(["a", "a", "b", "b", "c", "c"])
     predicted = np.array(["a", "b", "b", "b", "c", "a"])
     proba = np.array([[.8, .1, .1], [.3, .6, .1], [.1, .8, .1], [.2, .7, .1], [.1, .1, .8],
@@ -176,7 +185,7 @@ def test_azures_classification_metrics_carry_azures_names_and_definitions():
     assert azure_metrics.loss(found, "accuracy") == pytest.approx(-4 / 6)
 
 
-def test_azures_regression_errors_are_normalized_by_the_targets_range():
+def test_azures_regression_errors_are_normalized_by_the_targets_range(azure_metrics):
     found = azure_metrics.regression([0.0, 10.0, 20.0], [1.0, 10.0, 17.0], y_range=20.0)
     assert found["root_mean_squared_error"] == pytest.approx((10 / 3) ** 0.5)
     assert found["normalized_root_mean_squared_error"] == pytest.approx((10 / 3) ** 0.5 / 20)

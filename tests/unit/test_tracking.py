@@ -3,8 +3,6 @@
 import threading
 from pathlib import Path
 
-from mlflow.tracking import MlflowClient
-
 from mlops.runtime.mlflow_runs import Tracking
 
 
@@ -35,6 +33,8 @@ def test_runs_started_together_on_a_new_store_all_start_and_share_one_experiment
     assert ids == ["1", "1", "1"]
     ids = together(3, lambda: Tracking(uri=uri).experiment_id("second"))
     assert ids == ["2", "2", "2"]
+    from mlflow.tracking import MlflowClient  # here: the worker that runs this test imports it
+
     names = {e.name for e in MlflowClient(uri).search_experiments()}
     assert names == {"Default", "first", "second"}
     assert not set(Path(tmp_path).iterdir()) - {tmp_path / "mlflow.db", tmp_path / "mlruns"}
