@@ -63,6 +63,12 @@ PYTEST_ARGS ?=
 # pytest worker processes (pytest-xdist): one per core, and one more to use the cores while
 # tests wait for their servers and subprocesses.
 TEST_WORKERS ?= $(shell echo $$(($(NPROC) + 1)))
+# The test tiers (docs/development.md): every test is in exactly one of make test (the unit tests
+# and the end-to-end tests marked `proof`), make test-e2e (the rest of tests/e2e) and make
+# test-heavy (marked `heavy`); tests/unit/test_tiers.py holds that these split every test.
+TEST_MARKS = not heavy and (not e2e or proof)
+E2E_MARKS = e2e and not proof and not heavy
+HEAVY_MARKS = heavy
 # make test-quick: one worker per core (the unit tests never wait on a process, so no more; with
 # one core, none: xdist's worker would only add its start-up)
 QUICK_WORKERS ?= $(if $(filter 1,$(NPROC)),0,$(NPROC))
@@ -154,7 +160,7 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(call q,$(EPOCHS)) \
 	deploy-green invoke-green mirror-green shift rollback endpoint-logs endpoint-show \
 	delete-deployment \
 	delete-endpoint invoke slots batch-local bench-batch batch-endpoint batch-deploy batch-invoke
-.PHONY: help setup lock test test-quick test-heavy lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
+.PHONY: help setup lock test test-quick test-e2e test-heavy lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
 	envs clean-envs bench-envs \
 	bench-train clean validate schemas curated-envs sync-env docs az-guard workspace-defaults compute environment \
 	data train train-distributed sweep pipeline stream download register
@@ -307,14 +313,19 @@ lock: $(STAMP) ## Rewrite constraints.txt (the exact versions make setup install
 	$(BIN)/pip install --quiet -e ".[dev]" -e ./mlops
 	$(PY) scripts/lock.py
 
-test: $(STAMP) ## Run the test suite (offline, CPU); prints the 15 slowest tests
-	$(PY) -m pytest -n $(TEST_WORKERS) --durations=15 $(PYTEST_ARGS)
+test: $(STAMP) ## Run the unit tests and one real end-to-end proof of each behaviour (offline, CPU)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m $(call q,$(TEST_MARKS)) \
+		--durations=15 $(PYTEST_ARGS)
 
-test-quick: $(STAMP) ## Run tests/unit alone: no process, server or training (under 30 s)
+test-quick: $(STAMP) ## Run tests/unit alone: no process, server or training (under 20 s)
 	$(PY) -m pytest tests/unit -n $(QUICK_WORKERS) --durations=5 $(PYTEST_ARGS)
 
+test-e2e: $(STAMP) ## Run the rest of tests/e2e, after make test (CI runs both; minutes)
+	$(PY) -m pytest tests/e2e -n $(TEST_WORKERS) --dist loadgroup -m $(call q,$(E2E_MARKS)) \
+		--durations=15 $(PYTEST_ARGS)
+
 test-heavy: $(STAMP) ## Run the tests that build large environments from the package registry (minutes)
-	$(PY) -m pytest -m heavy $(PYTEST_ARGS)
+	$(PY) -m pytest -m $(call q,$(HEAVY_MARKS)) $(PYTEST_ARGS)
 
 lint: $(STAMP) lint-workflows ## Lint Python (ruff) and the GitHub workflows
 	$(BIN)/ruff check src mlops scripts tests

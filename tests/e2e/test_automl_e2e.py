@@ -29,6 +29,7 @@ def runs_of(experiment: str) -> tuple[object, list]:
     return parent, sorted(children, key=lambda r: r.info.run_name)
 
 
+@pytest.mark.proof
 def test_a_classification_job_logs_each_trial_as_azure_does_and_leaves_its_best_model(
         tmp_path):
     run = tmp_path / "run"
@@ -87,6 +88,7 @@ def test_a_pipeline_prepares_searches_and_scores_with_the_best_model_then_reuses
     assert "step search: reused (from first search)" in capsys.readouterr().out
 
 
+@pytest.mark.proof
 def test_an_image_model_from_azures_registry_is_refused_before_a_run_folder_exists(
         tmp_path, capsys):
     spec = tmp_path / "image.yml"

@@ -29,6 +29,7 @@ def data(tiny_data, tmp_path):
     return shutil.copytree(tiny_data, tmp_path / "d")
 
 
+@pytest.mark.proof
 def test_a_truncated_jpeg_fails_the_check_by_name_or_is_skipped(data):
     good = sorted((data / "train" / "chickens").glob("*.jpg"))[0]
     full = jpeg_bytes((640, 480))
@@ -40,6 +41,7 @@ def test_a_truncated_jpeg_fails_the_check_by_name_or_is_skipped(data):
     assert bundle.skipped == 1 and str(good) in [p for p, _ in bundle.train.samples]
 
 
+@pytest.mark.proof
 def test_a_200_megapixel_jpeg_is_refused_by_name_before_decoding(data):
     big = data / "val" / "turkeys" / "huge.jpg"
     big.write_bytes(huge_jpeg_header(20000, 10000))
@@ -48,6 +50,7 @@ def test_a_200_megapixel_jpeg_is_refused_by_name_before_decoding(data):
     assert build_datasets(data, 32, skip_bad_images=True).skipped == 1
 
 
+@pytest.mark.proof
 def test_a_decode_error_during_training_names_the_file_or_is_counted(data, tmp_path):
     cfg = TrainConfig(data=str(data), output_dir=str(tmp_path / "out"), arch=SMALL_ARCH,
                       weights="none", image_size=32, batch_size=8, cache_images_mb=0)
@@ -61,6 +64,7 @@ def test_a_decode_error_during_training_names_the_file_or_is_counted(data, tmp_p
     assert result.skipped == 1 and result.count == len(run.bundle.train) - 1
 
 
+@pytest.mark.proof
 def test_a_symlink_loop_neither_multiplies_nor_mislabels_images(data):
     (data / "train" / "chickens" / "loop").symlink_to(data / "train" / "chickens")
     (data / "train" / "chickens" / "other").symlink_to(data / "train" / "turkeys")
@@ -70,6 +74,7 @@ def test_a_symlink_loop_neither_multiplies_nor_mislabels_images(data):
     assert labels == {"chickens": 0, "turkeys": 1}
 
 
+@pytest.mark.proof
 def test_a_full_disk_during_extraction_leaves_no_temp_folder(tiny_data, tmp_path, monkeypatch):
     archive = tmp_path / "data.zip"
     with zipfile.ZipFile(archive, "w") as handle:
@@ -96,6 +101,7 @@ def test_a_last_batch_of_one_image_at_a_small_size_trains(data, tmp_path, mlflow
     assert main(train_args(data, tmp_path / "out", epochs=1, image_size=32, arch="resnet18")) == 0
 
 
+@pytest.mark.proof
 def test_the_check_fills_the_cache_so_epoch_one_decodes_nothing(data, monkeypatch):
     calls = []
     real = loading.open_image

@@ -36,6 +36,7 @@ def run(spec: Path, folder: Path, model: Path, run_dir: Path) -> int:
                        str(run_dir), "--max-procs", "2"])
 
 
+@pytest.mark.proof
 def test_the_batch_specs_pass_every_validation_layer():
     assert validate([ROOT / "endpoints/batch/endpoint.yml", SPEC]) == []
 
@@ -68,6 +69,7 @@ def scored(tiny_data, model_dir, tmp_path_factory, empty_mlflow_store) -> Scored
                   (folder / "stdout.txt").read_text())
 
 
+@pytest.mark.proof
 def test_batch_local_writes_a_row_per_image_and_counts_the_bad_one(scored):
     assert scored.code == 0, scored.out
     rows = list(csv.reader((scored.run / "outputs/predictions.csv").open()))
@@ -81,6 +83,7 @@ def test_batch_local_writes_a_row_per_image_and_counts_the_bad_one(scored):
     assert "16 of 17 files scored, 1 failed" in scored.out
 
 
+@pytest.mark.proof
 def test_the_rows_match_the_online_predict(scored, model_dir):
     assert scored.code == 0, scored.out
     rows = {r[0]: r for r in csv.reader((scored.run / "outputs/predictions.csv").open())}
@@ -125,11 +128,13 @@ def test_a_failing_mini_batch_is_retried_and_a_slow_one_times_out(tiny_data, mod
         (tmp_path / "slow/log.txt").read_text()
 
 
+@pytest.mark.proof
 def test_a_spec_that_is_not_a_batch_deployment_is_refused(images, model_dir, tmp_path, capsys):
     assert run(ROOT / "endpoints/blue.yml", images, model_dir, tmp_path / "run") == 2
     assert "managedOnlineDeployment, not a batch deployment" in capsys.readouterr().err
 
 
+@pytest.mark.proof
 def test_a_pipeline_component_deployment_is_refused_with_what_runs_it_here(tmp_path, capsys):
     (tmp_path / "deployment.yml").write_text(
         "$schema: https://azuremlschemas.azureedge.net/latest/"

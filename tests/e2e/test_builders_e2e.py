@@ -1,8 +1,11 @@
 
 
+import pytest
+
 from image_classifier.data import build_transforms
 
 
+@pytest.mark.proof
 def test_transforms_give_normalized_square_tensors(tiny_data):
     from PIL import Image
 

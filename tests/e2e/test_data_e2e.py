@@ -13,6 +13,7 @@ def _zip_folder(folder, zip_path, prefix=""):
     return zip_path
 
 
+@pytest.mark.proof
 def test_folder_with_splits(tiny_data):
     bundle = build_datasets(tiny_data, image_size=32)
     assert bundle.classes == ["chickens", "turkeys"]
@@ -21,11 +22,13 @@ def test_folder_with_splits(tiny_data):
     assert image.shape == (3, 32, 32) and label == 0
 
 
+@pytest.mark.proof
 def test_parent_with_single_child(tiny_data, tmp_path):
     shutil.copytree(tiny_data, tmp_path / "fowl_data")
     assert resolve_data_root(tmp_path) == tmp_path / "fowl_data"
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("prefix", ["", "fowl_data/"])
 def test_zip_is_extracted_once_into_the_cache(tiny_data, tmp_path, prefix):
     archive = _zip_folder(tiny_data, tmp_path / "fowl.zip", prefix)
@@ -38,6 +41,7 @@ def test_zip_is_extracted_once_into_the_cache(tiny_data, tmp_path, prefix):
     assert len(build_datasets(archive, 32, cache_root=cache).train) == 48
 
 
+@pytest.mark.proof
 def test_class_mismatch_between_splits(tiny_data, tmp_path):
     data = shutil.copytree(tiny_data, tmp_path / "d")
     (data / "val" / "turkeys").rename(data / "val" / "ducks")
@@ -45,6 +49,7 @@ def test_class_mismatch_between_splits(tiny_data, tmp_path):
         build_datasets(data, 32)
 
 
+@pytest.mark.proof
 def test_empty_split_names_the_folder(tiny_data, tmp_path):
     data = shutil.copytree(tiny_data, tmp_path / "d")
     shutil.rmtree(data / "val")
@@ -53,6 +58,7 @@ def test_empty_split_names_the_folder(tiny_data, tmp_path):
         build_datasets(data, 32)
 
 
+@pytest.mark.proof
 def test_a_class_with_no_image_in_one_split_is_an_error_naming_it(tiny_data, tmp_path):
     """As torchvision's ImageFolder refuses it: a class only val/ has images of would be a
     class the model can never learn."""
@@ -63,6 +69,7 @@ def test_a_class_with_no_image_in_one_split_is_an_error_naming_it(tiny_data, tmp
         build_datasets(data, 32)
 
 
+@pytest.mark.proof
 def test_a_class_left_empty_by_skipped_images_is_an_error(tiny_data, tmp_path):
     data = shutil.copytree(tiny_data, tmp_path / "d")
     for image in (data / "val" / "turkeys").iterdir():
@@ -71,6 +78,7 @@ def test_a_class_left_empty_by_skipped_images_is_an_error(tiny_data, tmp_path):
         build_datasets(data, 32, skip_bad_images=True)
 
 
+@pytest.mark.proof
 def test_corrupt_image_is_an_error_naming_it_unless_skipped(tiny_data, tmp_path):
     data = shutil.copytree(tiny_data, tmp_path / "d")
     bad = data / "train" / "chickens" / "broken.jpg"
@@ -82,6 +90,7 @@ def test_corrupt_image_is_an_error_naming_it_unless_skipped(tiny_data, tmp_path)
     assert str(bad) not in [path for path, _ in bundle.train.samples]
 
 
+@pytest.mark.proof
 def test_files_imagefolder_cannot_read_are_reported(tiny_data, tmp_path, caplog):
     data = shutil.copytree(tiny_data, tmp_path / "d")
     (data / "train" / "chickens" / "notes.txt").write_text("not an image")

@@ -19,6 +19,7 @@ exit_with(lambda: 1 / 0 if sys.argv[1] == "raise" else (None if sys.argv[1] == "
 """
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("package", ["image_classifier", "mlops"])
 @pytest.mark.parametrize(("outcome", "code"), [("3", 3), ("0", 0), ("none", 0), ("raise", 1)])
 def test_exit_with_keeps_mains_exit_code_and_freezes_what_lives(package, outcome, code):

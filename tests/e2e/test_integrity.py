@@ -34,6 +34,7 @@ def edit_metadata(folder, **changes) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize(("file", "backend"), [("model.pt", "torch"), ("model.onnx", "onnx")])
 def test_a_model_file_with_flipped_bytes_is_refused_by_name(model_copy, file, backend):
     flip(model_copy / file)
@@ -41,6 +42,7 @@ def test_a_model_file_with_flipped_bytes_is_refused_by_name(model_copy, file, ba
         Service(model_copy, backend)
 
 
+@pytest.mark.proof
 def test_reversed_class_names_in_model_json_are_refused_for_onnx(model_copy):
     meta = json.loads((model_copy / "model.json").read_text())
     edit_metadata(model_copy, classes=meta["classes"][::-1])
@@ -48,6 +50,7 @@ def test_reversed_class_names_in_model_json_are_refused_for_onnx(model_copy):
         Service(model_copy, "onnx")
 
 
+@pytest.mark.proof
 def test_a_class_count_or_size_the_weights_lack_is_refused(model_copy):
     meta = json.loads((model_copy / "model.json").read_text())
     edit_metadata(model_copy, classes=[*meta["classes"], "extra"],
@@ -56,6 +59,7 @@ def test_a_class_count_or_size_the_weights_lack_is_refused(model_copy):
         Service(model_copy, "onnx")
 
 
+@pytest.mark.proof
 def test_without_weights_beside_it_the_onnx_graph_itself_is_checked(model_copy):
     meta = json.loads((model_copy / "model.json").read_text())
     meta.update(classes=[*meta["classes"], "extra"], image_size=meta["image_size"] + 16)

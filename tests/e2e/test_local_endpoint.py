@@ -27,6 +27,9 @@ from mlops.runtime.records import Status, TaskRecord
 
 FIXTURE = ROOT / "tests" / "fixtures" / "endpoint"
 BLUE, GREEN = FIXTURE / "blue.yml", FIXTURE / "green.yml"
+# the tests that share the module's endpoint run in one xdist worker (make test: --dist
+# loadgroup), which starts it once
+pytestmark = pytest.mark.xdist_group("endpoint-rollout")
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +55,7 @@ def set_traffic(weights: str, mirror: str | None = None) -> None:
     assert serve.main(argv) == 0
 
 
+@pytest.mark.proof
 def test_blue_and_green_are_served_side_by_side_on_one_address(rollout):
     endpoints, url = rollout
     state = endpoints.state()
@@ -84,6 +88,7 @@ def test_ninety_ten_weights_split_a_thousand_requests(rollout):
     assert 840 <= counts["blue"] <= 960, counts
 
 
+@pytest.mark.proof
 def test_mirrored_copies_reach_green_and_their_answers_are_dropped(rollout):
     endpoints, url = rollout
     before = endpoints.log("green").count("\"POST /score")
@@ -102,6 +107,7 @@ def test_mirrored_copies_reach_green_and_their_answers_are_dropped(rollout):
     assert copies() <= 50, copies()  # ~30 of 60; header-named requests are never mirrored
 
 
+@pytest.mark.proof
 def test_traffic_rules_are_azures(rollout, capsys):
     for argv, message in ((["traffic", "blue=90 green=20"], "adds up to 110"),
                           (["traffic", "blue=100 purple=0"], "has no deployment purple"),
@@ -112,6 +118,7 @@ def test_traffic_rules_are_azures(rollout, capsys):
     assert rollout[0].state().traffic == {"blue": 100, "green": 0}
 
 
+@pytest.mark.proof
 def test_key_auth_as_azure_answers_it(rollout):
     endpoints, url = rollout
     keys = endpoints.state().keys
@@ -123,6 +130,7 @@ def test_key_auth_as_azure_answers_it(rollout):
         assert post(url, {}, {"Authorization": f"Bearer {key}"}).status == 200
 
 
+@pytest.mark.proof
 def test_a_deployments_error_is_a_424_with_its_status_in_the_headers(rollout):
     endpoints, url = rollout
     answer = post(url, {"fail": 418}, endpoints.headers())
@@ -131,6 +139,7 @@ def test_a_deployments_error_is_a_424_with_its_status_in_the_headers(rollout):
     assert answer.deployment == "blue"
 
 
+@pytest.mark.proof
 def test_a_request_past_request_timeout_ms_gets_a_408(rollout):
     endpoints, url = rollout  # the fixture's request_timeout_ms: 3000
     answer = post(url, {"sleep": 4}, endpoints.headers())
@@ -143,6 +152,7 @@ def _rss_mb(pid: int) -> float:
                ) / 1024
 
 
+@pytest.mark.proof
 def test_an_endless_chunked_body_gets_a_413_and_the_front_stays_small(rollout):
     endpoints, _ = rollout
     front = endpoints.state().front_pid
@@ -172,6 +182,7 @@ def test_an_endless_chunked_body_gets_a_413_and_the_front_stays_small(rollout):
     assert _rss_mb(front) - before < 50
 
 
+@pytest.mark.proof
 def test_an_announced_body_over_the_limit_is_refused_before_it_is_sent(rollout):
     endpoints, _ = rollout
     with socket.create_connection(("127.0.0.1", endpoints.port), timeout=10) as sock:

@@ -88,6 +88,7 @@ def retried_train(tmp_path_factory, tiny_data, empty_mlflow_store) -> Retried:
                    int((folder / "stopped").read_text()))
 
 
+@pytest.mark.proof
 @pytest.mark.slow
 def test_train_spec_runs_locally(retried_train):
     folder = retried_train.folder
@@ -101,6 +102,7 @@ def test_train_spec_runs_locally(retried_train):
     assert "best_val_acc" in mlflow_run.data.metrics
 
 
+@pytest.mark.proof
 @pytest.mark.slow
 def test_a_stopped_job_rerun_into_its_folder_continues_its_mlflow_run(retried_train):
     """As Azure retries a preempted job under its own run: one run, every epoch once."""
@@ -114,6 +116,7 @@ def test_a_stopped_job_rerun_into_its_folder_continues_its_mlflow_run(retried_tr
     assert "==== attempt at" in (retried_train.folder / "log.txt").read_text()
 
 
+@pytest.mark.proof
 @pytest.mark.slow
 def test_distributed_spec_runs_the_command_once_per_process(tmp_path, assets, mlflow_store,
                                                            monkeypatch, capsys):
@@ -183,6 +186,7 @@ def step_statuses(folder: Path) -> dict[str, str]:
             for p in (folder / "steps").glob("*/status.json")}
 
 
+@pytest.mark.proof
 @pytest.mark.slow
 def test_pipeline_spec_runs_locally(passing_pipeline):
     steps = passing_pipeline / "steps"
@@ -232,6 +236,7 @@ def test_grid_enumerates_and_bandit_stops_weak_trials_while_they_run(tmp_path, m
             assert trial["status"] == "Completed" and trial["intervals"] == 10
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_command_job_gets_environment_variables_and_outputs(tmp_path, mlflow_store):
     assert run(HELLO / "hello-command.yml", tmp_path / "run") == 0
@@ -245,6 +250,7 @@ def test_command_job_gets_environment_variables_and_outputs(tmp_path, mlflow_sto
     assert list((tmp_path / "mlruns").rglob("user_logs/log.txt"))
 
 
+@pytest.mark.proof
 def test_unmapped_asset_names_the_asset_and_the_file(tmp_path, assets, mlflow_store, capsys):
     code = run(ROOT / "jobs/train.yml", tmp_path / "run", assets,
                [*TINY, "inputs.data.path=azureml:mystery-data@3"])
@@ -253,6 +259,7 @@ def test_unmapped_asset_names_the_asset_and_the_file(tmp_path, assets, mlflow_st
     assert f"'azureml:mystery-data: <local path>' to {assets}" in err
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize(("spec", "sets", "message"), [
     ("jobs/train-distributed.yml", ["distribution.type=torch"], "is not one of ['pytorch'"),
     ("components/train.yml", [], "names a commandComponent, not a job"),
@@ -298,6 +305,7 @@ def test_the_local_loop_registers_what_passes_the_gate_and_serves_it_by_name(
     assert len(MlflowClient().search_model_versions("name='fowl-classifier'")) == 2
 
 
+@pytest.mark.proof
 def test_a_conda_files_variables_are_set_for_the_job_and_the_spec_wins(tmp_path, mlflow_store):
     """conda sets an environment's `variables:` when it activates it, as Azure's image runs the
     job; the spec's environment_variables are set over them."""

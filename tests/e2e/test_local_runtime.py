@@ -44,6 +44,7 @@ def runs(experiment: str) -> list:
     return client.search_runs([found.experiment_id]) if found else []
 
 
+@pytest.mark.proof
 def test_quoted_references_get_the_argv_azure_gives(tmp_path):
     assert run(TP / "quoted-ref.yml", tmp_path / "run") == 0
     seen = json.loads((tmp_path / "run/outputs/report/seen.json").read_text())
@@ -70,6 +71,7 @@ def test_outputs_and_logs_folders_are_created_kept_and_uploaded(tmp_path):
     assert {"outputs/note.txt", "logs/trace.log", "user_logs/log.txt"} <= uploaded
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_inline_pipeline_nodes_with_empty_output_declarations(tmp_path):
     assert run(TP / "inline-pipeline.yml", tmp_path / "run") == 0
@@ -81,6 +83,7 @@ def test_inline_pipeline_nodes_with_empty_output_declarations(tmp_path):
     assert sorted(r.info.run_name for r in children) == ["consume", "produce"]
 
 
+@pytest.mark.proof
 def test_node_level_data_inputs_resolve_like_job_inputs(tmp_path):
     assets = tmp_path / "local-paths.yml"
     assets.write_text(yaml.safe_dump({
@@ -91,6 +94,7 @@ def test_node_level_data_inputs_resolve_like_job_inputs(tmp_path):
     assert "inputs/source/table.csv" in log  # bound under the step's own short path
 
 
+@pytest.mark.proof
 def test_an_unmapped_wasbs_input_names_the_uri_and_the_file_and_leaves_nothing(tmp_path,
                                                                             capsys):
     assets = tmp_path / "empty.yml"
@@ -103,6 +107,7 @@ def test_an_unmapped_wasbs_input_names_the_uri_and_the_file_and_leaves_nothing(t
     assert not (tmp_path / "run").exists()  # nothing started: no run folder
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_pipeline_sweep_node_passes_its_best_trial_downstream(tmp_path, monkeypatch):
     # on 4 cores, the 2 trials that run at once get 2 threads each
@@ -119,6 +124,7 @@ def test_pipeline_sweep_node_passes_its_best_trial_downstream(tmp_path, monkeypa
     assert len(folders) == 2  # every trial in its own folder, own snapshot
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_distributed_node_runs_any_command_once_per_process(tmp_path, monkeypatch):
     # a machine with GPUs 3 and 5 visible: each simulated node gets its own, so LOCAL_RANK 0
@@ -160,6 +166,7 @@ def test_mpi_distribution_with_mpi4py_runs_under_a_real_mpirun(tmp_path, monkeyp
     assert all(f"rank {r} of 4: sum 10" in log for r in range(4))
 
 
+@pytest.mark.proof
 def test_a_dying_launcher_takes_its_workers_with_it(tmp_path):
     assert run(TP / "orphan.yml", tmp_path / "run") == 128 + signal.SIGKILL
     worker = int((tmp_path / "run/outputs/pids/worker.pid").read_text())
@@ -167,6 +174,7 @@ def test_a_dying_launcher_takes_its_workers_with_it(tmp_path):
         os.kill(worker, 0)
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_crash_ends_every_mlflow_run_the_job_opened(tmp_path):
     assert run(TP / "crash.yml", tmp_path / "run") == 1
@@ -174,6 +182,7 @@ def test_a_crash_ends_every_mlflow_run_the_job_opened(tmp_path):
     assert statuses == {"crash": "FAILED", "inner": "FAILED"}
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_step_past_its_limits_timeout_is_canceled_and_nothing_after_it_runs(tmp_path, capsys):
     started = time.monotonic()
@@ -240,6 +249,7 @@ def test_a_sweep_with_some_failed_trials_counts_them(tmp_path, capsys):
     assert "1 of 2 trials failed (first: trial 0" in err
 
 
+@pytest.mark.proof
 def test_what_azure_refuses_is_refused_by_validate_and_locally(tmp_path, capsys):
     spec = TP / "bayesian-with-policy.yml"
     problems = [str(f) for f in validate([spec]) if f.is_error]
@@ -279,6 +289,7 @@ def test_what_the_loader_accepts_the_schema_layer_never_refuses(tmp_path):
                 assert not [f for f in found if "schema:" in f.problem], path
 
 
+@pytest.mark.proof
 def test_a_spec_without_schema_line_is_typed_by_its_type():
     assert validate([TP / "no-schema-line.yml", TP / "distributed-tf.yml"]) == []
 
@@ -336,6 +347,7 @@ def _gone(pid: int, seconds: float) -> bool:
     return False
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_launcher_killed_without_warning_takes_its_job_with_it(tmp_path):
     """SIGKILL cannot be caught: the watchdog stops the job, records it Canceled, ends its MLflow
@@ -388,6 +400,7 @@ def test_a_rerun_ends_what_a_dead_runner_left_running_and_reopens_its_run(tmp_pa
     assert statuses == {parent: "FINISHED", inner: "KILLED"}
 
 
+@pytest.mark.proof
 def test_a_folder_a_live_runner_uses_is_refused(tmp_path, capsys):
     # a live process whose command line names the runner (bash -c would exec `sleep` away)
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "mlops.run"])
@@ -417,6 +430,7 @@ def test_a_run_folder_a_shell_would_split_runs_through_a_safe_link(tmp_path, cap
     assert "mlops-links-" in command and " " not in command.split("dump_env.py ")[1].strip()
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_a_job_cannot_write_into_its_mounted_inputs_as_on_azure(tmp_path):
     """ro_mount (the default) refuses every write with Azure's error, and an uncaught one fails

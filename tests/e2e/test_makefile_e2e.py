@@ -19,6 +19,7 @@ def make_n(*args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize(("target", "expected"), [
     ("train", "az ml job create --file jobs/train.yml --set experiment_name='fowl-classifier'"),
     ("train-distributed", "az ml job create --file jobs/train-distributed.yml"),
@@ -36,11 +37,13 @@ def test_az_targets_render_their_command_with_workspace_args(target, expected):
     assert expected in line and WS_ARGS in line
 
 
+@pytest.mark.proof
 def test_job_targets_wait_and_report_the_studio_url():
     out = make_n("train", *WS)
     assert "|| exit 3" in out and 'scripts/az_wait.sh "$name"' in out
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize(("target", "expected"), [
     ("stream", "az ml job stream --name 'job-1'"),
     ("download", "az ml job download --name 'job-1' --all --download-path 'downloads'/'job-1'"),
@@ -52,15 +55,18 @@ def test_job_name_targets(target, expected):
     assert expected in out
 
 
+@pytest.mark.proof
 def test_job_name_targets_say_what_is_missing():
     result = subprocess.run(["make", "-n", "stream"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode != 0 and "set AZ_JOB=<job name>" in result.stderr
 
 
+@pytest.mark.proof
 def test_low_priority_option():
     assert "tier=low_priority" in make_n("compute", "GPU_TIER=low_priority")
 
 
+@pytest.mark.proof
 def test_guard_fails_fast_without_az(tmp_path):
     env = {"PATH": "/usr/bin:/bin"}  # no az here, as on this machine and in CI
     result = subprocess.run(["bash", "scripts/az_guard.sh", "2.38.0"], cwd=ROOT, env=env,
@@ -69,6 +75,7 @@ def test_guard_fails_fast_without_az(tmp_path):
     assert result.stderr.count("\n") == 1 and "az extension add --name ml" in result.stderr
 
 
+@pytest.mark.proof
 def test_every_public_target_is_documented_and_help_is_default():
     help_text = make_n()  # default goal
     out = subprocess.run(["make"], cwd=ROOT, capture_output=True, text=True).stdout
@@ -79,6 +86,7 @@ def test_every_public_target_is_documented_and_help_is_default():
     assert not undocumented, f"targets without ## help: {undocumented}"
 
 
+@pytest.mark.proof
 def test_help_lists_the_local_loop_first_then_azure_then_development():
     out = subprocess.run(["make", "--no-print-directory"], cwd=ROOT, capture_output=True,
                          text=True).stdout  # no "Entering directory" lines under make test
@@ -100,6 +108,7 @@ def test_help_lists_the_local_loop_first_then_azure_then_development():
                                        sections["Development"], flags=re.MULTILINE))
 
 
+@pytest.mark.proof
 def test_register_gates_the_model_on_the_pipelines_bar_before_creating_it():
     """The train workflow registers through make register: only a model whose logged
     best_val_acc reaches jobs/pipeline.yml's min_val_acc, as the pipeline's register step."""
@@ -130,6 +139,7 @@ def argv_of(*args: str, tmp_path, last: bool = False) -> list[str]:
     return json.loads(lines[-1 if last else 0][5:])
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("target", ["train-local", "local", "pipeline-local"])
 def test_every_value_reaches_the_program_as_one_argument_whatever_it_holds(target, tmp_path):
     """Spaces, quotes, `;` and non-ASCII letters in DATA, RUN_DIR, JOB, SET and the numbers:
@@ -148,12 +158,14 @@ def test_every_value_reaches_the_program_as_one_argument_whatever_it_holds(targe
         assert "inputs.epochs=2; echo x" in argv
 
 
+@pytest.mark.proof
 def test_a_relative_data_path_is_the_checkouts_and_a_folder_is_a_uri_folder(tmp_path):
     argv = argv_of("train-local", "DATA=some data/folder", tmp_path=tmp_path)
     assert f"inputs.data.path={ROOT}/some data/folder" in argv
     assert "inputs.data.type=uri_folder" in argv
 
 
+@pytest.mark.proof
 def test_the_endpoint_and_batch_targets_quote_their_paths_too(tmp_path):
     endpoint = argv_of("serve-local", "DEPLOYMENT=endpoints/my blue.yml", tmp_path=tmp_path)
     assert endpoint[:4] == ["online-endpoint", "create", "-f", "endpoints/endpoint.yml"]
@@ -167,6 +179,7 @@ def test_the_endpoint_and_batch_targets_quote_their_paths_too(tmp_path):
     assert invoke[invoke.index("-r") + 1] == "my request.json"
 
 
+@pytest.mark.proof
 def test_the_workspace_targets_quote_their_values_too(tmp_path):
     create = argv_of("asset-create-local", f"SPEC={HOSTILE}", "KIND=data", "VERSION=2; x",
                      tmp_path=tmp_path)

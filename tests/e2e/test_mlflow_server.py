@@ -8,9 +8,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from mlops.runtime.mlflow_server import SERVER_MODULE, Forked, Server
 
 
+@pytest.mark.proof
 def test_the_uri_is_there_at_once_and_a_first_request_waits_for_the_server(tmp_path, capsys):
     server = Server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts")
     try:
@@ -27,6 +30,7 @@ def test_the_uri_is_there_at_once_and_a_first_request_waits_for_the_server(tmp_p
         server.close()
 
 
+@pytest.mark.proof
 def test_a_runner_with_the_server_code_loaded_forks_it(tmp_path, capsys):
     import mlflow.server.handlers  # noqa: F401 - what makes the runner fork
 
@@ -59,6 +63,7 @@ def test_a_forked_server_opens_its_own_connection_to_a_store_the_runner_has_open
         server.close()
 
 
+@pytest.mark.proof
 def test_a_run_that_never_asks_for_the_uri_starts_no_server(tmp_path):
     """Building the handle binds and starts nothing; a run that never asks starts nothing."""
     server = Server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts")

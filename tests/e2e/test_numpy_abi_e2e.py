@@ -17,10 +17,12 @@ def site(tmp_path, monkeypatch) -> Path:
     return abi_site(tmp_path, monkeypatch)
 
 
+@pytest.mark.proof
 def test_a_module_failing_with_numpys_binary_interface_error_is_named(site):
     assert abi.built_for_numpy_1(Path(sys.executable), site) == ["stale"]
 
 
+@pytest.mark.proof
 def test_other_import_failures_are_not_taken_for_numpy_1(site):
     (site / "stale/__init__.py").write_text("raise ImportError('libfoo.so.1: cannot open')")
     assert abi.built_for_numpy_1(Path(sys.executable), site) == []

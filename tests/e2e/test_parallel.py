@@ -20,6 +20,7 @@ def run(spec: str, folder: Path, *sets: str) -> int:
     return local.main(argv + [x for s in sets for x in ("--set", s)])
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_file_mini_batches_retry_count_failures_and_append_rows_in_order(tmp_path, capsys):
     assert run("files-pipeline.yml", tmp_path / "run") == 0

@@ -31,6 +31,7 @@ def result(folder: Path, step: str, output: str) -> str:
     return (folder / "steps" / step / "outputs" / output / "result.txt").read_text()
 
 
+@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_an_unchanged_pipeline_reuses_every_step_and_a_changed_input_reruns_only_its_step(
         tmp_path, capsys):
@@ -74,6 +75,7 @@ def run_and(folder: Path, *args: str) -> Path:
     return folder
 
 
+@pytest.mark.proof
 def test_identity_is_content_and_determinism_defaults_to_true(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     for folder in (a, b):
@@ -87,6 +89,7 @@ def test_identity_is_content_and_determinism_defaults_to_true(tmp_path):
     assert not deterministic({"is_deterministic": "false"})
 
 
+@pytest.mark.proof
 def test_the_code_identity_is_what_azure_uploads_and_follows_the_ignore_file(tmp_path):
     code, cache = tmp_path / "code", {}
     code.mkdir()

@@ -34,6 +34,9 @@ from image_classifier.export import ExportConfig, export_model_dir
 from mlops.specs import ROOT
 
 SAMPLE = ROOT / "endpoints" / "sample-request.json"
+# the tests that share the module's server run in one xdist worker (make test: --dist
+# loadgroup), which starts it once
+pytestmark = pytest.mark.xdist_group("score-server")
 
 
 def b64(data: bytes) -> str:
@@ -72,6 +75,7 @@ def encoded(image: Image.Image, fmt: str, **save) -> bytes:
     return buffer.getvalue()
 
 
+@pytest.mark.proof
 def test_run_returns_labels_and_probabilities_for_several_images(service, tiny_data):
     body = json.dumps({"images": [b64(p.read_bytes()) for p in images_of(tiny_data, 3)]})
     status, out = answer(service.run(request(body)))
@@ -83,6 +87,7 @@ def test_run_returns_labels_and_probabilities_for_several_images(service, tiny_d
         assert prediction["label"] == max(probabilities, key=probabilities.get)
 
 
+@pytest.mark.proof
 def test_the_notebook_tensor_a_raw_body_and_multipart_agree(service, tiny_data):
     path = images_of(tiny_data, 1)[0]
     reference = answer(service.run(request(json.dumps({"images": [b64(path.read_bytes())]}))))
@@ -98,12 +103,14 @@ def test_the_notebook_tensor_a_raw_body_and_multipart_agree(service, tiny_data):
     assert raw[1]["predictions"] == [expected] and multipart[1]["predictions"] == [expected] * 2
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("fmt", ["WEBP", "TIFF", "BMP", "PNG"])
 def test_every_format_training_reads_is_served(service, fmt):
     image = Image.new("RGB", (80, 60), (200, 50, 50))
     assert answer(service.run(request(encoded(image, fmt), "application/octet-stream")))[0] == 200
 
 
+@pytest.mark.proof
 def test_a_sixteen_bit_png_is_scored_as_training_sees_it(service):
     ramp = np.linspace(0, 65535, 96 * 96).reshape(96, 96).astype(np.uint16)
     png16 = encoded(Image.fromarray(ramp), "PNG")
@@ -114,6 +121,7 @@ def test_a_sixteen_bit_png_is_scored_as_training_sees_it(service):
         assert abs(p - eight["probabilities"][label]) < 1e-3
 
 
+@pytest.mark.proof
 def test_init_finds_the_model_in_the_registered_layout(model_dir, tmp_path, monkeypatch):
     nested = tmp_path / "azureml-models" / "fowl-classifier" / "3" / "model"
     shutil.copytree(model_dir, nested)
@@ -168,6 +176,7 @@ def test_the_int8_gate_removes_a_model_that_fails_it(model_dir, tiny_data, tmp_p
         score.init()
 
 
+@pytest.mark.proof
 def test_the_model_file_is_readable_by_the_server_user(model_dir):
     assert (model_dir / "model.pt").stat().st_mode & 0o044 == 0o044  # not mkstemp's 0600
 
@@ -235,6 +244,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("case", HOSTILE, ids=list(HOSTILE))
 def test_hostile_requests_get_a_4xx_with_a_message_in_process(service, case):
     body, content_type, status, message = HOSTILE[case]
@@ -314,12 +324,14 @@ def _peak_rss_mb(pid: int) -> float:
                ) / 1024
 
 
+@pytest.mark.proof
 def test_http_round_trip_with_the_sample_request(server):
     assert SAMPLE.stat().st_size < 64_000  # a small real JPEG, not a float tensor
     status, body = post(server, SAMPLE.read_text())
     assert status == 200 and body["predictions"][0]["label"] in ("chickens", "turkeys")
 
 
+@pytest.mark.proof
 def test_every_documented_client_over_http(server, tiny_data):
     path = images_of(tiny_data, 1)[0]
     assert post(server, path.read_bytes(), "image/jpeg")[0] == 200  # curl --data-binary @img.jpg
@@ -333,6 +345,7 @@ def test_every_documented_client_over_http(server, tiny_data):
     assert post(server, json.dumps({"data": tensor}))[0] == 200
 
 
+@pytest.mark.proof
 def test_hostile_requests_over_http_cost_little_and_leave_the_worker_healthy(server):
     worker = _worker(server.pid)
     assert post(server, SAMPLE.read_text())[0] == 200
@@ -349,6 +362,7 @@ def test_hostile_requests_over_http_cost_little_and_leave_the_worker_healthy(ser
     assert post(server, SAMPLE.read_text())[0] == 200
 
 
+@pytest.mark.proof
 def test_an_idle_connection_does_not_stall_other_clients(server):
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as idle:
@@ -379,6 +393,7 @@ def test_sixty_four_stalled_clients_stop_no_one_and_get_a_408(server):
             sock.close()
 
 
+@pytest.mark.proof
 def test_fifty_pipelined_requests_on_one_connection_are_all_answered(server):
     host, port = server.url.removeprefix("http://").split(":")
     body = SAMPLE.read_bytes()
@@ -399,6 +414,7 @@ def test_fifty_pipelined_requests_on_one_connection_are_all_answered(server):
     assert statuses == [b"200"] * 50
 
 
+@pytest.mark.proof
 def test_the_scoring_scripts_log_lines_reach_the_server_log(server):
     log_path = server.log
     assert post(server, SAMPLE.read_text())[0] == 200

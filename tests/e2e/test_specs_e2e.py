@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from mlops.checks.validation import KINDS
 from mlops.specs import ROOT
 
@@ -19,6 +21,7 @@ def test_committed_schemas_match_the_pinned_sdk(tmp_path):
         assert fresh == committed, f"mlops/schemas/{kind}.schema.json is stale: run make schemas"
 
 
+@pytest.mark.proof
 def test_conda_env_is_generated_from_pyproject():
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "sync_env.py"), "--check"],
                             capture_output=True, text=True)

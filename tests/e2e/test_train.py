@@ -33,6 +33,7 @@ def _steps(client, run, metric):
     return [m.step for m in client.get_metric_history(run.info.run_id, metric)]
 
 
+@pytest.mark.proof
 def test_end_to_end_tracks_checkpoints_and_writes_the_model(tiny_data, tmp_path, mlflow_store):
     out = tmp_path / "out"
     assert main(train_args(tiny_data, out, epochs=3)) == 0
@@ -69,6 +70,7 @@ def test_rerun_with_same_output_dir_resumes_the_same_run(tiny_data, tmp_path, ml
     assert checkpoint.load(out / "checkpoints" / "last.pt")["epoch"] == 3
 
 
+@pytest.mark.proof
 def test_resume_refuses_a_checkpoint_of_another_model(tiny_data, tmp_path, mlflow_store, capsys):
     out = tmp_path / "out"
     assert main(train_args(tiny_data, out, epochs=1)) == 0
@@ -76,6 +78,7 @@ def test_resume_refuses_a_checkpoint_of_another_model(tiny_data, tmp_path, mlflo
     assert "checkpoint differs from this run in arch" in capsys.readouterr().out
 
 
+@pytest.mark.proof
 def test_bad_data_exits_2_with_the_path(tmp_path, mlflow_store, capsys):
     assert main(train_args(tmp_path / "missing", tmp_path / "out")) == 2
     assert f"{tmp_path / 'missing'}: no such file" in capsys.readouterr().out

@@ -30,6 +30,7 @@ def job(path: Path, command: str, inputs: dict, outputs: dict | None = None,
     return path
 
 
+@pytest.mark.proof
 def test_assets_and_outputs_flow_between_jobs_by_name(tmp_path, mlflow_store, capsys):
     (tmp_path / "files").mkdir()
     (tmp_path / "files" / "a.txt").write_text("from the data asset\n")

@@ -11,10 +11,10 @@ from mlops.specs import ROOT
 WORKFLOWS = ROOT / ".github" / "workflows"
 
 
-def test_ci_runs_setup_lint_validate_test_with_least_privilege():
+def test_ci_runs_setup_lint_validate_and_every_tier_ci_runs_with_least_privilege():
     ci = yaml.safe_load((WORKFLOWS / "ci.yml").read_text())
     runs = [s.get("run") for s in ci["jobs"]["test"]["steps"] if s.get("run")]
-    assert runs == ["make setup", "make lint", "make validate", "make test"]
+    assert runs == ["make setup", "make lint", "make validate", "make test", "make test-e2e"]
     assert ci["permissions"] == {"contents": "read"}
     assert ci["concurrency"]["cancel-in-progress"] is True
 
