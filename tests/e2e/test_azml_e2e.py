@@ -41,6 +41,7 @@ def status(repo: Path, name: str) -> str:
     return azml(repo, "job", "show", "-n", name, "--query", "status", "-o", "tsv").stdout.strip()
 
 
+@pytest.mark.proof
 def test_a_job_is_created_in_the_background_followed_downloaded_and_stays_in_its_repo(
         repo, sources_unchanged):
     created = json.loads(azml(repo, "job", "create", "-f", "cli/jobs/hello-command.yml",

@@ -76,6 +76,7 @@ def test_stop_finds_every_server_when_endpoint_json_is_gone_or_damaged(tmp_path,
     assert serve.main(["stop"]) == 0 and "no local endpoint running" in capsys.readouterr().out
 
 
+@pytest.mark.proof
 def test_a_server_a_killed_start_left_is_stopped_by_the_next_start(tmp_path, monkeypatch, capsys):
     gate = tmp_path / "open"
     env = {**os.environ, "MLOPS_STATE_DIR": str(tmp_path), "PYTHONPATH": str(FIXTURE / "gate"),

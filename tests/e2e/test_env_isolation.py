@@ -16,6 +16,7 @@ def six_of(layer):
     return next(layer.glob("lib/python*/site-packages/six.py"))
 
 
+@pytest.mark.proof
 def test_one_environment_changed_changes_no_other_and_is_repaired(tmp_path, monkeypatch,
                                                                  capsys):
     monkeypatch.setenv("LOCAL_ENVS_DIR", str(tmp_path / "envs"))

@@ -131,6 +131,7 @@ def front(tmp_path):
     started.proc.wait(20)
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize(("stream", "status"), [
     ([b"Content-Length: 5", b"Transfer-Encoding: chunked"], b"400"),  # smuggling
     ([b"Transfer-Encoding: chunked, identity"], b"501"),
@@ -144,6 +145,7 @@ def test_a_refused_stream_gets_its_answer_and_the_connection_closes(front, strea
     assert closed and answer.count(b"HTTP/1.1") == 1 and not Stub.seen
 
 
+@pytest.mark.proof
 def test_lf_only_lines_and_a_minus_one_chunk_get_prompt_answers(front):
     started = time.monotonic()
     answer, _ = front.ask(front.post(b"Content-Length: 2").replace(b"\r\n", b"\n"))
@@ -154,6 +156,7 @@ def test_lf_only_lines_and_a_minus_one_chunk_get_prompt_answers(front):
     assert time.monotonic() - started < 5  # no wait for a deadline
 
 
+@pytest.mark.proof
 def test_an_endless_chunked_body_is_refused_at_the_cap_and_not_read_on(front):
     chunk = b"%x\r\n%s\r\n" % (1 << 16, b"x" * (1 << 16))
     with socket.create_connection(("127.0.0.1", front.port), timeout=30) as sock:
@@ -179,6 +182,7 @@ def test_an_endless_chunked_body_is_refused_at_the_cap_and_not_read_on(front):
     assert not Stub.seen
 
 
+@pytest.mark.proof
 def test_a_damaged_endpoint_json_keeps_the_last_good_state(front):
     data = json.loads((front.folder / "endpoint.json").read_text())
     data["deployments"]["blue"]["port"] = "not a port"
@@ -220,6 +224,7 @@ def test_idle_connections_past_the_file_limit_do_not_end_the_front(tmp_path, cap
     assert front.proc.returncode == 0, front.log()
 
 
+@pytest.mark.proof
 def test_keep_alive_requests_share_one_upstream_connection(front):
     with closing(socket.create_connection(("127.0.0.1", front.port), timeout=10)) as sock:
         for _ in range(20):

@@ -32,6 +32,7 @@ def for_any_environment() -> list[Path]:
     return sorted(path for path, oldest in injected().items() if oldest == OLDEST)
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("minor", ["3.7", "3.8", "3.12"])
 def test_injected_modules_import_and_run_on_old_and_new_pythons(minor, tmp_path):
     python = find(minor)

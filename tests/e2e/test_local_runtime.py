@@ -449,6 +449,7 @@ def test_a_job_cannot_write_into_its_mounted_inputs_as_on_azure(tmp_path):
 OUTPUTS = ROOT / "tests" / "fixtures" / "outputs"
 
 
+@pytest.mark.proof
 def test_an_output_emptied_or_removed_by_the_step_stays_as_azures_mount_point(tmp_path):
     """rw_mount: Python's rmtree empties the mount and ends with EBUSY; after the shell's
     `rm -rf`, the next command writes into it; what is written after is the output."""

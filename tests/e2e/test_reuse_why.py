@@ -57,6 +57,7 @@ def pipeline(tmp_path, capsys, monkeypatch) -> Pipeline:
     return Pipeline(tmp_path, capsys)
 
 
+@pytest.mark.proof
 def test_a_changed_code_file_reruns_its_step_and_what_reads_it_and_says_so(pipeline):
     assert pipeline.run("first") == (0, ["a", "b", "c"], dict.fromkeys("abc",
                                                                        "ran: no earlier run"))
