@@ -154,6 +154,13 @@ def test_the_proof_marker_is_read_where_it_is_declared():
     assert found["test_c"].marks == {"network", "heavy"}
 
 
+def test_every_test_module_has_a_name_of_its_own():
+    """pytest imports a module of tests/unit and one of tests/e2e by its file name alone (the
+    folders are not packages): two of one name fail the whole collection."""
+    names = [p.name for p in TESTS.rglob("*.py") if "fixtures" not in p.parts]
+    assert sorted({n for n in names if names.count(n) > 1} - {"conftest.py"}) == []
+
+
 # ---- no skip reads a cache ----
 
 CACHE_WORDS = re.compile(r"cache|layer|envs_dir|local_envs|built", re.IGNORECASE)
