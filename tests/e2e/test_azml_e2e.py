@@ -47,7 +47,8 @@ def test_a_job_is_created_in_the_background_followed_downloaded_and_stays_in_its
     created = json.loads(azml(repo, "job", "create", "-f", "cli/jobs/hello-command.yml",
                               "--name", "hello-1", "--set", "inputs.steps=3").stdout)
     assert (created["name"], created["status"]) == ("hello-1", "Starting")
-    until(lambda: status(repo, "hello-1") == "Completed", 240, "the job to complete")
+    # each look is an azml process (about a second of CPU): one a second, not back to back
+    until(lambda: status(repo, "hello-1") == "Completed", 240, "the job to complete", step=1)
     streamed = azml(repo, "job", "stream", "-n", "hello-1").stdout
     assert streamed.startswith("RunId: hello-1\n") and "Execution Summary" in streamed
     azml(repo, "job", "download", "-n", "hello-1", "--all", "-p", "got")

@@ -88,7 +88,6 @@ def retried_train(tmp_path_factory, tiny_data, empty_mlflow_store) -> Retried:
                    int((folder / "stopped").read_text()))
 
 
-@pytest.mark.proof
 @pytest.mark.slow
 def test_train_spec_runs_locally(retried_train):
     folder = retried_train.folder
@@ -102,7 +101,6 @@ def test_train_spec_runs_locally(retried_train):
     assert "best_val_acc" in mlflow_run.data.metrics
 
 
-@pytest.mark.proof
 @pytest.mark.slow
 def test_a_stopped_job_rerun_into_its_folder_continues_its_mlflow_run(retried_train):
     """As Azure retries a preempted job under its own run: one run, every epoch once."""
@@ -236,7 +234,6 @@ def test_grid_enumerates_and_bandit_stops_weak_trials_while_they_run(tmp_path, m
             assert trial["status"] == "Completed" and trial["intervals"] == 10
 
 
-@pytest.mark.proof
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
 def test_command_job_gets_environment_variables_and_outputs(tmp_path, mlflow_store):
     assert run(HELLO / "hello-command.yml", tmp_path / "run") == 0
