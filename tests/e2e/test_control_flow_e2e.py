@@ -36,6 +36,7 @@ def status(folder: Path, *steps: str) -> dict[str, object]:
     return json.loads((folder.joinpath("steps", *steps) / "status.json").read_text())
 
 
+@pytest.mark.proof  # the three kinds share one planner: if_else proves it in make test
 def test_if_else_takes_each_branch_and_skips_the_other(tmp_path):
     from mlflow.tracking import MlflowClient
 
