@@ -60,7 +60,8 @@ def cache_dir() -> Path:
 
 def make_venv(folder: Path, lower: list[Path], python: Python = HERE) -> Path:
     """A bare venv of `python` (no copy of pip: the shims run the lower layers' pip into this
-    one)."""
+    one, unless the layer installed a pip of its own, whose scripts stay as its wheel wrote
+    them)."""
     site = python.site(folder)
     (folder / "bin").mkdir(parents=True, exist_ok=True)
     site.mkdir(parents=True, exist_ok=True)
@@ -73,6 +74,8 @@ def make_venv(folder: Path, lower: list[Path], python: Python = HERE) -> Path:
             link.symlink_to(real)
     for name in ("pip", "pip3"):
         shim = folder / "bin" / name
+        if shim.exists():  # the layer's own pip (its wheel's script, by its RECORD's digest)
+            continue
         shim.write_text(f'#!/bin/sh\nexec "{folder}/bin/python" -m pip "$@"\n')
         shim.chmod(0o755)
     adds = "; ".join(f"site.addsitedir({str(p)!r})" for p in lower)

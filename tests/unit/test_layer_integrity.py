@@ -178,3 +178,15 @@ def test_a_file_two_wheels_ship_and_installer_bytecode_are_not_damage(tmp_path):
     assert layers.unverified(tmp_path) == []
     (site / "azureml/__init__.py").write_bytes(b"neither\n")
     assert layers.unverified(tmp_path) == ["lib/python3.10/site-packages/azureml/__init__.py"]
+
+
+def test_a_layer_with_its_own_pip_keeps_its_scripts_as_the_wheel_wrote_them(tmp_path):
+    """A set that pins pip (an image's pip) installs bin/pip; the venv made around the layer
+    writes its shim only where none is, so the digest check finds pip's own script."""
+    from mlops.environments.layers import make_venv
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/pip").write_text("#!/python\nfrom pip._internal.cli.main import main\n")
+    make_venv(tmp_path, [])
+    assert "pip._internal" in (tmp_path / "bin/pip").read_text()
+    assert '-m pip "$@"' in (tmp_path / "bin/pip3").read_text()
