@@ -10,7 +10,8 @@ Every form a spec can use resolves to a plan (a pip requirement list and a Pytho
 - `build: path:` (a Docker context): the requirements its Dockerfile installs with plain
   `pip install` (packages or `-r file`) or `conda env create -f file`.
 A workspace name the local workspace does not hold and the mapping file does not know is the
-definition nearest the spec in its own repository, as a name resolves in the workspace it was
+definition nearest the spec in its own repository that az ml could have registered (the conda
+file and build context it names exist), as a name resolves in the workspace it was
 registered in (MLOps templates keep the environment spec they register beside their jobs): the
 spec's folder, then each folder above it up to the repository root (the enclosing git root, else
 the spec's folder), each with its subfolders; the first of those that holds one wins, so a
@@ -208,9 +209,19 @@ def _definitions(name: str, folder: Path, skip: Path | None) -> list[tuple[Path,
             data = read_yaml(text)
         except (OSError, yaml.YAMLError):
             continue
-        if _is_environment(data) and str(data.get("name")) == name:
+        if _is_environment(data) and str(data.get("name")) == name and \
+                _registrable(data, path.parent):
             found.append((path, data))
     return found
+
+
+def _registrable(data: dict, folder: Path) -> bool:
+    """Whether `az ml environment create` could have registered this definition: the conda
+    file and build context it names exist (a spec kept to show a refusal never was)."""
+    build = data.get("build")
+    named = [data.get("conda_file"), build.get("path") if isinstance(build, dict) else None]
+    return all((folder / str(p)).exists() for p in named if isinstance(p, str) and
+               "://" not in p and p)
 
 
 def job_repo_environment(name: str, version: str | None, base: Path) -> Found | None:

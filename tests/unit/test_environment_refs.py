@@ -157,3 +157,17 @@ def test_a_curated_version_is_that_versions_image_and_one_the_records_lack_is_na
     image = plan_for({"image": "mcr.microsoft.com/azureml/curated/sklearn-1.0:10"}, tmp_path,
                      env_map)  # a curated image's tag is its version
     assert "mlflow==2.9.2" in image.requirements and image.notice is None
+
+
+def test_a_definition_az_ml_could_not_register_is_passed_over(tmp_path):
+    """A spec kept to show a refusal (its conda file missing) was never registered: the one
+    further up that could be stands in for the name."""
+    from mlops.environments.envspec import job_repo_environment
+
+    (tmp_path / ".git").mkdir()
+    _env(tmp_path / "environments/env.yml", "train-env", "conda.yml")
+    bad = tmp_path / "tests/invalid/env.yml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("name: train-env\nimage: python:3.11\nconda_file: gone.yml\n")
+    assert job_repo_environment("train-env", None, tmp_path / "tests/fixtures").file == \
+        tmp_path / "environments/env.yml"
