@@ -107,8 +107,12 @@ def locked(folder: Path) -> Iterator[None]:
 
 def job_name(job: Job, folder: Path) -> str:
     """The job's name: its spec's `name:` (az ml job create --name sets it), else its run
-    folder's (Azure would generate one)."""
-    return str(job.data.get("name") or folder.name)
+    folder's, as a name Azure takes (Azure would generate one: a folder named `x;y` is job
+    `x_y`)."""
+    if job.data.get("name"):
+        return str(job.data["name"])
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", folder.name).lstrip("_-")[:256]
+    return safe or "job"
 
 
 def now() -> str:

@@ -200,3 +200,14 @@ def test_the_shell_meets_a_removed_mount_before_its_next_command():
     assert wrapped.startswith("_mlops_mounts=('/r/out a' /r/b); trap ")
     assert wrapped.endswith(" DEBUG\nrm -rf /r/b; touch /r/b/x")
     assert launch.keeping_mounts("python x.py", {}) == "python x.py"
+
+
+@pytest.mark.parametrize(("folder", "name"), [("x;y", "x_y"), ("my runs ü", "my_runs__"),
+                                              ("run-3", "run-3"), (";;", "job")])
+def test_a_run_folders_name_is_a_job_name_azure_takes(tmp_path, folder, name):
+    """A spec without `name:` is named by its run folder, made a name Azure takes (Azure would
+    generate one); the folder is never refused for its name."""
+    from types import SimpleNamespace
+
+    assert job.job_name(SimpleNamespace(data={}), tmp_path / folder) == name
+    assert job.job_name(SimpleNamespace(data={"name": "given"}), tmp_path / folder) == "given"
