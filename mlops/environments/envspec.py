@@ -215,7 +215,7 @@ def _definitions(name: str, folder: Path, skip: Path | None) -> list[tuple[Path,
     return found
 
 
-def _registrable(data: dict, folder: Path) -> bool:
+def _registrable(data: SpecData, folder: Path) -> bool:
     """Whether `az ml environment create` could have registered this definition: the conda
     file and build context it names exist (a spec kept to show a refusal never was)."""
     build = data.get("build")
