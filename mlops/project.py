@@ -14,8 +14,10 @@ environment, else $XDG_CACHE_HOME/mlops-local, else ~/.cache/mlops-local.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
-import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -61,6 +63,8 @@ def settings_file(folder: Path) -> tuple[Path, dict[str, object]] | None:
 
 
 def _toml(path: Path) -> dict[str, object]:
+    import tomllib  # where there is a settings file to read
+
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
@@ -137,6 +141,57 @@ def cache_root() -> Path:
         return state_dir() / "cache"
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "mlops-local"
+
+
+@cache
+def installed(package: str) -> str:
+    """Which installation of `package` this process would import (its __init__'s path, size
+    and time: an upgrade replaces it), without importing it or reading its metadata; "" when
+    it is not installed."""
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec(package)
+        found = os.stat(spec.origin) if spec and spec.origin else None
+    except (ImportError, ValueError, OSError):
+        return ""
+    return f"{spec.origin}:{found.st_size}:{found.st_mtime_ns}" if found else ""
+
+
+def _entry(kind: str, key: object) -> tuple[Path, str]:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+    return cache_root() / kind / f"{digest[:32]}.json", digest
+
+
+def remembered(kind: str, key: object) -> object | None:
+    """What remember(kind, key, ...) kept (a verdict that holds while its key does: a spec's
+    bytes and what they refer to, a folder's listing), else None: never kept, kept for another
+    key, or damaged (its checksum differs; it is then worked out and kept again)."""
+    path, digest = _entry(kind, key)
+    try:
+        entry = json.loads(path.read_bytes())
+        value = json.dumps(entry["value"], sort_keys=True)
+        if entry["key"] == digest and entry["sum"] == hashlib.sha256(value.encode()).hexdigest():
+            return entry["value"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def remember(kind: str, key: object, value: object) -> None:
+    """Keep `value` (JSON) for `key` in the tool's cache, written beside its place and renamed
+    into it (two runs writing at once leave one whole entry); a cache that cannot be written
+    keeps nothing."""
+    path, digest = _entry(kind, key)
+    text = json.dumps(value, sort_keys=True)
+    entry = {"key": digest, "sum": hashlib.sha256(text.encode()).hexdigest(), "value": value}
+    staged = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staged.write_text(json.dumps(entry, sort_keys=True))
+        os.replace(staged, path)
+    with contextlib.suppress(OSError):
+        staged.unlink(missing_ok=True)
 
 
 SQLITE = "sqlite:///"
