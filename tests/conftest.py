@@ -47,6 +47,9 @@ def no_repository_store(tmp_path_factory) -> Iterator[None]:
         patch.setenv("MLOPS_CACHE_DIR", str(cache_root()))
         patch.setenv("UV_CACHE_DIR", os.environ.get("UV_CACHE_DIR") or str(caches / "uv"))
         patch.setenv("PIP_CACHE_DIR", os.environ.get("PIP_CACHE_DIR") or str(caches / "pip"))
+        # every test's store gets a warm tracking server of its own (mlops/runtime/
+        # mlflow_server.py): it stops a few seconds after its test's last run, not 15 minutes
+        patch.setenv("AZML_TRACKING_IDLE_S", "3")
         yield
 
 

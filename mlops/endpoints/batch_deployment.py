@@ -151,8 +151,8 @@ def summarize(rt: engine.Runtime, driven: minibatch.Driven, *, settings: SpecDat
         rows = str(settings.get("output_file_name") or "predictions.csv")
         output = minibatch.write_rows(rt.root / "work", rt.root / "outputs" / rows)
     rate = tally.items / max(driven.seconds, 1e-6)
-    rt.tracking.client.log_metric(result.run_id, "images_per_s", rate)
-    rt.tracking.client.log_metric(result.run_id, "failed_files", tally.failed)
+    rt.tracking.log_metric(result.run_id, "images_per_s", rate)
+    rt.tracking.log_metric(result.run_id, "failed_files", tally.failed)
     not_files = f", {work.skipped} not files (not scored)" if work.skipped else ""
     print(f"\n{name}: {result.status}: {tally.scored} of {tally.items} {work.unit} scored, "
           f"{tally.failed} failed{not_files}, {driven.seconds:.1f} s ({rate:.1f} "

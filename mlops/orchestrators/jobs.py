@@ -178,7 +178,7 @@ def run_local(request: JobRequest) -> int:
     while an environment builds). Raises LocalRunError for input errors."""
     handlers = launch.install_signal_handlers()
     bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the lint imports entry
-    server = Server(tracking_uri())  # points: no .pyc into the sources; MLflow starts on demand
+    server = Server(tracking_uri())  # points: no .pyc into the sources; nothing starts yet
     try:
         job = prepare_job(request.spec, request.sets, request.removes,
                           AssetMap(request.asset_file))
@@ -196,6 +196,7 @@ def run_local(request: JobRequest) -> int:
                                     Tracking(server), Environments(request.env_file),
                                     force_rerun=request.force_rerun, debug=request.debug,
                                     explain=request.explain, selection=request.selection)
+                rt.tracking.connect()  # the warm server (started now if none is) or the store
                 return run_job(job, rt)
             except BaseException:
                 if created and not (rt and rt.started):  # nothing ran: leave nothing behind

@@ -9,89 +9,85 @@ job's log as the run's artifacts, the folders Azure uploads.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import logging
-import os
 import sys
 import time
 from pathlib import Path
 
 from mlops.project import SQLITE, sqlite_file, tracking_uri  # noqa: F401 - the store's names
+from mlops.runtime.mlflow_rest import RestError, RestStore
+from mlops.runtime.mlflow_store import ClientStore, artifact_root, creating  # noqa: F401
 from mlops.runtime.records import RunStatus, Status
 
 # Runs closed this close to the job's end were closed by its exit hook. A process still tears
 # down for seconds after MLflow's hook on a loaded machine (torch's finalizers, other atexit
 # hooks), so 2 s misjudged a crash's nested run as finished on purpose.
 EXIT_WINDOW_MS = 10_000
-log = logging.getLogger(__name__)
-
-
-def artifact_root(uri: str) -> Path:
-    """Where the artifacts of the experiments a local run creates go: beside a sqlite store's
-    file (<folder>/mlruns/<experiment id>), whichever folder the runner starts in (MLflow's
-    default, ./mlruns, would scatter one store's artifacts over every working directory)."""
-    path = sqlite_file(uri)
-    return path.parent / "mlruns" if path else Path("mlruns").resolve()
-
-
-@contextlib.contextmanager
-def creating(path: Path):
-    """Held while a process creates the store `path` or finds it made: an exclusive lock on its
-    folder. Two runs started together on a new store would otherwise both create MLflow's
-    tables and run its migrations, and all but one fail ("table experiments already exists",
-    "expected to match one row"), leaving a half-migrated file that fails every later run."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(folder, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(folder)  # releases the lock
+PARENT = "mlflow.parentRunId"
 
 
 class Tracking:
-    """The runner's own client (on the store directly) and the URI jobs are given (the local
-    tracking server's, when it runs: mlops/runtime/mlflow_server.py)."""
+    """The runner's MLflow: the runs it opens, ends, tags and reads, and the URI jobs are given.
+    Building one opens nothing: `connect()` (a run's set-up calls it; any first call does)
+    reaches the store's warm tracking server (mlflow_server.py: the runner then speaks its REST
+    API and never imports MLflow), or the store itself where no server serves it or the server
+    died (mlflow_store.py)."""
 
     def __init__(self, server=None, uri: str | None = None) -> None:
-        from mlflow.tracking import MlflowClient
-
         self.uri = uri or tracking_uri()
-        if path := sqlite_file(self.uri):
-            with creating(path):
-                if not path.exists():
-                    self._store()  # a new store: its Default experiment's artifacts beside it
-        self.client = MlflowClient(self.uri)
         self.server = server
-        if server is not None:
-            server.store_ready()
+        self.backend: RestStore | ClientStore | None = None
+        self.job_uri = self.uri
+        self._experiments: dict[str, str] = {}
+
+    def connect(self) -> RestStore | ClientStore:
+        """The store's server, found warm or started (held until the server handle closes),
+        else the store itself."""
+        if self.backend is None:
+            served = None
+            if self.server is not None:
+                try:
+                    served = self.server.connect()
+                except OSError as err:
+                    print(f"warning: the local MLflow server could not start ({err}); jobs log "
+                          "to the store directly", file=sys.stderr)
+            self.backend = RestStore(served) if served else ClientStore(self.uri)
+            self.job_uri = served or self.uri
+        return self.backend
+
+    def _do(self, call: str, *args):
+        backend = self.connect()
+        try:
+            return getattr(backend, call)(*args)
+        except RestError as err:
+            if err.code != "UNREACHABLE":
+                raise
+            tail = self.server.log_tail() if self.server is not None else ""
+            print(f"warning: the local MLflow server is not running ({err}); the runner uses "
+                  f"the store directly" + (f":\n  {tail}" if tail else ""), file=sys.stderr)
+            self.backend, self.job_uri = ClientStore(self.uri), self.uri
+            return getattr(self.backend, call)(*args)
 
     def serve(self) -> str:
-        """The URI jobs track to: the local tracking server's, started here when a job first
-        needs it (the launch stage asks, engine.start), else the store's."""
-        return (self.server.uri() if self.server else None) or self.uri
+        """The URI jobs track to: the local tracking server's, else the store's."""
+        self.connect()
+        return self.job_uri
 
     def experiment_id(self, name: str) -> str:
-        found = self.client.get_experiment_by_name(name)
+        if name not in self._experiments:
+            self._experiments[name] = self._experiment_id(name)
+        return self._experiments[name]
+
+    def _experiment_id(self, name: str) -> str:
+        found = self._do("experiment_by_name", name)
         if found:
-            return found.experiment_id
+            return found
         try:
-            if not sqlite_file(self.uri):
-                return self.client.create_experiment(name)
-            return self._store().create_experiment(name)
+            return self._do("create_experiment", name)
         except Exception:
             # another run, started at the same moment, created it first
-            if found := self.client.get_experiment_by_name(name):
-                return found.experiment_id
+            if found := self._do("experiment_by_name", name):
+                return found
             raise
-
-    def _store(self):
-        """The store as the tracking server opens it, with its default artifact root: new
-        experiments get <artifact root>/<id>."""
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-        return SqlAlchemyStore(self.uri, str(artifact_root(self.uri)))
 
     def open(self, experiment: str, name: str, tags: dict[str, str], *,
              parent: str | None = None, reopen: str | None = None,
@@ -109,14 +105,14 @@ class Tracking:
                 reopen: str | None) -> str:
         if reopen:
             try:
-                self.client.get_run(reopen)
-                self.client.update_run(reopen, status=RunStatus.RUNNING)
+                self._do("get_run", reopen)
+                self._do("update_run", reopen, RunStatus.RUNNING.value, None)
                 return reopen
             except Exception:  # noqa: BLE001 - gone (another store, deleted): start afresh
                 pass
-        tags = {**tags, **({"mlflow.parentRunId": parent} if parent else {})}
-        run = self.client.create_run(self.experiment_id(experiment), run_name=name, tags=tags)
-        return run.info.run_id
+        tags = {**tags, **({PARENT: parent} if parent else {})}
+        return self._do("create_run", self.experiment_id(experiment), name, tags,
+                        now_ms()).run_id
 
     def finish(self, run_id: str, status: RunStatus, *, since_ms: int | None = None,
                exit_ms: int | None = None, only_running: bool = False) -> None:
@@ -127,36 +123,36 @@ class Tracking:
         if since_ms is not None:
             for child in self._descendants(run_id, since_ms):
                 closed_by_exit = (status != RunStatus.FINISHED and exit_ms is not None and
-                                  child.info.status == RunStatus.FINISHED and
-                                  (child.info.end_time or 0) >= exit_ms - EXIT_WINDOW_MS)
-                if child.info.status == RunStatus.RUNNING or closed_by_exit:
-                    self.client.set_terminated(child.info.run_id, status)
+                                  child.status == RunStatus.FINISHED and
+                                  (child.end_time or 0) >= exit_ms - EXIT_WINDOW_MS)
+                if child.status == RunStatus.RUNNING or closed_by_exit:
+                    self._do("update_run", child.run_id, status.value, now_ms())
         if only_running:
             try:
-                if self.client.get_run(run_id).info.status != RunStatus.RUNNING:
+                if self._do("get_run", run_id).status != RunStatus.RUNNING:
                     return
             except Exception:  # noqa: BLE001 - gone (another store, deleted): nothing to end
                 return
-        self.client.set_terminated(run_id, status)
+        self._do("update_run", run_id, status.value, now_ms())
 
     def _descendants(self, root: str, since_ms: int) -> list:
-        experiments = [e.experiment_id for e in self.client.search_experiments()]
-        recent = self.client.search_runs(experiments, f"attributes.start_time >= {since_ms}",
-                                         max_results=1000)
-        parents = {r.info.run_id: r.data.tags.get("mlflow.parentRunId") for r in recent}
+        experiments = self._do("experiment_ids")
+        recent = self._do("search_runs", experiments, f"attributes.start_time >= {since_ms}",
+                          1000)
+        parents = {r.run_id: r.tags.get(PARENT) for r in recent}
         found = []
         for run in recent:
-            node, seen = parents.get(run.info.run_id), set()
+            node, seen = parents.get(run.run_id), set()
             while node and node != root and node not in seen:
                 seen.add(node)
                 node = parents.get(node) or self._parent(node)
-            if node == root and run.info.run_id != root:
+            if node == root and run.run_id != root:
                 found.append(run)
         return found
 
     def _parent(self, run_id: str) -> str | None:
         try:
-            return self.client.get_run(run_id).data.tags.get("mlflow.parentRunId")
+            return self._do("get_run", run_id).tags.get(PARENT)
         except Exception:  # noqa: BLE001 - a deleted run ends the chain
             return None
 
@@ -166,22 +162,25 @@ class Tracking:
             for name in ("outputs", "logs"):
                 folder = wd / name
                 if folder.is_dir() and any(folder.iterdir()):
-                    self.client.log_artifacts(run_id, str(folder), name)
+                    self._do("log_artifacts", run_id, folder, name)
             if log_file.is_file():
-                self.client.log_artifact(run_id, str(log_file), "user_logs")
+                self._do("log_artifacts", run_id, log_file, "user_logs")
         except Exception as err:  # noqa: BLE001 - artifacts never decide a job's outcome
             print(f"warning: could not upload artifacts of MLflow run {run_id}: {err}",
                   file=sys.stderr)
 
     def set_tag(self, run_id: str, key: str, value: str) -> None:
-        self.client.set_tag(run_id, key, value)
+        self._do("set_tag", run_id, key, value)
+
+    def log_metric(self, run_id: str, key: str, value: float) -> None:
+        self._do("log_metric", run_id, key, value, now_ms())
 
     def history(self, run_id: str, metric: str) -> list[float]:
-        points = self.client.get_metric_history(run_id, metric)
-        return [p.value for p in sorted(points, key=lambda p: (p.step, p.timestamp))]
+        points = self._do("metric_history", run_id, metric)
+        return [value for _, _, value in sorted(points, key=lambda p: (p[0], p[1]))]
 
     def metric_names(self, run_id: str) -> list[str]:
-        return sorted(self.client.get_run(run_id).data.metrics)
+        return sorted(self._do("get_run", run_id).metrics)
 
 
 def now_ms() -> int:

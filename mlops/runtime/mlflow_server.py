@@ -1,246 +1,233 @@
-"""A local MLflow tracking server for the jobs of one local run, as Azure gives each job a tracking
-URI over HTTP.
+"""The local MLflow tracking server of a store, kept warm for a working session: the first local
+run starts it, later runs find it, and it stops itself once no run has used it for a while.
 
-Jobs then log through MLflow's REST API, whatever MLflow version their environment has (a job
-that runs `pip install 'mlflow<2.19'` still logs to the same store, as on Azure), and concurrent
-trials never contend for the database file. The server writes the runner's store (sqlite);
-artifacts go straight to its local artifact folder. It serves on 127.0.0.1 only, from a child
-process started when the first job needs its URI (its imports overlap the job's own), and exits
-when the runner does (its stdin closes).
+Azure gives each job a tracking URI over HTTP; so does the local runtime. Jobs log through
+MLflow's REST API whatever MLflow version their environment has (a job that runs
+`pip install 'mlflow<2.19'` still logs to the same store, as on Azure), concurrent trials never
+contend for the database file, and the runner itself speaks the same API (mlflow_rest.py), so a
+run never imports MLflow (seconds of CPU, on every run, before this server was kept).
 
-    python -m mlops.runtime.mlflow_server <backend store uri> <artifact root> <listening fd> <log>
-        (prints READY <port> once it accepts)
+One server per sqlite store, in the folder `<store file>.server/` beside it:
+    record.json  its port, pid, store, Python and MLflow version (written atomically by the run
+                 that started it; a damaged or foreign one is never trusted)
+    alive        locked (flock, exclusive) by the server for its whole life: a server killed
+                 with -9 leaves it unlocked, so a stale record is told apart from a live one
+                 without trusting a pid; it holds the server's pid
+    lease        each run that uses the server holds a shared lock on it while it runs; the
+                 server counts the idle time only while nobody does, and stops itself after
+                 AZML_TRACKING_IDLE_S seconds of it (default 900), holding the lock
+                 exclusively while it leaves, so a run never finds a server that is stopping
+    start.lock   held while a run finds or starts the server: two runs at once start one
+    log.txt      the server's output (MLflow's warnings, a failed start)
+The server serves on 127.0.0.1 only, from a socket the starting run binds and hands over: the
+URI is known at once, and the first requests wait in the socket's backlog while it imports.
+
+    python mlops/runtime/mlflow_serve.py <store> <artifacts> <listening fd> <alive fd> <folder>
 """
 
 from __future__ import annotations
 
-import gc
-import logging
+import contextlib
+import errno
+import fcntl
 import os
-import select
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
+from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
-from mlops.runtime.mlflow_runs import artifact_root
+from mlops.project import installed, sqlite_file
+from mlops.runtime import mlflow_serve
+from mlops.runtime.mlflow_serve import Record
+from mlops.runtime.mlflow_store import artifact_root
 
 SERVER_MODULE = "mlflow.server.handlers"
-# MLflow 1.x clients (the newest for Python 3.7 is 1.30) call the model registry under
-# /api/2.0/preview/mlflow/ (registered-models/create, model-versions/create, ...); MLflow's server
-# answers those only under /api/2.0/mlflow/ since 2.0, with the same messages. Azure's store
-# answers both, so the job's own client registers whatever its release.
-PREVIEW_ROUTES = ("/api/2.0/preview/mlflow/", "/ajax-api/2.0/preview/mlflow/")
-KEPT: list = []  # a forked server's inherited streams, never finalized
+STOP_WAIT_S = 10
 
 
-def stable_routes(wsgi_app):
-    """The app, answering MLflow 1.x's preview routes with the stable ones' handlers."""
-    def routed(environ, start_response):
-        path = environ.get("PATH_INFO", "")
-        for prefix in PREVIEW_ROUTES:
-            if path.startswith(prefix):
-                environ["PATH_INFO"] = prefix.replace("preview/", "") + path[len(prefix):]
-        return wsgi_app(environ, start_response)
-    return routed
+def server_folder(store: str) -> Path | None:
+    """Where the server of `store` keeps its record and locks; None for a store that is not a
+    local sqlite file (a remote server, a file store: jobs are given its URI itself)."""
+    path = sqlite_file(store)
+    return path.with_name(path.name + ".server") if path else None
 
 
-def serve(store: str, artifacts: str, fd: int, log: str = "") -> None:
-    """MLflow's own tracking app on the runner's store, configured through its public
-    initialize_backend_stores (what `mlflow server` calls), served in this process.
-    `mlflow server` itself (a CLI process that starts uvicorn in another, with a job-execution
-    consumer by default) was measured ready in 10-20 s on 2 cores against 3-6 s for this, on
-    every local run; its app is the same."""
-    from mlflow.server import app
-    from mlflow.server.handlers import initialize_backend_stores
-    from werkzeug.serving import make_server
+def _open(path: Path) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
-    ready = threading.Lock()
-    opened: list[bool] = []
 
-    @app.before_request
-    def open_stores() -> None:
-        # Not at start: the runner creates a fresh store's tables first, and two processes
-        # migrating one new sqlite file race ("table ... already exists"). The runner says
-        # "open" once its client has the store; a request before that opens them itself.
-        with ready:
-            if not opened:
-                initialize_backend_stores(store, store, artifacts)
-                opened.append(True)
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    app.wsgi_app = stable_routes(app.wsgi_app)
-    server = make_server("127.0.0.1", 0, app, threaded=True, fd=fd)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    handle = _open(path)
     try:
-        print(f"READY {server.socket.getsockname()[1]}", flush=True)
-        for line in sys.stdin:  # ends at EOF: the runner has ended
-            if line.strip() == "open":
-                threading.Thread(target=open_stores, daemon=True).start()
-    except BrokenPipeError:
-        pass  # the runner died before it read READY
-    if log:  # nobody is left to read this server's log (a killed runner never removes it)
-        Path(log).unlink(missing_ok=True)
-    os._exit(0)
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
 
 
-def drop_inherited_connections() -> None:
-    """In a forked child: every SQLAlchemy engine the runner had open (MLflow keeps one per
-    store, so the runner's store is among them) gets a fresh pool without touching the runner's
-    connections, SQLAlchemy's own recipe for os.fork(); an sqlite connection must not cross it."""
-    engine_module = sys.modules.get("sqlalchemy.engine")
-    if engine_module is not None:
-        for found in gc.get_objects():
-            if isinstance(found, engine_module.Engine):
-                found.dispose(close=False)
+def running(folder: Path) -> int | None:
+    """The pid of the live server of `folder` (its alive lock is held), else None."""
+    try:
+        handle = os.open(folder / "alive", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(handle, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        return None
+    finally:
+        os.close(handle)
 
 
-class Forked:
-    """The same server, forked from a runner that has MLflow's server code loaded (a process
-    that runs many local jobs, such as the test suite), instead of started as a new Python
-    process that imports it again (about 3.5 s of CPU). The child keeps only its pipes, the log
-    and the listening socket, and never returns into the runner's code. The handle offers what
-    Server uses of a Popen."""
+def stop(folder: Path) -> None:
+    """End the live server of `folder` (TERM, then KILL), and wait until it is gone."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        pid = running(folder)
+        if pid is None:
+            return
+        if pid > 0:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while running(folder) is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
 
-    def __init__(self, store: str, artifacts: str, fd: int, log_fd: int, log: str):
-        stdin_r, stdin_w = os.pipe()
-        stdout_r, stdout_w = os.pipe()
-        self.pid, self.returncode = os.fork(), None
-        if self.pid == 0:
-            try:
-                drop_inherited_connections()
-                # The runner's objects stay as they are: none is collected (a finalizer could
-                # close a descriptor number the server has reused) and its streams are kept.
-                gc.freeze()
-                KEPT.extend((sys.stdin, sys.stdout, sys.stderr))
-                os.setsid()  # as start_new_session: the runner ends it, not the terminal
-                for target, source in ((0, stdin_r), (1, stdout_w), (2, log_fd)):
-                    os.dup2(source, target)
-                os.closerange(3, fd)
-                os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
-                for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                    signal.signal(signum, signal.SIG_DFL)
-                sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the child's whole life
-                sys.stdout, sys.stderr = (open(n, "w", closefd=False) for n in (1, 2))  # noqa: SIM115
-                serve(store, artifacts, fd, log)
-            finally:
-                os._exit(1)
-        os.close(stdin_r)
-        os.close(stdout_w)
-        self.stdin, self.stdout = open(stdin_w, "w"), open(stdout_r)  # noqa: SIM115 - the server's lifetime
 
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere: it has ended
-                pid, status = self.pid, 255 << 8
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-                self.stdin.close()
-                self.stdout.close()
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(["mlflow server", str(self.pid)], timeout)
-            time.sleep(0.01)
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
+def take_alive(alive: int) -> None:
+    """The alive lock, for the server about to start: free, since none runs (a reader that
+    looks at it holds it for an instant)."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    while True:
+        try:
+            fcntl.flock(alive, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise OSError(errno.EBUSY, "another local MLflow server of this store does "
+                              "not stop") from None
+            time.sleep(0.02)
 
 
 class Server:
-    """The runner's handle. Building one binds and starts nothing: the server starts when a job
-    first asks for its URI (a run refused, or a pipeline whose steps are all reused, starts
-    none)."""
+    """A run's handle on the warm server of its store. Building one finds, starts and locks
+    nothing: `connect()` does (the launch stage's first MLflow call); `close()` lets the server
+    go (it keeps running for the next run)."""
 
     def __init__(self, store: str, artifacts: Path | None = None):
         """artifacts: the default root of the experiments the server creates (None: beside the
         store, as the runner's own, mlflow_runs.artifact_root)."""
         self.store, self.artifacts = store, str(artifacts or artifact_root(store))
-        self.log = None
-        self.listener: socket.socket | None = None
+        self.folder = server_folder(store)
         self.port = 0
-        self.process: subprocess.Popen | Forked | None = None
-        self._failed = self._store_open = False
+        self.pid: int | None = None
+        self.started = False  # this run started it (else it found it warm)
+        self._lease: int | None = None
 
-    def _start(self) -> None:
-        """Bind the port and start the server on it. The runner binds and hands the listening
-        socket over, so the URI is known at once: a job starts without waiting for the server's
-        imports (seconds; they overlap the job's own), and its first request waits in the
-        socket's backlog until it accepts."""
-        self.log = tempfile.NamedTemporaryFile(prefix="mlflow-server-", suffix=".log",  # noqa: SIM115 - kept open for the server's lifetime
-                                               delete=False)
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(128)
-        self.port = self.listener.getsockname()[1]
-        fd = self.listener.fileno()
-        if SERVER_MODULE in sys.modules:  # loaded already: a fork skips seconds of imports
-            self.process = Forked(self.store, self.artifacts, fd, self.log.fileno(), self.log.name)
-        else:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "mlops.runtime.mlflow_server", self.store, self.artifacts,
-                 str(fd), self.log.name], pass_fds=(fd,), stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=self.log, text=True,
-                start_new_session=True)  # Ctrl-C reaches the runner, which ends the server last
-        self.listener.close()  # the server's copy alone: if it dies, connections are refused
-        if self._store_open:
-            self.store_ready()
+    def wanted(self) -> Record:
+        return Record(pid=0, port=0, store=self.store, artifacts=self.artifacts,
+                      python=sys.executable, mlflow=installed("mlflow"))
 
-    def uri(self) -> str | None:
-        """http://127.0.0.1:<port>, or None if the server has already failed (jobs then use
-        the store directly)."""
-        if self.process is None:
-            self._start()
-        if not self._failed and self.process.poll() is not None:
-            self._failed = True
-            tail = Path(self.log.name).read_text(errors="replace").splitlines()[-5:]
-            print("warning: the local MLflow server is not running; jobs log to the store "
-                  "directly:\n  " + "\n  ".join(tail), file=sys.stderr)
-        return None if self._failed else f"http://127.0.0.1:{self.port}"
-
-    def store_ready(self) -> None:
-        """The runner's client has opened (and, if new, created) the store: the server may open
-        it too, before the first job asks (at once, or as soon as it starts)."""
-        self._store_open = True
-        if self.process is not None and self.process.poll() is None:
+    def connect(self) -> str | None:
+        """http://127.0.0.1:<port> of the store's server, found warm or started now, held for
+        this run until close(); None for a store no local server serves."""
+        if self.folder is None:
+            return None
+        if self._lease is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            lease = _open(self.folder / "lease")
             try:
-                self.process.stdin.write("open\n")
-                self.process.stdin.flush()
-            except OSError:
-                pass
+                fcntl.flock(lease, fcntl.LOCK_SH)  # waits while a server stops itself
+                with _locked(self.folder / "start.lock"):
+                    self._find_or_start(self.folder)
+            except BaseException:
+                os.close(lease)
+                raise
+            self._lease = lease
+        return f"http://127.0.0.1:{self.port}"
 
-    def serving(self) -> bool:
-        """The server has printed READY: it may hold requests to finish. Before that it has
-        accepted nothing (a run refused early ends it while it still imports). The line is never
-        read, so the pipe stays readable once it is written."""
-        return bool(select.select([self.process.stdout], [], [], 0)[0])
+    def _find_or_start(self, folder: Path) -> None:
+        wanted, found = self.wanted(), Record.read(folder)
+        pid = running(folder)
+        if pid is not None and found is not None and found.pid == pid and \
+                {**asdict(found), "pid": 0, "port": 0} == asdict(wanted):
+            self.port, self.pid = found.port, found.pid
+            return
+        if pid is not None:  # another MLflow, Python or store, or its record is damaged
+            stop(folder)
+        self._start(folder, wanted)
+
+    def _start(self, folder: Path, wanted: Record) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        alive = _open(folder / "alive")
+        try:
+            take_alive(alive)
+            with open(folder / "log.txt", "w") as log:
+                self.pid = spawn(self, listener.fileno(), alive, log.fileno())
+            os.ftruncate(alive, 0)
+            os.pwrite(alive, f"{self.pid}\n".encode(), 0)
+            self.port, self.started = listener.getsockname()[1], True
+            Record(**{**asdict(wanted), "pid": self.pid, "port": self.port}).write(folder)
+        finally:
+            os.close(alive)  # the server's copy holds the lock from here
+            listener.close()  # the server's copy alone: if it dies, connections are refused
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = (self.folder / "log.txt").read_text(errors="replace")
+        except (OSError, TypeError):
+            return ""
+        return "\n  ".join(text.splitlines()[-lines:])
 
     def close(self) -> None:
-        if self.process is None:
-            return  # never started: nothing bound, nothing to end
-        if self.process.poll() is None and not self.serving():
-            self.process.kill()  # still importing: nothing accepted, nothing to finish
-            self.process.wait()
-        elif self.process.poll() is None:
-            try:
-                self.process.stdin.close()
-                self.process.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
-        Path(self.log.name).unlink(missing_ok=True)
+        """Let the server go: it stops itself once no run has held it for the idle time."""
+        if self._lease is not None:
+            os.close(self._lease)
+            self._lease = None
 
 
-if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])
+def spawn(server: Server, listener: int, alive: int, log: int) -> int:
+    """Start the server process on the listening socket (in a session of its own: a signal to
+    the run's terminal does not reach it); its pid. A runner that has MLflow's server code
+    loaded already (a process that runs many local runs: the test suite) forks it instead of
+    starting a Python that imports it again (about 3.5 s of CPU)."""
+    args = [server.store, server.artifacts, str(listener), str(alive), str(server.folder)]
+    if SERVER_MODULE in sys.modules:
+        return fork_server(args, log)
+    return subprocess.Popen([sys.executable, mlflow_serve.__file__, *args], cwd=server.folder,
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            pass_fds=(listener, alive), start_new_session=True).pid
+
+
+def fork_server(args: list[str], log: int) -> int:
+    """The server in a grandchild of this process (its child leaves at once, so it is never a
+    zombie of a long-lived runner); the grandchild's pid."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setsid()
+            grandchild = os.fork()
+            if grandchild:
+                os.write(write, f"{grandchild}\n".encode())
+                os._exit(0)
+            os.close(read)
+            os.close(write)
+            mlflow_serve.serve_forked(args, log)
+        finally:
+            os._exit(1)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        pid = int(answer.read().strip() or 0)
+    os.waitpid(child, 0)
+    return pid

@@ -1,93 +1,129 @@
-"""The local tracking server: its URI is known before it has started, and a dead server means
-jobs log to the store directly (mlops/runtime/mlflow_server.py)."""
+"""The warm local tracking server (mlops/runtime/mlflow_server.py): the first run starts it,
+later runs find it, it stops itself once no run has held it for the idle time, and a server
+killed with -9, a damaged record or two runs at once never leave a run without one."""
+
+from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
-import time
+import threading
 import urllib.request
 from pathlib import Path
 
 import pytest
+from support import ROOT, until
 
-from mlops.runtime.mlflow_server import SERVER_MODULE, Forked, Server
+from mlops.runtime.mlflow_serve import IDLE_ENV, Record
+from mlops.runtime.mlflow_server import Server, running, server_folder, stop
+from mlops.runtime.mlflow_store import ClientStore
 
-
-@pytest.mark.proof
-def test_the_uri_is_there_at_once_and_a_first_request_waits_for_the_server(tmp_path, capsys):
-    server = Server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts")
-    try:
-        started = time.monotonic()
-        uri = server.uri()
-        assert uri.startswith("http://127.0.0.1:") and time.monotonic() - started < 0.5
-        with urllib.request.urlopen(f"{uri}/health", timeout=60) as answer:
-            assert answer.read() == b"OK"  # queued in the socket's backlog until it accepted
-        os.killpg(server.process.pid, signal.SIGKILL)
-        server.process.wait(timeout=10)
-        assert server.uri() is None  # jobs fall back to the store itself
-        assert "server is not running" in capsys.readouterr().err
-    finally:
-        server.close()
+HELLO = ROOT / "tests" / "fixtures" / "hello"
 
 
-@pytest.mark.proof
-def test_a_runner_with_the_server_code_loaded_forks_it(tmp_path, capsys):
-    import mlflow.server.handlers  # noqa: F401 - what makes the runner fork
+@pytest.fixture
+def store(tmp_path, monkeypatch) -> str:
+    """A new store, and MLflow's server code loaded here: servers are forked from this process
+    (the processes test below starts them the usual way)."""
+    import mlflow.server.handlers  # noqa: F401
 
-    from mlops.runtime.mlflow_server import Forked
-
-    server = Server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts")
-    try:
-        uri = server.uri()
-        assert isinstance(server.process, Forked)
-        with urllib.request.urlopen(f"{uri}/health", timeout=60) as answer:
-            assert answer.read() == b"OK"
-        assert server.serving()
-    finally:
-        server.close()
-    assert server.process.poll() == 0  # ended by the runner's EOF, as a started server is
+    monkeypatch.setenv(IDLE_ENV, "1")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    yield uri
+    stop(server_folder(uri))
 
 
-def test_a_forked_server_opens_its_own_connection_to_a_store_the_runner_has_open(tmp_path):
-    import mlflow.server.handlers  # noqa: F401 - what makes the runner fork
-    from mlflow.tracking import MlflowClient
-
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    experiment = MlflowClient(store).create_experiment("opened-first")  # the runner's engine
-    server = Server(store, tmp_path / "artifacts")
-    try:
-        served = MlflowClient(server.uri()).get_experiment(experiment)
-        assert served.name == "opened-first"
-        assert MlflowClient(store).get_experiment_by_name("opened-first")  # the runner: still open
-    finally:
-        server.close()
+def healthy(uri: str) -> bool:
+    with urllib.request.urlopen(f"{uri}/health", timeout=60) as answer:
+        return answer.read() == b"OK"
 
 
-@pytest.mark.proof
-def test_a_run_that_never_asks_for_the_uri_starts_no_server(tmp_path):
-    """Building the handle binds and starts nothing; a run that never asks starts nothing."""
-    server = Server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts")
-    server.store_ready()
+def test_a_handle_starts_nothing_until_a_run_connects(store, tmp_path):
+    server = Server(store)
     server.close()
-    assert server.process is None and server.listener is None and server.log is None
+    assert not server_folder(store).exists() and server.pid is None
 
 
-def test_a_server_whose_runner_died_removes_its_log(tmp_path):
-    """A killed runner never removes the server's log; the server does, once its stdin ends."""
-    import mlflow.server.handlers  # noqa: F401 - loaded: the second server is forked
+def test_one_run_starts_it_the_next_finds_it_and_it_stops_once_idle(store):
+    first = Server(store)
+    uri = first.connect()
+    assert first.started and healthy(uri)
+    second = Server(store)
+    assert second.connect() == uri and not second.started and second.pid == first.pid
+    first.close()
+    second.close()
+    folder = server_folder(store)
+    until(lambda: running(folder) is None, 60, "the idle server to stop")
+    assert not (folder / "record.json").exists()
+    third = Server(store)
+    assert healthy(third.connect()) and third.started  # a new one, on demand
+    third.close()
 
-    for forked in (False, True):
-        server = Server(f"sqlite:///{tmp_path / f'{forked}.db'}", tmp_path / "artifacts")
-        if not forked:
-            server_module = sys.modules.pop(SERVER_MODULE, None)  # as a runner without it
-        try:
-            server.uri()
-        finally:
-            if not forked and server_module is not None:
-                sys.modules[SERVER_MODULE] = server_module
-        assert isinstance(server.process, Forked) == forked
-        assert Path(server.log.name).is_file()
-        server.process.stdin.close()  # what a runner's death does to the server
-        server.process.wait(timeout=60)
-        assert not Path(server.log.name).exists()
+
+def test_a_server_killed_with_minus_9_or_a_damaged_record_is_replaced(store):
+    folder = server_folder(store)
+    first = Server(store)
+    first.connect()
+    os.kill(first.pid, signal.SIGKILL)
+    until(lambda: running(folder) is None, 30, "the killed server's lock to go")
+    second = Server(store)
+    assert healthy(second.connect()) and second.started and second.pid != first.pid
+    (folder / "record.json").write_text('{"pid": "damaged"')
+    third = Server(store)
+    assert healthy(third.connect()) and third.started  # the unreadable one was stopped
+    until(lambda: not Path(f"/proc/{second.pid}").exists() or
+          "Z" in Path(f"/proc/{second.pid}/stat").read_text().split()[2], 30,
+          "the server of the damaged record to end")
+    for server in (first, second, third):
         server.close()
+
+
+def test_runs_started_together_share_one_new_server(store):
+    handles = [Server(store) for _ in range(4)]
+    gate = threading.Barrier(len(handles))
+    uris: list[str] = []
+
+    def connect(server: Server) -> None:
+        gate.wait()
+        uris.append(server.connect())
+
+    threads = [threading.Thread(target=connect, args=(h,)) for h in handles]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(set(uris)) == 1 and sum(h.started for h in handles) == 1
+    assert healthy(uris[0])
+    for server in handles:
+        server.close()
+
+
+def test_local_runs_in_their_own_processes_keep_it_warm_and_survive_its_death(tmp_path):
+    """Three `python -m mlops.run` of the hello job on one store: the first starts the server,
+    which is then killed with -9; the second starts another; the third finds it warm. Every
+    run's metrics reach the store through it."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    folder = server_folder(store)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, IDLE_ENV: "120",
+           "AZML_STATE_DIR": str(tmp_path / "state")}
+
+    def run(name: str) -> Record:
+        subprocess.run([sys.executable, "-m", "mlops.run", str(HELLO / "hello-command.yml"),
+                        "--run-dir", str(tmp_path / name), "--set", "inputs.sleep=0"],
+                       cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+        return Record.read(folder)
+
+    try:
+        first = run("first")
+        os.kill(first.pid, signal.SIGKILL)
+        second = run("second")
+        third = run("third")
+    finally:
+        stop(folder)
+    assert second.pid != first.pid and third == second
+    client = ClientStore(store)
+    runs = client.search_runs(client.experiment_ids(), "attributes.run_name = 'hello-command'",
+                              10)
+    assert len(runs) == 3 and {r.status for r in runs} == {"FINISHED"}
+    assert all(r.metrics.get("accuracy") for r in runs)

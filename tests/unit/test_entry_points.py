@@ -13,7 +13,7 @@ from support import ROOT, python_files
 # freezes the collector itself), the AutoML stand-in, the image AutoML trial and the MLTable
 # worker run in environments of their own, which hold no mlops (the stand-in and the trial
 # freeze the collector themselves), and the MLflow server leaves by os._exit.
-OWN_WAY_OUT = {"mlops/runtime/watchdog.py", "mlops/runtime/mlflow_server.py",
+OWN_WAY_OUT = {"mlops/runtime/watchdog.py", "mlops/runtime/mlflow_serve.py",
                "mlops/endpoints/front.py", "mlops/runtime/minibatch_worker.py",
                "mlops/automl/standin/automl_standin.py", "mlops/runtime/mltable_worker.py",
                "mlops/automl/vision/automl_vision.py", "mlops/runtime/inference_server.py"}

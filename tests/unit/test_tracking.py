@@ -43,7 +43,7 @@ def test_runs_started_together_on_a_new_store_all_start_and_share_one_experiment
 def test_mlflow_1x_preview_routes_reach_the_stable_handlers():
     """MLflow 1.x registers models through /api/2.0/preview/mlflow/; the server answers those
     with the handlers MLflow 2 and 3 serve under /api/2.0/mlflow/."""
-    from mlops.runtime.mlflow_server import stable_routes
+    from mlops.runtime.mlflow_serve import stable_routes
 
     seen = []
     app = stable_routes(lambda environ, start: seen.append(environ["PATH_INFO"]) or [b""])
