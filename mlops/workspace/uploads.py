@@ -24,6 +24,7 @@ import stat
 from pathlib import Path
 
 from mlops.errors import LocalRunError
+from mlops.project import installed, remember, remembered
 
 UNWALKED = {".git", ".venv", "node_modules", "__pycache__"}  # large, and never a code loop
 KEEP_OUT = "remove it, or list it in an .amlignore file in"
@@ -69,10 +70,26 @@ def problem(path: Path) -> str:
 def upload_files(source: Path, what: str, *, ignore: bool = True) -> list[tuple[Path, str]]:
     """(file to read, relative path) for each file az ml would upload from `source` (a file or
     a folder; `ignore`: less what its .amlignore or .gitignore excludes, as an upload does);
-    LocalRunError naming the first entry it could not take."""
+    LocalRunError naming the first entry it could not take. azure-ai-ml lists a folder (its
+    import costs a second or two of CPU); its answer is kept for the same walk of the same
+    folder with the same ignore file (listed_before)."""
     if not source.is_dir():
         _refuse(source, source, what)
         return [(source, source.name)]
+    check_loops(source, what)
+    key = listing_key(source, ignore)
+    listed = remembered("uploads", key) if key is not None else None
+    if listed is None:
+        listed = sdk_listing(source, what, ignore)
+        if key is not None:
+            remember("uploads", key, listed)
+    for _, relative in listed:
+        _refuse(source / relative, source, what)
+    return [(Path(file), relative) for file, relative in listed]
+
+
+def sdk_listing(source: Path, what: str, ignore: bool) -> list[tuple[str, str]]:
+    """azure-ai-ml's own list of the files an upload of `source` takes."""
     from azure.ai.ml._utils._asset_utils import (
         IgnoreFile,
         get_ignore_file,
@@ -80,18 +97,33 @@ def upload_files(source: Path, what: str, *, ignore: bool = True) -> list[tuple[
     )
 
     rules = get_ignore_file(source) if ignore else IgnoreFile(None)
-    check_loops(source, what)
     try:
-        listed = get_upload_files_from_folder(source, ignore_file=rules)
+        return [(str(file), str(relative))
+                for file, relative in get_upload_files_from_folder(source, ignore_file=rules)]
     except (RuntimeError, OSError):  # links that point at each other, as it resolves them
         for parent, _, names in os.walk(source):
             for name in names:
                 if not rules.is_file_excluded((Path(parent) / name).as_posix()):
                     _refuse(Path(parent) / name, source, what)
         raise
-    for _, relative in listed:
-        _refuse(source / relative, source, what)
-    return [(Path(file), relative) for file, relative in listed]
+
+
+def listing_key(source: Path, ignore: bool) -> list[object] | None:
+    """Everything azure-ai-ml's listing of `source` depends on: the walk it makes (links
+    followed: each folder's real path and file names, where each linked file leads), the
+    ignore file it picks and its bytes, and its release; None when the walk fails (the listing
+    itself then says why)."""
+    try:
+        rules = next((f for f in (source / ".amlignore", source / ".gitignore")
+                      if f.exists()), None) if ignore else None
+        walk = [[os.path.relpath(parent, source), os.path.realpath(parent), sorted(names),
+                 {n: os.path.realpath(os.path.join(parent, n)) for n in names
+                  if os.path.islink(os.path.join(parent, n))}]
+                for parent, _, names in os.walk(source, followlinks=True)]
+        ignored = [str(rules.resolve()), rules.read_bytes().hex()] if rules else None
+    except (OSError, RuntimeError):
+        return None
+    return [str(source.absolute()), walk, ignored, installed("azure.ai.ml")]
 
 
 def _refuse(entry: Path, source: Path, what: str) -> None:
