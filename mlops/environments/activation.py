@@ -23,7 +23,9 @@ import importlib.metadata
 import os
 import shutil
 import sys
+import sysconfig
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -71,7 +73,16 @@ def java_home(sites: list[Path]) -> Path | None:
 
 
 def unsatisfied(requirements: list[str]) -> list[str]:
-    """The requirements .venv does not already meet (URLs and options are always kept)."""
+    """The requirements .venv does not already meet (URLs and options are always kept); worked
+    out once per process for the same lines while .venv's packages stay as they are (a
+    pipeline's steps share an environment)."""
+    site = sysconfig.get_paths()["purelib"]
+    stamp = os.stat(site).st_mtime_ns if os.path.isdir(site) else 0
+    return list(_unsatisfied(tuple(requirements), stamp))
+
+
+@cache
+def _unsatisfied(requirements: tuple[str, ...], stamp: int) -> tuple[str, ...]:  # noqa: ARG001 - the cache's key
     missing = []
     for line in requirements:
         try:
@@ -88,7 +99,7 @@ def unsatisfied(requirements: list[str]) -> list[str]:
             continue
         if requirement.url or not requirement.specifier.contains(have, prereleases=True):
             missing.append(line)
-    return missing
+    return tuple(missing)
 
 
 def python_of(plan: EnvPlan) -> str:
