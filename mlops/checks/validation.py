@@ -11,24 +11,24 @@ probably a mistake: they never block a run.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import hashlib
 import json
 import logging
 import os
+import sys
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
-
-from mlops.checks import lint, lint_assets, sdk_findings
-from mlops.project import cache_root, project
+from mlops.checks import lint, lint_assets, sdk_findings, verdicts
+from mlops.project import project
 from mlops.specs import SCHEMA_DIR, Finding, Spec, SpecError, load_spec
+
+if TYPE_CHECKING:  # jsonschema is imported where a schema is checked (a kept verdict checks none)
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 KINDS = ("commandJob", "sweepJob", "pipelineJob", "sparkJob", "commandComponent",
          "sparkComponent", "environment",
@@ -40,6 +40,8 @@ MAX_MESSAGE = 300  # characters of one schema finding
 
 @cache
 def _validator(kind: str) -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(json.loads((SCHEMA_DIR / f"{kind}.schema.json").read_text()))
 
 
@@ -101,9 +103,24 @@ ENTITIES = {"commandJob": "Job", "sweepJob": "Job", "pipelineJob": "Job", "spark
 
 def _entity_class(kind: str):
     from azure.ai.ml import entities
+    from azure.ai.ml._utils import _experimental
 
     logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)  # after import: it sets its own
+    _experimental._should_skip_warning = _called_from_rest
     return getattr(entities, ENTITIES[kind])
+
+
+def _called_from_rest() -> bool:
+    """azure-ai-ml's test of whether an experimental class is built from a REST object (then it
+    warns of nothing): a frame named _from_rest_object on the stack. Its own walks
+    inspect.stack(), which reads the source of every frame (half a second of CPU per class in a
+    deep stack) for the names alone; this walks the same frames by name."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_from_rest_object":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _diagnostics(result) -> list:
@@ -235,8 +252,18 @@ def with_endpoint(spec: Spec) -> Probe:
 
 def check(spec: Spec, for_run: bool = False) -> list[Finding]:
     """All three layers on one loaded spec (the lint assumes the structure the schema checks).
-    for_run: what a local run needs before it starts (azure-ai-ml's verdict is remembered for a
-    spec it already passed, so a rerun skips importing the SDK)."""
+    for_run: what a local run needs before it starts; the verdict of a spec that passed is
+    kept until something it was checked against changes (verdicts.py)."""
+    if for_run:
+        return verdicts.checked(spec, _check_for_run)
+    return _check(spec, for_run)
+
+
+def _check_for_run(spec: Spec) -> list[Finding]:
+    return _check(spec, True)
+
+
+def _check(spec: Spec, for_run: bool) -> list[Finding]:
     spec, notes = with_endpoint(spec)
     found = duplicate_keys(spec) + _layers(spec, for_run)
     if notes:  # the stand-in name is not the author's: no finding about it
@@ -255,7 +282,7 @@ def _layers(spec: Spec, for_run: bool) -> list[Finding]:
     schema = schema_layer(spec)
     if spec.kind not in KINDS + SDK_ONLY:
         return schema
-    sdk = sdk_cached(spec) if for_run else sdk_layer(spec)
+    sdk = sdk_layer(spec)
     if not sdk:
         # The generated schemas can be stricter than azure-ai-ml itself (a pipeline sweep node
         # with name: and display_name:): what the loader and its validation accept, Azure
@@ -274,23 +301,6 @@ def _control_flow_hint(finding: Finding) -> Finding:
     return dataclasses.replace(
         finding, fix=f"az ml (azure-ai-ml) loads {named[0]} nodes from YAML only with "
                      f"{PRIVATE_PREVIEW}=true in the environment: set it for az ml and here alike")
-
-
-def sdk_cached(spec: Spec) -> list[Finding]:
-    from importlib.metadata import version
-
-    text = json.dumps([str(spec.path.resolve()), spec.data, version("azure-ai-ml"),
-                       os.environ.get(PRIVATE_PREVIEW, "")],  # control-flow nodes: its flag
-                      sort_keys=True, default=str)
-    marker = cache_root() / "validated" / hashlib.sha256(text.encode()).hexdigest()[:24]
-    if marker.is_file():
-        return []
-    found = sdk_layer(spec)
-    if not found:
-        with contextlib.suppress(OSError):  # a cache that cannot be written is not remembered
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
-    return found
 
 
 def validate(paths: list[Path]) -> list[Finding]:
