@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shlex
 import signal
 import socket
@@ -273,8 +274,25 @@ class Launch:
             check_interrupt()
             if until is not None and time.monotonic() >= until:
                 return None
-            time.sleep(0.1)
+            self.nap(0.1)
         return code
+
+    def nap(self, seconds: float) -> None:
+        """Up to `seconds`, back at once when one of the processes ends (a pidfd of each turns
+        readable when it exits, on Linux), so a job's end is not a tenth of a second late."""
+        fds = []
+        try:
+            watch = select.poll()
+            for popen in self.procs:
+                if popen.returncode is None:
+                    fds.append(os.pidfd_open(popen.pid))
+                    watch.register(fds[-1], select.POLLIN)
+            watch.poll(seconds * 1000)
+        except (AttributeError, OSError):  # not Linux 5.3+ (or a process already reaped)
+            time.sleep(seconds)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def stop(self, grace: float = STOP_GRACE_S) -> None:
         for popen in self.procs:
