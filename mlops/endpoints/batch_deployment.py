@@ -15,6 +15,7 @@ asset).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import zipfile
@@ -59,14 +60,27 @@ class BatchRequest:
     # Input(type="mltable") is scored on Azure; "": a data asset's own type, else uri_folder
 
 
-def input_files(source: Path, folder: Path) -> minibatch.Listing:
-    """Every file of the input folder (or of the zip, extracted under the run folder), and the
-    entries that are not files."""
+def check_input(source: Path, *, tabular: bool) -> None:
+    """What refuses the input before anything starts: it is missing, a file that is not a zip,
+    or a folder that holds no file."""
     if not source.exists():
         raise LocalRunError(f"--input {source}: no such file or folder")
+    if tabular:
+        return
     if source.is_file():
         if not zipfile.is_zipfile(source):
             raise LocalRunError(f"--input {source}: give a folder of images, or a .zip of one")
+        return
+    plain = (name for _, _, names in os.walk(source) for name in names)
+    if next(plain, None) is None and not minibatch.list_files(source).files:
+        raise LocalRunError(f"--input {source}: holds no files")
+
+
+def input_files(source: Path, folder: Path) -> minibatch.Listing:
+    """Every file of the input folder (or of the zip, extracted under the run folder), and the
+    entries that are not files."""
+    check_input(source, tabular=False)
+    if source.is_file():
         extracted = archives.extract(source, folder / "inputs" / "data")
         if extracted.renamed:
             print(extracted.notice(), file=sys.stderr)
@@ -125,22 +139,31 @@ def plan(source: Path, root: Path, *, tabular: bool, size: int, limits: minibatc
 
 def run_batch(deployment: Deployment, source: Path, rt: engine.Runtime, *,
               tabular: bool = False) -> int:
+    """The scoring processes start first; the input is read (listed, a zip extracted, a table
+    read) while they import the scoring script and load the model."""
     settings = batch_settings(deployment.spec.data)
-    work = plan(source, rt.root, tabular=tabular,
-                size=max(1, int(settings.get("mini_batch_size") or 10)),
-                limits=minibatch.Limits(int(settings.get("error_threshold", -1))))
+    check_input(source.resolve(), tabular=tabular)
     (rt.root / "outputs").mkdir(parents=True, exist_ok=True)
     layout = lay_out(deployment.model, rt.root)
     task = scoring_task(deployment, rt.root, layout=layout, settings=settings,
                         max_procs=rt.max_procs)
     driver = "the MLflow batch driver (no code)" if deployment.nocode else \
         deployment.scoring_script
-    print(f"{task.name}: {work.batches.items} {work.unit} in {len(work.batches.batches)} "
-          f"mini-batch(es), {task.placement.copies} process(es), {driver}\n  model: "
-          f"{deployment.model.describe()} -> AZUREML_MODEL_DIR={layout.root}")
-    driven = minibatch.drive(task, rt, work.batches, echo=False, announce=lambda _: print(
+    read: list[Work] = []
+
+    def planned() -> minibatch.Batches:
+        read.append(plan(source, rt.root, tabular=tabular,
+                         size=max(1, int(settings.get("mini_batch_size") or 10)),
+                         limits=minibatch.Limits(int(settings.get("error_threshold", -1)))))
+        work = read[0]
+        print(f"{task.name}: {work.batches.items} {work.unit} in {len(work.batches.batches)} "
+              f"mini-batch(es), {task.placement.copies} process(es), {driver}\n  model: "
+              f"{deployment.model.describe()} -> AZUREML_MODEL_DIR={layout.root}")
+        return work.batches
+
+    driven = minibatch.drive(task, rt, planned, echo=False, announce=lambda _: print(
         f"  environment: {rt.environments.labels.get(task.where, '.venv')}"))
-    return summarize(rt, driven, settings=settings, name=task.name, work=work)
+    return summarize(rt, driven, settings=settings, name=task.name, work=read[0])
 
 
 def summarize(rt: engine.Runtime, driven: minibatch.Driven, *, settings: SpecData, name: str,

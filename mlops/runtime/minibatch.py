@@ -144,14 +144,26 @@ def processes(requested: int, max_procs: int, where: str) -> int:
     return max(1, min(requested, max_procs))
 
 
-def queue(batches: list, work: Path) -> int:
-    """A fresh queue of the mini-batches, in order: what an earlier attempt left is dropped."""
+QUEUED = "queued"  # written once every mini-batch is in todo/: workers stop at an empty queue
+
+
+def open_queue(work: Path) -> None:
+    """An empty queue: what an earlier attempt left is dropped."""
     for name in QUEUES:
         (work / name).mkdir(parents=True, exist_ok=True)
         for stale in (work / name).glob("*"):
             stale.unlink()
+    (work / QUEUED).unlink(missing_ok=True)
+
+
+def queue(batches: list, work: Path) -> int:
+    """The mini-batches into the queue, in order, each written whole before a worker can claim
+    it, then the mark that the queue is complete."""
     for index, batch in enumerate(batches):
-        (work / "todo" / f"{index:06d}.json").write_text(json.dumps(batch))
+        staged = work / "todo" / f"{index:06d}.tmp"
+        staged.write_text(json.dumps(batch))
+        os.replace(staged, work / "todo" / f"{index:06d}.json")
+    (work / QUEUED).write_text(str(len(batches)))
     return len(batches)
 
 
@@ -192,7 +204,7 @@ def watch(running: engine.Running, total: int, items: int, limits: Limits) -> St
             return Status.COMPLETED
         if running.launch.poll() is not None:
             return Status.FAILED  # the processes ended with work left (init() failed, a crash)
-        time.sleep(0.2)
+        running.launch.nap(0.1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,21 +216,30 @@ class Batches:
     limits: Limits
 
 
-def drive(task: Task, rt: engine.Runtime, work: Batches, *, label: str = "",
+Plan = Callable[[], Batches]
+
+
+def drive(task: Task, rt: engine.Runtime, work: Batches | Plan, *, label: str = "",
           echo: bool = True, announce: Callable[[engine.Running], None] | None = None) -> Driven:
-    """Queue the mini-batches, start the task's processes, watch them, collect the outcome;
-    `announce` is told once the processes started."""
+    """Start the task's processes, queue the mini-batches, watch them, collect the outcome.
+    `work`: the mini-batches, or what reads the input into them, called once the processes
+    have started: they import the script and run init() meanwhile, and the first of them
+    scores the first mini-batch as soon as both are ready. `announce` is told once the work is
+    known. An error while reading the input ends the run (FAILED) and is raised."""
     folder = task.folder / "work"
-    total = queue(work.batches, folder)
+    open_queue(folder)
     running = engine.start(task, rt, echo=echo, label=label)
-    if announce is not None:
-        announce(running)
     started = time.monotonic()
     try:
+        work = work() if callable(work) else work
+        total = queue(work.batches, folder)
+        if announce is not None:
+            announce(running)
         status = watch(running, total, work.items, work.limits)
-    except KeyboardInterrupt:
+    except BaseException as err:
         running.launch.stop()
-        engine.finish(running, rt, Status.CANCELED)
+        engine.finish(running, rt, Status.CANCELED if isinstance(err, KeyboardInterrupt)
+                      else Status.FAILED)
         raise
     seconds = time.monotonic() - started
     if running.launch.poll() is None:

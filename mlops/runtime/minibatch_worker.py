@@ -50,6 +50,18 @@ def claim(work: Path) -> Path | None:
     return None
 
 
+def next_item(work: Path) -> Path | None:
+    """The next mini-batch to score, waiting while the driver still queues them (it reads the
+    input while the workers start); None once the queue is complete and empty."""
+    while True:
+        item = claim(work)
+        if item is not None:
+            return item
+        if (work / "queued").exists():  # written after the last mini-batch
+            return claim(work)
+        time.sleep(0.02)
+
+
 TEXT_TYPES = ("object", "str", "string")
 
 
@@ -146,10 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     module = load_script(args.script)
     module.init()
     if item is None:
-        item = claim(args.work)
+        item = next_item(args.work)
     while item is not None:
         score_item(module, item, args)
-        item = claim(args.work)
+        item = next_item(args.work)
     return 0
 
 

@@ -198,3 +198,42 @@ def test_the_flat_batch_deployment_layout_azure_ai_ml_still_loads_scores_a_folde
     rows = (tmp_path / "run" / "outputs" / "flat-rows.csv").read_text().splitlines()
     assert len(rows) == 16
     assert "in 4 mini-batch(es), 1 process(es)" in capsys.readouterr().out
+
+
+def test_the_processes_start_before_the_input_is_read_and_an_unreadable_one_ends_the_run(
+        tiny_data, model_dir, tmp_path, monkeypatch, capsys):
+    """The scoring processes import the script and run init() while the input is read (here a
+    zip is checked and refused, ARCHIVE_MAX_MEMBERS=2): the run ends Failed, its processes
+    stopped, with the input's error and exit code 2."""
+    import zipfile
+
+    from mlops.endpoints import batch_deployment
+    from mlops.runtime.records import Status, TaskRecord
+
+    seen: list[Status | None] = []
+    real = batch_deployment.plan
+
+    def plan(*args, **kwargs):
+        record = TaskRecord.read(tmp_path / "run")
+        seen.append(record and record.status)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batch_deployment, "plan", plan)
+    monkeypatch.setenv("ARCHIVE_MAX_MEMBERS", "2")
+    with zipfile.ZipFile(tmp_path / "three.zip", "w") as archive:
+        for path in sorted((tiny_data / "val" / "chickens").glob("*.jpg"))[:3]:
+            archive.write(path, path.name)
+    assert run(FIXTURES / "flaky-deployment.yml", tmp_path / "three.zip", model_dir,
+               tmp_path / "run") == 2
+    assert seen == [Status.RUNNING]  # launched first
+    assert "3 members" in capsys.readouterr().err
+    assert TaskRecord.read(tmp_path / "run").status == Status.FAILED
+    work = str(tmp_path / "run" / "work").encode()
+
+    def running_there(process: Path) -> bool:
+        try:
+            return work in (process / "cmdline").read_bytes()
+        except OSError:  # it ended meanwhile
+            return False
+
+    assert not [p for p in Path("/proc").glob("[0-9]*") if running_there(p)]
