@@ -159,7 +159,7 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(call q,$(EPOCHS)) \
 	mirror-green-local shift-local rollback-local credentials-local endpoint-show-local bench-score bench-endpoint bench-reuse endpoint deploy-blue \
 	deploy-green invoke-green mirror-green shift rollback endpoint-logs endpoint-show \
 	delete-deployment \
-	delete-endpoint invoke slots batch-local bench-batch batch-endpoint batch-deploy batch-invoke
+	delete-endpoint invoke slots batch-local bench-batch bench-loop batch-endpoint batch-deploy batch-invoke
 .PHONY: help setup lock test test-quick test-e2e test-heavy lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
 	envs clean-envs bench-envs \
 	bench-train clean validate schemas curated-envs sync-env docs az-guard workspace-defaults compute environment \
@@ -375,6 +375,9 @@ bench-endpoint: $(STAMP) ## Benchmark the local endpoint's front against its dep
 
 bench-batch: $(STAMP) ## Benchmark batch-local against the in-process compute-bound rate (BENCH_DATA=)
 	$(PY) scripts/bench_batch.py --data $(call q,$(BENCH_DATA))
+
+bench-loop: $(STAMP) ## Benchmark a local run's fixed cost: a trivial job, a 3-step pipeline, batch-local (BENCH_DATA=)
+	$(PY) scripts/bench_loop.py --data $(call q,$(BENCH_DATA))
 
 ## ---- Azure ML (az CLI + ml extension; every target checks both and the login first) ----
 

@@ -6,16 +6,19 @@ Scores the validation split (153 JPEGs for hymenoptera) with the repo's batch de
 through `python -m mlops.batch`, `--processes` scoring processes with cores / processes threads
 each and mini-batches of --mini_batch_size, on an untrained ResNet-18 (224 px, torch fp32:
 throughput does not depend on what the model learned). The compute-bound rate is the same
-backend in this process, with every core, on batches already decoded and preprocessed. Printed:
-end-to-end images/s (process start to last row, init() included) and steady-state images/s
-(first mini-batch start to last mini-batch end), each as a ratio to the compute-bound rate.
-Target (issue 13): steady-state >= 0.85 with 2 processes.
+backend in this process, with every core, on batches already decoded and preprocessed. A first
+run over one mini-batch's images warms what a user's session keeps warm (the tracking server,
+the spec's verdict); the second is timed. Printed: end-to-end images/s (batch-local's start to
+its last row, the processes' start and init() included) and steady-state images/s (first
+mini-batch start to last mini-batch end), each as a ratio to the compute-bound rate.
+Targets (issue 64): end to end >= 0.6, steady state >= 0.9, with 2 processes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -73,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         images = torch.stack([val[i][0] for i in range(16)])
         rate, how = compute_bound(folder, "torch", [images], seconds=5)
         spec = deployment(tmp, args.processes, args.mini_batch_size)
+        warm = tmp / "warm-up"
+        warm.mkdir()
+        for path in sorted(p for p in source.rglob("*") if p.is_file())[:args.mini_batch_size]:
+            shutil.copyfile(path, warm / path.name)
+        batch.main([str(spec), "--input", str(warm), "--model", str(folder), "--run-dir",
+                    str(tmp / "warm-run"), "--max-procs", str(args.processes)])
         started = time.perf_counter()
         code = batch.main([str(spec), "--input", str(source), "--model", str(folder),
                            "--run-dir", str(tmp / "run"), "--max-procs", str(args.processes)])
@@ -84,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
           f"mini-batches of {args.mini_batch_size}, exit {code}")
     print(f"compute-bound (torch fp32 in-process, best: {how}): {rate:.1f} images/s")
     print(f"batch-local end to end (startup and init() included): {count / total:.1f} images/s"
-          f" = {count / total / rate:.2f} of compute-bound")
+          f" = {count / total / rate:.2f} of compute-bound   target >= 0.6")
     print(f"batch-local steady state (first mini-batch to last): {count / steady:.1f} images/s"
-          f" = {count / steady / rate:.2f} of compute-bound   target >= 0.85")
+          f" = {count / steady / rate:.2f} of compute-bound   target >= 0.9")
     return 0
 
 
