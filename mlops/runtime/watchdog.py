@@ -62,14 +62,19 @@ def guarding(folder: Path, run_id: str, store: str) -> Iterator[None]:
         release(guard)
 
 
+_released: list[Guard] = []  # told to leave, reaped once they have (never waited for)
+
+
 def release(watchdog: Guard) -> None:
-    """The launcher finished the task itself: the watchdog leaves quietly."""
+    """The launcher finished the task itself: the watchdog leaves quietly, by itself (a task
+    shorter than a watchdog's start would otherwise wait for it to start and end)."""
     try:
         watchdog.stdin.write(DONE)
         watchdog.stdin.close()
-        watchdog.wait(timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+    except OSError:
         watchdog.kill()
+    _released.append(watchdog)
+    _released[:] = [w for w in _released if w.poll() is None]
 
 
 def end_orphaned_run(store: str, run_id: str, since_ms: int | None) -> None:
