@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mlops.errors import MachineError
+from mlops.project import remember, remembered
 from mlops.workspace.records import AssetKind, AssetVersion, held
 from mlops.workspace.store import Draft, Workspace
 
@@ -80,10 +81,44 @@ def registered_names() -> list[str]:
         return sorted(m.name for m in client.search_registered_models())
 
 
+def store_stamp() -> list[object] | None:
+    """The local sqlite store's state, read without MLflow or SQL: its header's file change
+    counter (SQLite counts every committed write there: sqlite.org/fileformat.html), its size
+    and time, and its write-ahead log's; None for a store that is not a local sqlite file."""
+    from mlops.project import sqlite_file, tracking_uri
+
+    path = sqlite_file(tracking_uri())
+    try:
+        with open(path, "rb") as handle:  # TypeError: no sqlite store
+            header = handle.read(100)
+        found = os.stat(path)
+        wal = os.stat(f"{path}-wal") if os.path.exists(f"{path}-wal") else None
+    except (OSError, TypeError):
+        return None
+    return [str(path), header[24:28].hex(), found.st_size, found.st_mtime_ns,
+            wal and [wal.st_size, wal.st_mtime_ns]]
+
+
 def take_in(workspace: Workspace, name: str) -> list[AssetVersion]:
     """Copy into the workspace every MLflow version of `name` it does not hold yet; a version
-    whose files are gone, or a name Azure refuses, is named on stderr and left out."""
-    client = _client() if workspace.holds(AssetKind.MODEL, name) else None
+    whose files are gone, or a name Azure refuses, is named on stderr and left out. Once every
+    version was looked at, MLflow is not asked again (an import of seconds) until its store or
+    the workspace's versions of the name change."""
+    if not workspace.holds(AssetKind.MODEL, name):
+        return []
+    looked = ["mlflow-taken-in", str(workspace.root.resolve()), name, store_stamp(),
+              sorted(str(v.version) for v in workspace.versions(AssetKind.MODEL, name))]
+    if looked[3] is not None and remembered("mlflow", looked) is not None:
+        return []
+    made = _take_in(workspace, name)
+    if looked[3] is not None:  # as the store was before, with the versions held now
+        looked[4] = sorted(str(v.version) for v in workspace.versions(AssetKind.MODEL, name))
+        remember("mlflow", looked, True)
+    return made
+
+
+def _take_in(workspace: Workspace, name: str) -> list[AssetVersion]:
+    client = _client()
     if client is None:
         return []
     pending = [v for v in _mlflow_versions(client, name) if WORKSPACE_TAG not in (v.tags or {})]

@@ -247,3 +247,38 @@ def test_the_environment_map_is_parsed_once_per_content(tmp_path, monkeypatch):
     path.write_text("azureml:a: [numpy==2.0.0]\n")
     assert envspec._load_map(path) == {"azureml:a": ["numpy==2.0.0"]}
     assert parsed == [1, 1]
+
+
+# ---- MLflow's registry, taken into the workspace -------------------------------------------
+
+def test_mlflows_registry_is_asked_again_only_once_its_store_or_the_workspace_changed(
+        tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from mlops.workspace import mlflow_models
+    from mlops.workspace.records import AssetKind
+    from mlops.workspace.store import Draft, Workspace
+
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(b"SQLite format 3\0" + bytes(84) + b"pages")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    asked: list[str] = []
+    client = SimpleNamespace(search_model_versions=lambda query: asked.append(query) or [])
+    monkeypatch.setattr(mlflow_models, "_client", lambda: client)
+    workspace = Workspace(tmp_path / "workspace")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.pt").write_text("weights")
+    workspace.create(Draft(AssetKind.MODEL, "clf", model))
+    for _ in range(2):
+        mlflow_models.take_in(workspace, "clf")
+    assert len(asked) == 1
+    header = bytearray(store.read_bytes())
+    header[24:28] = (1).to_bytes(4, "big")  # SQLite's file change counter: a write committed
+    store.write_bytes(bytes(header))
+    mlflow_models.take_in(workspace, "clf")
+    assert len(asked) == 2
+    workspace.create(Draft(AssetKind.MODEL, "clf", model, version="7"))
+    mlflow_models.take_in(workspace, "clf")
+    mlflow_models.take_in(workspace, "clf")
+    assert len(asked) == 3
