@@ -20,6 +20,8 @@ from mlops.runtime.mlflow_server import Server, running, server_folder, stop
 from mlops.runtime.mlflow_store import ClientStore
 
 HELLO = ROOT / "tests" / "fixtures" / "hello"
+IMPORTED = ("import sys\nfrom mlops import run\nassert run.main(sys.argv[1:]) == 0\n"
+            "print('imported:', [m for m in ('mlflow', 'azure.ai.ml') if m in sys.modules])")
 
 
 @pytest.fixture
@@ -108,20 +110,23 @@ def test_local_runs_in_their_own_processes_keep_it_warm_and_survive_its_death(tm
     env = {**os.environ, "MLFLOW_TRACKING_URI": store, IDLE_ENV: "120",
            "AZML_STATE_DIR": str(tmp_path / "state")}
 
-    def run(name: str) -> Record:
-        subprocess.run([sys.executable, "-m", "mlops.run", str(HELLO / "hello-command.yml"),
-                        "--run-dir", str(tmp_path / name), "--set", "inputs.sleep=0"],
-                       cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-        return Record.read(folder)
+    def run(name: str) -> tuple[Record, str]:
+        """The run, and which of MLflow and azure-ai-ml its runner imported."""
+        argv = [str(HELLO / "hello-command.yml"), "--run-dir", str(tmp_path / name), "--set",
+                "inputs.sleep=0"]
+        done = subprocess.run([sys.executable, "-c", IMPORTED, *argv], cwd=ROOT, env=env,
+                              check=True, capture_output=True, text=True)
+        return Record.read(folder), done.stdout.splitlines()[-1]
 
     try:
-        first = run("first")
+        first, _ = run("first")
         os.kill(first.pid, signal.SIGKILL)
-        second = run("second")
-        third = run("third")
+        second, _ = run("second")
+        third, imported = run("third")
     finally:
         stop(folder)
     assert second.pid != first.pid and third == second
+    assert imported == "imported: []"  # a warm run: its verdict kept, the server's API spoken
     client = ClientStore(store)
     runs = client.search_runs(client.experiment_ids(), "attributes.run_name = 'hello-command'",
                               10)
