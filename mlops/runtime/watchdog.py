@@ -17,6 +17,7 @@ by a watchdog that takes over.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import subprocess
@@ -62,19 +63,32 @@ def guarding(folder: Path, run_id: str, store: str) -> Iterator[None]:
         release(guard)
 
 
-_released: list[Guard] = []  # told to leave, reaped once they have (never waited for)
+_released: list[Guard] = []  # told to leave: reaped once they have, or when the runner ends
+_reaping: list[bool] = []  # reap() is registered to run at the runner's exit
 
 
 def release(watchdog: Guard) -> None:
     """The launcher finished the task itself: the watchdog leaves quietly, by itself (a task
-    shorter than a watchdog's start would otherwise wait for it to start and end)."""
+    shorter than a watchdog's start does not wait for it to start and end); the runner reaps
+    the last ones as it exits."""
     try:
         watchdog.stdin.write(DONE)
         watchdog.stdin.close()
     except OSError:
         watchdog.kill()
-    _released.append(watchdog)
-    _released[:] = [w for w in _released if w.poll() is None]
+    if not _reaping:
+        atexit.register(reap)
+        _reaping.append(True)
+    _released[:] = [w for w in _released if w.poll() is None] + [watchdog]
+
+
+def reap() -> None:
+    for watchdog in _released:
+        try:
+            watchdog.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            watchdog.kill()
+    _released.clear()
 
 
 def end_orphaned_run(store: str, run_id: str, since_ms: int | None) -> None:
