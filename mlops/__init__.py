@@ -21,17 +21,20 @@ shared: errors, specs (loading, kinds, line numbers), project (the repository, i
                   run.json, Status), values, binding, snapshot, placement (distribution), launch
                   (the one launcher: processes, signals), environ (a process's variables),
                   service (a server left running), devices, watchdog, readonly_inputs, failures,
-                  mlflow_runs and mlflow_server, uris (the asset map), reuse (step reuse:
-                  keyparts, keydiff and earlier say why a step ran), selection (--from,
-                  --only), job
-                  (a checked job spec, its run folder and run.json), minibatch and
-                  minibatch_worker (the mini-batch driver of batch deployments and parallel
-                  nodes), mltable and mltable_worker (tables read by Azure's mltable package)
+                  mlflow_runs (a job's MLflow runs) over mlflow_rest (the warm tracking
+                  server's API) or mlflow_store (the store itself), mlflow_server and
+                  mlflow_serve (that server, kept warm per store), uris (the asset map), reuse
+                  (step reuse: keyparts, keydiff and earlier say why a step ran), selection
+                  (--from, --only), job (a checked job spec, its run folder and run.json),
+                  minibatch and minibatch_worker (the mini-batch driver of batch deployments
+                  and parallel nodes), mltable and mltable_worker (tables read by Azure's
+                  mltable package)
   automl/         translate (an AutoML job or node -> the command that runs it), standin/ (the
                   tabular stand-in: FLAML in its own environment), vision/ (Azure's image runner)
   checks/         validation (schema, azure-ai-ml and lint layers), prepare (a job spec as
                   az ml job create checks it), lint, lint_assets, skus, overrides (--set /
-                  --remove), sdk_findings (azure-ai-ml's verdicts at their file and line)
+                  --remove), sdk_findings (azure-ai-ml's verdicts at their file and line),
+                  verdicts (a passed spec's verdict kept while what it read holds)
   orchestrators/  jobs (a job spec -> its kind's runner), sweep (+ sampling, policies), pipeline
                   (+ graph, subset: each step's reuse rules, --from / --only planned), parallel
   endpoints/      deployment (a deployment spec's kind, code, environment), models (its model and
