@@ -223,6 +223,7 @@ def run_local(request: BatchRequest) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         rt = engine.Runtime(safe_root(folder), max(1, request.max_procs), Tracking(server),
                             Environments(request.env_file), debug=request.debug)
+        rt.tracking.connect()  # the warm server (started now if none is) or the store
         return run_batch(deployment, source, rt, tabular=input_type(request) == "mltable")
     finally:
         server.close()
