@@ -47,6 +47,7 @@ def test_a_handle_starts_nothing_until_a_run_connects(store, tmp_path):
     assert not server_folder(store).exists() and server.pid is None
 
 
+@pytest.mark.proof
 def test_one_run_starts_it_the_next_finds_it_and_it_stops_once_idle(store):
     first = Server(store)
     uri = first.connect()
