@@ -79,6 +79,11 @@ WORKFLOWS ?= $(wildcard .github/workflows/*.yml)
 MLFLOW_TRACKING_URI ?= sqlite:///$(STATE_DIR)/mlflow.db
 MLFLOW_EXPERIMENT_NAME ?= fowl-local
 SPECS ?=
+# make conformance: the cases to run (ids, or prefixes ending in /; empty: all), how many groups
+# of cases run at once, and CONFORMANCE_MIRROR=<folder of git directories> where GitHub is out of
+# reach (conformance/README.md).
+CASES ?=
+CONFORMANCE_JOBS ?= $(shell n=$$(( $(NPROC) / 2 )); [ $$n -gt 0 ] && echo $$n || echo 1)
 # A clone of Azure/azureml-assets (its git directory) for make curated-envs.
 ASSETS_REPO ?=
 # Azure ML: empty values fall back to `az configure --defaults` (make workspace-defaults).
@@ -160,7 +165,7 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(call q,$(EPOCHS)) \
 	deploy-green invoke-green mirror-green shift rollback endpoint-logs endpoint-show \
 	delete-deployment \
 	delete-endpoint invoke slots batch-local bench-batch bench-loop batch-endpoint batch-deploy batch-invoke
-.PHONY: help setup lock test test-quick test-e2e test-heavy lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui \
+.PHONY: help setup lock test test-quick test-e2e test-heavy lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui conformance \
 	envs clean-envs bench-envs \
 	bench-train clean validate schemas curated-envs sync-env docs az-guard workspace-defaults compute environment \
 	data train train-distributed sweep pipeline stream download register
@@ -354,6 +359,10 @@ sync-env: $(STAMP) ## Regenerate environments/conda.yml from pyproject.toml
 
 docs: $(STAMP) ## Redraw docs/runtime.svg (the README's picture of the runtime and a run folder)
 	$(PY) scripts/draw_runtime.py
+
+conformance: $(STAMP) ## Run the corpus of third-party specs (CASES=, CONFORMANCE_JOBS=): docs/conformance.md
+	$(PY) scripts/conformance.py $(if $(CASES),--only $(call q,$(CASES))) \
+		--jobs $(call q,$(CONFORMANCE_JOBS))
 
 bench-envs: $(STAMP) ## Benchmark building a cached environment and reusing it
 	$(PY) scripts/bench_envs.py

@@ -1,0 +1,84 @@
+"""A run of the corpus: the selected cases' groups, a bounded number at once, each result
+recorded as soon as its group ends (results.json and the matrix stay current if the run is
+stopped half-way)."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from corpus import manifest as manifests
+from corpus import matrix
+from corpus.cases import Group, Ran, run_group, slug
+from corpus.sources import Sources
+from corpus.verdict import Outcome, classify, got
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    manifest: manifests.Manifest
+    cases: tuple[manifests.Case, ...]
+    jobs: int  # groups at once
+    work: Path  # the groups' scratch folders
+    cache: Path  # the environment caches every case shares (MLOPS_CACHE_DIR)
+    sources: Sources
+    results: Path
+    page: Path
+
+
+def record(ran: Ran, date: str) -> matrix.Result:
+    verdict, reason = classify(ran.case, ran.outcome)
+    case = ran.case
+    return matrix.Result(id=case.id, repo=case.repo, commit=case.commit, path=case.path,
+                         kind=case.kind, python=ran.python, expected=case.expect.outcome,
+                         got=got(ran.outcome), verdict=verdict.value, reason=reason,
+                         seconds=round(ran.outcome.seconds, 1), date=date)
+
+
+def run(plan: Plan) -> list[matrix.Result]:
+    """Run the plan's cases; their results (also merged into the results file and the page)."""
+    lock = threading.Lock()
+    known = matrix.load(plan.results)
+    fresh: list[matrix.Result] = []
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    groups = [Group(cases=tuple(g), folder=plan.work / slug(g[0].id), sources=plan.sources,
+                    cache=plan.cache) for g in manifests.groups(plan.cases)]
+    print(f"conformance: {len(plan.cases)} case(s) in {len(groups)} group(s), {plan.jobs} at "
+          f"once; scratch folders under {plan.work}", flush=True)
+    with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
+        futures = {pool.submit(run_group, g): g for g in groups}
+        for future in as_completed(futures):
+            with lock:
+                for ran in outcomes(future, futures[future]):
+                    result = record(ran, date)
+                    known[result.id] = result
+                    fresh.append(result)
+                    print(f"{result.id}: {result.verdict} ({result.got}) {result.reason}"
+                          f"  [{result.seconds:.0f} s; log {ran.log}]", flush=True)
+                publish(plan, known)
+    return fresh
+
+
+def outcomes(future: Future, group: Group) -> list[Ran]:
+    """The group's runs; a harness error (a bug here, a full disk) is every case's reason."""
+    try:
+        return future.result()
+    except Exception as err:  # noqa: BLE001 - one group's failure must not end the others
+        reason = f"harness error: {type(err).__name__}: {err}"
+        return [Ran(c, Outcome(code=1, output=reason), c.python, group.folder)
+                for c in group.cases]
+
+
+def publish(plan: Plan, known: dict[str, matrix.Result]) -> None:
+    matrix.save(known, plan.manifest, plan.results)
+    matrix.write_atomically(plan.page, matrix.render(plan.manifest, known))
+
+
+def publish_known(corpus: manifests.Manifest, results: Path, page: Path) -> None:
+    """The page again from the results file alone (after the manifest changed)."""
+    known = matrix.load(results)
+    matrix.save(known, corpus, results)
+    matrix.write_atomically(page, matrix.render(corpus, known))

@@ -1,0 +1,246 @@
+"""The conformance harness (scripts/conformance.py, scripts/corpus/): its manifest's rules, its
+stand-in data, its verdicts and its matrix; and that docs/conformance.md is the matrix of the
+committed manifest and results."""
+
+from __future__ import annotations
+
+import csv
+import textwrap
+
+import pytest
+import yaml
+from corpus import manifest, matrix, runner, sources, standins
+from corpus.manifest import ManifestError
+from corpus.verdict import Outcome, Verdict, classify, error_line, got, python_seen
+
+from mlops.specs import ROOT
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def write(tmp_path, cases, defaults=None):
+    path = tmp_path / "corpus.yml"
+    path.write_text(yaml.safe_dump({"defaults": defaults or {}, "cases": cases}))
+    return path
+
+
+def entry(**changes):
+    base = {"id": "repo/job", "repo": "someone/repo", "commit": SHA, "path": "jobs/job.yml",
+            "kind": "command", "python": "3.8",
+            "expect": {"outcome": "completes", "reason": "it trains"}}
+    return {**base, **changes}
+
+
+def test_a_manifest_loads_with_its_defaults(tmp_path):
+    corpus = manifest.load(write(tmp_path, [entry(), entry(id="repo/online", kind="online",
+                                                           request="r.json")],
+                                 defaults={"timeout": 600}))
+    assert [c.id for c in corpus.cases] == ["repo/job", "repo/online"]
+    assert corpus.cases[0].timeout == 600 and corpus.cases[1].request == "r.json"
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"colour": "red"}, "unknown key"),
+    ({"commit": "abc123"}, "commit"),
+    ({"repo": "Azure/azureml-examples"}, "excluded"),
+    ({"path": "../outside.yml"}, "inside the repository"),
+    ({"path": "/etc/passwd"}, "inside the repository"),
+    ({"kind": "notebook"}, "kind"),
+    ({"kind": "online"}, "request"),
+    ({"kind": "batch"}, "input"),
+    ({"request": "r.json"}, "only for online"),
+    ({"expect": {"outcome": "fails", "reason": "x"}}, "match"),
+    ({"expect": {"outcome": "fails", "reason": "x", "match": "("}}, "regular expression"),
+    ({"expect": {"outcome": "works", "reason": "x"}}, "outcome"),
+    ({"expect": {"outcome": "completes"}}, "reason"),
+    ({"timeout": 0}, "timeout"),
+    ({"python": "2.7.18"}, "python"),
+    ({"after": ["repo/later"]}, "earlier case"),
+    ({"standins": {"azureml:x": {"csv": {"columns": {"a": "complex"}}}}}, "columns.a"),
+    ({"standins": {"azureml:x": {"repo": "../../etc"}}}, "inside the repository"),
+    ({"standins": {"azureml:x": {"csv": {}, "text": "x"}}}, "one generator"),
+])
+def test_a_wrong_entry_is_refused_by_name(tmp_path, change, says):
+    with pytest.raises(ManifestError, match=says):
+        manifest.load(write(tmp_path, [entry(**change)]))
+
+
+def test_ids_are_unique_and_after_stays_in_one_repository_and_commit(tmp_path):
+    with pytest.raises(ManifestError, match="twice"):
+        manifest.load(write(tmp_path, [entry(), entry()]))
+    other = entry(id="other/job", repo="someone/else")
+    with pytest.raises(ManifestError, match="another repository"):
+        manifest.load(write(tmp_path, [other, entry(after=["other/job"])]))
+
+
+def test_select_takes_prefixes_and_what_they_run_after_and_groups_follow_after(tmp_path):
+    cases = [entry(id="a/train"), entry(id="a/online", kind="online", request="r.json",
+                                        after=["a/train"]),
+             entry(id="a/batch", kind="batch", input="x.csv", after=["a/online"]),
+             entry(id="b/job", repo="someone/b")]
+    corpus = manifest.load(write(tmp_path, cases))
+    assert [c.id for c in corpus.select(["a/batch"])] == ["a/train", "a/online", "a/batch"]
+    assert [c.id for c in corpus.select(["b/"])] == ["b/job"]
+    assert [[c.id for c in g] for g in manifest.groups(corpus.cases)] == [
+        ["a/train", "a/online", "a/batch"], ["b/job"]]
+    with pytest.raises(ManifestError, match="no case"):
+        corpus.select(["c/"])
+
+
+def test_the_committed_manifest_is_valid_and_other_peoples():
+    corpus = manifest.load(ROOT / "conformance" / "corpus.yml")
+    assert corpus.cases
+    assert not {c.repo.lower() for c in corpus.cases} & manifest.EXCLUDED_REPOS
+
+
+def test_the_matrix_page_is_current():
+    corpus = manifest.load(ROOT / "conformance" / "corpus.yml")
+    results = matrix.load(ROOT / "conformance" / "results.json")
+    assert set(results) <= {c.id for c in corpus.cases}, "results of cases no longer listed"
+    page = (ROOT / "docs" / "conformance.md").read_text()
+    assert page == matrix.render(corpus, results), "run: python scripts/conformance.py " \
+                                                   "--render-only"
+
+
+def table_standin(tmp_path, options):
+    standin = standins.parse_one("azureml:t", {"csv": options}, "test")
+    roots = standins.Roots(repo=tmp_path / "repo", state=tmp_path / "state")
+    return standins.generate(standin, tmp_path / "out", roots)
+
+
+def test_a_csv_stand_in_is_deterministic_typed_and_holds_every_label(tmp_path):
+    columns = {"age": "int:18-90", "income": "float", "churn": "binary",
+               "city": "category:north|south|east", "day": "date", "id": "id"}
+    path = table_standin(tmp_path, {"rows": 20, "columns": columns})
+    rows = list(csv.DictReader(path.open()))
+    assert len(rows) == 20 and list(rows[0]) == list(columns)
+    assert {r["churn"] for r in rows} == {"0", "1"}
+    assert {r["city"] for r in rows} == {"north", "south", "east"}
+    assert all(18 <= int(r["age"]) <= 90 for r in rows)
+    again = table_standin(tmp_path / "again", {"rows": 20, "columns": columns})
+    assert again.read_text() == path.read_text()
+
+
+def test_stand_ins_of_every_shape_and_their_map(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "data").mkdir(parents=True)
+    (repo / "data" / "x.csv").write_text("a\n1\n")
+    (tmp_path / "state" / "runs" / "r" / "wd" / "outputs").mkdir(parents=True)
+    (tmp_path / "state" / "runs" / "r" / "wd" / "outputs" / "model.pkl").write_text("m")
+    roots = standins.Roots(repo=repo, state=tmp_path / "state")
+    found = {ref: standins.generate(standins.parse_one(ref, spec, "t"), tmp_path / str(i), roots)
+             for i, (ref, spec) in enumerate({
+                 "azureml:a": {"repo": "data/x.csv"},
+                 "azureml:m": {"state": "runs/*/wd/outputs/model.pkl"},
+                 "azureml:t": {"mltable": {"rows": 3, "columns": {"a": "int"}}},
+                 "azureml:f": {"csv": {"rows": 3, "columns": {"a": "int"}, "folder": True}},
+                 "azureml:i": {"images": {"classes": ["cat", "dog"], "per_class": 2}},
+                 "azureml:d": {"folder": {"files": {"n.txt": {"text": "hi"}}}}}.items())}
+    assert found["azureml:a"] == (repo / "data" / "x.csv").resolve()
+    assert found["azureml:m"].read_text() == "m"
+    assert "read_delimited" in (found["azureml:t"] / "MLTable").read_text()
+    assert (found["azureml:f"] / "data.csv").is_file()
+    assert len(list(found["azureml:i"].glob("*/*.png"))) == 4
+    assert (found["azureml:d"] / "n.txt").read_text() == "hi"
+    mapped = yaml.safe_load(standins.write_map(found, tmp_path / "map.yml").read_text())
+    assert mapped == {k: str(v) for k, v in found.items()}
+
+
+def test_a_stand_in_that_is_not_there_is_named(tmp_path):
+    roots = standins.Roots(repo=tmp_path, state=tmp_path / "state")
+    for spec in ({"repo": "missing.csv"}, {"state": "**/model.pkl"}):
+        with pytest.raises(standins.StandinError, match="azureml:gone"):
+            standins.generate(standins.parse_one("azureml:gone", spec, "t"), tmp_path / "o",
+                              roots)
+
+
+def case(outcome="completes", match=""):
+    return manifest.parse_case(entry(expect={"outcome": outcome, "reason": "because",
+                                             "match": match}), "test")
+
+
+@pytest.mark.parametrize(("expected", "match", "outcome", "verdict"), [
+    ("completes", "", Outcome(code=0), Verdict.PASSED),
+    ("completes", "", Outcome(code=1, output="ValueError: bad"), Verdict.DEFECT),
+    ("fails", "NotFound", Outcome(code=1, output="x\nNotFound: y"), Verdict.AZURE),
+    ("fails", "NotFound", Outcome(code=1, output="KeyError: z"), Verdict.DEFECT),
+    ("fails", "NotFound", Outcome(code=0), Verdict.DEFECT),
+    ("needs-service", "Key Vault", Outcome(code=2, output="error: needs a Key Vault"),
+     Verdict.REFUSED),
+    ("needs-service", "Key Vault", Outcome(code=2, output="error: other"), Verdict.DEFECT),
+    ("fails", "NotFound", Outcome(code=None, stopped="timeout", output="NotFound"),
+     Verdict.DEFECT),
+    ("completes", "", Outcome(blocked_by="repo/train"), Verdict.DEFECT),
+    ("completes", "", Outcome(not_run="too heavy"), Verdict.NOT_RUN),
+])
+def test_classification(expected, match, outcome, verdict):
+    assert classify(case(expected, match), outcome)[0] is verdict
+
+
+def test_the_reason_of_a_failure_is_its_telling_line():
+    output = textwrap.dedent("""\
+        [prep] Traceback (most recent call last):
+        [prep]   File "prep.py", line 20, in <module>
+        [prep] ModuleNotFoundError: No module named 'pkg_resources'
+        step prep failed (exit 1)
+          | ModuleNotFoundError: No module named 'pkg_resources'
+        pipeline: Failed (exit 1)
+        """)
+    assert error_line(output) == "ModuleNotFoundError: No module named 'pkg_resources'"
+    assert error_line("error: inputs.x: no stand-in\n") == "error: inputs.x: no stand-in"
+    assert error_line("") == "(no output)"
+    assert len(error_line("ValueError: " + "x" * 1000)) == 240
+    assert got(Outcome(code=2, step="start")) == "failed (start, exit 2)"
+    assert got(Outcome(code=None, stopped="timeout", seconds=61)) == "timed out (61 s)"
+
+
+def test_the_python_a_run_used_is_read_from_its_log():
+    assert python_seen("x: cached layer ready (40 package(s) on Python 3.8.18; /c)") == "3.8"
+    assert python_seen("x: resolving 3 requirement(s) for Python 3.11, as") == "3.11"
+    assert python_seen("nothing") == ""
+
+
+def result(case_id, verdict="passed", kind="command", python="3.8"):
+    return matrix.Result(id=case_id, repo="someone/repo", commit=SHA, path="a|b.yml", kind=kind,
+                         python=python, expected="completes", got="completed", verdict=verdict,
+                         reason="it | trains", seconds=1.0, date="2026-01-01")
+
+
+def test_the_matrix_has_a_row_per_case_and_its_totals(tmp_path):
+    corpus = manifest.load(write(tmp_path, [
+        entry(), entry(id="repo/b"), entry(id="repo/c", expect={"outcome": "skip",
+                                                                "reason": "a GPU"})]))
+    results = {"repo/job": result("repo/job"), "repo/b": result("repo/b", "project defect")}
+    page = matrix.render(corpus, results)
+    assert "| repo/job | someone/repo@0123456 | jobs/job.yml | command | 3.8 | completes | " \
+           "completed | passed | it \\| trains |" in page
+    assert "| repo/c | someone/repo@0123456 | jobs/job.yml | command | 3.8 | skip | not run " \
+           "yet |" in page
+    assert "specs: 3 (2 runnable), repositories: 1" in page
+    assert "passed 1, project defect 1" in page and ": 50%" in page
+    matrix.save(results, corpus, tmp_path / "results.json")
+    assert matrix.load(tmp_path / "results.json") == results
+    (tmp_path / "bad.json").write_text("{")
+    assert matrix.load(tmp_path / "bad.json") == {}
+
+
+def test_the_runner_starts_front_doors_without_the_users_folder_first(tmp_path):
+    place = runner.Place(root=tmp_path, cwd=tmp_path, asset_map=tmp_path / "m.yml", env={},
+                         log=tmp_path / "log")
+    online = manifest.parse_case(entry(kind="online", request="r.json", path="d.yml"), "t")
+    start, invoke, stop = runner.online_commands(online, place, 5005)
+    assert start[1:4] == ["-P", "-m", "mlops.serve"] and "5005" in start
+    assert invoke[-2:] == ["--request", "r.json"] and stop[-1] == "stop"
+    job = manifest.parse_case(entry(sets=["inputs.epochs=1"]), "t")
+    assert runner.job_command(job, place)[3:] == [
+        "mlops.run", "jobs/job.yml", "--assets", str(tmp_path / "m.yml"), "--set",
+        "inputs.epochs=1"]
+
+
+def test_a_mirror_is_found_in_each_of_its_layouts(tmp_path):
+    for layout in ("o+n/repo/.git", "o+n/repo", "o+n", "o/n.git", "o/n"):
+        git_dir = tmp_path / layout.replace("/", "_") / layout
+        (git_dir / "objects").mkdir(parents=True)
+        (git_dir / "HEAD").write_text("ref: refs/heads/main\n")
+        assert sources.mirrored(tmp_path / layout.replace("/", "_"), "o/n") == git_dir
+    assert sources.mirrored(tmp_path, "o/missing") is None
