@@ -198,7 +198,7 @@ class Environments:
         if plan.undefined:
             self.undefined[where] = (
                 f"note: {plan.label} was not found here, so the job ran in .venv, which may lack "
-                f"what it imports; define it with a line in {self.env_map.named}: "
+                f"what it imports or runs; define it with a line in {self.env_map.named}: "
                 f"'{plan.undefined}: [<package>==<version>, ...]' (or a spec file of its own)")
         with_mpi(plan.requirements)
         remote = [line for line in plan.requirements if unfetchable(line)]

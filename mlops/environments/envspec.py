@@ -182,6 +182,9 @@ def from_definition(definition: SpecData, base: Path, label: str, env_map: EnvMa
             plan.requirements[:0] = [line for line in below.requirements  # what the build
                                      if not line.startswith(curated.RESOLVED_AS_OF)]  # adds: now
             plan.python, plan.notice = plan.python or below.python, None
+        elif below is not None and plan.notice:  # nothing installed, on an image unknown here
+            plan.undefined = below.undefined
+            plan.notice += f", on {image}, which has no local stand-in: running in .venv"
     elif definition.get("image"):
         image = str(definition["image"])
         return from_map(image_key(image), label, env_map, curated_tag(image))

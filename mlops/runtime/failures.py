@@ -2,8 +2,10 @@
 
 A job whose environment asks for another Python ran on this machine's (environments/); an
 error raised inside an installed package of the kinds a package made for another Python raises
-gets a note that says so. A job whose environment nothing here defines ran in .venv; a
-ModuleNotFoundError gets a note naming the line that would define it.
+gets a note that says so. A job whose environment nothing here defines ran in .venv (an unknown
+image, or a Dockerfile that installs nothing this machine reads on one): a ModuleNotFoundError,
+or a command the shell did not find (`Rscript: command not found`), gets a note naming the
+environment, its image and the line that would define it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ def missing_module(tail: Iterable[str]) -> bool:
     return last_raised(tail) == "ModuleNotFoundError"
 
 
+MISSING_COMMAND = re.compile(r"(?:^|: )([\w.+-]+): (?:command )?not found\s*$")
+
+
+def missing_command(tail: Iterable[str]) -> bool:
+    """The log ends in a shell's 'command not found': a program the image would have held."""
+    lines = [line for line in tail if line.strip()]
+    return bool(lines) and any(MISSING_COMMAND.search(line) for line in lines[-3:])
+
+
 def version_error(tail: Iterable[str]) -> bool:
     """The last lines of a log end in a Python traceback of the kinds a package made for another
     Python raises (an import, an attribute or a signature gone, a pickle of older classes), from
@@ -50,6 +61,6 @@ def explain(environments: Environments, where: str, tail: Iterable[str]) -> list
     if caveat and version_error(lines):
         notes.append(caveat)
     undefined = environments.undefined_note(where)
-    if undefined and missing_module(lines):
+    if undefined and (missing_module(lines) or missing_command(lines)):
         notes.append(undefined)
     return notes

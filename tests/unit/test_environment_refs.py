@@ -171,3 +171,22 @@ def test_a_definition_az_ml_could_not_register_is_passed_over(tmp_path):
     bad.write_text("name: train-env\nimage: python:3.11\nconda_file: gone.yml\n")
     assert job_repo_environment("train-env", None, tmp_path / "tests/fixtures").file == \
         tmp_path / "environments/env.yml"
+
+
+@pytest.mark.parametrize(("dockerfile", "undefined"), [
+    # R from Docker Hub, its packages installed by R: nothing here reads them
+    ("FROM rocker/tidyverse:latest\nRUN R -e \"install.packages('optparse')\"\n",
+     "image:rocker/tidyverse"),
+    # a Python image whose pip installs are read: an environment is built, nothing undefined
+    ("FROM python:3.11-slim\nRUN pip install pyjokes==0.6.0\n", ""),
+    # an Azure ML image the catalogue knows, nothing installed on it: that image's packages
+    ("FROM mcr.microsoft.com/azureml/curated/sklearn-1.5:20\n", ""),
+])
+def test_a_docker_build_on_an_image_nothing_here_describes_is_named_as_undefined(
+        tmp_path, dockerfile, undefined):
+    (tmp_path / "context").mkdir()
+    (tmp_path / "context" / "Dockerfile").write_text(dockerfile)
+    plan = plan_for({"build": {"path": "context"}}, tmp_path, EnvMap(), "job")
+    assert plan.undefined == undefined
+    if undefined:
+        assert "rocker/tidyverse:latest, which has no local stand-in" in plan.notice

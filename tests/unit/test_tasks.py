@@ -86,6 +86,36 @@ def test_a_version_error_is_one_raised_inside_an_installed_package(tail, expecte
     assert version_error(tail) is expected
 
 
+@pytest.mark.parametrize(("tail", "expected"), [
+    (["bash: line 1: Rscript: command not found"], True),
+    (["sh: 1: julia: not found", ""], True),
+    (["Rscript: command not found", "job: Failed (exit 127)", "  outputs: /x"], True),
+    (["ModuleNotFoundError: No module named 'x'"], False),
+    (["bash: line 1: Rscript: command not found", "a", "b", "c"], False),  # not where it ended
+    (["print('the page was not found')"], False),
+])
+def test_a_missing_command_is_a_shells_last_words(tail, expected):
+    from mlops.runtime.failures import missing_command
+
+    assert missing_command(tail) is expected
+
+
+def test_a_job_on_an_undefined_image_that_misses_a_command_gets_the_images_note(tmp_path):
+    from mlops.environments.activation import Environments
+    from mlops.environments.envspec import EnvironmentRef
+    from mlops.runtime.failures import explain
+
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(
+        "FROM rocker/tidyverse:latest\nRUN R -e \"install.packages('x')\"\n")
+    envs = Environments()
+    envs.layers(EnvironmentRef({"build": {"path": "ctx"}}, tmp_path), "job")
+    notes = explain(envs, "job", ["bash: line 1: Rscript: command not found"])
+    assert len(notes) == 1 and "'image:rocker/tidyverse: [" in notes[0]
+    assert "what it imports or runs" in notes[0]
+    assert explain(envs, "job", ["ValueError: bad input"]) == []
+
+
 def test_an_environment_for_another_python_moved_here_leaves_a_caveat_for_its_failures(
         tmp_path, monkeypatch, capsys):
     """No interpreter of Python 3.9 to be had: the closure, resolved for 3.9, is moved to this
