@@ -1,8 +1,10 @@
 """One group of cases (joined by `after`) run in one checkout and one local workspace.
 
-Layout of a group's folder (emptied when the group runs again): `src/` the repository at its
-commit, `state/` the local runtime's state (MLOPS_STATE_DIR: its runs, MLflow store and local
-workspace, so one case's registered model is the next one's `azureml:<model>@latest`),
+Layout of a group's folder (emptied when the group runs again): `checkout/<name>/` the
+repository at its commit (alone in its folder and named as a clone is, so a spec's
+`../<folder>` resolves as on the user's machine), `state/` the local runtime's state
+(MLOPS_STATE_DIR: its runs, MLflow store and local workspace, so one case's registered model is
+the next one's `azureml:<model>@latest`),
 `standins/` and `maps/` the stand-in data and the mapping files that name it, `logs/` one log
 per case. The environment caches are shared by every group (MLOPS_CACHE_DIR).
 """
@@ -52,7 +54,7 @@ def run_group(group: Group) -> list[Ran]:
         shutil.rmtree(group.folder)
     group.folder.mkdir(parents=True)
     first = group.cases[0]
-    root = group.folder / "src"
+    root = group.folder / "checkout" / first.repo.split("/")[1]  # named as a clone is
     try:
         group.sources.checkout(first.repo, first.commit, root)
         problem = ""
@@ -107,7 +109,8 @@ def steps(case: Case, place: runner.Place, deadline: float, paths: dict[str, Pat
         if failed:
             return failed
     if case.kind == "online":
-        return online(case, place, deadline)
+        request = paths.get(case.request) or place.root / case.request
+        return online(case, place, deadline, str(request))
     if case.kind == "batch":
         source = paths.get(case.input) or place.root / case.input
         return (attempt(runner.batch_command(case, place, str(source)), place, deadline, "batch")
@@ -115,8 +118,8 @@ def steps(case: Case, place: runner.Place, deadline: float, paths: dict[str, Pat
     return attempt(runner.job_command(case, place), place, deadline, "run") or Outcome(code=0)
 
 
-def online(case: Case, place: runner.Place, deadline: float) -> Outcome:
-    start, invoke, stop = runner.online_commands(case, place, runner.free_port())
+def online(case: Case, place: runner.Place, deadline: float, request: str) -> Outcome:
+    start, invoke, stop = runner.online_commands(case, place, runner.free_port(), request)
     try:
         return (attempt(start, place, deadline, "start") or
                 attempt(invoke, place, deadline, "invoke") or Outcome(code=0))

@@ -60,7 +60,7 @@ class Case:
     cwd: str = ""  # where the user runs it from (the repository's root when empty)
     setup: tuple[str, ...] = ()  # asset specs created first, in order
     after: tuple[str, ...] = ()
-    request: str = ""  # online: the request file
+    request: str = ""  # online: the request file (a repository path or a stand-in's reference)
     input: str = ""  # batch: a repository path, or a stand-in's reference
     input_type: str = ""  # batch: mltable for an MLTable folder
     sets: tuple[str, ...] = ()
@@ -141,7 +141,7 @@ def parse_case(entry: dict[str, object], where: str) -> Case:
                 setup=tuple(relative({"setup": p}, "setup", where) for p in
                             strings(entry, "setup", where)),
                 after=strings(entry, "after", where), sets=strings(entry, "sets", where),
-                request=relative(entry, "request", where, required=False),
+                request=str(entry.get("request") or ""),
                 input=str(entry.get("input") or ""), input_type=str(entry.get("input_type") or ""),
                 standins=stand_ins(entry.get("standins"), where),
                 timeout=timeout(entry.get("timeout", 1800), where),
@@ -223,8 +223,11 @@ def check_kind(case: Case, where: str) -> None:
         raise ManifestError(f"{where}: input: a batch deployment needs an input")
     if case.kind in JOB_KINDS and (case.request or case.input):
         raise ManifestError(f"{where}: request/input: only for online and batch deployments")
-    if case.input and case.input not in {s.reference for s in case.standins}:
-        relative({"input": case.input}, "input", where)
+    generated = {s.reference for s in case.standins}
+    for key in ("input", "request"):  # a repository path, or a stand-in's reference
+        value = getattr(case, key)
+        if value and value not in generated:
+            relative({key: value}, key, where)
     if case.input_type not in ("", "mltable", "uri_folder", "uri_file"):
         raise ManifestError(f"{where}: input_type: mltable, uri_folder or uri_file")
 

@@ -62,12 +62,12 @@ def job_command(case: Case, place: Place) -> list[str]:
     return door("run", case.path, "--assets", str(place.asset_map), *sets)
 
 
-def online_commands(case: Case, place: Place, port: int) -> tuple[list[str], list[str],
-                                                                  list[str]]:
+def online_commands(case: Case, place: Place, port: int,
+                    request: str) -> tuple[list[str], list[str], list[str]]:
     """start, invoke, stop: `az ml online-deployment create` and `online-endpoint invoke`."""
     start = door("serve", "start", "--deployment", case.path, "--port", str(port),
                  "--all-traffic", "1", "--assets", str(place.asset_map))
-    invoke = door("serve", "invoke", "--request", case.request)
+    invoke = door("serve", "invoke", "--request", request)
     return start, invoke, door("serve", "stop")
 
 

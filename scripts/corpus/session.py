@@ -5,6 +5,7 @@ stopped half-way)."""
 from __future__ import annotations
 
 import datetime
+import fcntl
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -41,7 +42,6 @@ def record(ran: Ran, date: str) -> matrix.Result:
 def run(plan: Plan) -> list[matrix.Result]:
     """Run the plan's cases; their results (also merged into the results file and the page)."""
     lock = threading.Lock()
-    known = matrix.load(plan.results)
     fresh: list[matrix.Result] = []
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     groups = [Group(cases=tuple(g), folder=plan.work / slug(g[0].id), sources=plan.sources,
@@ -52,13 +52,13 @@ def run(plan: Plan) -> list[matrix.Result]:
         futures = {pool.submit(run_group, g): g for g in groups}
         for future in as_completed(futures):
             with lock:
-                for ran in outcomes(future, futures[future]):
-                    result = record(ran, date)
-                    known[result.id] = result
-                    fresh.append(result)
+                rans = outcomes(future, futures[future])
+                done = [record(ran, date) for ran in rans]
+                for result, ran in zip(done, rans, strict=True):
                     print(f"{result.id}: {result.verdict} ({result.got}) {result.reason}"
                           f"  [{result.seconds:.0f} s; log {ran.log}]", flush=True)
-                publish(plan, known)
+                fresh += done
+                publish(plan, done)
     return fresh
 
 
@@ -72,9 +72,14 @@ def outcomes(future: Future, group: Group) -> list[Ran]:
                 for c in group.cases]
 
 
-def publish(plan: Plan, known: dict[str, matrix.Result]) -> None:
-    matrix.save(known, plan.manifest, plan.results)
-    matrix.write_atomically(plan.page, matrix.render(plan.manifest, known))
+def publish(plan: Plan, done: list[matrix.Result]) -> None:
+    """Merge `done` into the results file (another run may have written it meanwhile: the file
+    is read again under a lock) and rewrite the page."""
+    with open(plan.results.with_name(plan.results.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        known = matrix.load(plan.results) | {r.id: r for r in done}
+        matrix.save(known, plan.manifest, plan.results)
+        matrix.write_atomically(plan.page, matrix.render(plan.manifest, known))
 
 
 def publish_known(corpus: manifests.Manifest, results: Path, page: Path) -> None:

@@ -22,6 +22,9 @@ LINE_ORDER = (re.compile(r"^([A-Za-z_][\w.]*)?(Error|Exception|Exit|Interrupt)\b
               re.compile(r"(Error|Exception|error:|refuse|cannot|can't|not found|No such|Killed)"),
               re.compile(r"[Ff]ailed"))
 MAX_REASON = 240
+# the runtime's closing lines, which say where things are, not what went wrong
+TRAILER = re.compile(r"^(summary|outputs|steps|trials|MLflow run|log tail|log)( \(.*\))?: |"
+                     r"^\S+: (Failed|Completed|Canceled) \(")
 
 
 class Verdict(StrEnum):
@@ -92,7 +95,8 @@ def error_line(output: str) -> str:
     """The line of the output that best says what went wrong, short: the last Python exception,
     else the last `error:` line, else the last line that sounds like a failure, else the last."""
     lines = [clean(line) for line in output.splitlines()]
-    lines = [line for line in lines if line and not line.startswith(("$ ", "File ", "^"))]
+    lines = [line for line in lines if line and not line.startswith(("$ ", "File ", "^"))
+             and not TRAILER.match(line)]
     for pattern in LINE_ORDER:
         for line in reversed(lines):
             if pattern.search(line):

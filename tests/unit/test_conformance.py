@@ -189,6 +189,9 @@ def test_the_reason_of_a_failure_is_its_telling_line():
     assert error_line(output) == "ModuleNotFoundError: No module named 'pkg_resources'"
     assert error_line("error: inputs.x: no stand-in\n") == "error: inputs.x: no stand-in"
     assert error_line("") == "(no output)"
+    assert error_line("no trial logged the metric 'x'\nsummary: /r/s.json\n"
+                      "sweep: Failed (exit 1; log /r/log.txt)\n  outputs: /r/o\n"
+                      "  MLflow run: 12ab\n") == "no trial logged the metric 'x'"
     assert len(error_line("ValueError: " + "x" * 1000)) == 240
     assert got(Outcome(code=2, step="start")) == "failed (start, exit 2)"
     assert got(Outcome(code=None, stopped="timeout", seconds=61)) == "timed out (61 s)"
@@ -228,7 +231,7 @@ def test_the_runner_starts_front_doors_without_the_users_folder_first(tmp_path):
     place = runner.Place(root=tmp_path, cwd=tmp_path, asset_map=tmp_path / "m.yml", env={},
                          log=tmp_path / "log")
     online = manifest.parse_case(entry(kind="online", request="r.json", path="d.yml"), "t")
-    start, invoke, stop = runner.online_commands(online, place, 5005)
+    start, invoke, stop = runner.online_commands(online, place, 5005, "r.json")
     assert start[1:4] == ["-P", "-m", "mlops.serve"] and "5005" in start
     assert invoke[-2:] == ["--request", "r.json"] and stop[-1] == "stop"
     job = manifest.parse_case(entry(sets=["inputs.epochs=1"]), "t")
