@@ -75,15 +75,19 @@ def outcomes(future: Future, group: Group) -> list[Ran]:
 def publish(plan: Plan, done: list[matrix.Result]) -> None:
     """Merge `done` into the results file (another run may have written it meanwhile: the file
     is read again under a lock) and rewrite the page."""
-    with open(plan.results.with_name(plan.results.name + ".lock"), "w") as lock:
+    merge(plan.manifest, plan.results, plan.page, done)
+
+
+def merge(corpus: manifests.Manifest, results: Path, page: Path,
+          done: list[matrix.Result]) -> None:
+    with open(results.with_name(results.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        known = matrix.load(plan.results) | {r.id: r for r in done}
-        matrix.save(known, plan.manifest, plan.results)
-        matrix.write_atomically(plan.page, matrix.render(plan.manifest, known))
+        known = matrix.load(results) | {r.id: r for r in done}
+        matrix.save(known, corpus, results)
+        matrix.write_atomically(page, matrix.render(corpus, {c.id: known[c.id] for c in
+                                                             corpus.cases if c.id in known}))
 
 
 def publish_known(corpus: manifests.Manifest, results: Path, page: Path) -> None:
     """The page again from the results file alone (after the manifest changed)."""
-    known = matrix.load(results)
-    matrix.save(known, corpus, results)
-    matrix.write_atomically(page, matrix.render(corpus, known))
+    merge(corpus, results, page, [])

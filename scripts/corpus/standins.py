@@ -9,6 +9,8 @@ A stand-in is one generator and its options:
     repo: data/taxi-data.csv                      # a file or folder of the repository
     state: "**/wd/outputs/model.joblib"           # the newest match in the group's runs so far
                                                   # (what an earlier case of the group wrote)
+    shared: nyc-taxi                              # an empty folder every case of the group maps
+                                                  # (a datastore path one writes, the next reads)
     csv: {rows: 200, columns: {age: int:18-90, income: float, churn: binary,
           city: category:a|b|c, note: text, day: date, id: id}, name: data.csv, folder: true}
     mltable: {rows: 50, columns: {...}}           # a folder: data.csv and its MLTable file
@@ -30,7 +32,7 @@ import yaml
 
 from mlops.errors import LocalRunError
 
-GENERATORS = ("repo", "state", "csv", "mltable", "images", "text", "folder")
+GENERATORS = ("repo", "state", "shared", "csv", "mltable", "images", "text", "folder")
 COLUMN = re.compile(r"^(int|float)(:-?\d+(\.\d+)?--?\d+(\.\d+)?)?$|^(binary|text|date|id)$|"
                     r"^category:[^|]+(\|[^|]+)+$")
 MAX_ROWS = 100_000
@@ -69,10 +71,10 @@ def parse_one(reference: str, spec: object, where: str) -> Standin:
     if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in GENERATORS:
         raise StandinError(f"{where}: expected one generator of {', '.join(GENERATORS)}")
     generator, options = next(iter(spec.items()))
-    if generator in ("repo", "state", "text"):
+    if generator in ("repo", "state", "shared", "text"):
         if not isinstance(options, str):
             raise StandinError(f"{where}: {generator}: expected a string")
-        if generator in ("repo", "state"):
+        if generator in ("repo", "state", "shared"):
             check_inside(options, where)
         return Standin(reference, generator, {"value": options})
     if not isinstance(options, dict):
@@ -130,6 +132,10 @@ def generate(standin: Standin, into: Path, roots: Roots) -> Path:
     repo_root = roots.repo
     if standin.generator == "state":
         return newest(roots.state, str(standin.options["value"]), standin.reference)
+    if standin.generator == "shared":
+        shared = roots.state.parent / "shared" / str(standin.options["value"])
+        shared.mkdir(parents=True, exist_ok=True)
+        return shared
     if standin.generator == "repo":
         path = (repo_root / str(standin.options["value"])).resolve()
         if not path.exists() or not path.is_relative_to(repo_root.resolve()):

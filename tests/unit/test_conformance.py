@@ -135,13 +135,15 @@ def test_stand_ins_of_every_shape_and_their_map(tmp_path):
                  "azureml:t": {"mltable": {"rows": 3, "columns": {"a": "int"}}},
                  "azureml:f": {"csv": {"rows": 3, "columns": {"a": "int"}, "folder": True}},
                  "azureml:i": {"images": {"classes": ["cat", "dog"], "per_class": 2}},
-                 "azureml:d": {"folder": {"files": {"n.txt": {"text": "hi"}}}}}.items())}
+                 "azureml:d": {"folder": {"files": {"n.txt": {"text": "hi"}}}},
+                 "azureml://datastores/x/paths/y/": {"shared": "y"}}.items())}
     assert found["azureml:a"] == (repo / "data" / "x.csv").resolve()
     assert found["azureml:m"].read_text() == "m"
     assert "read_delimited" in (found["azureml:t"] / "MLTable").read_text()
     assert (found["azureml:f"] / "data.csv").is_file()
     assert len(list(found["azureml:i"].glob("*/*.png"))) == 4
     assert (found["azureml:d"] / "n.txt").read_text() == "hi"
+    assert found["azureml://datastores/x/paths/y/"] == tmp_path / "shared" / "y"
     mapped = yaml.safe_load(standins.write_map(found, tmp_path / "map.yml").read_text())
     assert mapped == {k: str(v) for k, v in found.items()}
 
