@@ -15,12 +15,12 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from corpus import runner, standins
 from corpus.manifest import Case
 from corpus.sources import Sources
-from corpus.verdict import Outcome, python_seen
+from corpus.verdict import Outcome, Verdict, classify, python_seen
 from mlops.errors import LocalError
 
 # A user's shell has none of these: the Makefile's MLflow store, a run's Azure variables.
@@ -56,26 +56,44 @@ def run_group(group: Group) -> list[Ran]:
     first = group.cases[0]
     root = group.folder / "checkout" / first.repo.split("/")[1]  # named as a clone is
     try:
-        group.sources.checkout(first.repo, first.commit, root)
+        lacking = group.sources.checkout(first.repo, first.commit, root)
         problem = ""
     except LocalError as err:
-        problem = f"repository not available: {err}"
+        lacking, problem = [], f"repository not available: {err}"
     done: dict[str, bool] = {}
+    as_azure: dict[str, bool] = {}
     ran = []
     for case in group.cases:
         log = group.folder / "logs" / f"{slug(case.id)}.log"
         outcome = (Outcome(not_run=problem) if problem else
                    Outcome(not_run=case.expect.reason) if not case.runnable else
-                   blocked(case, done) or run_case(case, group, root, log))
+                   blocked(case, done, as_azure) or run_case(case, group, root, log))
+        outcome = lacked(outcome, lacking)
         done[case.id] = outcome.completed
+        as_azure[case.id] = classify(case, outcome)[0] in (Verdict.AZURE, Verdict.REFUSED)
         head = runner.head(log)
         ran.append(Ran(case, outcome, python_seen(head) or case.python, log))
     return ran
 
 
-def blocked(case: Case, done: dict[str, bool]) -> Outcome | None:
+def blocked(case: Case, done: dict[str, bool], as_azure: dict[str, bool]) -> Outcome | None:
+    """A case whose `after` did not complete does not run; whether they failed as on Azure."""
     failed = [needed for needed in case.after if not done.get(needed)]
-    return Outcome(blocked_by=", ".join(failed)) if failed else None
+    if not failed:
+        return None
+    return Outcome(blocked_by=", ".join(failed),
+                   blocked_as_azure=all(as_azure.get(needed) for needed in failed))
+
+
+def lacked(outcome: Outcome, lacking: list[str]) -> Outcome:
+    """A failure that names a file the mirror lacks did not run as the user's would."""
+    if outcome.completed or outcome.not_run:
+        return outcome
+    named = [path for path in lacking if PurePosixPath(path).name in outcome.output]
+    if not named:
+        return outcome
+    return replace(outcome, not_run=f"the mirror lacks {named[0]} (a file of 4 MiB or more, "
+                                    "left out of its snapshot): it runs where GitHub is reachable")
 
 
 def place_for(case: Case, group: Group, root: Path, log: Path) -> runner.Place:

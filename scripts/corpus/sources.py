@@ -8,11 +8,16 @@ folder named by CONFORMANCE_MIRROR, holding one git directory per repository (`<
 with or without a `repo/` or `repo/.git` inside, or `<owner>/<name>[.git]`). Either way the
 commit is written out with `git archive` and unpacked with tarfile's `data` filter (no link
 or path leaves the folder). A commit that is not there is a MachineError that names it.
+
+A mirror may hold a commit without some of its largest files (a snapshot that leaves out files
+of 4 MiB and more): there the tree is written blob by blob and the files it lacks are returned,
+so a case that needs one is reported as not run, and one that does not runs.
 """
 
 from __future__ import annotations
 
 import fcntl
+import shutil
 import subprocess
 import tarfile
 from dataclasses import dataclass
@@ -54,25 +59,66 @@ class Sources:
                 raise MachineError(f"{repo}: GitHub did not hand over commit {commit}")
         return folder
 
-    def checkout(self, repo: str, commit: str, into: Path) -> Path:
-        """`repo` at `commit`, unpacked into `into` (which must not exist yet)."""
+    def checkout(self, repo: str, commit: str, into: Path) -> list[str]:
+        """`repo` at `commit`, unpacked into `into` (which must not exist yet); the paths the
+        source lacks (only a mirror lacks any)."""
         source = self.git_dir(repo, commit)
         into.mkdir(parents=True)
-        archive = subprocess.Popen(["git", "--git-dir", str(source), "archive", "--format=tar",
-                                    commit], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            with tarfile.open(fileobj=archive.stdout, mode="r|") as tar:
-                tar.extractall(into, filter="data")
-        except tarfile.TarError as err:
-            raise MachineError(f"{repo}@{commit[:10]}: git archive's output is not a tar file "
-                               f"({err})") from None
-        finally:
-            archive.stdout.close()
-            error = archive.stderr.read().decode(errors="replace").strip()
-            archive.stderr.close()
-            if archive.wait() != 0:
-                raise MachineError(f"{repo}@{commit[:10]}: git archive failed: {error}")
-        return into
+            archive(source, commit, into)
+            return []
+        except MachineError:
+            if self.mirror is None:
+                raise
+        shutil.rmtree(into)
+        into.mkdir(parents=True)
+        return unpack_blobs(source, commit, into)
+
+
+def archive(source: Path, commit: str, into: Path) -> None:
+    process = subprocess.Popen(["git", "--git-dir", str(source), "archive", "--format=tar",
+                                commit], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with tarfile.open(fileobj=process.stdout, mode="r|") as tar:
+            tar.extractall(into, filter="data")
+    except tarfile.TarError as err:
+        process.kill()
+        raise MachineError(f"{source}@{commit[:10]}: git archive's output is not a tar file "
+                           f"({err})") from None
+    finally:
+        process.stdout.close()
+        error = process.stderr.read().decode(errors="replace").strip()
+        process.stderr.close()
+        if process.wait() != 0:
+            raise MachineError(f"{source}@{commit[:10]}: git archive failed: {error}")
+
+
+def unpack_blobs(source: Path, commit: str, into: Path) -> list[str]:
+    """The commit's regular files written one by one (links and submodules left out); the
+    paths whose content the git directory lacks."""
+    listing = subprocess.run(["git", "--git-dir", str(source), "ls-tree", "-r", "-z", commit],
+                             capture_output=True, check=True).stdout.decode()
+    entries = [line.split("\t", 1) for line in listing.split("\0") if line]
+    files = [(head.split()[0], head.split()[2], path) for head, path in entries
+             if head.split()[0] in ("100644", "100755") and ".." not in path.split("/")]
+    missing = []
+    with subprocess.Popen(["git", "--git-dir", str(source), "cat-file", "--batch"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE) as batch:
+        for mode, oid, path in files:
+            batch.stdin.write(f"{oid}\n".encode())
+            batch.stdin.flush()
+            header = batch.stdout.readline().split()
+            if len(header) < 3:  # "<oid> missing"
+                missing.append(path)
+                continue
+            content = batch.stdout.read(int(header[2]))
+            batch.stdout.read(1)  # the newline after each object
+            target = into / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+            target.chmod(0o755 if mode == "100755" else 0o644)
+        batch.stdin.close()
+    return missing
 
 
 def mirrored(mirror: Path, repo: str) -> Path | None:

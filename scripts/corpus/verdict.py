@@ -45,6 +45,7 @@ class Outcome:
     output: str = ""  # the log's tail
     seconds: float = 0.0
     blocked_by: str = ""  # an earlier case that did not complete
+    blocked_as_azure: bool = False  # ... and failed as it fails on Azure
     not_run: str = ""  # why it did not run at all (skip, a repository that could not be had)
 
     @property
@@ -73,6 +74,8 @@ def classify(case: Case, outcome: Outcome) -> tuple[Verdict, str]:
     expect = case.expect
     if outcome.not_run:
         return Verdict.NOT_RUN, outcome.not_run
+    if outcome.blocked_by and outcome.blocked_as_azure and expect.outcome == "fails":
+        return Verdict.AZURE, expect.reason
     if outcome.blocked_by:
         return Verdict.DEFECT, f"blocked: {outcome.blocked_by} did not complete"
     if outcome.stopped:

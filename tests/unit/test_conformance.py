@@ -173,6 +173,8 @@ def case(outcome="completes", match=""):
     ("fails", "NotFound", Outcome(code=None, stopped="timeout", output="NotFound"),
      Verdict.DEFECT),
     ("completes", "", Outcome(blocked_by="repo/train"), Verdict.DEFECT),
+    ("fails", "x", Outcome(blocked_by="repo/train", blocked_as_azure=True), Verdict.AZURE),
+    ("fails", "x", Outcome(blocked_by="repo/train"), Verdict.DEFECT),
     ("completes", "", Outcome(not_run="too heavy"), Verdict.NOT_RUN),
 ])
 def test_classification(expected, match, outcome, verdict):
@@ -249,3 +251,13 @@ def test_a_mirror_is_found_in_each_of_its_layouts(tmp_path):
         (git_dir / "HEAD").write_text("ref: refs/heads/main\n")
         assert sources.mirrored(tmp_path / layout.replace("/", "_"), "o/n") == git_dir
     assert sources.mirrored(tmp_path, "o/missing") is None
+
+
+def test_a_failure_that_names_a_file_the_mirror_lacks_is_not_run():
+    from corpus.cases import lacked
+
+    failed = Outcome(code=1, output="FileNotFoundError: data/passenger-data.csv")
+    assert "the mirror lacks data/passenger-data.csv" in lacked(failed, ["data/passenger-data.csv",
+                                                                       "media/x.gif"]).not_run
+    assert lacked(failed, ["media/x.gif"]) == failed
+    assert lacked(Outcome(code=0), ["data/passenger-data.csv"]).not_run == ""
