@@ -9,6 +9,8 @@ listed and opens it to hash and upload it. So, of what a folder can hold:
 - a device: it is read as a file: /dev/zero never ends, a disk is read whole;
 - a link to nothing: its size cannot be read: the upload fails;
 - links that point at each other: resolving them fails (a loop);
+- an .amlignore or .gitignore that is not UTF-8 (UTF-16, as PowerShell writes it): reading it
+  fails (UnicodeDecodeError);
 - a link to a folder that holds it: the walk follows it into itself (a loop).
 Each is refused here with its path, and how to keep it out (remove it, or list it in the
 folder's .amlignore); nothing is skipped silently, since Azure skips none of them.
@@ -100,6 +102,9 @@ def sdk_listing(source: Path, what: str, ignore: bool) -> list[tuple[str, str]]:
     try:
         return [(str(file), str(relative))
                 for file, relative in get_upload_files_from_folder(source, ignore_file=rules)]
+    except UnicodeDecodeError as err:  # it reads the ignore file as UTF-8
+        name = ".amlignore" if (source / ".amlignore").exists() else ".gitignore"  # its order
+        raise LocalRunError(not_utf8(source / name, err, what)) from None
     except (RuntimeError, OSError):  # links that point at each other, as it resolves them
         for parent, _, names in os.walk(source):
             for name in names:
@@ -124,6 +129,15 @@ def listing_key(source: Path, ignore: bool) -> list[object] | None:
     except (OSError, RuntimeError):
         return None
     return [str(source.absolute()), walk, ignored, installed("azure.ai.ml")]
+
+
+def not_utf8(path: Path, err: UnicodeDecodeError, what: str) -> str:
+    """Why an ignore file stops the upload: azure-ai-ml reads it as UTF-8."""
+    head = path.read_bytes()[:2] if path.is_file() else b""
+    kind = ("UTF-16 text (as PowerShell's `>` and Out-File write it)"
+            if head in (b"\xff\xfe", b"\xfe\xff") else f"not UTF-8 (byte {err.start})")
+    return (f"{what}: {path} is {kind}; az ml reads it as UTF-8 to decide what to upload and "
+            "stops on it the same way (UnicodeDecodeError). Save it as UTF-8")
 
 
 def _refuse(entry: Path, source: Path, what: str) -> None:

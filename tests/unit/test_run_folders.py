@@ -211,3 +211,18 @@ def test_a_run_folders_name_is_a_job_name_azure_takes(tmp_path, folder, name):
 
     assert job.job_name(SimpleNamespace(data={}), tmp_path / folder) == name
     assert job.job_name(SimpleNamespace(data={"name": "given"}), tmp_path / folder) == "given"
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    ("*.db\nmlruns/\n".encode("utf-16"), "UTF-16 text"),  # PowerShell's `echo x > .gitignore`
+    (b"*.db\n\xff\xc3(\n", r"not UTF-8 \(byte 5\)"),
+])
+def test_an_ignore_file_azure_ai_ml_cannot_read_stops_the_snapshot_in_one_line(
+        tmp_path, content, says):
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / ".gitignore").write_bytes(content)
+    with pytest.raises(LocalRunError, match=rf"\.gitignore is {says}.*reads it as UTF-8"):
+        snapshot.code_files(tmp_path)
+    (tmp_path / ".amlignore").write_text("*.db\n")  # it takes precedence: the upload works
+    assert sorted(rel for _, rel in snapshot.code_files(tmp_path)) == [
+        ".amlignore", ".gitignore", "train.py"]
