@@ -115,12 +115,21 @@ def _bundle(spec: Spec, kind: AssetKind, folder: Path) -> Path:
     data = dict(spec.data)
     base = spec.path.parent
     if kind == AssetKind.ENVIRONMENT:
-        if data.get("conda_file") and isinstance(data["conda_file"], str):
-            data["conda_file"] = _take(base, data["conda_file"], folder, "conda")
-        build = data.get("build")
-        if isinstance(build, dict) and build.get("path") and not is_remote(str(build["path"])):
-            data["build"] = {**build, "path": _take(base, str(build["path"]), folder, "context")}
-    elif data.get("additional_includes"):  # merged into the code, as Azure registers it
+        data = _environment_files(data, base, folder, "")
+    else:  # a component: its inline environment's files (Azure registers their content), code
+        if isinstance(data.get("environment"), dict):
+            data["environment"] = _environment_files(dict(data["environment"]), base, folder,
+                                                     "environment-")
+        _component_code(data, spec, folder)
+    (folder / SPEC_FILE).write_text(yaml.safe_dump(data, sort_keys=False))
+    return folder
+
+
+def _component_code(data: dict[str, object], spec: Spec, folder: Path) -> None:
+    """The component's `code:` copied into `folder` (its `additional_includes` merged in, as
+    Azure merges them when it registers the component)."""
+    base = spec.path.parent
+    if data.get("additional_includes"):
         from mlops.runtime.snapshot import merged
         from mlops.runtime.tasks import include_paths
 
@@ -131,8 +140,19 @@ def _bundle(spec: Spec, kind: AssetKind, folder: Path) -> Path:
             data["code"] = _take(code_folder, ".", folder, "code")
     elif data.get("code") and not is_remote(str(data["code"])):
         data["code"] = _take(base, str(data["code"]), folder, "code")
-    (folder / SPEC_FILE).write_text(yaml.safe_dump(data, sort_keys=False))
-    return folder
+
+
+def _environment_files(env: dict[str, object], base: Path, folder: Path,
+                       prefix: str) -> dict[str, object]:
+    """An environment definition with the files it names (its conda file, its build context)
+    copied into `folder` and named from there."""
+    if env.get("conda_file") and isinstance(env["conda_file"], str):
+        env["conda_file"] = _take(base, env["conda_file"], folder, f"{prefix}conda")
+    build = env.get("build")
+    if isinstance(build, dict) and build.get("path") and not is_remote(str(build["path"])):
+        env["build"] = {**build, "path": _take(base, str(build["path"]), folder,
+                                               f"{prefix}context")}
+    return env
 
 
 def _take(base: Path, relative: str, folder: Path, name: str) -> str:

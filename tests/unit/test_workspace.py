@@ -277,3 +277,26 @@ def test_a_model_is_created_from_a_jobs_output_as_az_ml_model_create_path_takes_
     made = actions.create_from(draft, path="azureml://jobs/train-7/outputs/model/")
     assert (made.version, made.type) == ("1", "custom_model")
     assert (workspace.find(AssetKind.MODEL, "clf").path / "model.pt").read_text() == "trained"
+
+
+def test_a_component_is_registered_with_its_inline_environments_files(tmp_path):
+    """`az ml component create` registers the content of an inline environment, so a conda file
+    outside the component's folder (`conda_file: ../conda.yml`) still builds it later."""
+    import yaml
+
+    from mlops.api.drafts import draft_of
+
+    (tmp_path / "conda.yml").write_text("dependencies:\n  - python=3.10\n  - pip\n")
+    folder = tmp_path / "components"
+    (folder / "src").mkdir(parents=True)
+    (folder / "src" / "train.py").write_text("print(1)\n")
+    (folder / "train.yml").write_text(yaml.safe_dump({
+        "$schema": "https://azuremlschemas.azureedge.net/latest/commandComponent.schema.json",
+        "type": "command", "name": "train", "code": "src", "command": "python train.py",
+        "environment": {"image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04",
+                        "conda_file": "../conda.yml"}}))
+    with draft_of(folder / "train.yml", kind=None, assets=AssetMap(tmp_path / "map.yml")) as d:
+        spec = yaml.safe_load((d.source / "spec.yml").read_text())
+        assert spec["environment"]["conda_file"] == "environment-conda.yml"
+        assert "python=3.10" in (d.source / "environment-conda.yml").read_text()
+        assert spec["code"] == "code" and (d.source / "code" / "train.py").is_file()
