@@ -58,7 +58,8 @@ class Case:
     python: str  # the Python the spec's environment asks for
     expect: Expectation
     cwd: str = ""  # where the user runs it from (the repository's root when empty)
-    setup: tuple[str, ...] = ()  # asset specs created first, in order
+    setup: tuple[str, ...] = ()  # asset specs created first, in order: "<kind>:<path>" where
+    # the manifest names the kind (az ml data create -f x.yml), else "<path>" (by its $schema)
     after: tuple[str, ...] = ()
     request: str = ""  # online: the request file (a repository path or a stand-in's reference)
     input: str = ""  # batch: a repository path, or a stand-in's reference
@@ -138,8 +139,7 @@ def parse_case(entry: dict[str, object], where: str) -> Case:
                 python=text(entry, "python", where, PYTHON),
                 expect=expectation(entry.get("expect"), where),
                 cwd=relative(entry, "cwd", where, required=False),
-                setup=tuple(relative({"setup": p}, "setup", where) for p in
-                            strings(entry, "setup", where)),
+                setup=setups(entry.get("setup"), where),
                 after=strings(entry, "after", where), sets=strings(entry, "sets", where),
                 request=str(entry.get("request") or ""),
                 input=str(entry.get("input") or ""), input_type=str(entry.get("input_type") or ""),
@@ -148,6 +148,25 @@ def parse_case(entry: dict[str, object], where: str) -> Case:
                 note=str(entry.get("note") or ""))
     check_kind(case, where)
     return case
+
+
+ASSET_KINDS = ("model", "data", "environment", "component")
+
+
+def setups(value: object, where: str) -> tuple[str, ...]:
+    """`setup:` items: a path (its $schema says its kind), or {<kind>: <path>} for a spec the
+    repository's workflow creates with that verb (`az ml data create -f dataset.yml`)."""
+    if not isinstance(value, list | None):
+        raise ManifestError(f"{where}: setup: expected a list")
+    found = []
+    for item in value or []:
+        kind, path = next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 \
+            else ("", item)
+        if kind and kind not in ASSET_KINDS:
+            raise ManifestError(f"{where}: setup: {kind!r} is not one of {', '.join(ASSET_KINDS)}")
+        path = relative({"setup": path}, "setup", where)
+        found.append(f"{kind}:{path}" if kind else path)
+    return tuple(found)
 
 
 def stand_ins(value: object, where: str) -> tuple[standins.Standin, ...]:

@@ -54,6 +54,8 @@ def test_a_manifest_loads_with_its_defaults(tmp_path):
     ({"expect": {"outcome": "works", "reason": "x"}}, "outcome"),
     ({"expect": {"outcome": "completes"}}, "reason"),
     ({"timeout": 0}, "timeout"),
+    ({"setup": [{"workspace": "w.yml"}]}, "setup: 'workspace'"),
+    ({"setup": ["../x.yml"]}, "inside the repository"),
     ({"python": "2.7.18"}, "python"),
     ({"after": ["repo/later"]}, "earlier case"),
     ({"standins": {"azureml:x": {"csv": {"columns": {"a": "complex"}}}}}, "columns.a"),
@@ -238,6 +240,12 @@ def test_the_runner_starts_front_doors_without_the_users_folder_first(tmp_path):
     start, invoke, stop = runner.online_commands(online, place, 5005, "r.json")
     assert start[1:4] == ["-P", "-m", "mlops.serve"] and "5005" in start
     assert invoke[-2:] == ["--request", "r.json"] and stop[-1] == "stop"
+    made = manifest.parse_case(entry(setup=["env.yml", {"data": "dataset.yml"}]), "t")
+    assert made.setup == ("env.yml", "data:dataset.yml")
+    assert runner.setup_command(made.setup[1], place)[3:7] == [
+        "mlops.assets", "create", "-f", "dataset.yml"]
+    assert runner.setup_command(made.setup[1], place)[7:9] == ["--kind", "data"]
+    assert "--kind" not in runner.setup_command(made.setup[0], place)
     job = manifest.parse_case(entry(sets=["inputs.epochs=1"]), "t")
     assert runner.job_command(job, place)[3:] == [
         "mlops.run", "jobs/job.yml", "--assets", str(tmp_path / "m.yml"), "--set",
