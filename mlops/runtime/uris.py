@@ -84,16 +84,17 @@ def lookup(reference: str, mapping: dict[str, str]) -> str | None:
     for key in keys:
         if key in mapping:
             return mapping[key]
-    for key in keys:  # the longest prefix key ending in "/" wins
-        prefixes = [p for p in mapping if p.endswith("/") and key.startswith(p)]
+    for key in keys:  # the longest prefix key ending in "/" wins (a folder's own key too:
+        # `path: azureml://datastores/d/paths/x/` is read as `.../x`)
+        prefixes = [p for p in mapping if p.endswith("/") and (key + "/").startswith(p)]
         if prefixes:
             prefix = max(prefixes, key=len)
-            rest = key[len(prefix):]
+            rest = key[len(prefix):] if len(key) >= len(prefix) else ""
             if ".." in rest.split("/"):  # a path under a datastore stays under it
                 raise LocalRunError(f"{reference}: '..' would leave {prefix} (mapped to "
                                     f"{mapping[prefix]}); a datastore path names a file or "
                                     "folder under it")
-            return mapping[prefix].rstrip("/") + "/" + rest
+            return (mapping[prefix].rstrip("/") + "/" + rest).rstrip("/")
     return None
 
 

@@ -101,6 +101,11 @@ def test_reference_lookup_by_asset_name_prefix_and_long_datastore_form():
     assert lookup("azureml:fowl:3", mapping) == "data/fowl"
     assert lookup("azureml:fowl@latest", mapping) == "data/fowl"
     assert lookup("azureml://datastores/blob/paths/a/b.csv", mapping) == "data/blob/a/b.csv"
+    # a folder's own prefix key: a data spec's `path: .../x/` is read without its slash
+    folder = {"azureml://datastores/blob/paths/data/curated/": "core/data/curated"}
+    assert lookup("azureml://datastores/blob/paths/data/curated", folder) == "core/data/curated"
+    assert lookup("azureml://datastores/blob/paths/data/curated/", folder) == "core/data/curated"
+    assert lookup("azureml://datastores/blob/paths/data/curatedX", folder) is None
     long_form = ("azureml://subscriptions/s/resourcegroups/g/workspaces/w/datastores/blob/"
                  "paths/a/b.csv")
     assert lookup(long_form, mapping) == "data/blob/a/b.csv"
