@@ -2,7 +2,8 @@
 
 Layout of a group's folder (emptied when the group runs again): `checkout/<name>/` the
 repository at its commit (alone in its folder and named as a clone is, so a spec's
-`../<folder>` resolves as on the user's machine), `state/` the local runtime's state
+`../<folder>` resolves as on the user's machine; `git init` makes it a git root, as a clone
+is), `state/` the local runtime's state
 (MLOPS_STATE_DIR: its runs, MLflow store and local workspace, so one case's registered model is
 the next one's `azureml:<model>@latest`),
 `standins/` and `maps/` the stand-in data and the mapping files that name it, `logs/` one log
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -57,10 +59,11 @@ def run_group(group: Group) -> list[Ran]:
     root = group.folder / "checkout" / first.repo.split("/")[1]  # named as a clone is
     try:
         lacking = group.sources.checkout(first.repo, first.commit, root)
+        subprocess.run(["git", "init", "-q", str(root)], check=True)  # a clone's git root
         problem = ""
     except LocalError as err:
         lacking, problem = [], f"repository not available: {err}"
-    done: dict[str, bool] = {}
+    done: dict[str, Outcome] = {}
     as_azure: dict[str, bool] = {}
     ran = []
     for case in group.cases:
@@ -69,18 +72,22 @@ def run_group(group: Group) -> list[Ran]:
                    Outcome(not_run=case.expect.reason) if not case.runnable else
                    blocked(case, done, as_azure) or run_case(case, group, root, log))
         outcome = lacked(outcome, lacking)
-        done[case.id] = outcome.completed
+        done[case.id] = outcome
         as_azure[case.id] = classify(case, outcome)[0] in (Verdict.AZURE, Verdict.REFUSED)
         head = runner.head(log)
         ran.append(Ran(case, outcome, python_seen(head) or case.python, log))
     return ran
 
 
-def blocked(case: Case, done: dict[str, bool], as_azure: dict[str, bool]) -> Outcome | None:
-    """A case whose `after` did not complete does not run; whether they failed as on Azure."""
-    failed = [needed for needed in case.after if not done.get(needed)]
+def blocked(case: Case, done: dict[str, Outcome], as_azure: dict[str, bool]) -> Outcome | None:
+    """A case whose `after` did not complete does not run: not run either when those did not
+    run here; else blocked, and whether they failed as on Azure."""
+    failed = [needed for needed in case.after if not done[needed].completed]
     if not failed:
         return None
+    if all(done[needed].not_run for needed in failed):
+        return Outcome(not_run=f"{', '.join(failed)} did not run here: "
+                               f"{done[failed[0]].not_run}")
     return Outcome(blocked_by=", ".join(failed),
                    blocked_as_azure=all(as_azure.get(needed) for needed in failed))
 
