@@ -269,3 +269,15 @@ def test_a_failure_that_names_a_file_the_mirror_lacks_is_not_run():
                                                                        "media/x.gif"]).not_run
     assert lacked(failed, ["media/x.gif"]) == failed
     assert lacked(Outcome(code=0), ["data/passenger-data.csv"]).not_run == ""
+
+
+def test_a_case_after_one_that_did_not_complete_is_blocked_or_not_run():
+    from corpus.cases import blocked
+
+    online = manifest.parse_case(entry(id="a/online", kind="online", request="r.json",
+                                       after=["a/train"]), "t")
+    assert blocked(online, {"a/train": Outcome(code=0)}, {}) is None
+    failed = blocked(online, {"a/train": Outcome(code=1)}, {"a/train": True})
+    assert failed.blocked_by == "a/train" and failed.blocked_as_azure
+    lacking = blocked(online, {"a/train": Outcome(not_run="the mirror lacks x.csv")}, {})
+    assert lacking.not_run == "a/train did not run here: the mirror lacks x.csv"
