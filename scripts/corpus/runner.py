@@ -56,8 +56,8 @@ def door(name: str, *args: str) -> list[str]:
 def setup_command(spec: str, place: Place) -> list[str]:
     """`az ml <kind> create -f <spec>`: the kind as the manifest says it ("data:x.yml")."""
     kind, _, path = spec.rpartition(":")
-    named = ["--kind", kind] if kind else []
-    return door("assets", "create", "-f", path, *named, "--assets", str(place.asset_map))
+    return door("assets", "create", *([kind] if kind else []), "-f", path, "--assets",
+                str(place.asset_map))
 
 
 def job_command(case: Case, place: Place) -> list[str]:

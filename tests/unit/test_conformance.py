@@ -242,10 +242,10 @@ def test_the_runner_starts_front_doors_without_the_users_folder_first(tmp_path):
     assert invoke[-2:] == ["--request", "r.json"] and stop[-1] == "stop"
     made = manifest.parse_case(entry(setup=["env.yml", {"data": "dataset.yml"}]), "t")
     assert made.setup == ("env.yml", "data:dataset.yml")
-    assert runner.setup_command(made.setup[1], place)[3:7] == [
-        "mlops.assets", "create", "-f", "dataset.yml"]
-    assert runner.setup_command(made.setup[1], place)[7:9] == ["--kind", "data"]
-    assert "--kind" not in runner.setup_command(made.setup[0], place)
+    assert runner.setup_command(made.setup[1], place)[3:8] == [
+        "mlops.assets", "create", "data", "-f", "dataset.yml"]
+    assert runner.setup_command(made.setup[0], place)[3:7] == [
+        "mlops.assets", "create", "-f", "env.yml"]
     job = manifest.parse_case(entry(sets=["inputs.epochs=1"]), "t")
     assert runner.job_command(job, place)[3:] == [
         "mlops.run", "jobs/job.yml", "--assets", str(tmp_path / "m.yml"), "--set",
