@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import shutil
 import sys
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from mlops.environments.interpreters import (
 from mlops.environments.layers import Stack, layer_record, make_venv
 from mlops.environments.own_python import build_own_environment, resolved_for
 from mlops.environments.requirements import name_of, unfetchable, with_mpi
+from mlops.errors import LocalRunError
 from mlops.specs import flag
 
 TOP = "env"
@@ -115,6 +117,20 @@ def other_python_caveat(plan: EnvPlan, moved: list[str]) -> str:
             f"{HERE.version} here{changed}: an error raised inside an installed "
             "package (an import, a pickle from older releases, a C extension) may come from "
             "that difference alone and not happen on Azure")
+
+
+# uv's words for a requirement no project on the package registry has
+NOT_ON_PYPI = re.compile(r"Because ([\w.-]+) was not found in the package registry")
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """What one environment's layers are built from: its lines, what the image adds, the
+    interpreter (None: none of the Python it asks for; this machine's stands in)."""
+
+    lines: list[str]
+    adds: tuple[str, ...]
+    python: Python | None
 
 
 @dataclass(frozen=True)
@@ -207,12 +223,7 @@ class Environments:
                       "(only the package registries are reachable); the rest is installed")
         lines = [line for line in plan.requirements if line not in remote]
         python = self._interpreter(plan) if python_of(plan) != HERE.minor else HERE
-        if python is not None and python != HERE:
-            stack = Stack([build_own_environment(lines, resolved_for(plan.python, python),
-                                                 python, label=plan.label, adds=adds)],
-                          python, own=True)
-        else:
-            stack = self._over_venv(plan, lines, adds, where, moving=python is None)
+        stack = self._built(plan, BuildRequest(lines, adds, python), where)
         self._note_use(stack, where)
         return stack
 
@@ -227,6 +238,33 @@ class Environments:
                 self._say(f"note: {layer.parent} cannot be written ({err.strerror}): its "
                           "environments are used as they are, and `make envs` will not list "
                           "this run among their users")
+
+    def _built(self, plan: EnvPlan, request: BuildRequest, where: str) -> Stack:
+        """The environment's layers; a conda package PyPI has no project of (openssl,
+        cpuonly: conda installs them on Azure, pip could not here) is left out, with a note,
+        and the rest resolved again, never reported as a set Azure cannot build."""
+        lines = list(request.lines)
+        while True:
+            try:
+                return self._stack(plan, replace(request, lines=lines), where)
+            except LocalRunError as err:
+                absent = NOT_ON_PYPI.search(str(err))
+                line = next((line for line in lines if line in plan.conda and absent and
+                             name_of(line) == name_of(absent.group(1))), None)
+                if line is None:
+                    raise
+                lines.remove(line)
+                plan.skipped.append(line)
+                self._say(f"note: {plan.label}: conda package {line!r} has no PyPI project; "
+                          "conda installs it on Azure's image, here it is left out")
+
+    def _stack(self, plan: EnvPlan, request: BuildRequest, where: str) -> Stack:
+        lines, adds, python = request.lines, request.adds, request.python
+        if python is not None and python != HERE:
+            return Stack([build_own_environment(lines, resolved_for(plan.python, python),
+                                                python, label=plan.label, adds=adds)],
+                         python, own=True)
+        return self._over_venv(plan, lines, adds, where, moving=python is None)
 
     def _over_venv(self, plan: EnvPlan, lines: list[str], adds: tuple[str, ...], where: str, *,
                    moving: bool) -> Stack:

@@ -37,6 +37,7 @@ class EnvPlan:
     notice: str | None = None  # why this machine runs it in .venv (or only partly)
     undefined: str = ""  # the mapping-file key that would define it, when nothing does
     skipped: list[str] = field(default_factory=list)  # conda packages with no PyPI equivalent
+    conda: list[str] = field(default_factory=list)  # requirement lines read from conda entries
     variables: dict[str, str] = field(default_factory=dict)  # a conda file's `variables:`
 
 
@@ -87,6 +88,7 @@ def read_conda_data(data: SpecData, base: Path, plan: EnvPlan) -> None:
         requirement = _conda_spec(text)
         if requirement:
             plan.requirements.append(requirement)
+            plan.conda.append(requirement)
         elif re.split(r"[\s=<>!~]", text.split("::")[-1], maxsplit=1)[0] != "pip":
             plan.skipped.append(text)
     with_conda_base(plan)

@@ -144,3 +144,39 @@ def test_an_environment_for_another_python_moved_here_leaves_a_caveat_for_its_fa
     (tmp_path / "conda.yml").write_text(f"dependencies:\n- pip\n- pip:\n{pin}\n")
     envs.layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "same-python")
     assert envs.caveat("same-python") == ""
+
+
+def test_a_conda_package_pypi_has_no_project_of_is_left_out_not_called_unbuildable(
+        tmp_path, monkeypatch, capsys):
+    """`- openssl` in a conda file: conda installs it on Azure's image; uv finds no such
+    project, which is no reason to say Azure's build fails too. A pip line that names no
+    project still fails, as Azure's pip fails."""
+    from mlops.environments import activation
+    from mlops.environments.envspec import EnvironmentRef
+    from mlops.errors import LocalRunError
+
+    built = []
+
+    def build(lines, python, label, adds):
+        built.append(list(lines))
+        for name in ("openssl", "nosuchpkg"):
+            if any(line.startswith(name) for line in lines):
+                raise LocalRunError(f"environment x: no set of releases satisfies ...:\n  cause: "
+                                    f"Because {name} was not found in the package registry "
+                                    f"and you require {name}, we can conclude ...")
+        return tmp_path
+
+    monkeypatch.setattr(activation, "build_closure_layer", build)
+    monkeypatch.setattr(activation, "layer_record", lambda layer: {})
+    (tmp_path / "conda.yml").write_text("dependencies:\n- python=3.11\n- openssl\n- pip\n"
+                                        "- pip:\n  - pyjokes==0.6.0\n")
+    envs = activation.Environments()
+    envs.layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "job")
+    assert any("openssl" in line for line in built[0]) and \
+        not any("openssl" in line for line in built[-1])
+    assert "conda package 'openssl' has no PyPI project" in capsys.readouterr().err
+    (tmp_path / "conda.yml").write_text("dependencies:\n- python=3.11\n- pip\n"
+                                        "- pip:\n  - nosuchpkg==1.0\n")
+    with pytest.raises(LocalRunError, match="nosuchpkg was not found"):
+        activation.Environments().layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path),
+                                         "job")
