@@ -4,7 +4,7 @@ Layout of a group's folder (emptied when the group runs again): `checkout/<name>
 repository at its commit (alone in its folder and named as a clone is, so a spec's
 `../<folder>` resolves as on the user's machine; `git init` makes it a git root, as a clone
 is), `state/` the local runtime's state
-(MLOPS_STATE_DIR: its runs, MLflow store and local workspace, so one case's registered model is
+(AZML_STATE_DIR: its runs, MLflow store and local workspace, so one case's registered model is
 the next one's `azureml:<model>@latest`),
 `standins/` and `maps/` the stand-in data and the mapping files that name it, `logs/` one log
 per case. The environment caches are shared by every group (MLOPS_CACHE_DIR).
@@ -26,7 +26,7 @@ from corpus.verdict import Outcome, Verdict, classify, python_seen
 from mlops.errors import LocalError
 
 # A user's shell has none of these: the Makefile's MLflow store, a run's Azure variables.
-DROPPED_PREFIXES = ("MLFLOW_", "AZUREML_", "AZURE_ML_", "MLOPS_", "KEEP_ENV", "DEBUG")
+DROPPED_PREFIXES = ("MLFLOW_", "AZUREML_", "AZURE_ML_", "MLOPS_", "AZML_", "KEEP_ENV", "DEBUG")
 STOP_S = 120  # stopping a local endpoint, whatever the case's deadline
 
 
@@ -105,7 +105,7 @@ def lacked(outcome: Outcome, lacking: list[str]) -> Outcome:
 
 def place_for(case: Case, group: Group, root: Path, log: Path) -> runner.Place:
     env = {k: v for k, v in os.environ.items() if not k.startswith(DROPPED_PREFIXES)}
-    env |= {"MLOPS_STATE_DIR": str(group.folder / "state"), "MLOPS_CACHE_DIR": str(group.cache),
+    env |= {"AZML_STATE_DIR": str(group.folder / "state"), "MLOPS_CACHE_DIR": str(group.cache),
             "PYTHONUNBUFFERED": "1"}
     return runner.Place(root=root, cwd=root / case.cwd, asset_map=group.folder / "maps" /
                         f"{slug(case.id)}.yml", env=env, log=log)
@@ -123,6 +123,7 @@ def run_case(case: Case, group: Group, root: Path, log: Path) -> Outcome:
     except (LocalError, OSError) as err:
         return Outcome(code=2, step="stand-ins", output=str(err))
     standins.write_map(paths, place.asset_map)
+    runner.write_settings(place)
     outcome = steps(case, place, deadline, paths)
     return replace(outcome, output=runner.tail(log), seconds=time.monotonic() - started)
 

@@ -1,10 +1,14 @@
 """How a case runs: the one place that turns a case into the commands a user would type.
 
-Today those are the local runtime's front doors (`python -m mlops.run|serve|batch|assets`);
-when the `azml` CLI lands, `door()` is the one function to change. A front door is started as
-an installed console script starts (`python -P`: the folder it runs from is not put on
-sys.path first), so a repository with a folder of the runtime's own package name (`mlops/`,
-which every mlops-v2 template has) does not hide it.
+Jobs and the assets a repository's workflow creates go through `azml`, az ml's verbs on this
+machine (`azml job run -f`, `azml data|environment|model|component create -f`): a user's
+script changes `az ml` to `azml`. The asset map that stands in for the workspace's data is
+azml's one setting: `asset_map` in an `azml.toml` at the checkout's root, written for each case
+(as a user adds it to their repository). Online and batch deployments go through the runtime's
+front doors (`python -m mlops.serve start|invoke|stop`, `python -m mlops.batch`), which azml has
+no verbs for yet; they are started as a console script starts (`python -P`: the folder they
+run from is not put on sys.path first, so a repository's own `mlops/` folder, which every
+mlops-v2 template has, does not hide the runtime's package).
 
 Each command runs from the case's folder with the case's variables, in a session of its own,
 writing to the case's log; past its deadline its whole process group is stopped (SIGTERM,
@@ -14,7 +18,9 @@ the corpus nor fill the disk.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +28,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from corpus.manifest import Case
 
@@ -49,20 +57,49 @@ class Finished:
 
 
 def door(name: str, *args: str) -> list[str]:
-    """The command line of a front door of the local runtime (azml's verbs later)."""
+    """The command line of a front door of the local runtime (serve, batch)."""
     return [sys.executable, "-P", "-m", f"mlops.{name}", *args]
 
 
+def azml(*args: str) -> list[str]:
+    """An azml command: the console script beside this Python (the installed tool)."""
+    script = Path(sys.executable).parent / "azml"
+    return [str(script) if script.exists() else shutil.which("azml") or "azml", *args]
+
+
+SCHEMA_KINDS = {"data": "data", "model": "model", "environment": "environment"}
+
+
+def asset_kind(spec: Path) -> str:
+    """The verb's kind for an asset spec, from its $schema (what `az ml <kind> create` a
+    repository's workflow runs); "" when the $schema names none."""
+    try:
+        schema = str((yaml.safe_load(spec.read_text()) or {}).get("$schema", ""))
+    except (OSError, yaml.YAMLError, AttributeError):
+        return ""
+    name = schema.rsplit("/", 1)[-1].removesuffix(".schema.json").removesuffix(".json")
+    return "component" if name.lower().endswith("component") else SCHEMA_KINDS.get(name, "")
+
+
 def setup_command(spec: str, place: Place) -> list[str]:
-    """`az ml <kind> create -f <spec>`: the kind as the manifest says it ("data:x.yml")."""
+    """`azml <kind> create -f <spec>`: the kind as the manifest says it ("data:x.yml"), else as
+    the spec's $schema says it."""
     kind, _, path = spec.rpartition(":")
-    return door("assets", "create", *([kind] if kind else []), "-f", path, "--assets",
-                str(place.asset_map))
+    kind = kind or asset_kind(place.cwd / path) or "data"
+    return azml(kind, "create", "-f", path, "-o", "none")
 
 
 def job_command(case: Case, place: Place) -> list[str]:
     sets = [arg for value in case.sets for arg in ("--set", value)]
-    return door("run", case.path, "--assets", str(place.asset_map), *sets)
+    return azml("job", "run", "-f", case.path, *sets)
+
+
+def write_settings(place: Place) -> Path:
+    """azml's settings at the checkout's root: the case's asset map."""
+    settings = place.root / "azml.toml"
+    settings.write_text(f"# conformance: this case's stand-ins (scripts/corpus/standins.py)\n"
+                        f"asset_map = {json.dumps(str(place.asset_map))}\n")
+    return settings
 
 
 def online_commands(case: Case, place: Place, port: int,
@@ -91,7 +128,7 @@ def execute(argv: list[str], place: Place, deadline: float) -> Finished:
     started = time.monotonic()
     place.log.parent.mkdir(parents=True, exist_ok=True)
     with open(place.log, "ab") as log:
-        shown = argv[3:] if argv[1:3] == ["-P", "-m"] else argv
+        shown = argv[3:] if argv[1:3] == ["-P", "-m"] else [Path(argv[0]).name, *argv[1:]]
         log.write(f"\n$ {' '.join(shown)}\n".encode())
         log.flush()
         process = subprocess.Popen(argv, cwd=place.cwd, env=place.env, stdout=log,

@@ -233,23 +233,30 @@ def test_the_matrix_has_a_row_per_case_and_its_totals(tmp_path):
     assert matrix.load(tmp_path / "bad.json") == {}
 
 
-def test_the_runner_starts_front_doors_without_the_users_folder_first(tmp_path):
+def test_the_runner_speaks_azml_and_starts_front_doors_as_console_scripts(tmp_path):
     place = runner.Place(root=tmp_path, cwd=tmp_path, asset_map=tmp_path / "m.yml", env={},
                          log=tmp_path / "log")
     online = manifest.parse_case(entry(kind="online", request="r.json", path="d.yml"), "t")
     start, invoke, stop = runner.online_commands(online, place, 5005, "r.json")
     assert start[1:4] == ["-P", "-m", "mlops.serve"] and "5005" in start
     assert invoke[-2:] == ["--request", "r.json"] and stop[-1] == "stop"
-    made = manifest.parse_case(entry(setup=["env.yml", {"data": "dataset.yml"}]), "t")
-    assert made.setup == ("env.yml", "data:dataset.yml")
-    assert runner.setup_command(made.setup[1], place)[3:8] == [
-        "mlops.assets", "create", "data", "-f", "dataset.yml"]
-    assert runner.setup_command(made.setup[0], place)[3:7] == [
-        "mlops.assets", "create", "-f", "env.yml"]
     job = manifest.parse_case(entry(sets=["inputs.epochs=1"]), "t")
-    assert runner.job_command(job, place)[3:] == [
-        "mlops.run", "jobs/job.yml", "--assets", str(tmp_path / "m.yml"), "--set",
-        "inputs.epochs=1"]
+    assert runner.job_command(job, place)[1:] == ["job", "run", "-f", "jobs/job.yml", "--set",
+                                                  "inputs.epochs=1"]
+    assert runner.job_command(job, place)[0].endswith("azml")
+    (tmp_path / "env.yml").write_text("$schema: https://azuremlschemas.azureedge.net/latest/"
+                                      "environment.schema.json\nname: e\n")
+    (tmp_path / "component.yml").write_text("$schema: https://azuremlschemas.azureedge.net/"
+                                            "latest/commandComponent.schema.json\n")
+    (tmp_path / "dataset.yml").write_text("$schema: https://azuremlschemas.azureedge.net/"
+                                          "latest/asset.schema.json\n")
+    made = manifest.parse_case(entry(setup=["env.yml", "component.yml",
+                                            {"model": "dataset.yml"}]), "t")
+    assert made.setup == ("env.yml", "component.yml", "model:dataset.yml")
+    assert [runner.setup_command(s, place)[1:3] for s in made.setup] == [
+        ["environment", "create"], ["component", "create"], ["model", "create"]]
+    settings = runner.write_settings(place).read_text()
+    assert f'asset_map = "{tmp_path / "m.yml"}"' in settings
 
 
 def test_a_mirror_is_found_in_each_of_its_layouts(tmp_path):
