@@ -67,8 +67,15 @@ def pass_rate(results: list[Result]) -> float | None:
     return sum(r.good for r in ran) / len(ran) if ran else None
 
 
+MAX_CELL = 200  # characters a table cell of docs/ may hold (tests/unit/test_docs.py)
+
+
 def cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A table cell: one line, its pipes escaped, at most MAX_CELL characters (the whole
+    reason stays in the manifest and results.json)."""
+    text = " ".join(str(text).split())
+    text = text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
+    return text.replace("|", "\\|")
 
 
 def row(case: Case, result: Result | None) -> str:
