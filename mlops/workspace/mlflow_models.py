@@ -138,10 +138,19 @@ def _fetched(name: str, version, staging: Path) -> Path | None:
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
 
+    from mlops.project import tracking_uri
+
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a log, not a tty
+    from mlflow.tracking import MlflowClient
+
+    # the registry it was read from, never MLflow's default store of the current folder
+    # (download_artifacts reads models:/ from that whatever registry_uri it is given)
+    store = tracking_uri()
     try:
+        source = MlflowClient(store, registry_uri=store).get_model_version_download_uri(
+            name, version.version)
         fetched = Path(mlflow.artifacts.download_artifacts(
-            f"models:/{name}/{version.version}", dst_path=str(staging / "download")))
+            artifact_uri=source, dst_path=str(staging / "download"), tracking_uri=store))
     except (MlflowException, OSError) as err:
         reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
     else:

@@ -300,3 +300,29 @@ def test_a_component_is_registered_with_its_inline_environments_files(tmp_path):
         assert spec["environment"]["conda_file"] == "environment-conda.yml"
         assert "python=3.10" in (d.source / "environment-conda.yml").read_text()
         assert spec["code"] == "code" and (d.source / "code" / "train.py").is_file()
+
+
+def test_an_mlflow_registration_is_fetched_from_the_state_store_from_any_folder(
+        tmp_path, monkeypatch):
+    """A job's `register_model` lands in the state folder's store; deploying it from the
+    repository's folder (no MLFLOW_TRACKING_URI set, as azml runs there) read the registry
+    through MLflow's default store in that folder instead: 'Registered Model ... not found'."""
+    from mlflow.tracking import MlflowClient
+
+    from mlops.project import tracking_uri
+    from mlops.workspace import mlflow_models
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("AZML_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir()
+    model = tmp_path / "state" / "artifacts" / "taxi-model"
+    model.mkdir(parents=True)
+    (model / "MLmodel").write_text("flavors: {}\n")
+    client = MlflowClient(tracking_uri())
+    client.create_registered_model("taxi-model")
+    version = client.create_model_version("taxi-model", str(model))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # the repository's folder, as azml runs there
+    fetched = mlflow_models._fetched("taxi-model", version, tmp_path / "staging")
+    assert fetched is not None and (fetched / "MLmodel").is_file()
+    assert not (tmp_path / "elsewhere" / "mlflow.db").exists()
