@@ -41,8 +41,8 @@ def _client():
         return None  # no store yet, so no registration: reading never creates one
     from mlflow.tracking import MlflowClient
 
-    with _store():
-        return MlflowClient(uri)
+    with _store():  # its registry too: never MLflow's default store of the current folder
+        return MlflowClient(uri, registry_uri=uri)
 
 
 @contextlib.contextmanager
@@ -127,30 +127,26 @@ def _take_in(workspace: Workspace, name: str) -> list[AssetVersion]:
     workspace.root.mkdir(parents=True, exist_ok=True)
     with held(workspace.root / ".mlflow.lock"):  # one taker at a time
         taken = {r.origin for r in workspace.versions(AssetKind.MODEL, name)}
-        made = [_copy_in(workspace, name, version, f"{ORIGIN}:{name}/{version.version}")
+        made = [_copy_in(workspace, client, name, version=version,
+                         origin=f"{ORIGIN}:{name}/{version.version}")
                 for version in pending if f"{ORIGIN}:{name}/{version.version}" not in taken]
     return [record for record in made if record is not None]
 
 
-def _fetched(name: str, version, staging: Path) -> Path | None:
-    """The version's files from MLflow's store; None, said on stderr, when they are gone (a
-    version of no files is no model: it is never taken in, so never @latest)."""
+def _fetched(client, name: str, version, staging: Path) -> Path | None:
+    """The version's files, read through `client`'s registry (download_artifacts would read
+    models:/ from MLflow's default store of the current folder, whatever registry it is given);
+    None, said on stderr, when they are gone (a version of no files is no model: it is never
+    taken in, so never @latest)."""
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
 
-    from mlops.project import tracking_uri
-
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a log, not a tty
-    from mlflow.tracking import MlflowClient
-
-    # the registry it was read from, never MLflow's default store of the current folder
-    # (download_artifacts reads models:/ from that whatever registry_uri it is given)
-    store = tracking_uri()
     try:
-        source = MlflowClient(store, registry_uri=store).get_model_version_download_uri(
-            name, version.version)
+        source = client.get_model_version_download_uri(name, version.version)
         fetched = Path(mlflow.artifacts.download_artifacts(
-            artifact_uri=source, dst_path=str(staging / "download"), tracking_uri=store))
+            artifact_uri=source, dst_path=str(staging / "download"),
+            tracking_uri=client.tracking_uri))
     except (MlflowException, OSError) as err:
         reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
     else:
@@ -163,9 +159,10 @@ def _fetched(name: str, version, staging: Path) -> Path | None:
     return None
 
 
-def _copy_in(workspace: Workspace, name: str, version, origin: str) -> AssetVersion | None:
+def _copy_in(workspace: Workspace, client, name: str, *, version,
+             origin: str) -> AssetVersion | None:
     with tempfile.TemporaryDirectory(prefix=".mlflow-", dir=workspace.root) as staging:
-        fetched = _fetched(name, version, Path(staging))
+        fetched = _fetched(client, name, version, Path(staging))
         if fetched is None:
             return None
         folder = Path(staging) / "model"

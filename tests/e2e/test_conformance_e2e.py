@@ -46,6 +46,7 @@ def mirror(tmp_path):
     return tmp_path / "mirror", git(work, "rev-parse", "HEAD"), work
 
 
+@pytest.mark.proof
 def test_a_commit_is_unpacked_from_a_mirror_and_a_lacking_blob_is_named(tmp_path, mirror):
     folder, commit, work = mirror
     found = sources.Sources(cache=tmp_path / "cache", mirror=folder)

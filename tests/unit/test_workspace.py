@@ -321,8 +321,9 @@ def test_an_mlflow_registration_is_fetched_from_the_state_store_from_any_folder(
     client = MlflowClient(tracking_uri())
     client.create_registered_model("taxi-model")
     version = client.create_model_version("taxi-model", str(model))
+    reader = MlflowClient(tracking_uri(), registry_uri=tracking_uri())  # as _client() makes it
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")  # the repository's folder, as azml runs there
-    fetched = mlflow_models._fetched("taxi-model", version, tmp_path / "staging")
+    fetched = mlflow_models._fetched(reader, "taxi-model", version, tmp_path / "staging")
     assert fetched is not None and (fetched / "MLmodel").is_file()
     assert not (tmp_path / "elsewhere" / "mlflow.db").exists()

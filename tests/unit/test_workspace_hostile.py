@@ -180,8 +180,8 @@ def test_an_mlflow_version_whose_files_are_gone_is_never_taken_in(monkeypatch, t
     kept.mkdir()
     (kept / "MLmodel").write_text("flavors: {}\n")
 
-    def download(uri, dst_path):
-        if uri.endswith("/2"):  # its source folder was deleted: MLflow hands back nothing
+    def download(artifact_uri, dst_path, tracking_uri):
+        if artifact_uri.endswith("/2"):  # its source folder was deleted: MLflow hands back nothing
             Path(dst_path).mkdir(parents=True)
             return dst_path
         Path(dst_path).mkdir(parents=True)
@@ -190,7 +190,8 @@ def test_an_mlflow_version_whose_files_are_gone_is_never_taken_in(monkeypatch, t
 
     versions = [SimpleNamespace(version=v, tags={}, source=f"/gone/{v}", description="",
                                 run_id="", current_stage="None") for v in ("1", "2")]
-    client = SimpleNamespace(search_model_versions=lambda query: versions)
+    client = SimpleNamespace(search_model_versions=lambda query: versions, tracking_uri="x",
+                             get_model_version_download_uri=lambda name, v: f"/gone/{v}")
     monkeypatch.setattr(mlflow_models, "_client", lambda: client)
     monkeypatch.setattr("mlflow.artifacts.download_artifacts", download)
     taken = mlflow_models.take_in(workspace, "clf")
