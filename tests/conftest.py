@@ -112,7 +112,8 @@ def _grouped(items) -> None:
 def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - pytest's hook signature
     """With MLOPS_TEST_TIMES=<file>: one line per test (its id, CPU seconds of the worker and of
     the processes it waited for, wall seconds), appended by every worker: what a test costs on
-    a shared machine, where wall time says more of the neighbours (docs/testing.md)."""
+    a shared machine, where wall time says more of the neighbours (docs/development.md, "Test
+    tiers")."""
     target = os.environ.get("MLOPS_TEST_TIMES")
     if not target:
         return (yield)
