@@ -14,8 +14,7 @@ from pathlib import Path
 
 from mlops import exit_code, exit_with
 from mlops.endpoints.batch_deployment import BatchRequest, run_local
-from mlops.runtime.debugging import DebugRequest, add_arguments
-from mlops.runtime.launch import usable_cores
+from mlops.runtime import DebugRequest, add_debug_arguments, usable_cores
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-procs", type=int, default=usable_cores())
     parser.add_argument("--envs", dest="env_file", type=Path, default=None)
     parser.add_argument("--assets", dest="asset_file", type=Path, default=None)
-    add_arguments(parser)
+    add_debug_arguments(parser)
     return parser
 
 

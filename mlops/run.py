@@ -19,9 +19,7 @@ from pathlib import Path
 
 from mlops import exit_code, exit_with
 from mlops.api.session import Session
-from mlops.runtime import selection
-from mlops.runtime.debugging import DebugRequest, add_arguments
-from mlops.runtime.launch import usable_cores
+from mlops.runtime import DebugRequest, add_debug_arguments, add_selection_arguments, usable_cores
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "resumes there (a pipeline's completed steps reused unless changed)")
     parser.add_argument("--max-procs", type=int, default=usable_cores(),
                         help="cap on processes run at once (default: the cores available)")
-    add_arguments(parser)
-    selection.add_arguments(parser)
+    add_debug_arguments(parser)
+    add_selection_arguments(parser)
     return parser
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from mlops import exit_code, exit_with
 from mlops.endpoints import endpoint_actions as actions
 from mlops.endpoints import endpoint_stop, online
-from mlops.runtime.debugging import DebugRequest, add_arguments
+from mlops.runtime import DebugRequest, add_debug_arguments
 from mlops.specs import ROOT
 
 ACTIONS = ["start", "stop", "invoke", "traffic", "mirror", "credentials", "show", "latest"]
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--all-traffic", choices=["auto", "1", "0"], default="auto")
     parser.add_argument("--assets", dest="asset_file", type=Path, default=None)
     parser.add_argument("--envs", dest="env_file", type=Path, default=None)
-    add_arguments(parser)
+    add_debug_arguments(parser)
     return parser
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from mlops.errors import LocalRunError
-from mlops.runtime.uris import AssetMap, is_remote
+from mlops.runtime import AssetMap, is_remote
 from mlops.specs import Spec, SpecError, load_spec
 from mlops.workspace import names
 from mlops.workspace.records import AssetKind
@@ -130,8 +130,7 @@ def _component_code(data: dict[str, object], spec: Spec, folder: Path) -> None:
     Azure merges them when it registers the component)."""
     base = spec.path.parent
     if data.get("additional_includes"):
-        from mlops.runtime.snapshot import merged
-        from mlops.runtime.tasks import include_paths
+        from mlops.runtime import include_paths, merged
 
         code = (base / str(data["code"]).removeprefix("file:")).resolve() \
             if data.get("code") else None

@@ -33,8 +33,7 @@ from mlops.endpoints.local_endpoint import (
     retire,
 )
 from mlops.errors import LocalRunError, MachineError, NotFound
-from mlops.runtime.debugging import DebugRequest
-from mlops.runtime.launch import free_port
+from mlops.runtime import DebugRequest, free_port
 from mlops.specs import load_spec
 
 CREATED = "created.yml"  # the endpoint spec as created, and its port

@@ -25,9 +25,15 @@ from mlops.api.records import RUNNER_LOG, JobRecord, find_job
 from mlops.checks.prepare import prepare_job
 from mlops.errors import LocalRunError
 from mlops.orchestrators.jobs import claim
-from mlops.runtime.job import job_name, locked, run_folder, update_record, write_record
-from mlops.runtime.records import JobStatus
-from mlops.runtime.uris import AssetMap
+from mlops.runtime import (
+    AssetMap,
+    JobStatus,
+    job_name,
+    locked,
+    run_folder,
+    update_record,
+    write_record,
+)
 
 POLL_S = 0.2
 

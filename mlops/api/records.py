@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlops.errors import LocalRunError, NotFound
-from mlops.runtime.records import JobStatus, RunRecord, Status, TaskRecord
+from mlops.runtime import JobStatus, RunRecord, Status, TaskRecord
 from mlops.workspace.jobs import job_folder, job_names
 from mlops.workspace.store import Workspace, workspace_root
 

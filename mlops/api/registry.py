@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mlops.api.drafts import default_type, draft_of, resolve_path
 from mlops.errors import LocalRunError
-from mlops.runtime.uris import AssetMap
+from mlops.runtime import AssetMap
 from mlops.workspace import names
 from mlops.workspace.records import AssetKind, AssetVersion
 from mlops.workspace.store import LATEST, Draft, Workspace, workspace_root

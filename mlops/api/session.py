@@ -17,9 +17,7 @@ from mlops.api.endpoints import View
 from mlops.api.records import all_jobs, find_job
 from mlops.api.views import JobView, job_view
 from mlops.errors import LocalError, LocalRunError
-from mlops.runtime.debugging import DebugRequest
-from mlops.runtime.launch import usable_cores
-from mlops.runtime.selection import Selection
+from mlops.runtime import DebugRequest, Selection, usable_cores
 from mlops.workspace.records import AssetKind
 
 

@@ -20,7 +20,7 @@ from mlops.automl import IMAGE, SHARED_KEYS
 from mlops.automl.standin import algorithms
 from mlops.automl.vision_job import image_sweep
 from mlops.errors import LocalRunError
-from mlops.runtime.uris import AssetMap
+from mlops.runtime import AssetMap
 from mlops.specs import SpecData
 
 STANDIN = Path(__file__).resolve().parent / "standin"

@@ -24,7 +24,7 @@ from pathlib import Path
 from mlops.automl import IMAGE, SHARED_KEYS
 from mlops.environments.interpreters import find, how_to_get
 from mlops.errors import LocalRunError
-from mlops.runtime.uris import AssetMap
+from mlops.runtime import AssetMap
 from mlops.specs import SpecData
 
 VISION = Path(__file__).resolve().parent / "vision"

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from mlops.checks.lint import ENDPOINT_NAME, check_size
 from mlops.errors import LocalRunError
-from mlops.runtime.uris import AssetMap, is_remote
+from mlops.runtime import AssetMap, is_remote
 from mlops.specs import FLAT_BATCH_KEYS, REF, Finding, Spec, SpecData, SpecError, load_spec
 
 RUNTIME_EXPRESSIONS = {"name", "output_name"}

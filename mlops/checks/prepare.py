@@ -10,8 +10,7 @@ from pathlib import Path
 from mlops.checks.overrides import apply_removals, apply_sets, parse_sets
 from mlops.checks.validation import check
 from mlops.errors import LocalRunError
-from mlops.runtime.job import Job
-from mlops.runtime.uris import AssetMap
+from mlops.runtime import AssetMap, Job
 from mlops.specs import JOB_TYPES, Spec, an, load_spec
 
 RUNS_HERE = {"commandJob", "sweepJob", "pipelineJob", "sparkJob", "autoMLJob"}

@@ -9,7 +9,7 @@ from pathlib import Path
 from mlops.api.endpoints import DeploymentRequest
 from mlops.api.session import Session
 from mlops.cli.common import Verb, note
-from mlops.runtime.debugging import DebugRequest, add_arguments
+from mlops.runtime import DebugRequest, add_debug_arguments
 
 
 def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
@@ -59,7 +59,7 @@ def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> Non
                           default="0", help="local only: auto gives it all traffic when no "
                           "deployment takes any yet")
         each.add_argument("--model", help="local only: serve this model folder instead")
-        add_arguments(each)
+        add_debug_arguments(each)
         each.add_argument("--local", action="store_true", help="(Docker: not here)")
         each.add_argument("--skip-script-validation", action="store_true")
     for name, handler in (("show", _show_deployment), ("get-logs", _logs),

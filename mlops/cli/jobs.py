@@ -11,8 +11,7 @@ from pathlib import Path
 from mlops.api.session import Session
 from mlops.cli.common import Verb, note, set_values
 from mlops.errors import LocalRunError
-from mlops.runtime import selection
-from mlops.runtime.debugging import DebugRequest, add_arguments
+from mlops.runtime import DebugRequest, add_debug_arguments, add_selection_arguments
 
 
 def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
@@ -69,8 +68,8 @@ def add_run(job: argparse._SubParsersAction, verb: type[Verb]) -> None:
     run.add_argument("--resume", metavar="NAME", help="resume the job of this name in its own "
                      "run folder (its spec unless -f)")
     run.add_argument("--max-procs", type=int, help="cap on processes at once (default: cores)")
-    selection.add_arguments(run)
-    add_arguments(run)
+    add_selection_arguments(run)
+    add_debug_arguments(run)
     run.set_defaults(output="none")
 
 

@@ -28,19 +28,37 @@ from mlops.endpoints.models import ModelLayout, lay_out
 from mlops.environments.activation import Environments
 from mlops.errors import LocalRunError
 from mlops.project import project, tracking_uri
-from mlops.runtime import archives, engine, launch, minibatch
-from mlops.runtime.aliases import safe_root
-from mlops.runtime.debugging import DebugRequest
-from mlops.runtime.mlflow_runs import Tracking
-from mlops.runtime.mlflow_server import Server
-from mlops.runtime.mltable import read_table, row_batches
-from mlops.runtime.placement import Placement
-from mlops.runtime.records import Status
-from mlops.runtime.tasks import Task, variables
-from mlops.runtime.uris import AssetMap, is_remote
+from mlops.runtime import (
+    AssetMap,
+    Batches,
+    DebugRequest,
+    Driven,
+    Limits,
+    Listing,
+    Placement,
+    Retry,
+    Runtime,
+    Server,
+    Status,
+    Task,
+    Tracking,
+    batch_processes,
+    drive_batches,
+    extract_archive,
+    install_signal_handlers,
+    is_remote,
+    list_files,
+    read_table,
+    restore_signal_handlers,
+    row_batches,
+    safe_root,
+    variables,
+    worker_command,
+    write_rows,
+)
 from mlops.specs import SpecData
 
-RETRY = minibatch.Retry(max_retries=3, timeout=30)  # a batch deployment's retry_settings defaults
+RETRY = Retry(max_retries=3, timeout=30)  # a batch deployment's retry_settings defaults
 
 
 @dataclass(frozen=True)
@@ -72,20 +90,20 @@ def check_input(source: Path, *, tabular: bool) -> None:
             raise LocalRunError(f"--input {source}: give a folder of images, or a .zip of one")
         return
     plain = (name for _, _, names in os.walk(source) for name in names)
-    if next(plain, None) is None and not minibatch.list_files(source).files:
+    if next(plain, None) is None and not list_files(source).files:
         raise LocalRunError(f"--input {source}: holds no files")
 
 
-def input_files(source: Path, folder: Path) -> minibatch.Listing:
+def input_files(source: Path, folder: Path) -> Listing:
     """Every file of the input folder (or of the zip, extracted under the run folder), and the
     entries that are not files."""
     check_input(source, tabular=False)
     if source.is_file():
-        extracted = archives.extract(source, folder / "inputs" / "data")
+        extracted = extract_archive(source, folder / "inputs" / "data")
         if extracted.renamed:
             print(extracted.notice(), file=sys.stderr)
         source = extracted.folder
-    listing = minibatch.list_files(source)
+    listing = list_files(source)
     if not listing.files:
         raise LocalRunError(f"--input {source}: holds no files")
     return listing
@@ -95,8 +113,8 @@ def scoring_task(deployment: Deployment, folder: Path, *, layout: ModelLayout, s
                  max_procs: int) -> Task:
     nodes = int((deployment.spec.data.get("resources") or {}).get("instance_count") or 1)
     requested = nodes * int(settings.get("max_concurrency_per_instance") or 1)
-    command = minibatch.worker_command(folder / "work", deployment.scoring_script,
-                                       minibatch.Retry.from_spec(settings.get("retry_settings"),
+    command = worker_command(folder / "work", deployment.scoring_script,
+                                       Retry.from_spec(settings.get("retry_settings"),
                                                                  RETRY))
     env_vars = {**variables(settings.get("environment_variables")), **layout.env(),
                 "AZUREML_BI_OUTPUT_PATH": str(folder / "outputs"),
@@ -107,7 +125,7 @@ def scoring_task(deployment: Deployment, folder: Path, *, layout: ModelLayout, s
                         environment=deployment.environment,
                         env_vars=env_vars, read_only=[Path(p) for p in layout.read_only()],
                         experiment="batch-local", tags={"mlops.spec": str(deployment.spec.path)},
-                        placement=Placement(copies=minibatch.processes(
+                        placement=Placement(copies=batch_processes(
                             requested, max_procs, str(deployment.spec.path))))
 
 
@@ -115,29 +133,29 @@ def scoring_task(deployment: Deployment, folder: Path, *, layout: ModelLayout, s
 class Work:
     """The mini-batches a batch run scores, and what they are made of."""
 
-    batches: minibatch.Batches
+    batches: Batches
     unit: str  # "files" or "rows"
     skipped: int = 0  # entries of the input that are not files
 
 
-def plan(source: Path, root: Path, *, tabular: bool, size: int, limits: minibatch.Limits
+def plan(source: Path, root: Path, *, tabular: bool, size: int, limits: Limits
          ) -> Work:
     """`size` files of the input at a time, or `size` rows of its table (an MLTable folder,
     read by Azure's mltable package)."""
     if tabular:
         frame = read_table(source.resolve(), "--input", root / "work" / "table")
         batches = row_batches(frame, size, root / "work" / "tables")
-        return Work(minibatch.Batches(batches=batches, items=len(frame), limits=limits), "rows")
+        return Work(Batches(batches=batches, items=len(frame), limits=limits), "rows")
     listing = input_files(source.resolve(), root)
     if listing.skipped:
         print(listing.notice(), file=sys.stderr)
     files = listing.files
     batches = [files[i:i + size] for i in range(0, len(files), size)]
-    return Work(minibatch.Batches(batches=batches, items=len(files), limits=limits), "files",
+    return Work(Batches(batches=batches, items=len(files), limits=limits), "files",
                 len(listing.skipped))
 
 
-def run_batch(deployment: Deployment, source: Path, rt: engine.Runtime, *,
+def run_batch(deployment: Deployment, source: Path, rt: Runtime, *,
               tabular: bool = False) -> int:
     """The scoring processes start first; the input is read (listed, a zip extracted, a table
     read) while they import the scoring script and load the model."""
@@ -151,28 +169,28 @@ def run_batch(deployment: Deployment, source: Path, rt: engine.Runtime, *,
         deployment.scoring_script
     read: list[Work] = []
 
-    def planned() -> minibatch.Batches:
+    def planned() -> Batches:
         read.append(plan(source, rt.root, tabular=tabular,
                          size=max(1, int(settings.get("mini_batch_size") or 10)),
-                         limits=minibatch.Limits(int(settings.get("error_threshold", -1)))))
+                         limits=Limits(int(settings.get("error_threshold", -1)))))
         work = read[0]
         print(f"{task.name}: {work.batches.items} {work.unit} in {len(work.batches.batches)} "
               f"mini-batch(es), {task.placement.copies} process(es), {driver}\n  model: "
               f"{deployment.model.describe()} -> AZUREML_MODEL_DIR={layout.root}")
         return work.batches
 
-    driven = minibatch.drive(task, rt, planned, echo=False, announce=lambda _: print(
+    driven = drive_batches(task, rt, planned, echo=False, announce=lambda _: print(
         f"  environment: {rt.environments.labels.get(task.where, '.venv')}"))
     return summarize(rt, driven, settings=settings, name=task.name, work=read[0])
 
 
-def summarize(rt: engine.Runtime, driven: minibatch.Driven, *, settings: SpecData, name: str,
+def summarize(rt: Runtime, driven: Driven, *, settings: SpecData, name: str,
               work: Work) -> int:
     tally, result = driven.tally, driven.result
     output = None
     if str(settings.get("output_action", "append_row")).lower() == "append_row":
         rows = str(settings.get("output_file_name") or "predictions.csv")
-        output = minibatch.write_rows(rt.root / "work", rt.root / "outputs" / rows)
+        output = write_rows(rt.root / "work", rt.root / "outputs" / rows)
     rate = tally.items / max(driven.seconds, 1e-6)
     rt.tracking.log_metric(result.run_id, "images_per_s", rate)
     rt.tracking.log_metric(result.run_id, "failed_files", tally.failed)
@@ -207,7 +225,7 @@ def input_type(request: BatchRequest) -> str:
 def run_local(request: BatchRequest) -> int:
     """make batch-local: 0 when every mini-batch completed, 1 when the run failed; raises
     LocalRunError for input errors."""
-    handlers = launch.install_signal_handlers()
+    handlers = install_signal_handlers()
     server = Server(tracking_uri())
     try:
         deployment = load(request.deployment, "batch-deployment", request.model,
@@ -221,10 +239,10 @@ def run_local(request: BatchRequest) -> int:
         if request.debug is not None:
             request.debug.check([()])
         folder.mkdir(parents=True, exist_ok=True)
-        rt = engine.Runtime(safe_root(folder), max(1, request.max_procs), Tracking(server),
+        rt = Runtime(safe_root(folder), max(1, request.max_procs), Tracking(server),
                             Environments(request.env_file), debug=request.debug)
         rt.tracking.connect()  # the warm server (started now if none is) or the store
         return run_batch(deployment, source, rt, tabular=input_type(request) == "mltable")
     finally:
         server.close()
-        launch.restore_signal_handlers(handlers)
+        restore_signal_handlers(handlers)

@@ -17,7 +17,7 @@ from mlops.checks.validation import check
 from mlops.endpoints.models import ModelSource, model_source
 from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
-from mlops.runtime.tasks import code_path
+from mlops.runtime import code_path
 from mlops.specs import DEPLOYMENT_TYPES, Spec, an, load_spec
 
 NOCODE = Path(__file__).with_name("nocode")

@@ -39,9 +39,7 @@ from mlops.endpoints.traffic import (
     set_traffic,
 )
 from mlops.errors import LocalError, LocalRunError
-from mlops.runtime.aliases import safe_root
-from mlops.runtime.launch import interruptible, signals_held
-from mlops.runtime.service import stop_service
+from mlops.runtime import interruptible, safe_root, signals_held, stop_service
 
 AUTH_NOTES = {AuthMode.NONE: "auth: none (AUTH=none, as `az ml ... --local`, which has no auth; "
                              "on Azure this endpoint needs its key or token)",

@@ -24,8 +24,7 @@ from mlops.endpoints.local_endpoint import (
     running_servers,
 )
 from mlops.errors import LocalRunError
-from mlops.runtime.launch import interruptible, signals_held
-from mlops.runtime.service import alive, stop_service
+from mlops.runtime import alive, interruptible, signals_held, stop_service
 
 
 def running_endpoints(*, partly: bool = False) -> list[Path]:

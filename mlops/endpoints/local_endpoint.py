@@ -31,12 +31,20 @@ from mlops.endpoints.endpoint_state import AuthMode, DamagedState, EndpointState
 from mlops.environments.activation import Environments
 from mlops.errors import LocalRunError
 from mlops.project import project
-from mlops.runtime.aliases import safe_root
-from mlops.runtime.engine import Runtime, start_service
-from mlops.runtime.launch import signals_held
-from mlops.runtime.records import STATUS, Status, TaskRecord
-from mlops.runtime.service import Service, alive, running, stop_service
-from mlops.runtime.tasks import Task
+from mlops.runtime import (
+    STATUS_FILE,
+    Runtime,
+    Service,
+    Status,
+    Task,
+    TaskRecord,
+    alive,
+    running,
+    safe_root,
+    signals_held,
+    start_service,
+    stop_service,
+)
 from mlops.specs import load_spec, schema_kind
 
 ENDPOINTS = project().runs_dir / "endpoints"  # tests point it at a folder of their own
@@ -287,7 +295,7 @@ def running_servers(folder: Path) -> dict[int, Path]:
     found = {}
     runs = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     for run in runs:
-        if not (run / STATUS).is_file():  # none, or a FIFO or device that would block
+        if not (run / STATUS_FILE).is_file():  # none, or a FIFO or device that would block
             continue
         record = TaskRecord.read(run)
         if record is not None and record.status == Status.RUNNING and record.pid and \

@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from mlops.errors import LocalRunError
 from mlops.project import project
-from mlops.runtime.uris import AssetMap, candidates, is_remote, lookup
+from mlops.runtime import AssetMap, candidates, is_remote, lookup
 
 NAMED = re.compile(r"^azureml:(?!//)([^@:/]+)(?:[:@](.+))?$")
 LONG = re.compile(r"^azureml://.*?/models/([^/]+)(?:/(?:versions|labels)/([^/]+))?/?$")

@@ -27,11 +27,19 @@ from mlops.endpoints.endpoint_state import Slot
 from mlops.endpoints.models import lay_out, newest_trained
 from mlops.environments.activation import Environments
 from mlops.errors import LocalRunError
-from mlops.runtime.debugging import DebugRequest
-from mlops.runtime.engine import Runtime, start_service
-from mlops.runtime.launch import free_port, signals_held
-from mlops.runtime.service import Service, running, stop_service
-from mlops.runtime.tasks import Task, Workdir, variables
+from mlops.runtime import (
+    DebugRequest,
+    Runtime,
+    Service,
+    Task,
+    Workdir,
+    free_port,
+    running,
+    signals_held,
+    start_service,
+    stop_service,
+    variables,
+)
 
 LAUNCHER = "_mlops_inference_server"  # mlops/runtime/inference_server.py, in the top layer
 # The front refuses a longer body (413) before it reaches a deployment that sets no

@@ -23,13 +23,13 @@ from mlops.orchestrators.control_flow import (
     body_of,
     primitive_value,
 )
-from mlops.runtime.tasks import load_component
-from mlops.runtime.uris import AssetMap
-from mlops.runtime.values import (
+from mlops.runtime import (
     DATA_TYPES,
+    AssetMap,
     OutputSpec,
     Value,
     input_value,
+    load_component,
     output_spec,
 )
 from mlops.specs import REF, SpecData

@@ -14,18 +14,31 @@ from mlops.checks.prepare import prepare_job
 from mlops.environments.activation import Environments
 from mlops.errors import LocalRunError
 from mlops.project import tracking_uri
-from mlops.runtime import engine, launch
-from mlops.runtime.aliases import safe_root
-from mlops.runtime.binding import slot
-from mlops.runtime.debugging import DebugRequest
-from mlops.runtime.job import Job, end_record, job_name, locked, run_folder, write_record
-from mlops.runtime.mlflow_runs import Tracking
-from mlops.runtime.mlflow_server import Server
-from mlops.runtime.selection import Selection
-from mlops.runtime.spark import spark_task
-from mlops.runtime.tasks import TaskSource, command_task, experiment_name
-from mlops.runtime.uris import AssetMap
-from mlops.runtime.values import job_outputs
+from mlops.runtime import (
+    AssetMap,
+    DebugRequest,
+    Job,
+    Runtime,
+    Selection,
+    Server,
+    TaskSource,
+    Tracking,
+    check_interrupt,
+    command_task,
+    end_record,
+    experiment_name,
+    install_signal_handlers,
+    job_name,
+    job_outputs,
+    locked,
+    restore_signal_handlers,
+    run_folder,
+    run_task,
+    safe_root,
+    slot,
+    spark_task,
+    write_record,
+)
 from mlops.specs import SpecData
 
 
@@ -60,7 +73,7 @@ def services_note(data: SpecData, wd: Path) -> str:
             f"started here; the job runs on this machine: open {wd} in your own tools{board}")
 
 
-def run_command_job(job: Job, rt: engine.Runtime) -> int:
+def run_command_job(job: Job, rt: Runtime) -> int:
     path = job.spec.path
     if rt.debug is not None:
         rt.debug.check([()])
@@ -79,7 +92,7 @@ def run_command_job(job: Job, rt: engine.Runtime) -> int:
     print(f"{job.name}: running in {rt.shown / 'wd'}")
     if note := services_note(job.data, rt.root / "wd"):
         print(note, file=sys.stderr)
-    result = engine.run(task, rt)
+    result = run_task(task, rt)
     status = result.status if result.code == 0 else \
         f"{result.status} (exit {result.code}; log {result.log})"
     print(f"{job.name}: {status}\n  outputs: {rt.shown / 'outputs'}\n  MLflow run: {result.run_id}")
@@ -99,7 +112,7 @@ def definition_of(job: Job) -> SpecData:
     return built.definition
 
 
-def run_job(job: Job, rt: engine.Runtime) -> int:
+def run_job(job: Job, rt: Runtime) -> int:
     """The job's exit code, from the runner of its kind; a job that completed is known to the
     local workspace by name, with the outputs it declares with `name:` registered."""
     write_record(job, rt.root)
@@ -150,7 +163,7 @@ def claim(job: Job, folder: Path) -> None:
     claim_name(Workspace(workspace_root()), job_name(job, folder), folder.resolve())
 
 
-def run_kind(job: Job, rt: engine.Runtime) -> int:
+def run_kind(job: Job, rt: Runtime) -> int:
     if job.spec.kind == "sweepJob":
         from mlops.orchestrators.sweep import run_sweep_job  # optuna: 0.3 s, sweeps only
 
@@ -176,7 +189,7 @@ def in_folder(folder: Path) -> Iterator[None]:
 def run_local(request: JobRequest) -> int:
     """Resolve, run, and leave nothing behind when nothing started (a refused spec, Ctrl-C
     while an environment builds). Raises LocalRunError for input errors."""
-    handlers = launch.install_signal_handlers()
+    handlers = install_signal_handlers()
     bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the lint imports entry
     server = Server(tracking_uri())  # points: no .pyc into the sources; nothing starts yet
     try:
@@ -185,14 +198,14 @@ def run_local(request: JobRequest) -> int:
         if request.selection is not None and job.spec.kind != "pipelineJob":
             raise LocalRunError(f"{request.selection.flag} picks steps of a pipeline; "
                                 f"{request.spec} is a {job.spec.kind}")
-        launch.check_interrupt()
+        check_interrupt()
         folder = run_folder(job, request.run_dir)
         created = not folder.exists()
         with in_folder(folder), locked(folder):
             rt = None
             try:
                 claim(job, folder)
-                rt = engine.Runtime(safe_root(folder), max(1, request.max_procs),
+                rt = Runtime(safe_root(folder), max(1, request.max_procs),
                                     Tracking(server), Environments(request.env_file),
                                     force_rerun=request.force_rerun, debug=request.debug,
                                     explain=request.explain, selection=request.selection)
@@ -205,4 +218,4 @@ def run_local(request: JobRequest) -> int:
     finally:
         server.close()
         sys.dont_write_bytecode = bytecode
-        launch.restore_signal_handlers(handlers)
+        restore_signal_handlers(handlers)

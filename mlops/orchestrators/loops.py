@@ -27,11 +27,9 @@ from mlops.orchestrators.control_flow import (
     truth,
 )
 from mlops.orchestrators.graph import STEP_OUTPUT, Node, Produced, Scope, bind
-from mlops.runtime import engine
-from mlops.runtime.records import RunStatus, Status, TaskRecord
-from mlops.runtime.values import DATA_TYPES, Value, input_value
+from mlops.runtime import DATA_TYPES, RunStatus, Runtime, Status, TaskRecord, Value, input_value
 
-RunOne = Callable[[Node, Scope, engine.Runtime], int]
+RunOne = Callable[[Node, Scope, Runtime], int]
 
 
 # ---- if_else and skipping ------------------------------------------------------------------
@@ -54,7 +52,7 @@ def binding_value(value, scope: Scope, where: str) -> object:
                         "or a node's output")
 
 
-def run_if_else(node: Node, scope: Scope, rt: engine.Runtime) -> int:
+def run_if_else(node: Node, scope: Scope, rt: Runtime) -> int:
     """Evaluate the condition; the blocks it does not choose are skipped when their turn comes."""
     true, false = blocks(node.raw, node.where)
     chosen = truth(binding_value(node.raw.get("condition"), scope, f"{node.where}.condition"),
@@ -85,7 +83,7 @@ def skip_reason(node: Node, scope: Scope) -> str | None:
     return None
 
 
-def skip(node: Node, scope: Scope, rt: engine.Runtime, why: str) -> None:
+def skip(node: Node, scope: Scope, rt: Runtime, why: str) -> None:
     """Record `node` as Azure's Studio shows it: Skipped, in its status.json and MLflow."""
     folder = scope.folder / "steps" / node.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -116,7 +114,7 @@ def passed_on(made: Produced, name: str, controls: dict[str, object] | None) -> 
     return Value(path=made.path, type=made.type)
 
 
-def run_do_while(node: Node, scope: Scope, rt: engine.Runtime, run_one: RunOne) -> int:
+def run_do_while(node: Node, scope: Scope, rt: Runtime, run_one: RunOne) -> int:
     body = node.body
     spec = do_while(node.raw, {body.name: body.ports}, node.where)
     tags = {"mlops.spec": node.where, "mlops.step": node.name}
@@ -153,7 +151,7 @@ def loop_items(node: Node, scope: Scope) -> list[tuple[str, dict[str, object]]]:
     return items_of(value, node.where, inputs)
 
 
-def run_parallel_for(node: Node, scope: Scope, rt: engine.Runtime, run_one: RunOne) -> int:
+def run_parallel_for(node: Node, scope: Scope, rt: Runtime, run_one: RunOne) -> int:
     body = node.body
     items = loop_items(node, scope)
     tags = {"mlops.spec": node.where, "mlops.step": node.name}
@@ -225,7 +223,7 @@ def _link(source, target) -> None:
         shutil.copy2(source, target)
 
 
-def control_outputs(rt: engine.Runtime, run_id: str) -> dict[str, object]:
+def control_outputs(rt: Runtime, run_id: str) -> dict[str, object]:
     """The control outputs a step wrote as the run property mldesigner writes
     (azureml.pipeline.control, a JSON object), as MLflow tags; {} when it wrote none."""
     try:

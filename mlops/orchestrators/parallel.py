@@ -23,18 +23,35 @@ from pathlib import Path
 
 from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
-from mlops.runtime import engine, minibatch
-from mlops.runtime.mltable import read_table, row_batches
-from mlops.runtime.placement import Placement
-from mlops.runtime.tasks import Task, TaskSource, code_path, variables
-from mlops.runtime.values import OutputSpec, Value
+from mlops.runtime import (
+    Batches,
+    Driven,
+    Limits,
+    OutputSpec,
+    Placement,
+    Retry,
+    Runtime,
+    Tally,
+    Task,
+    TaskSource,
+    Value,
+    batch_processes,
+    code_path,
+    drive_batches,
+    list_files,
+    read_table,
+    row_batches,
+    variables,
+    worker_command,
+    write_rows,
+)
 from mlops.specs import SpecData
 
 INPUT_REF = re.compile(r"^\$\{\{\s*inputs\.([\w.-]+)\s*\}\}$")
 OUTPUT_REF = re.compile(r"^\$\{\{\s*outputs\.([\w.-]+)\s*\}\}$")
 UNITS = {"": 1, "b": 1, "kb": 1024, "mb": 1024 ** 2, "gb": 1024 ** 3}
 ROWS_FILE = "parallel_run_step.txt"
-RETRY = minibatch.Retry(max_retries=3, timeout=60)  # a parallel job's retry_settings defaults
+RETRY = Retry(max_retries=3, timeout=60)  # a parallel job's retry_settings defaults
 # what a node may set over its parallel component's values
 NODE_SETTINGS = ("input_data", "mini_batch_size", "max_concurrency_per_instance",
                  "error_threshold", "mini_batch_error_threshold", "retry_settings",
@@ -72,7 +89,7 @@ def file_batches(name: str, value: Value, size: int, folder: Path) -> list[list[
     if source.is_file():
         files = [str(bound / source.name)]
     else:
-        listing = minibatch.list_files(source)
+        listing = list_files(source)
         if listing.skipped:
             print(listing.notice(), file=sys.stderr)
         files = [str(bound / os.path.relpath(p, source)) for p in listing.files]
@@ -110,9 +127,9 @@ def node_task(source: TaskSource, max_procs: int) -> Task:
                             "entry_script")
     requested = int((definition.get("resources") or {}).get("instance_count") or 1) * \
         int(definition.get("max_concurrency_per_instance") or 1)
-    command = minibatch.worker_command(
+    command = worker_command(
         source.folder / "work", str(task_def["entry_script"]),
-        minibatch.Retry.from_spec(definition.get("retry_settings"), RETRY),
+        Retry.from_spec(definition.get("retry_settings"), RETRY),
         str(task_def.get("program_arguments") or "").strip())
     env_vars = {**variables(definition.get("environment_variables")),
                 "AZUREML_PARALLEL_LOGGING_LEVEL": str(definition.get("logging_level") or "INFO")}
@@ -121,12 +138,12 @@ def node_task(source: TaskSource, max_procs: int) -> Task:
                 inputs=source.bound_inputs(), outputs=source.bound_outputs(),
                 environment=EnvironmentRef(task_def.get("environment"), source.base),
                 env_vars=env_vars,
-                placement=Placement(copies=minibatch.processes(requested, max_procs, where)),
+                placement=Placement(copies=batch_processes(requested, max_procs, where)),
                 experiment=source.experiment, tags=dict(source.tags), parent_run=source.parent,
                 address=source.address)
 
 
-def run_node(definition: SpecData, task: Task, rt: engine.Runtime) -> minibatch.Driven:
+def run_node(definition: SpecData, task: Task, rt: Runtime) -> Driven:
     """Plan the mini-batches, run the processes, write the rows."""
     where = task.where
     name = input_name(definition, task.inputs, where)
@@ -139,16 +156,16 @@ def run_node(definition: SpecData, task: Task, rt: engine.Runtime) -> minibatch.
     items = sum(b["rows"] for b in batches) if tabular else sum(len(b) for b in batches)
     print(f"step {task.name}: {items} {'rows' if tabular else 'files'} in {len(batches)} "
           f"mini-batch(es), {task.placement.copies} process(es)", flush=True)
-    driven = minibatch.drive(task, rt, minibatch.Batches(
-        batches=batches, items=items, limits=minibatch.Limits.from_spec(definition)),
+    driven = drive_batches(task, rt, Batches(
+        batches=batches, items=items, limits=Limits.from_spec(definition)),
         label=task.name)
     target = rows_target(definition.get("task") or {}, task.outputs, where)
     if target is not None:
         place, spec = Path(driven.result.outputs[target]), task.outputs[target]
-        minibatch.write_rows(work, place if spec.type == "uri_file" else place / ROWS_FILE)
+        write_rows(work, place if spec.type == "uri_file" else place / ROWS_FILE)
     return driven
 
 
-def summary(tally: minibatch.Tally) -> str:
+def summary(tally: Tally) -> str:
     return f"{tally.scored} of {tally.items} scored, {tally.failed} failed, " \
         f"{tally.failed_batches} mini-batch(es) failed; {time.strftime('%X')}"

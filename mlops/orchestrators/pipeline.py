@@ -29,15 +29,30 @@ from mlops.orchestrators.graph import (
     node_outputs,
 )
 from mlops.orchestrators.subset import completed_steps, ever_completed, step_rules, take_node
-from mlops.runtime import engine, launch, minibatch, watchdog
-from mlops.runtime.binding import publish, slot
-from mlops.runtime.job import Job, read_record, update_record
-from mlops.runtime.records import RunStatus, Status
-from mlops.runtime.selection import Choice
-from mlops.runtime.spark import spark_task
-from mlops.runtime.tasks import Task, TaskSource, command_task, experiment_name
-from mlops.runtime.uris import AssetMap
-from mlops.runtime.values import job_inputs, job_outputs
+from mlops.runtime import (
+    AssetMap,
+    Choice,
+    Driven,
+    Job,
+    Result,
+    RunStatus,
+    Runtime,
+    Status,
+    Task,
+    TaskSource,
+    check_interrupt,
+    command_task,
+    experiment_name,
+    guarding,
+    job_inputs,
+    job_outputs,
+    publish,
+    read_record,
+    run_step,
+    slot,
+    spark_task,
+    update_record,
+)
 from mlops.specs import SpecData, flag
 
 
@@ -70,9 +85,9 @@ def produced(task: Task, outputs: dict[str, str]) -> dict[str, Produced]:
     return {k: Produced(task.outputs[k].type, Path(v)) for k, v in outputs.items()}
 
 
-def run_command_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
+def run_command_node(node: Node, scope: Scope, rt: Runtime) -> int:
     task = node_task(node, scope)
-    result = engine.run_step(task, rt, rules=step_rules(node, scope, rt), label=node.name)
+    result = run_step(task, rt, rules=step_rules(node, scope, rt), label=node.name)
     scope.steps[node.name] = produced(task, result.outputs)
     if loops.has_primitive_outputs(node):  # an if_else or do_while may read them
         scope.controls[node.name] = loops.control_outputs(rt, result.run_id)
@@ -89,7 +104,7 @@ def result_tail(log: Path, lines: int = 25) -> list[str]:
     return log.read_text(errors="replace").splitlines()[-lines:] if log.is_file() else []
 
 
-def run_sweep_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
+def run_sweep_node(node: Node, scope: Scope, rt: Runtime) -> int:
     from mlops.orchestrators.sweep import TrialContext, sweep, trial_factory  # optuna: 0.3 s
 
     folder = scope.folder / "steps" / node.name
@@ -117,7 +132,7 @@ def run_sweep_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
     return 0 if best else 1
 
 
-def run_pipeline_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
+def run_pipeline_node(node: Node, scope: Scope, rt: Runtime) -> int:
     folder = scope.folder / "steps" / node.name
     outputs = {k: replace(v, target=slot(k, v, folder)) for k, v in
                node_outputs(node, scope).items()}
@@ -136,18 +151,18 @@ def run_pipeline_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
     return code
 
 
-def run_parallel_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
+def run_parallel_node(node: Node, scope: Scope, rt: Runtime) -> int:
     definition = {**definition_for(node), **{k: v for k, v in node.raw.items()
                                              if k in parallel.NODE_SETTINGS}}
     task = parallel.node_task(node_source(node, scope, definition), rt.max_procs)
-    driven: list[minibatch.Driven] = []
+    driven: list[Driven] = []
 
-    def drive() -> engine.Result:
+    def drive() -> Result:
         driven.append(parallel.run_node(definition, task, rt))
         return driven[0].result
 
     rules = step_rules(node, scope, rt, **parallel.key_settings(definition))
-    result = engine.run_step(task, rt, rules=rules, label=node.name, runs=drive)
+    result = run_step(task, rt, rules=rules, label=node.name, runs=drive)
     scope.steps[node.name] = produced(task, result.outputs)
     if driven:
         print(f"step {node.name}: {result.status}: {parallel.summary(driven[0].tally)}",
@@ -162,7 +177,7 @@ def run_parallel_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
     return 0
 
 
-def run_node(node: Node, scope: Scope, rt: engine.Runtime) -> int:
+def run_node(node: Node, scope: Scope, rt: Runtime) -> int:
     """One node by its kind (a loop runs its body through this too)."""
     return RUNNERS[node.kind](node, scope, rt)
 
@@ -181,14 +196,14 @@ def needs(node: Node) -> set[str]:
     return {step for step, _ in STEP_OUTPUT.findall(str(raw))}
 
 
-def run_graph(nodes: list[Node], scope: Scope, rt: engine.Runtime) -> int:
+def run_graph(nodes: list[Node], scope: Scope, rt: Runtime) -> int:
     """Nodes in order; a failure stops the pipeline (or, with continue_on_step_failure, only
     what depends on it); a node an if_else did not choose is skipped. The first failing node's
     exit code (0: every node succeeded or was skipped)."""
     failed: set[str] = set()
     first_code = 0
     for node in nodes:
-        launch.check_interrupt()
+        check_interrupt()
         if failed & (needs(node) | ({node.gate[0]} if node.gate else set())):
             print(f"step {node.name}: skipped (an input comes from a failed step)")
             failed.add(node.name)
@@ -243,7 +258,7 @@ def addresses(nodes: list[Node], assets: AssetMap, above: tuple[str, ...] = ()
     return found
 
 
-def run_pipeline_job(job: Job, rt: engine.Runtime) -> int:
+def run_pipeline_job(job: Job, rt: Runtime) -> int:
     data, path = job.data, job.spec.path
     nodes = build_nodes(data.get("jobs"), path.parent, job.assets, str(path))
     if rt.debug is not None:
@@ -269,7 +284,7 @@ def run_pipeline_job(job: Job, rt: engine.Runtime) -> int:
         if earlier is not None and earlier.mlflow_run_id:
             print(f"resuming {rt.shown.name}: {completed_steps(rt.root)} step(s) completed "
                   "there, reused unless they changed", flush=True)
-        with watchdog.guarding(rt.root, run.run_id, rt.tracking.uri):
+        with guarding(rt.root, run.run_id, rt.tracking.uri):
             code = run_graph(nodes, scope, rt)
             run.close(RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
     status = "Completed" if code == 0 else f"Failed (exit {code})"

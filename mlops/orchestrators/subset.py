@@ -24,12 +24,19 @@ from mlops.orchestrators.graph import (
     definition_for,
     node_outputs,
 )
-from mlops.runtime import engine
-from mlops.runtime.records import TaskRecord
-from mlops.runtime.reuse import DONE, StepRules, deterministic, link_step
-from mlops.runtime.selection import Address, Choice, Selection
-from mlops.runtime.tasks import Task
-from mlops.runtime.uris import AssetMap
+from mlops.runtime import (
+    DONE,
+    Address,
+    AssetMap,
+    Choice,
+    Runtime,
+    Selection,
+    StepRules,
+    Task,
+    TaskRecord,
+    deterministic,
+    link_step,
+)
 
 Completed = Callable[[Address], bool]  # whether a step ever completed (its outputs exist)
 
@@ -116,7 +123,7 @@ def scope_nodes(nodes: list[Node], scope: Address, assets: AssetMap) -> list[Nod
     return nodes
 
 
-def step_rules(node: Node, scope: Scope, rt: engine.Runtime, **extra: object) -> StepRules:
+def step_rules(node: Node, scope: Scope, rt: Runtime, **extra: object) -> StepRules:
     """What decides a node's reuse besides its key (mlops/runtime/reuse.py), and what finds its
     earlier runs."""
     definition = definition_for(node)
@@ -136,7 +143,7 @@ def step_rules(node: Node, scope: Scope, rt: engine.Runtime, **extra: object) ->
                      extra=extra)
 
 
-def take_node(node: Node, scope: Scope, rt: engine.Runtime, rules: StepRules) -> int:
+def take_node(node: Node, scope: Scope, rt: Runtime, rules: StepRules) -> int:
     """A node that is not one task (a sweep), left out by --from / --only: its last run's
     outputs, linked."""
     earlier = rt.steps.last(rules, rules.step)
@@ -162,7 +169,7 @@ def completed_steps(folder: Path) -> int:
     return count
 
 
-def ever_completed(rt: engine.Runtime, spec: str, address: tuple[str, ...]) -> bool:
+def ever_completed(rt: Runtime, spec: str, address: tuple[str, ...]) -> bool:
     """Whether a step completed in this run folder, or in any run of this spec (--from/--only
     take its outputs from there)."""
     record = TaskRecord.read(rt.root.joinpath(*[p for name in address for p in ("steps", name)]))

@@ -21,20 +21,32 @@ import optuna
 
 from mlops.orchestrators.policies import Policy, should_stop
 from mlops.orchestrators.sampling import make_study, sample
-from mlops.runtime import engine, launch, watchdog
-from mlops.runtime.binding import publish
-from mlops.runtime.job import Job
-from mlops.runtime.records import RunStatus, Status
-from mlops.runtime.reuse import Decision, StepRules
-from mlops.runtime.tasks import Task, TaskSource, command_task, experiment_name, load_component
-from mlops.runtime.uris import AssetMap
-from mlops.runtime.values import (
+from mlops.runtime import (
+    AssetMap,
+    Decision,
+    Job,
     OutputSpec,
+    Result,
+    Running,
+    RunStatus,
+    Runtime,
+    Status,
+    StepRules,
+    Task,
+    TaskSource,
     Value,
+    check_interrupt,
+    command_task,
+    experiment_name,
     fill_scope,
+    finish_task,
+    guarding,
     job_inputs,
     job_outputs,
+    load_component,
+    publish,
     render_literal,
+    start_task,
 )
 from mlops.specs import SpecData
 
@@ -74,12 +86,12 @@ class Settings:
 class Trial:
     number: int
     params: dict[str, object]
-    running: engine.Running
+    running: Running
     optuna_trial: optuna.Trial
     history: list[float] = field(default_factory=list)
     evaluated: int = 0
     status: Status = Status.RUNNING
-    result: engine.Result | None = None
+    result: Result | None = None
     decision: Decision | None = None  # what differs from the trial's nearest earlier run
 
 
@@ -123,7 +135,7 @@ TrialMaker = Callable[[int, dict[str, object]], Task]
 
 
 class Sweep:
-    def __init__(self, settings: Settings, rt: engine.Runtime, make_task: TrialMaker,
+    def __init__(self, settings: Settings, rt: Runtime, make_task: TrialMaker,
                  rules: StepRules):
         self.s, self.rt, self.make_task, self.rules = settings, rt, make_task, rules
         self.study = make_study(settings.algorithm, settings.space, settings.maximize)
@@ -136,7 +148,7 @@ class Sweep:
         task = self.make_task(number, params)
         rules = replace(self.rules, params={k: render_literal(v) for k, v in params.items()})
         decision = self.rt.steps.explain(task, self.rt.environments.env_map, rules)
-        running = engine.start(task, self.rt, echo=False)
+        running = start_task(task, self.rt, echo=False)
         self.trials.append(Trial(number, params, running, optuna_trial, decision=decision))
         print(f"trial {number} started: {params}\ntrial {number}: {decision.line}", flush=True)
         if self.rt.explain:
@@ -152,7 +164,7 @@ class Sweep:
 
     def finish(self, trial: Trial, status: Status | None = None) -> None:
         """`status`: how the sweep ended the trial (None: it ended on its own)."""
-        trial.result = engine.finish(trial.running, self.rt, status)
+        trial.result = finish_task(trial.running, self.rt, status)
         trial.status = trial.result.status
         if trial.status == Status.COMPLETED and trial.decision is not None:
             self.rt.steps.record(trial.decision, trial.running.task.folder,
@@ -207,7 +219,7 @@ class Sweep:
                     self.finish(trial, Status.CANCELED)
                 return
             time.sleep(POLL_S)
-            launch.check_interrupt()
+            check_interrupt()
             self.step()
 
     def summary(self) -> SweepSummary:
@@ -262,7 +274,7 @@ def last_error(log: Path | None) -> str:
     return (errors or lines or ["(empty log)"])[-1]
 
 
-def sweep(data: SpecData, rt: engine.Runtime, *, folder: Path, parent_run: str,
+def sweep(data: SpecData, rt: Runtime, *, folder: Path, parent_run: str,
           make_task: TrialMaker, rules: StepRules) -> SweepSummary:
     """Run the trials; write sweep_summary.json in `folder`; return the summary. `rules`: how
     each trial's earlier runs are found (it always runs: Azure reuses a step, not a trial)."""
@@ -326,7 +338,7 @@ def trial_factory(trial_def: SpecData, base: Path, *, inputs: dict[str, Value],
     return make
 
 
-def run_sweep_job(job: Job, rt: engine.Runtime) -> int:
+def run_sweep_job(job: Job, rt: Runtime) -> int:
     data, path = job.data, job.spec.path
     experiment = experiment_name(data)
     if rt.debug is not None:
@@ -337,7 +349,7 @@ def run_sweep_job(job: Job, rt: engine.Runtime) -> int:
     inputs = job_inputs(data.get("inputs"), path.parent, job.assets)
     tags = {"mlops.spec": str(path), "mlops.local": "true"}
     with rt.tracking.open(experiment, job.name, tags) as run, \
-            watchdog.guarding(rt.root, run.run_id, rt.tracking.uri):
+            guarding(rt.root, run.run_id, rt.tracking.uri):
         ctx = TrialContext(folder=rt.root, assets=job.assets, where=f"{path}: trial",
                            name=job.name, experiment=experiment, parent=run.run_id)
         make = trial_factory(trial_def, base, inputs=inputs, outputs=outputs, ctx=ctx)
@@ -350,7 +362,7 @@ def run_sweep_job(job: Job, rt: engine.Runtime) -> int:
     return 0 if best else 1
 
 
-def trial_rules(trial_def: SpecData, spec: str, rt: engine.Runtime) -> StepRules:
+def trial_rules(trial_def: SpecData, spec: str, rt: Runtime) -> StepRules:
     """How a sweep's trials find their earlier runs: by the spec and trial number, else by
     the trial's component."""
     return StepRules(spec=spec, run=rt.shown.name, component=str(trial_def.get("name") or ""),
