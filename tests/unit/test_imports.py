@@ -1,16 +1,18 @@
 """The house rules of mlops/: rooms in one order, front doors thin, nothing below the top
-imports one.
+imports one, the runtime reached through its surface alone.
 
 A front door is a module at the top of mlops/ that `python -m mlops.<name>` runs (make and the
 azml command call them); the rooms below hold the engines, in ROOM_ORDER (mlops/__init__.py's
 map): a room imports only rooms before it. Imports inside functions count: a hidden edge is
-still an edge.
+still an edge. `from mlops.runtime import X` is an edge to the module below that defines X (the
+package loads it on first use), so circles through the surface are still seen.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import importlib
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -40,8 +42,22 @@ def known_modules() -> frozenset[str]:
     return frozenset(module_name(p) for p in python_files(PACKAGE))
 
 
+@functools.cache
+def lazy_names(package: str) -> dict[str, str]:
+    """The names a package loads on first use (PEP 562) -> the module that defines each: what
+    its `if TYPE_CHECKING:` block imports (mlops/runtime/__init__.py)."""
+    init = ROOT.joinpath(*package.split("."), "__init__.py")
+    if not init.is_file():
+        return {}
+    blocks = [node.body for node in parsed(init).body if isinstance(node, ast.If) and
+              isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"]
+    return {alias.asname or alias.name: node.module for body in blocks for node in body
+            if isinstance(node, ast.ImportFrom) for alias in node.names}
+
+
 def imported(path: Path, top_level_only: bool = False) -> set[str]:
-    """The mlops modules a file imports (`from mlops import x` names mlops.x when x is one)."""
+    """The mlops modules a file imports (`from mlops import x` names mlops.x when x is one;
+    `from mlops.runtime import X` the module that defines X)."""
     tree = parsed(path)
     nodes = tree.body if top_level_only else ast.walk(tree)
     found = set()
@@ -50,7 +66,9 @@ def imported(path: Path, top_level_only: bool = False) -> set[str]:
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
-            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+            lazy = lazy_names(node.module)
+            found |= {lazy.get(alias.name, f"{node.module}.{alias.name}")
+                      for alias in node.names}
     return {name for name in found if name in known_modules()}
 
 
@@ -117,6 +135,95 @@ def test_the_rooms_import_no_circle_at_load_time():
         tuple(TopologicalSorter(graph).static_order())
     except CycleError as err:
         pytest.fail(f"import circle: {' -> '.join(err.args[1])}")
+
+
+RUNTIME = "mlops.runtime"
+
+
+def absolute(node: ast.ImportFrom, package: str) -> str:
+    """The module a from-import names, `from ..runtime.job import x` in mlops.api too."""
+    if not node.level:
+        return node.module or ""
+    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+    return f"{base}.{node.module}" if node.module else base
+
+
+def surface_breaches(tree: ast.Module, package: str) -> list[str]:
+    """Imports (in functions too) that pass by the runtime's surface: a module below
+    mlops.runtime, the package as a whole, or a name that is not in its `__all__`."""
+    surface = set(importlib.import_module(RUNTIME).__all__)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: import {alias.name}" for alias in node.names
+                      if alias.name == RUNTIME or alias.name.startswith(f"{RUNTIME}.")]
+        elif isinstance(node, ast.ImportFrom):
+            source = absolute(node, package)
+            names = [alias.name for alias in node.names]
+            if source.startswith(f"{RUNTIME}.") or (source == "mlops" and "runtime" in names):
+                found.append(f"line {node.lineno}: from {source} import {', '.join(names)}")
+            elif source == RUNTIME:
+                found += [f"line {node.lineno}: {name} is not in {RUNTIME}.__all__"
+                          for name in names if name not in surface]
+    return found
+
+
+ABOVE_RUNTIME = [p for p in python_files(PACKAGE) if rank(room_of(module_name(p))) >
+                 rank("runtime")]
+
+
+@pytest.mark.parametrize("path", ABOVE_RUNTIME, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_rooms_above_the_runtime_reach_it_through_its_surface_only(path):
+    package = module_name(path) if path.name == "__init__.py" else \
+        module_name(path).rpartition(".")[0]
+    breaches = surface_breaches(parsed(path), package)
+    assert not breaches, f"{path.relative_to(ROOT)}: import `from mlops.runtime import X`, " \
+        f"X one of its __all__ (add a name there only when a room needs it): {breaches}"
+
+
+def test_the_surface_rule_finds_each_way_past_it():
+    planted = ast.parse("from mlops.runtime.engine import Runtime\n"
+                        "import mlops.runtime.launch\n"
+                        "from mlops.runtime import Task, engine\n"
+                        "from mlops import errors, runtime\n"
+                        "def f():\n    from ..runtime.job import Job\n")
+    breaches = surface_breaches(planted, "mlops.orchestrators")
+    assert [b.split(":")[0] for b in breaches] == [f"line {n}" for n in (1, 2, 3, 4, 6)]
+    assert "engine is not in mlops.runtime.__all__" in breaches[2]
+    assert "from mlops.runtime.job import Job" in breaches[4]
+    assert not surface_breaches(ast.parse("from mlops.runtime import Runtime, Task\n"
+                                          "from mlops.runtime_notes import x\n"), "mlops.api")
+
+
+def test_a_name_through_the_surface_is_an_edge_to_the_module_that_defines_it():
+    """The circle and room rules see where `from mlops.runtime import X` really leads."""
+    assert imported(PACKAGE / "orchestrators" / "jobs.py") >= {
+        "mlops.runtime", "mlops.runtime.engine", "mlops.runtime.job", "mlops.runtime.launch"}
+
+
+def test_the_runtime_surface_is_one_table_loaded_on_first_use():
+    """__all__, the lazy table and the TYPE_CHECKING imports name the same things; each name
+    is the object its module defines; the package itself imports nothing at load time."""
+    runtime = importlib.import_module(RUNTIME)
+    table = runtime._WHERE
+    assert len(runtime.__all__) == len(set(runtime.__all__)) and set(runtime.__all__) == \
+        set(table)
+    init = parsed(PACKAGE / "runtime" / "__init__.py")
+    checked = {alias.asname or alias.name: node.module.rpartition(".")[2] + (
+        f":{alias.name}" if alias.asname not in (None, alias.name) else "")
+        for block in init.body if isinstance(block, ast.If) for node in block.body
+        if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert checked == table, "the TYPE_CHECKING imports and _WHERE differ"
+    submodules = {m.rpartition(".")[2] for m in known_modules() if m.startswith(f"{RUNTIME}.")}
+    assert not set(table) & submodules, "a surface name would hide a module of the same name"
+    for name, where in table.items():
+        module, _, own = where.partition(":")
+        defined = getattr(importlib.import_module(f"{RUNTIME}.{module}"), own or name)
+        assert getattr(runtime, name) is defined, name
+    loaded = {alias.name for node in init.body if isinstance(node, ast.Import)
+              for alias in node.names} | {node.module for node in init.body
+                                          if isinstance(node, ast.ImportFrom)}
+    assert loaded <= {"__future__", "importlib", "typing"}, "mlops.runtime loads at import"
 
 
 SHIPPED = ROOT / "src" / "image_classifier"
