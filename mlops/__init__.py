@@ -15,20 +15,21 @@ shared: errors, specs (loading, kinds, line numbers), project (the repository, i
                   (an environment of that interpreter), layers (building them), activation
                   (what a task runs in), cache (listing and removing them), catalog/ (the
                   curated environments and the tool's stand-ins)
-  runtime/        the one local runtime (engine: resolve -> snapshot -> environment ->
-                  launch -> collect, run_step, start_service) and everything a started process
-                  needs: tasks (Task, TaskSource, spec -> Task), records (status.json and
-                  run.json, Status), values, binding, snapshot, placement (distribution), launch
-                  (the one launcher: processes, signals), environ (a process's variables),
-                  service (a server left running), devices, watchdog, readonly_inputs, failures,
-                  mlflow_runs (a job's MLflow runs) over mlflow_rest (the warm tracking
-                  server's API) or mlflow_store (the store itself), mlflow_server and
-                  mlflow_serve (that server, kept warm per store), uris (the asset map), reuse
-                  (step reuse: keyparts, keydiff and earlier say why a step ran), selection
-                  (--from, --only), job (a checked job spec, its run folder and run.json),
-                  minibatch and minibatch_worker (the mini-batch driver of batch deployments
-                  and parallel nodes), mltable and mltable_worker (tables read by Azure's
-                  mltable package)
+  runtime/        the one local runtime (engine: resolve -> snapshot -> environment -> launch ->
+                  collect, run_step, start_service) and everything a started process needs; the
+                  rooms above import only its surface, `from mlops.runtime import X` (its __init__'s
+                  __all__, grouped by stage, loaded on first use). Below it: tasks (Task,
+                  TaskSource, spec -> Task), records (status.json and run.json, Status), values,
+                  binding, snapshot, placement (distribution), launch (the one launcher: processes,
+                  signals), environ (a process's variables), service (a server left running),
+                  devices, watchdog, readonly_inputs, failures, mlflow_runs (a job's MLflow runs)
+                  over mlflow_rest (the warm tracking server's API) or mlflow_store (the store
+                  itself), mlflow_server and mlflow_serve (that server, kept warm per store), uris
+                  (the asset map), reuse (step reuse: keyparts, keydiff and earlier say why a step
+                  ran), selection (--from, --only), job (a checked job spec, its run folder and
+                  run.json), minibatch and minibatch_worker (the mini-batch driver of batch
+                  deployments and parallel nodes), mltable and mltable_worker (tables read by
+                  Azure's mltable package)
   automl/         translate (an AutoML job or node -> the command that runs it), standin/ (the
                   tabular stand-in: FLAML in its own environment), vision/ (Azure's image runner)
   checks/         validation (schema, azure-ai-ml and lint layers), prepare (a job spec as
