@@ -318,7 +318,7 @@ def test_an_mlflow_registration_is_fetched_from_the_state_store_from_any_folder(
     model = tmp_path / "state" / "artifacts" / "taxi-model"
     model.mkdir(parents=True)
     (model / "MLmodel").write_text("flavors: {}\n")
-    client = MlflowClient(tracking_uri())
+    client = MlflowClient(tracking_uri(), registry_uri=tracking_uri())  # as a job registers
     client.create_registered_model("taxi-model")
     version = client.create_model_version("taxi-model", str(model))
     reader = MlflowClient(tracking_uri(), registry_uri=tracking_uri())  # as _client() makes it
