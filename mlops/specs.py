@@ -48,7 +48,7 @@ DEPLOYMENT_TYPES = {"online-deployment": ({"managed": "managedOnlineDeployment",
                                          "model")}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Finding:
     """A problem in a spec. An error is what Azure would refuse (or what cannot run at all); a
     warning is what Azure accepts but probably not what the author meant."""
@@ -94,7 +94,7 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Spec:
     path: Path
     data: SpecData
@@ -137,7 +137,7 @@ class Spec:
         return self.lines.get(parts, 1)
 
     def finding(self, key: str, problem: str, fix: str, severity: str = "error") -> Finding:
-        return Finding(self.path, key, problem, fix, self.line(key), severity)
+        return Finding(path=self.path, key=key, problem=problem, fix=fix, line=self.line(key), severity=severity)
 
     def warning(self, key: str, problem: str, fix: str) -> Finding:
         return self.finding(key, problem, fix, "warning")
@@ -233,8 +233,8 @@ def spec_text(path: Path) -> str:
     """A spec file's text: a regular file (a pipe would wait forever, a device never end), no
     larger than the reader takes, decoded as UTF-8 as azure-ai-ml decodes it."""
     if not stat.S_ISREG(os.stat(path).st_mode):
-        raise SpecError(Finding(path, "", "not a regular file (a pipe, a socket or a device: "
-                                "az ml reads a spec from a file)", "point at the YAML file"))
+        raise SpecError(Finding(path=path, key="", problem="not a regular file (a pipe, a socket or a device: "
+                                "az ml reads a spec from a file)", fix="point at the YAML file"))
     if os.stat(path).st_size > yaml_limits.MAX_CHARS:
         raise yaml_limits.YamlTooLarge(f"it is {os.stat(path).st_size / 2**20:.0f} MiB, more "
                                        f"than the {yaml_limits.MAX_CHARS // 2**20} MiB this "
@@ -245,9 +245,9 @@ def spec_text(path: Path) -> str:
     except UnicodeDecodeError as err:
         line = raw[:err.start].count(b"\n") + 1
         column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
-        raise SpecError(Finding(path, "", f"not UTF-8 text (byte 0x{raw[err.start]:02x} at "
+        raise SpecError(Finding(path=path, key="", problem=f"not UTF-8 text (byte 0x{raw[err.start]:02x} at "
                                 f"column {column}); az ml reads specs as UTF-8",
-                                "save the file as UTF-8", line)) from None
+                                fix="save the file as UTF-8", line=line)) from None
 
 
 def load_spec(path: str | Path, role: str = "") -> Spec:
@@ -256,20 +256,20 @@ def load_spec(path: str | Path, role: str = "") -> Spec:
         parsed = _parse(spec_text(path))
         node, data = parsed.node, parsed.data
     except OSError as err:
-        raise SpecError(Finding(path, "", f"cannot read the file ({err.strerror})",
-                                "check the path")) from err
+        raise SpecError(Finding(path=path, key="", problem=f"cannot read the file ({err.strerror})",
+                                fix="check the path")) from err
     except yaml_limits.YamlTooLarge as err:
-        raise SpecError(Finding(path, "", f"refused: {err}", "shrink the file", err.line)
+        raise SpecError(Finding(path=path, key="", problem=f"refused: {err}", fix="shrink the file", line=err.line)
                         ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        raise SpecError(Finding(path, "", f"not valid YAML ({getattr(err, 'problem', err)})",
-                                "fix the YAML syntax", mark.line + 1 if mark else 0)) from err
+        raise SpecError(Finding(path=path, key="", problem=f"not valid YAML ({getattr(err, 'problem', err)})",
+                                fix="fix the YAML syntax", line=mark.line + 1 if mark else 0)) from err
     if not isinstance(data, dict):
-        raise SpecError(Finding(path, "", "not a YAML mapping", "a spec is a mapping of keys"))
+        raise SpecError(Finding(path=path, key="", problem="not a YAML mapping", fix="a spec is a mapping of keys"))
     lines: dict[tuple[str, ...], int] = {}
     duplicates = _line_map(node, lines)
-    return Spec(path, data, lines, role, duplicates)
+    return Spec(path=path, data=data, lines=lines, role=role, duplicates=duplicates)
 
 
 def discover(root: Path | None = None) -> list[Path]:

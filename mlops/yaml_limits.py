@@ -45,7 +45,7 @@ class _Frame:
     size: int = 1  # the collection itself
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Scan:
     stack: list[_Frame] = field(default_factory=list)
     anchors: dict[str, int] = field(default_factory=dict)  # anchor -> expanded size

@@ -56,8 +56,8 @@ def environment(value: str):
         data = yaml.safe_load(path.read_text())
         if isinstance(data, dict) and "command" in data:  # a job spec: the environment it names
             data = data.get("environment")
-        return EnvironmentRef(data, path.parent)
-    return EnvironmentRef(value, ROOT)
+        return EnvironmentRef(value=data, base=path.parent)
+    return EnvironmentRef(value=value, base=ROOT)
 
 
 def new_run(envs, ref, folder: Path):
@@ -77,7 +77,7 @@ def measure(value: str, repeat: int, tmp: Path) -> dict:
     os.environ["LOCAL_ENVS_DIR"] = str(tmp / f"cache-{abs(hash(value))}")
     envs, ref = Environments(), environment(value)
     folder = tmp / f"task-{abs(hash(value))}"  # its own: a later environment replaces none
-    own = EnvironmentRef("azureml:image-classifier@latest", ROOT / "jobs")
+    own = EnvironmentRef(value="azureml:image-classifier@latest", base=ROOT / "jobs")
     create = timed(lambda: envs.layers(ref, "bench"))
     reuse = [timed(lambda: new_run(envs, ref, folder)) for _ in range(repeat)]
     project = [timed(lambda: envs.activate(own, folder, "bench")) for _ in range(repeat)]

@@ -19,7 +19,7 @@ OUT = Path(__file__).resolve().parents[1] / "docs" / "runtime.svg"
 WIDTH, BOX_W, BOX_H, GAP, TOP = 1150, 196, 128, 32, 58
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Stage:
     name: str
     colour: str
@@ -28,20 +28,20 @@ class Stage:
 
 
 STAGES = (
-    Stage("resolve", "#dbeafe", "resolve: binding values placement",
-          ("inputs and outputs bound", "under the task's folder;", "the command rendered;",
+    Stage(name="resolve", colour="#dbeafe", modules="resolve: binding values placement",
+          lines=("inputs and outputs bound", "under the task's folder;", "the command rendered;",
            "ranks placed, debug picked")),
-    Stage("snapshot", "#dcfce7", "take_snapshot: snapshot.py",
-          ("code: copied to wd/,", "minus .amlignore/.gitignore;", "content hash for step",
+    Stage(name="snapshot", colour="#dcfce7", modules="take_snapshot: snapshot.py",
+          lines=("code: copied to wd/,", "minus .amlignore/.gitignore;", "content hash for step",
            "reuse; source never written")),
-    Stage("environment", "#fef9c3", "environment: environments/",
-          ("the spec's packages as", "layers over .venv, cached", "in .cache/envs/; a fresh",
+    Stage(name="environment", colour="#fef9c3", modules="environment: environments/",
+          lines=("the spec's packages as", "layers over .venv, cached", "in .cache/envs/; a fresh",
            "top layer per task")),
-    Stage("launch", "#fde2e4", "launch_processes: launch environ",
-          ("the MLflow run; the command", "once per process, RANK,", "MLFLOW_*, AZUREML_*;",
+    Stage(name="launch", colour="#fde2e4", modules="launch_processes: launch environ",
+          lines=("the MLflow run; the command", "once per process, RANK,", "MLFLOW_*, AZUREML_*;",
            "status.json, a watchdog")),
-    Stage("collect", "#ede9fe", "collect, finish: records",
-          ("outputs/ flow downstream;", "artifacts and logs to", "MLflow; the outcome into",
+    Stage(name="collect", colour="#ede9fe", modules="collect, finish: records",
+          lines=("outputs/ flow downstream;", "artifacts and logs to", "MLflow; the outcome into",
            "the run and status.json")),
 )
 USERS = ("used alike by command jobs, sweep trials, pipeline steps (run_step: reuse), Spark jobs, "

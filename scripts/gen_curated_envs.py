@@ -83,7 +83,7 @@ def read_plan(repo: Path, rev: str, folder: str, name: str) -> EnvPlan | None:
     context_dir = f"{folder}/{context.get('dir') or 'context'}"
     files = git(repo, "ls-tree", "--name-only", f"{rev}:{context_dir}").split() \
         if show(repo, rev, context_dir) is not None else []
-    plan = EnvPlan(name)
+    plan = EnvPlan(label=name)
     with tempfile.TemporaryDirectory() as tmp:
         for file in files:
             text = show(repo, rev, f"{context_dir}/{file}")

@@ -85,7 +85,7 @@ def draft_of(path: Path, *, kind: str | None, assets: AssetMap,
     """The draft for the spec at `path` (version: the command line's, over the spec's)."""
     spec, asset_kind = read_asset_spec(path, kind)
     data = spec.data
-    draft = Draft(asset_kind, str(data["name"]), None,
+    draft = Draft(kind=asset_kind, name=str(data["name"]), source=None,
                   version=str(version or data.get("version") or "") or None,
                   type=str(data.get("type") or default_type(asset_kind)),
                   description=str(data.get("description") or ""),

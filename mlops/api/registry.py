@@ -17,7 +17,7 @@ from mlops.workspace.records import AssetKind, AssetVersion
 from mlops.workspace.store import LATEST, Draft, Workspace, workspace_root
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Selection:
     """Which versions an action is about: one name, and a version or the label."""
 

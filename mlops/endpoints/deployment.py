@@ -29,7 +29,7 @@ SERVER_PACKAGES = ("azureml-inference-server-http",)
 MLFLOW_PACKAGES = ("mlflow",)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Deployment:
     spec: Spec
     model: ModelSource
@@ -76,22 +76,22 @@ def load(path: str | Path, role: str, model: str | None = None,
     if config:
         code = code_path(config.get("code", "."), spec.path.parent,
                          f"{spec.path}: code_configuration.code")
-        return Deployment(spec, source, code, str(config["scoring_script"]),
-                          EnvironmentRef(spec.data.get("environment"), spec.path.parent,
-                                         image_packages(role, False)))
+        return Deployment(spec=spec, model=source, code=code, scoring_script=str(config["scoring_script"]),
+                          environment=EnvironmentRef(value=spec.data.get("environment"), base=spec.path.parent,
+                                         adds=image_packages(role, False)))
     if not source.mlflow:
         raise LocalRunError(f"{path}: no code_configuration, and {source.path} is not an MLflow "
                             "model (no MLmodel file): Azure deploys only MLflow models without "
                             "code. Add code_configuration (code, scoring_script) and an "
                             "environment")
     adds = image_packages(role, True)
-    environment = EnvironmentRef(spec.data.get("environment"), spec.path.parent, adds)
+    environment = EnvironmentRef(value=spec.data.get("environment"), base=spec.path.parent, adds=adds)
     if environment.value is None:
         environment = mlflow_environment(source.path, adds)
-    return Deployment(spec, source, NOCODE, NOCODE_SCRIPTS[role], environment, True)
+    return Deployment(spec=spec, model=source, code=NOCODE, scoring_script=NOCODE_SCRIPTS[role], environment=environment, nocode=True)
 
 
 def mlflow_environment(model: Path, adds: tuple[str, ...]) -> EnvironmentRef:
     """The model's own conda.yaml, as Azure builds a no-code deployment's environment."""
     conda = model / "conda.yaml"
-    return EnvironmentRef({"conda_file": conda.name} if conda.is_file() else None, model, adds)
+    return EnvironmentRef(value={"conda_file": conda.name} if conda.is_file() else None, base=model, adds=adds)

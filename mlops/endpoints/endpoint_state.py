@@ -37,7 +37,7 @@ class AuthMode(StrEnum):
     NONE = "none"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Token:
     """An aml_token (or the local stand-in for a Microsoft Entra token), as get-credentials
     shows one: times in seconds since the epoch, UTC."""
@@ -50,10 +50,10 @@ class Token:
     @classmethod
     def issue(cls, now: float | None = None, ttl: float = TOKEN_TTL_S) -> Token:
         now = time.time() if now is None else now
-        return cls(secrets.token_urlsafe(48), now + ttl, now + ttl / 2)
+        return cls(accessToken=secrets.token_urlsafe(48), expiryTimeUtc=now + ttl, refreshAfterTimeUtc=now + ttl / 2)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Slot:
     """One deployment of the endpoint: its server, and the request rules the front applies."""
 
@@ -73,7 +73,7 @@ class Slot:
         return Path(self.folder) / "log.txt"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EndpointState:
     name: str
     auth_mode: AuthMode = AuthMode.KEY

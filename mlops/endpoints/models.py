@@ -44,7 +44,7 @@ LONG = re.compile(r"^azureml://.*?/models/([^/]+)(?:/(?:versions|labels)/([^/]+)
 LAYOUT = "azureml-models"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ModelSource:
     path: Path  # the local file or folder
     name: str
@@ -101,7 +101,7 @@ def newest_trained(why: str, runs: Path | None = None) -> ModelSource:
         raise LocalRunError(f"{why}, and there is no trained model under {runs}: "
                             "run `make train-local` first, or pass MODEL_DIR=<model folder>")
     name = config.own_models[0] if config.own_models else "model"
-    return ModelSource(found[-1].parent, name, "local", f"{why}: the newest trained model")
+    return ModelSource(path=found[-1].parent, name=name, version="local", origin=f"{why}: the newest trained model")
 
 
 def _is_mlflow(path: Path, declared: str | None) -> bool:
@@ -118,8 +118,8 @@ def _registered(reference: str) -> ModelSource | None:
     record = registered(reference, AssetKind.MODEL, workspace)
     if record is None:
         return None
-    return ModelSource(workspace.checked(record), record.name, record.version,
-                       f"local workspace: {record.reference}",
+    return ModelSource(path=workspace.checked(record), name=record.name, version=record.version,
+                       origin=f"local workspace: {record.reference}",
                        mlflow=record.type == "mlflow_model")
 
 
@@ -147,7 +147,7 @@ def _mapped(reference: str, where: str, asset_file: Path | None) -> ModelSource:
     if not path.exists():
         raise LocalRunError(f"{where}: {reference} maps to {path} ({named}), which does "
                             "not exist")
-    return ModelSource(path, name, version, f"{Path(named).name}: {reference}")
+    return ModelSource(path=path, name=name, version=version, origin=f"{Path(named).name}: {reference}")
 
 
 def model_source(model, base: Path, where: str, *, override: str | None = None,
@@ -160,7 +160,7 @@ def model_source(model, base: Path, where: str, *, override: str | None = None,
         if not path.exists():
             raise LocalRunError(f"MODEL_DIR={override}: no such file or folder")
         name = name_version(str(reference))[0] if reference else path.name
-        source = ModelSource(path, name, "local", "MODEL_DIR")
+        source = ModelSource(path=path, name=name, version="local", origin="MODEL_DIR")
     elif not reference:
         source = newest_trained(f"{where}: the spec names no model")
     elif is_remote(str(reference)):
@@ -170,8 +170,8 @@ def model_source(model, base: Path, where: str, *, override: str | None = None,
         if not path.exists():
             raise LocalRunError(f"{where}: model.path {reference} does not exist ({path})")
         inline = model if isinstance(model, dict) else {}
-        source = ModelSource(path, str(inline.get("name") or path.stem),
-                             str(inline.get("version") or 1), f"{where}: model.path")
+        source = ModelSource(path=path, name=str(inline.get("name") or path.stem),
+                             version=str(inline.get("version") or 1), origin=f"{where}: model.path")
     source.mlflow = source.mlflow or _is_mlflow(source.path, declared)
     return source
 

@@ -52,7 +52,7 @@ class ServerFailed(Exception):
     """The server started and then failed (the deployment's own failure, not an input error)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Rules:
     """What the front applies for a deployment, from its spec (Azure's defaults where unset)."""
 
@@ -63,7 +63,7 @@ class Rules:
     ready_s: float  # how long Azure's readiness probe gives the server to come up
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ServerPlan:
     """A server ready to start: its task, what it serves (for the log), its rules."""
 
@@ -207,14 +207,14 @@ def prepare(request: ServeRequest, deployment: Deployment, *, folder: Path,
              f"model: {deployment.model.describe()} -> AZUREML_MODEL_DIR="
              f"{task.env_vars['AZUREML_MODEL_DIR']}"]
     rules = rules_of(deployment, task.env_vars, debug)
-    return ServerPlan(task, Environments(request.env_file), about, rules, port,
-                      deployment.model.describe(), request.deployment, request.debug)
+    return ServerPlan(task=task, environments=Environments(request.env_file), about=about, rules=rules, port=port,
+                      model=deployment.model.describe(), spec=request.deployment, debug=request.debug)
 
 
 def launch_server(plan: ServerPlan) -> Slot:
     """Start the planned server through the runtime and wait until its readiness probe
     answers; a server that fails is stopped, and ServerFailed says why."""
-    rt = Runtime(plan.task.folder, 1, environments=plan.environments, debug=plan.debug)
+    rt = Runtime(root=plan.task.folder, max_procs=1, environments=plan.environments, debug=plan.debug)
     service = start_service(plan.task, rt, plan.about)
     try:
         wait_healthy(f"http://127.0.0.1:{plan.port}{plan.rules.ready_path}", service,

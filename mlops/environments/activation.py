@@ -133,7 +133,7 @@ class BuildRequest:
     python: Python | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Activation:
     """An environment made ready for a task: the variables that select its layers (PATH,
     VIRTUAL_ENV, JAVA_HOME, an MPI's), its top layer's site-packages, its Python, and how logs
@@ -309,8 +309,8 @@ class Environments:
         self.labels[where] += f" ({shown}" + (f"; Python {stack.python.version})"
                                               if stack.own else ")")
         variables = {**self.conda_variables.get(where, {}), **self._variables(stack, folder)}
-        return Activation(variables, top_site(folder, stack.python), self.labels[where],
-                          stack.python)
+        return Activation(variables=variables, top_site=top_site(folder, stack.python), label=self.labels[where],
+                          python=stack.python)
 
     def _variables(self, stack: Stack, folder: Path) -> dict[str, str]:
         """A fresh top layer over `stack`, with the runtime's helpers in it; the variables that

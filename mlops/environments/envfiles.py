@@ -29,7 +29,7 @@ CONDA_BASE = ("pip", "setuptools", "wheel")
 PIP_INSTALL = re.compile(r"\bpip3?\s+install\b(.*)")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EnvPlan:
     label: str  # what the spec named, for messages
     requirements: list[str] = field(default_factory=list)  # pip lines ("-r" already expanded)

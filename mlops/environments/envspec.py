@@ -55,7 +55,7 @@ CURATED_IMAGES = "image:mcr.microsoft.com/azureml/curated/"
 REGISTRY_ENVS = "azureml://registries/azureml/environments/"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EnvironmentRef:
     """A spec's `environment:` as written (a reference, an inline mapping, or nothing), the
     folder its relative paths start from, and the packages the image brings when the
@@ -145,10 +145,10 @@ def from_map(key: str, label: str, env_map: EnvMap, version: str | None = None) 
         prefixes = [k for k in env_map if k.endswith("/") and key.lower().startswith(k)]
         entry = env_map[max(prefixes, key=len)] if prefixes else None
     if entry is None:
-        return EnvPlan(label, notice=f"{label} has no local stand-in (add '{key}:' to "
+        return EnvPlan(label=label, notice=f"{label} has no local stand-in (add '{key}:' to "
                                      f"{env_map.named}); running in .venv", undefined=key)
     entry = {"pip": entry} if isinstance(entry, list) else dict(entry)
-    plan = EnvPlan(label, python=str(entry["python"]) if entry.get("python") else None)
+    plan = EnvPlan(label=label, python=str(entry["python"]) if entry.get("python") else None)
     for line in entry.get("pip") or []:
         plan.requirements.append(str(line))
     with_conda_base(plan)  # curated and mapped images are conda environments
@@ -166,7 +166,7 @@ def curated_tag(image: str) -> str | None:
 
 
 def from_definition(definition: SpecData, base: Path, label: str, env_map: EnvMap) -> EnvPlan:
-    plan = EnvPlan(label)
+    plan = EnvPlan(label=label)
     conda = definition.get("conda_file")
     build = definition.get("build") or {}
     if isinstance(conda, dict):  # a conda file written inline in the spec
@@ -268,7 +268,7 @@ def _is_environment(data) -> bool:
 def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPlan:
     """The plan for any form of `environment:` (see the module docstring)."""
     if environment is None or environment == "":
-        return EnvPlan("no environment")
+        return EnvPlan(label="no environment")
     if isinstance(environment, dict):
         return from_definition(environment, base, f"the environment of {where or 'the job'}",
                                env_map)

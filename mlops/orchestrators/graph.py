@@ -44,7 +44,7 @@ SPARK_OVERRIDES = ("entry", "py_files", "jars", "files", "archives", "args", "id
                    "compute")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Node:
     name: str
     kind: str  # command, sweep, parallel, spark or pipeline
@@ -101,7 +101,7 @@ def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str,
         raise LocalRunError(f"{where}: a node is a mapping (command, component or trial)")
     kind = str(raw.get("type") or "command").lower()
     if kind in CONTROL_KINDS:  # control flow: what it controls is wired in build_nodes
-        return Node(name, kind, raw, raw, base, where, inline=True, registry=registry)
+        return Node(name=name, kind=kind, raw=raw, definition=raw, base=base, where=where, inline=True, registry=registry)
     if kind == "automl":  # runs as what searches (mlops/automl/translate.py)
         from mlops.automl.translate import automl_command
 
@@ -109,8 +109,8 @@ def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str,
         for note in built.notes:
             print(note, file=sys.stderr)
         if built.definition["type"] == "sweep":  # an image task: a sweep of Azure's runner
-            return Node(name, "sweep", built.definition, built.definition["trial"], base, where)
-        return Node(name, "command", built.definition, built.definition, base, where,
+            return Node(name=name, kind="sweep", raw=built.definition, definition=built.definition["trial"], base=base, where=where)
+        return Node(name=name, kind="command", raw=built.definition, definition=built.definition, base=base, where=where,
                     inline=True)
     if kind == "sweep":
         definition, def_base, home = load_component(raw.get("trial"), base, assets,
@@ -120,14 +120,14 @@ def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str,
         definition, def_base, home = load_component(raw["component"], base, assets,
                                                     f"{where}.component", registry)
     elif kind in ("command", "parallel", "spark"):
-        return Node(name, kind, raw, raw, base, where, inline=True, registry=registry)
+        return Node(name=name, kind=kind, raw=raw, definition=raw, base=base, where=where, inline=True, registry=registry)
     else:
         raise LocalRunError(f"{where}: a {kind} node cannot run on this machine (the local "
                             "runtime runs command, sweep, parallel, spark, automl, pipeline, "
                             "if_else, do_while and parallel_for nodes); run it on Azure")
     if kind == "pipeline" and not isinstance(definition.get("jobs"), dict):
         raise LocalRunError(f"{where}: the pipeline component has no jobs:")
-    return Node(name, kind, raw, definition, def_base, where, registry=home)
+    return Node(name=name, kind=kind, raw=raw, definition=definition, base=def_base, where=where, registry=home)
 
 
 def build_nodes(jobs: SpecData, base: Path, assets: AssetMap, where: str,
@@ -209,25 +209,25 @@ def bind(binding, decl: SpecData, scope: Scope, key: str) -> Value:
         return replace(value, type=kind or value.type) if value.is_data else value
     if match := STEP_OUTPUT.fullmatch(text):
         if match.group(1) in scope.skipped:  # an optional input from a step not run: no value
-            return Value(None, type=kind or "string")
+            return Value(text=None, type=kind or "string")
         produced = scope.steps.get(match.group(1), {})
         if match.group(2) not in produced:
             raise LocalRunError(f"{key}: {text}: node {match.group(1)} has no output "
                                 f"{match.group(2)} (its outputs: {', '.join(produced) or 'none'})")
         out_type, path = produced[match.group(2)]
         if out_type in PRIMITIVE:  # a primitive output feeds its value
-            return Value(primitive_value(path, match.group(2),
+            return Value(text=primitive_value(path, match.group(2),
                                          scope.controls.get(match.group(1))), type=out_type)
         return Value(path=path, type=kind or out_type)
     if PARENT_OUTPUT.match(text):
         raise LocalRunError(f"{key}: a node input cannot read a pipeline output ({text})")
     if REF.search(text):  # a literal with pipeline inputs inside it
-        return Value(REF.sub(lambda m: str(bind("${{" + m.group(1) + "}}", {}, scope,
+        return Value(text=REF.sub(lambda m: str(bind("${{" + m.group(1) + "}}", {}, scope,
                                                 key).text or ""), binding))
     if kind in DATA_TYPES:
         return Value(path=scope.assets.local_path(binding, key, scope.base, bare=True,
                                                   kind=asset_kind(kind)), type=kind)
-    return Value(binding)
+    return Value(text=binding)
 
 
 def node_inputs(node: Node, scope: Scope) -> dict[str, Value]:

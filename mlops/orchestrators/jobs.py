@@ -205,8 +205,8 @@ def run_local(request: JobRequest) -> int:
             rt = None
             try:
                 claim(job, folder)
-                rt = Runtime(safe_root(folder), max(1, request.max_procs),
-                                    Tracking(server), Environments(request.env_file),
+                rt = Runtime(root=safe_root(folder), max_procs=max(1, request.max_procs),
+                                    tracking=Tracking(server), environments=Environments(request.env_file),
                                     force_rerun=request.force_rerun, debug=request.debug,
                                     explain=request.explain, selection=request.selection)
                 rt.tracking.connect()  # the warm server (started now if none is) or the store

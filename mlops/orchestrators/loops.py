@@ -90,7 +90,7 @@ def skip(node: Node, scope: Scope, rt: Runtime, why: str) -> None:
     tags = {"mlops.spec": node.where, "mlops.step": node.name,
             "mlops.status": str(Status.SKIPPED), "mlops.skipped": why}
     with rt.tracking.open(scope.experiment, node.name, tags, parent=scope.run_id) as run:
-        TaskRecord(Status.SKIPPED, run.run_id, reason=why).write(folder)
+        TaskRecord(status=Status.SKIPPED, mlflow_run_id=run.run_id, reason=why).write(folder)
         run.close(RunStatus.FINISHED)
     scope.skipped.add(node.name)
     print(f"step {node.name}: Skipped ({why})", flush=True)
@@ -110,7 +110,7 @@ def child_scope(scope: Scope, node: Node, label: str, given: dict[str, Value],
 def passed_on(made: Produced, name: str, controls: dict[str, object] | None) -> Value:
     """A body output as the next iteration's input: a primitive's value, else its files."""
     if made.type in PRIMITIVE:
-        return Value(primitive_value(made.path, name, controls), type=made.type)
+        return Value(text=primitive_value(made.path, name, controls), type=made.type)
     return Value(path=made.path, type=made.type)
 
 

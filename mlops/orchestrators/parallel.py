@@ -136,7 +136,7 @@ def node_task(source: TaskSource, max_procs: int) -> Task:
     return Task(name=source.name, command=command, where=where, folder=source.folder,
                 code=code_path(task_def.get("code"), source.base, f"{where}.task.code"),
                 inputs=source.bound_inputs(), outputs=source.bound_outputs(),
-                environment=EnvironmentRef(task_def.get("environment"), source.base),
+                environment=EnvironmentRef(value=task_def.get("environment"), base=source.base),
                 env_vars=env_vars,
                 placement=Placement(copies=batch_processes(requested, max_procs, where)),
                 experiment=source.experiment, tags=dict(source.tags), parent_run=source.parent,

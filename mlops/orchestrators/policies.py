@@ -26,7 +26,7 @@ from mlops.specs import flag
 History = Sequence[float]  # the primary metric, one value per interval, in report order
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Policy:
     type: str = "none"
     evaluation_interval: int = 1

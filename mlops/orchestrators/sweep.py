@@ -53,7 +53,7 @@ from mlops.specs import SpecData
 POLL_S = 0.5
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Settings:
     space: SpecData
     metric: str
@@ -73,16 +73,16 @@ class Settings:
         is_grid = "grid" in str(algorithm).lower()
         grid = math.prod(len(p["values"]) for p in space.values()) if is_grid else None
         objective = data.get("objective") or {}
-        return cls(space, str(objective.get("primary_metric")),
-                   str(objective.get("goal", "maximize")).lower() == "maximize",
-                   Policy.from_spec(data.get("early_termination")),
-                   min(int(limits.get("max_total_trials") or grid or 1), grid or 10**9),
-                   max(1, min(int(limits.get("max_concurrent_trials") or 1), max_procs)),
-                   float(limits.get("timeout") or 0), float(limits.get("trial_timeout") or 0),
-                   algorithm)
+        return cls(space=space, metric=str(objective.get("primary_metric")),
+                   maximize=str(objective.get("goal", "maximize")).lower() == "maximize",
+                   policy=Policy.from_spec(data.get("early_termination")),
+                   max_trials=min(int(limits.get("max_total_trials") or grid or 1), grid or 10**9),
+                   concurrency=max(1, min(int(limits.get("max_concurrent_trials") or 1), max_procs)),
+                   timeout=float(limits.get("timeout") or 0), trial_timeout=float(limits.get("trial_timeout") or 0),
+                   algorithm=algorithm)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Trial:
     number: int
     params: dict[str, object]
@@ -95,7 +95,7 @@ class Trial:
     decision: Decision | None = None  # what differs from the trial's nearest earlier run
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrialRow:
     """One trial in the sweep's summary (sweep_summary.json)."""
 
@@ -110,7 +110,7 @@ class TrialRow:
     log: Path | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepSummary:
     """How a sweep ended: every trial, the best completed one, the metrics the trials logged."""
 
@@ -149,7 +149,7 @@ class Sweep:
         rules = replace(self.rules, params={k: render_literal(v) for k, v in params.items()})
         decision = self.rt.steps.explain(task, self.rt.environments.env_map, rules)
         running = start_task(task, self.rt, echo=False)
-        self.trials.append(Trial(number, params, running, optuna_trial, decision=decision))
+        self.trials.append(Trial(number=number, params=params, running=running, optuna_trial=optuna_trial, decision=decision))
         print(f"trial {number} started: {params}\ntrial {number}: {decision.line}", flush=True)
         if self.rt.explain:
             print("".join(f"    {line}\n" for line in decision.details), end="", flush=True)
@@ -223,17 +223,17 @@ class Sweep:
             self.step()
 
     def summary(self) -> SweepSummary:
-        rows = [TrialRow(t.number, t.params, self.best(t), t.status, len(t.history),
-                         t.running.run_id, t.running.task.folder,
-                         round(t.result.seconds, 2) if t.result else None,
-                         t.result.log if t.result else None) for t in self.trials]
+        rows = [TrialRow(trial=t.number, params=t.params, metric=self.best(t), status=t.status, intervals=len(t.history),
+                         run_id=t.running.run_id, folder=t.running.task.folder,
+                         seconds=round(t.result.seconds, 2) if t.result else None,
+                         log=t.result.log if t.result else None) for t in self.trials]
         scored = [r for r in rows if r.metric is not None and r.status == Status.COMPLETED]
         pick = max if self.s.maximize else min
         best = pick(scored, key=lambda r: r.metric) if scored else None
         logged = sorted({m for t in self.trials for m in
                          self.rt.tracking.metric_names(t.running.run_id)})
-        return SweepSummary(self.s.metric, "maximize" if self.s.maximize else "minimize", rows,
-                            best, logged)
+        return SweepSummary(primary_metric=self.s.metric, goal="maximize" if self.s.maximize else "minimize", trials=rows,
+                            best=best, metrics_logged=logged)
 
 
 def print_table(summary: SweepSummary) -> None:
@@ -323,7 +323,7 @@ def trial_factory(trial_def: SpecData, base: Path, *, inputs: dict[str, Value],
 
     def make(number: int, params: dict[str, object]) -> Task:
         rendered = {k: render_literal(v) for k, v in params.items()}
-        merged = {**inputs, **{k: Value(v) for k, v in rendered.items()}}
+        merged = {**inputs, **{k: Value(text=v) for k, v in rendered.items()}}
         command = fill_scope(str(trial_def.get("command") or ""), "search_space", rendered)
         return command_task(TaskSource(
             definition={**trial_def, "command": command}, base=base,

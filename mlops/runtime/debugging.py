@@ -41,7 +41,7 @@ PROCESS = re.compile(r"^(rank|worker):(\d+)$")
 DEFAULT_PORT = 5678  # debugpy's and VS Code's usual one: .vscode/launch.json offers it
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DebugRequest:
     """What DEBUG= asks for."""
 
@@ -65,7 +65,7 @@ class DebugRequest:
             parts.pop()
         path = () if not parts or (len(parts) == 1 and parts[0].lower() in YES
                                    and not parts[0].isdigit()) else tuple(parts)
-        return cls(path, process, mode, port)
+        return cls(path=path, process=process, mode=mode, port=port)
 
     def matches(self, address: tuple[str, ...]) -> bool:
         """Whether the task at `address` (() for the run's own task) is the one asked for."""
@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the debugger's port on 127.0.0.1 (default: 5678 if free, else any)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DebugPlan:
     """The chosen process of a task and what it is told."""
 
@@ -140,8 +140,8 @@ def plan(request: DebugRequest, processes: int, *, wd: Path, code: Path,
     port = free_or_refuse(request.port)
     settings = {"port": port, "mode": request.mode, "wd": str(wd), "code": str(code),
                 "source": str(source) if source and source.is_dir() else ""}
-    return DebugPlan(request.process, {debug_hook.VARIABLE: json.dumps(settings)}, port,
-                     request.mode)
+    return DebugPlan(index=request.process, env={debug_hook.VARIABLE: json.dumps(settings)}, port=port,
+                     mode=request.mode)
 
 
 def install_hook(site: Path, python: Python, debug: DebugPlan) -> None:

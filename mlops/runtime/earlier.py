@@ -20,7 +20,7 @@ HISTORY_BYTES = 256 * 1024
 DONE = (Status.COMPLETED, Status.REUSED)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Earlier:
     """A completed step: where it is, its MLflow run, its key, and its run and path by name."""
 
@@ -71,8 +71,8 @@ class StepHistory:
         for line in reversed(lines):
             try:
                 entry = json.loads(line)
-                found.append(Earlier(Path(entry["folder"]), entry["run_id"], entry["key"],
-                                     entry.get("run", ""), entry.get("step", "")))
+                found.append(Earlier(folder=Path(entry["folder"]), run_id=entry["run_id"], key=entry["key"],
+                                     run=entry.get("run", ""), step=entry.get("step", "")))
             except (ValueError, KeyError, TypeError):
                 continue
         return found

@@ -44,7 +44,7 @@ from mlops.runtime.tasks import Task
 from mlops.runtime.values import render_command
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Runtime:
     """What every task of one local run shares."""
 
@@ -74,7 +74,7 @@ class Runtime:
             self.steps = StepIndex(self.root.resolve().parent)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Resolved:
     """A task resolved: its inputs' and outputs' paths, its command, where it runs, and its
     processes' variables (one overlay each)."""
@@ -88,7 +88,7 @@ class Resolved:
     debug: debugging.DebugPlan | None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Running:
     """A task whose processes run."""
 
@@ -105,7 +105,7 @@ class Running:
         return self.run.run_id
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Result:
     """How a task ended."""
 
@@ -136,7 +136,7 @@ def resolve(task: Task, rt: Runtime) -> Resolved:
     if rt.debug is not None and not rt.debug_taken and rt.debug.matches(task.address):
         debug = debugging.plan(rt.debug, len(overlays.envs), wd=wd, code=code_at, source=task.code)
         rt.debug_taken = True
-    return Resolved(inputs, outputs, command, wd, code_at, overlays, debug)
+    return Resolved(inputs=inputs, outputs=outputs, command=command, wd=wd, code_at=code_at, overlays=overlays, debug=debug)
 
 
 def take_snapshot(task: Task, resolved: Resolved) -> None:
@@ -167,8 +167,8 @@ def launch_processes(task: Task, rt: Runtime, resolved: Resolved,
                                            task.placement.distribution, variables)
     (task.folder / "command.sh").write_text(command + "\n")
     rt.started = True
-    return launch.Launch(command, resolved.wd, debugging.overlay(resolved.debug, variables, envs),
-                         task.folder / "log.txt", label=label, echo=echo,
+    return launch.Launch(command=command, cwd=resolved.wd, envs=debugging.overlay(resolved.debug, variables, envs),
+                         log=task.folder / "log.txt", label=label, echo=echo,
                          terminal=debugging.terminal(resolved.debug)).start()
 
 
@@ -221,12 +221,12 @@ def start(task: Task, rt: Runtime, *, echo: bool = True, label: str = "") -> Run
                                 extra=tracking_env(task, rt.tracking, run.run_id, resolved.wd,
                                                    uri=store))
         job = launch_processes(task, rt, resolved, variables, echo=echo, label=label)
-    TaskRecord(Status.RUNNING, run.run_id, pid=os.getpid(), started_ms=run.since_ms,
+    TaskRecord(status=Status.RUNNING, mlflow_run_id=run.run_id, pid=os.getpid(), started_ms=run.since_ms,
                outputs=resolved.outputs).write(task.folder)
     guard = watchdog.start(task.folder, run.run_id, store=rt.tracking.uri,
                            pgids=[p.pid for p in job.procs])
-    return Running(task, job, run, resolved.outputs, time.monotonic(), guard,
-                   resolved.debug is not None)
+    return Running(task=task, launch=job, run=run, outputs=resolved.outputs, started=time.monotonic(), guard=guard,
+                   debugged=resolved.debug is not None)
 
 
 def finish(running: Running, rt: Runtime, status: Status | None = None) -> Result:
@@ -247,14 +247,14 @@ def finish(running: Running, rt: Runtime, status: Status | None = None) -> Resul
     rt.environments.release(running.task.folder)
     seconds = time.monotonic() - running.started
     try:
-        TaskRecord(status, running.run_id, exit_code=code, seconds=round(seconds, 3),
+        TaskRecord(status=status, mlflow_run_id=running.run_id, exit_code=code, seconds=round(seconds, 3),
                    outputs=running.outputs, faults=faults).write(running.task.folder)
     except OSError as err:
         print(f"error: {running.task.folder / 'status.json'}: {err.strerror}; "
               f"{running.task.name} ended {status} (exit {code})", file=sys.stderr)
     if running.guard is not None:
         watchdog.release(running.guard)
-    return Result(status, code, running.run_id, running.outputs, seconds, job.log)
+    return Result(status=status, code=code, run_id=running.run_id, outputs=running.outputs, seconds=seconds, log=job.log)
 
 
 def run(task: Task, rt: Runtime, *, echo: bool = True, label: str = "") -> Result:
@@ -288,8 +288,8 @@ def run_step(task: Task, rt: Runtime, *, rules: reuse.StepRules, label: str = ""
     if decision.earlier is not None:
         linked = reuse.link_step(task, decision.earlier, rt.tracking)
         rt.steps.linked(decision, task.folder, rules)
-        return Result(Status.REUSED, 0, linked.run_id, linked.outputs, 0.0,
-                      decision.earlier.folder / "log.txt")
+        return Result(status=Status.REUSED, code=0, run_id=linked.run_id, outputs=linked.outputs, seconds=0.0,
+                      log=decision.earlier.folder / "log.txt")
     result = runs() if runs is not None else run(task, rt, label=label)
     if result.status == Status.COMPLETED:
         rt.steps.record(decision, task.folder, result.run_id, rules)
@@ -311,13 +311,13 @@ def start_service(task: Task, rt: Runtime, about: list[str]) -> Service:
     rt.started = True
     lines = [*about, f"environment: {activation.label}"]
     with launch.signals_held():  # the server is recorded before a signal unwinds anything
-        job = launch.Launch(resolved.command, resolved.wd, [variables], task.folder / "log.txt",
+        job = launch.Launch(command=resolved.command, cwd=resolved.wd, envs=[variables], log=task.folder / "log.txt",
                             header="".join(f"mlops.serve: {line}\n" for line in lines),
                             detached=True).start()
         pid = job.procs[0].pid
         try:
-            TaskRecord(Status.RUNNING, pid=pid, outputs=resolved.outputs).write(task.folder)
+            TaskRecord(status=Status.RUNNING, pid=pid, outputs=resolved.outputs).write(task.folder)
         except BaseException:  # unrecorded (a full disk): not left running
             launch.stop_group(pid, 0)
             raise
-    return Service(pid, job.log, task.folder, activation.label)
+    return Service(pid=pid, log=job.log, folder=task.folder, environment=activation.label)

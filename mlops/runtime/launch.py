@@ -176,7 +176,7 @@ def keeping_mounts(command: str, env: dict[str, str]) -> str:
             f"trap {shlex.quote(keep)} DEBUG\n{command}")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Launch:
     """The processes of one task, and its combined log (appended, never overwritten). The one
     launcher: jobs, trials, steps and workers run under a runner that waits for them; a server

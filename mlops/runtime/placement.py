@@ -32,7 +32,7 @@ def _count(value, key: str, where: str, default: int | None) -> int | None:
         raise LocalRunError(f"{where}.{key}: {value!r} is not a whole number") from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Distribution:
     """A spec's `distribution:`."""
 
@@ -46,11 +46,11 @@ class Distribution:
         if not isinstance(data, dict) or not data.get("type"):
             return None
         where = f"{where}.distribution"
-        return cls(str(data["type"]).lower(),
-                   _count(data.get("process_count_per_instance"), "process_count_per_instance",
+        return cls(type=str(data["type"]).lower(),
+                   process_count_per_instance=_count(data.get("process_count_per_instance"), "process_count_per_instance",
                           where, 1),
-                   _count(data.get("worker_count"), "worker_count", where, None),
-                   _count(data.get("parameter_server_count"), "parameter_server_count", where,
+                   worker_count=_count(data.get("worker_count"), "worker_count", where, None),
+                   parameter_server_count=_count(data.get("parameter_server_count"), "parameter_server_count", where,
                           0))
 
 

@@ -86,7 +86,7 @@ def read_json(path: Path) -> dict[str, object] | None:
     return record if isinstance(record, dict) else None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TaskRecord:
     """A task's status.json."""
 

@@ -72,7 +72,7 @@ class StepRules:
     params: dict[str, str] = field(default_factory=dict)  # a sweep trial's sampled values
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Decision:
     """A step's parts, the earlier step to link (None: it runs), its line and --explain's."""
 
@@ -169,7 +169,7 @@ class StepIndex:
         lines = [f"key {parts.key}, " + ("as " if earlier.key == parts.key else
                                           f"was {earlier.key} in ")
                  + f"{earlier.label} ({earlier.folder})", *keydiff.details(changes)]
-        return Decision(parts, earlier, f"reused (from {earlier.label}{note})", lines)
+        return Decision(parts=parts, earlier=earlier, line=f"reused (from {earlier.label}{note})", details=lines)
 
     def _ran(self, parts: KeyParts, rules: StepRules, folder: Path) -> Decision:
         nearest = self.nearest(rules, parts.step)
@@ -190,15 +190,15 @@ class StepIndex:
             why = f"unchanged since {nearest.label} ({rules.always or 'not in the reuse index'})"
         else:
             why = f"{keydiff.summary(changes)} (since {nearest.label})"
-        return Decision(parts, None, f"ran: {why}", lines)
+        return Decision(parts=parts, earlier=None, line=f"ran: {why}", details=lines)
 
     # finding ----------------------------------------------------------------------------
     def find(self, key: str) -> Earlier | None:
         """The earlier completed step with this key, if its folder still holds it."""
         try:
             record = json.loads((self.folder / f"{key}.json").read_text())
-            earlier = Earlier(Path(record["folder"]), record["run_id"], key,
-                              str(record.get("run") or ""), str(record.get("step") or ""))
+            earlier = Earlier(folder=Path(record["folder"]), run_id=record["run_id"], key=key,
+                              run=str(record.get("run") or ""), step=str(record.get("step") or ""))
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return earlier if earlier.holds() else None
@@ -208,7 +208,7 @@ class StepIndex:
         record, parts = TaskRecord.read(folder), KeyParts.read(folder)
         if record is None or record.status not in DONE or parts is None or parts.key != key:
             return None
-        return Earlier(folder, record.mlflow_run_id or "", key, parts.run, parts.step)
+        return Earlier(folder=folder, run_id=record.mlflow_run_id or "", key=key, run=parts.run, step=parts.step)
 
     def nearest(self, rules: StepRules, step: str) -> Earlier | None:
         """The nearest earlier run of this step: by its path in runs of the same spec, else
@@ -225,7 +225,7 @@ class StepIndex:
         runs may reuse it), its run in its history."""
         parts = decision.parts
         parts.write(folder)
-        here = Earlier(folder.resolve(), run_id, parts.key, parts.run, parts.step)
+        here = Earlier(folder=folder.resolve(), run_id=run_id, key=parts.key, run=parts.run, step=parts.step)
         if rules.indexed:
             self.folder.mkdir(parents=True, exist_ok=True)
             tmp = self.folder / f"{parts.key}.{os.getpid()}.tmp"
@@ -238,8 +238,8 @@ class StepIndex:
                        rules: StepRules) -> None:
         """A node that is not one task (a sweep) completed: its record and its history, what
         --from / --only take from its last run."""
-        TaskRecord(Status.COMPLETED, run_id, exit_code=0, outputs=outputs).write(folder)
-        here = Earlier(folder.resolve(), run_id, "", rules.run, rules.step)
+        TaskRecord(status=Status.COMPLETED, mlflow_run_id=run_id, exit_code=0, outputs=outputs).write(folder)
+        here = Earlier(folder=folder.resolve(), run_id=run_id, key="", run=rules.run, step=rules.step)
         self.earlier.remember(here, lineages(rules.spec, rules.step)[:1])
 
     def linked(self, decision: Decision, folder: Path, rules: StepRules) -> None:
@@ -271,6 +271,6 @@ def link_step(task: Task, earlier: Earlier, tracking: Tracking) -> Linked:
             "mlops.reused_from_folder": str(earlier.folder)}
     with tracking.open(task.experiment, task.name, tags, parent=task.parent_run) as run:
         run.close(RunStatus.FINISHED)
-    TaskRecord(Status.REUSED, run.run_id, exit_code=0, outputs=paths,
+    TaskRecord(status=Status.REUSED, mlflow_run_id=run.run_id, exit_code=0, outputs=paths,
                reused_run=earlier.run_id, reused_from=str(earlier.folder)).write(folder)
     return Linked(run.run_id, paths)

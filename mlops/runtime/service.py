@@ -19,7 +19,7 @@ from pathlib import Path
 from mlops.runtime.records import Status, TaskRecord
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Service:
     pid: int  # also its process group
     log: Path
@@ -70,7 +70,7 @@ def stop_service(pid: int, folder: Path | None = None, grace: float = 5.0) -> No
     _reap(pid)
     record = TaskRecord.read(folder) if folder is not None else None
     if record is not None and record.pid == pid:
-        TaskRecord(Status.CANCELED, pid=pid).write(folder)
+        TaskRecord(status=Status.CANCELED, pid=pid).write(folder)
 
 
 def _reap(pid: int) -> None:

@@ -26,7 +26,7 @@ class Workdir:
     code_under: str = ""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Task:
     """One unit Azure runs as a job: a command with its code, inputs, outputs and environment."""
 
@@ -193,7 +193,7 @@ def command_task(source: TaskSource) -> Task:
         name=source.name, command=str(data["command"]), where=where, folder=source.folder,
         code=source.code(), includes=source.includes(), inputs=source.bound_inputs(),
         outputs=source.bound_outputs(),
-        environment=EnvironmentRef(data.get("environment"), source.base),
+        environment=EnvironmentRef(value=data.get("environment"), base=source.base),
         env_vars=variables(data.get("environment_variables")),
         placement=Placement.from_spec(data, where), timeout=time_limit(data, where),
         experiment=source.experiment, tags=dict(source.tags), parent_run=source.parent,

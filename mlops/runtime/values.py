@@ -27,7 +27,7 @@ DATA_TYPES = {"uri_file", "uri_folder", "mltable", "custom_model", "mlflow_model
 FILE_TYPES = {"uri_file"}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Value:
     """A resolved input: a literal's text, or the local source of a data input."""
 
@@ -41,7 +41,7 @@ class Value:
         return self.path is not None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OutputSpec:
     """A declared output; `target` is set when a pipeline binds it to another folder."""
 
@@ -75,8 +75,8 @@ def input_value(value, key: str, base: Path, assets: AssetMap) -> Value:
         if kind in DATA_TYPES or (not kind and "path" in value):
             return data_value(value, key, base, assets)
         literal = value.get("value", value.get("default"))
-        return Value(None if literal is None else render_literal(literal), type=kind or "string")
-    return Value(None if value is None else render_literal(value))
+        return Value(text=None if literal is None else render_literal(literal), type=kind or "string")
+    return Value(text=None if value is None else render_literal(value))
 
 
 def job_inputs(inputs: SpecData | None, base: Path, assets: AssetMap,
@@ -99,7 +99,7 @@ def output_spec(value, assets: AssetMap | None = None) -> OutputSpec:
         filename = filename if filename and "${{" not in filename else None
     mode = str(value["mode"]).lower() if value.get("mode") else None
     target = assets.mapped_output(declared) if assets is not None and declared else None
-    return OutputSpec(kind, filename, target=target, mode=mode)
+    return OutputSpec(type=kind, filename=filename, target=target, mode=mode)
 
 
 def job_outputs(outputs: SpecData | None,

@@ -161,7 +161,7 @@ def register_outputs(workspace: Workspace, declared: SpecData | None,
             continue
         version = spec.get("version")
         done.append(workspace.create(Draft(
-            AssetKind.parse(asset_kind(kind)), str(spec["name"]), source,
+            kind=AssetKind.parse(asset_kind(kind)), name=str(spec["name"]), source=source,
             version=None if version is None else str(version), type=kind,
             description=str(spec.get("description") or ""), origin=f"{origin}: {output}",
             uploaded=False)))

@@ -168,7 +168,7 @@ def _copy_in(workspace: Workspace, client, name: str, *, version,
         folder = Path(staging) / "model"
         shutil.move(fetched, folder)
         held = {v.version for v in workspace.versions(AssetKind.MODEL, name)}
-        draft = Draft(AssetKind.MODEL, name, folder, type="mlflow_model",
+        draft = Draft(kind=AssetKind.MODEL, name=name, source=folder, type="mlflow_model",
                       version=None if version.version in held else str(version.version),
                       description=version.description or "", tags=dict(version.tags or {}),
                       properties={"mlflow.run_id": version.run_id or "",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from mlops.errors import LocalRunError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NameRule:
     pattern: str
     text: str  # the rule, as the message says it
@@ -34,18 +34,18 @@ class NameRule:
     whose: str = "Azure"  # who sets the rule
 
 
-MODEL = NameRule(r"(?![-_.])[A-Za-z0-9._-]+(?<!\.)",
-                 "ASCII letters, digits, '-', '_' and '.', starting with a letter or digit and "
-                 "not ending with '.'", 255)
-RESOURCE = NameRule(r"[A-Za-z0-9][A-Za-z0-9_-]*",
-                    "ASCII letters, digits, '-' and '_', starting with a letter or digit", 255)
-COMPONENT = NameRule(r"[a-z][a-z0-9_]*",
-                     "lowercase ASCII letters, digits and '_', starting with a letter", 255)
-JOB = NameRule(r"[A-Za-z0-9][A-Za-z0-9_-]*",
-               "ASCII letters, digits, '_' and '-', starting with a letter or digit", 256)
-VERSION = NameRule(r"[A-Za-z0-9_-][A-Za-z0-9._-]*",
-                   "ASCII letters, digits, '.', '-' and '_', not starting with '.'", 255,
-                   "the local workspace")
+MODEL = NameRule(pattern=r"(?![-_.])[A-Za-z0-9._-]+(?<!\.)",
+                 text="ASCII letters, digits, '-', '_' and '.', starting with a letter or digit and "
+                 "not ending with '.'", limit=255)
+RESOURCE = NameRule(pattern=r"[A-Za-z0-9][A-Za-z0-9_-]*",
+                    text="ASCII letters, digits, '-' and '_', starting with a letter or digit", limit=255)
+COMPONENT = NameRule(pattern=r"[a-z][a-z0-9_]*",
+                     text="lowercase ASCII letters, digits and '_', starting with a letter", limit=255)
+JOB = NameRule(pattern=r"[A-Za-z0-9][A-Za-z0-9_-]*",
+               text="ASCII letters, digits, '_' and '-', starting with a letter or digit", limit=256)
+VERSION = NameRule(pattern=r"[A-Za-z0-9_-][A-Za-z0-9._-]*",
+                   text="ASCII letters, digits, '.', '-' and '_', not starting with '.'", limit=255,
+                   whose="the local workspace")
 RULES = {"models": MODEL, "data": RESOURCE, "environments": RESOURCE, "components": COMPONENT}
 
 

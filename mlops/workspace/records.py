@@ -54,7 +54,7 @@ def asset_kind(data_type: str) -> str:
     return "model" if data_type in MODEL_TYPES else "data"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AssetVersion:
     """What the workspace holds for one version: Azure's fields, and where its files are."""
 

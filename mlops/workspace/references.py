@@ -26,7 +26,7 @@ LONG = re.compile(r"^azureml://(?:locations/[^/]+|subscriptions/[^/]+/resource[g
 JOB_OUTPUT = re.compile(r"^azureml://jobs/([^/]+)/outputs/([^/]+)(?:/paths/(.*))?$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AssetRef:
     """A reference to one version (or the label) of a named asset."""
 
@@ -41,13 +41,13 @@ def parse(reference: str) -> AssetRef | None:
     short = SHORT.match(reference)
     if short:
         name, version, label = short.groups()
-        return AssetRef(None, name, version, label if version is None else None)
+        return AssetRef(kind=None, name=name, version=version, label=label if version is None else None)
     long = LONG.match(reference)
     if long:
         kind, name, by, value = long.groups()
         if by == "versions":
-            return AssetRef(AssetKind(kind), name, value)
-        return AssetRef(AssetKind(kind), name, label=value or LATEST)
+            return AssetRef(kind=AssetKind(kind), name=name, version=value)
+        return AssetRef(kind=AssetKind(kind), name=name, label=value or LATEST)
     return None
 
 

@@ -41,7 +41,7 @@ MAX_ASSET_BYTES = 1 << 20  # an asset or spec file larger than this is not an as
 LATEST = "latest"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RegistryRef:
     """One asset of a registry as a URI names it: a version, or a label (latest)."""
 
@@ -60,7 +60,7 @@ def parse_ref(reference: object) -> RegistryRef | None:
     registry, kind, name, at, version, label = match.groups()
     if version is None and label is None:
         label = at or LATEST
-    return RegistryRef(registry, AssetKind(kind), name, version, label)
+    return RegistryRef(registry=registry, kind=AssetKind(kind), name=name, version=version, label=label)
 
 
 @dataclass(frozen=True, kw_only=True)

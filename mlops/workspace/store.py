@@ -32,7 +32,7 @@ from mlops.workspace.uploads import copy_read_only, tree_digest
 LATEST = "latest"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Draft:
     """An asset version to create: Azure's fields, and the local file or folder it registers."""
 
@@ -177,7 +177,7 @@ class Workspace:
                 "version is immutable, as on Azure: give a new version, or none for "
                 f"{next_version(held)}")
         record = AssetVersion(
-            draft.kind, draft.name, version, type=draft.type, description=draft.description,
+            kind=draft.kind, name=draft.name, version=version, type=draft.type, description=draft.description,
             tags=dict(draft.tags), properties=dict(draft.properties), stage=draft.stage,
             sequence=max((v.sequence for v in held), default=0) + 1,
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), origin=draft.origin, item=item,

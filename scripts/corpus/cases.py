@@ -38,7 +38,7 @@ class Group:
     cache: Path  # the environment caches (MLOPS_CACHE_DIR) every group shares
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Ran:
     case: Case
     outcome: Outcome
@@ -75,7 +75,7 @@ def run_group(group: Group) -> list[Ran]:
         done[case.id] = outcome
         as_azure[case.id] = classify(case, outcome)[0] in (Verdict.AZURE, Verdict.REFUSED)
         head = runner.head(log)
-        ran.append(Ran(case, outcome, python_seen(head) or case.python, log))
+        ran.append(Ran(case=case, outcome=outcome, python=python_seen(head) or case.python, log=log))
     return ran
 
 

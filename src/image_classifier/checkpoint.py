@@ -155,7 +155,7 @@ def check_file(folder: Path, name: str) -> None:
                           f"{METADATA_FILE} recorded when it was written")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainState:
     epoch: int = 0
     best_val_acc: float = -1.0
@@ -187,8 +187,8 @@ def restore(path: Path, parts: dict[str, object], cfg, classes) -> TrainState:
     for name, part in parts.items():
         if part is not None and name in ckpt:
             part.load_state_dict(ckpt[name])
-    return TrainState(ckpt["epoch"], ckpt["best_val_acc"], ckpt["history"],
-                      ckpt["best_confusion"], ckpt["mlflow_run_id"], ckpt["config"])
+    return TrainState(epoch=ckpt["epoch"], best_val_acc=ckpt["best_val_acc"], history=ckpt["history"],
+                      best_confusion=ckpt["best_confusion"], mlflow_run_id=ckpt["mlflow_run_id"], config=ckpt["config"])
 
 
 class ResumeError(ValueError):

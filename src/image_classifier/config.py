@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import TypeVar
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainConfig:
     """Fine-tune a torchvision classifier on an ImageFolder (train/ and val/)."""
 

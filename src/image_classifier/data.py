@@ -211,7 +211,7 @@ class SafeImageFolder(datasets.ImageFolder):
         return self.transform(sample), target
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DataBundle:
     root: Path
     train: SafeImageFolder
@@ -276,7 +276,7 @@ def build_datasets(data: str | os.PathLike, image_size: int, *, skip_bad_images:
         if emptied:
             raise DataError(f"{root / split}: every image of class(es) {', '.join(emptied)} was "
                             "unreadable; a class needs at least one readable image in each split.")
-    return DataBundle(root, train, val, list(train.classes), skipped)
+    return DataBundle(root=root, train=train, val=val, classes=list(train.classes), skipped=skipped)
 
 
 @dataclass

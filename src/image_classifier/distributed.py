@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DistContext:
     rank: int
     world_size: int
@@ -57,7 +57,7 @@ def setup() -> DistContext:
             rank=rank,
             world_size=world_size,
         )
-    return DistContext(rank, world_size, local_rank, device)
+    return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 
 
 def cleanup() -> None:

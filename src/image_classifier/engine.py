@@ -29,7 +29,7 @@ class BadSampleError(DataError):
     """An image could not be read during a pass and --skip_bad_images is off."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PassResult:
     loss: float
     acc: float
@@ -46,7 +46,7 @@ class Fast:
     channels_last: bool = False
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Training:
     """Everything one training run works on, built once by train.setup()."""
 
@@ -126,8 +126,8 @@ def _reduce(loss_sum, correct, *, count, ctx, confusion=None, skipped=0) -> Pass
     if confusion is not None:
         matrix = totals[4:].round().long().view_as(confusion).tolist()
     count = int(count)
-    return PassResult(loss_sum / max(count, 1), correct / max(count, 1), count, matrix,
-                      int(skipped))
+    return PassResult(loss=loss_sum / max(count, 1), acc=correct / max(count, 1), count=count, confusion=matrix,
+                      skipped=int(skipped))
 
 
 def train_one_epoch(run: Training, cfg: TrainConfig, ctx: DistContext,

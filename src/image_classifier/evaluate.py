@@ -34,7 +34,7 @@ from .tracking import confusion_figure
 log = logging.getLogger("image_classifier.evaluate")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvaluateConfig:
     """Evaluate a model folder on the validation split."""
 
@@ -44,7 +44,7 @@ class EvaluateConfig:
     batch_size: int = field(default=32, metadata={"help": "images per forward pass"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Metrics:
     """metrics.json: how the model does on val/."""
 
@@ -63,13 +63,13 @@ def evaluate_model(cfg: EvaluateConfig) -> Metrics:
         raise DataError(f"{cfg.data}: classes {bundle.classes} differ from the model's "
                         f"{loaded.classes}.")
     bundle.val.transform = loaded.transform
-    ctx = DistContext(0, 1, 0, torch.device("cpu"))
+    ctx = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     loader = DataLoader(bundle.val, batch_size=cfg.batch_size, collate_fn=collate)
     result = evaluate(loaded.model, loader, ctx, num_classes=len(loaded.classes))
     matrix = np.array(result.confusion)
     recall = matrix.diagonal() / np.maximum(matrix.sum(axis=1), 1)
-    return Metrics(result.acc, result.loss, result.count, loaded.classes, result.confusion,
-                   dict(zip(loaded.classes, recall.round(4).tolist(), strict=True)))
+    return Metrics(val_acc=result.acc, val_loss=result.loss, val_count=result.count, classes=loaded.classes, confusion_matrix=result.confusion,
+                   recall=dict(zip(loaded.classes, recall.round(4).tolist(), strict=True)))
 
 
 def write_outputs(metrics: Metrics, output: Path) -> None:

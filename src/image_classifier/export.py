@@ -100,7 +100,7 @@ def _top1(path: Path, images: np.ndarray) -> np.ndarray:
                            for i in range(0, len(images), 32)])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Int8Report:
     """The int8 gate, measured on the whole validation split."""
 
@@ -143,8 +143,8 @@ def quantize_int8(folder: Path, bundle, transform, *, calibration: int = 128, se
                         quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     fp32, int8 = _top1(folder / ONNX_FILE, images), _top1(target, images)
-    report = Int8Report(float((fp32 == int8).mean()), float((fp32 == labels).mean()),
-                        float((int8 == labels).mean()), len(labels))
+    report = Int8Report(agreement=float((fp32 == int8).mean()), fp32_acc=float((fp32 == labels).mean()),
+                        int8_acc=float((int8 == labels).mean()), val_images=len(labels))
     if not report.kept and not keep:
         target.unlink(missing_ok=True)
     log.info("int8 gate on %d val images: top-1 agreement %.2f%% (>= %.0f%%), val acc %.4f vs "
@@ -160,7 +160,7 @@ def sample_batch(dataset, transform, count: int = 16) -> torch.Tensor:
     return torch.from_numpy(np.stack([image for image, _ in pairs]))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ExportConfig:
     """Export a model folder to ONNX, parity-checked against torch; optionally a gated int8
     model."""

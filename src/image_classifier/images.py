@@ -29,7 +29,7 @@ DRAFTABLE = {"JPEG", "MPO"}
 ORIENTATION = 0x0112  # the EXIF tag
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Limits:
     """What one image may cost. max_pixels applies to what is decoded (a JPEG's draft scale)."""
 

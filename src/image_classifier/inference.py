@@ -13,7 +13,7 @@ from .data import build_transforms
 from .model import build_model
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoadedModel:
     model: torch.nn.Module
     classes: list[str]
@@ -48,4 +48,4 @@ def load_model(root: str | os.PathLike) -> LoadedModel:
     transform = build_transforms(ckpt["image_size"], train=False, mean=ckpt["mean"],
                                  std=ckpt["std"])
     metadata = {k: v for k, v in ckpt.items() if k != "model"}
-    return LoadedModel(model, list(ckpt["classes"]), ckpt["image_size"], transform, metadata)
+    return LoadedModel(model=model, classes=list(ckpt["classes"]), image_size=ckpt["image_size"], transform=transform, metadata=metadata)

@@ -75,7 +75,7 @@ class Service:
         return shifted / shifted.sum(axis=1, keepdims=True)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Waiting:
     """A part of a request's batch, waiting for a lane; the lane fills in its rows or error."""
 
@@ -105,7 +105,7 @@ class Batcher:
 
     def __call__(self, batch: torch.Tensor) -> np.ndarray:
         # parts, so that idle lanes share a lone request; under load _take merges them again
-        items = [Waiting(part)
+        items = [Waiting(batch=part)
                  for part in torch.tensor_split(batch, max(1, min(self.lanes, len(batch))))]
         with self.ready:
             self.waiting.extend(items)

@@ -35,7 +35,7 @@ def resize_shorter_side(image: Image.Image, side: int) -> Image.Image:
     return image.resize(size, Image.Resampling.BICUBIC, reducing_gap=2.0)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PrepConfig:
     """Check every image and resize it once to the training size."""
 
@@ -46,7 +46,7 @@ class PrepConfig:
         default=False, metadata={"help": "skip (and count) unreadable images instead of failing"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PrepReport:
     """prep_report.json: what was read, the size written, and how many images each split got."""
 
@@ -83,7 +83,7 @@ def prep(cfg: PrepConfig) -> PrepReport:
             destination.parent.mkdir(parents=True, exist_ok=True)
             resize_shorter_side(image, side).save(destination, quality=95)
             counts[split][label] += 1
-    report = PrepReport(str(bundle.root), cfg.image_size, side, bundle.classes, counts, skipped)
+    report = PrepReport(source=str(bundle.root), image_size=cfg.image_size, shorter_side=side, classes=bundle.classes, counts=counts, skipped_unreadable=skipped)
     (output / "prep_report.json").write_text(json.dumps(asdict(report), indent=2) + "\n")
     return report
 

@@ -23,7 +23,7 @@ from .config import parse
 log = logging.getLogger("image_classifier.register")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RegisterConfig:
     """Register a model folder if its evaluated accuracy passes the gate."""
 
@@ -35,7 +35,7 @@ class RegisterConfig:
         "help": "quality gate: refuse to register below this validation accuracy"})
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Registration:
     """registration.json: what was decided, and the MLflow run that registered the model."""
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse(RegisterConfig, argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
     val_acc = float(json.loads((Path(cfg.metrics) / "metrics.json").read_text())["val_acc"])
-    record = Registration(cfg.model_name, val_acc, cfg.min_val_acc)
+    record = Registration(name=cfg.model_name, val_acc=val_acc, min_val_acc=cfg.min_val_acc)
     output = Path(cfg.output)
     if val_acc < cfg.min_val_acc:
         record.write(output)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScoreConfig:
     model_dir: str = ""  # AZUREML_MODEL_DIR: where Azure mounted the model
     backend: str = "auto"  # SCORE_BACKEND: auto, torch, onnx or int8

@@ -21,7 +21,7 @@ from image_classifier.engine import BadSampleError, train_one_epoch
 from image_classifier.loading import collate
 from image_classifier.train import main, setup
 
-CPU = DistContext(0, 1, 0, torch.device("cpu"))
+CPU = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ def test_the_batch_specs_pass_every_validation_layer():
     assert validate([ROOT / "endpoints/batch/endpoint.yml", SPEC]) == []
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Scored:
     images: Path
     run: Path
@@ -65,8 +65,8 @@ def scored(tiny_data, model_dir, tmp_path_factory, empty_mlflow_store) -> Scored
         (folder / "code").write_text(str(code))
 
     folder = built_once(tmp_path_factory, "batch-scored", score)
-    return Scored(folder / "images", folder / "run", int((folder / "code").read_text()),
-                  (folder / "stdout.txt").read_text())
+    return Scored(images=folder / "images", run=folder / "run", code=int((folder / "code").read_text()),
+                  out=(folder / "stdout.txt").read_text())
 
 
 @pytest.mark.proof
@@ -188,8 +188,8 @@ def test_the_flat_batch_deployment_layout_azure_ai_ml_still_loads_scores_a_folde
     from mlops.workspace.store import Draft, Workspace
 
     monkeypatch.setenv("MLOPS_WORKSPACE_DIR", str(tmp_path / "workspace"))
-    Workspace(tmp_path / "workspace").create(Draft(AssetKind.DATA, "val-images",
-                                                   tiny_data / "val", type="uri_folder"))
+    Workspace(tmp_path / "workspace").create(Draft(kind=AssetKind.DATA, name="val-images",
+                                                   source=tiny_data / "val", type="uri_folder"))
     spec = FIXTURES / "flat-deployment.yml"
     assert [f for f in validate([spec]) if f.is_error] == []
     assert batch.main([str(spec), "--input", "azureml:val-images@latest", "--model",

@@ -172,7 +172,7 @@ def test_a_deployment_pinning_another_scikit_learn_serves_in_that_environment(
     from mlops.environments.envspec import EnvironmentRef
 
     pinned = deployments / "pinned"
-    env = Environments().activate(EnvironmentRef({"conda_file": "conda.yml"}, pinned),
+    env = Environments().activate(EnvironmentRef(value={"conda_file": "conda.yml"}, base=pinned),
                                   tmp_path / "maker", "test: make the pinned model")
     subprocess.run([str(tmp_path / "maker" / "env" / "bin" / "python"), str(MAKE_MODELS),
                     str(deployments), "--only", "pinned"], check=True,

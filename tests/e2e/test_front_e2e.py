@@ -54,7 +54,7 @@ class Stub(BaseHTTPRequestHandler):
         pass
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Front:
     port: int
     proc: subprocess.Popen
@@ -110,7 +110,7 @@ def start_front(folder: Path, *, nofile: int | None = None, **env: str) -> Front
         proc = subprocess.Popen([sys.executable, str(local_endpoint.FRONT), str(folder)],
                                 stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit,
                                 env={**os.environ, **env})
-    front = Front(port, proc, state.keys["primaryKey"], folder)
+    front = Front(port=port, proc=proc, key=state.keys["primaryKey"], folder=folder)
 
     def listening() -> bool:
         with suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):

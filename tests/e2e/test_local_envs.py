@@ -300,7 +300,7 @@ def test_a_release_built_for_numpy_1_gets_numpy_1_as_azures_conda_build_gives_it
 
     (tmp_path / "conda.yml").write_text(
         "dependencies:\n- python=3.11\n- pip\n- pip:\n  - scikit-learn==1.2.2\n")
-    (layer,) = Environments().layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path),
+    (layer,) = Environments().layers(EnvironmentRef(value={"conda_file": "conda.yml"}, base=tmp_path),
                                      "job").layers
     imported = subprocess.run([str(layer / "bin/python"), "-c",
                                "import sklearn, numpy; print(numpy.__version__)"],

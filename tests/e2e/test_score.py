@@ -254,7 +254,7 @@ def test_hostile_requests_get_a_4xx_with_a_message_in_process(service, case):
 
 # ---- the real inference server (gunicorn + azureml-inference-server-http) on loopback ----
 
-@dataclass
+@dataclass(kw_only=True)
 class Served:
     """The endpoint (its front, with its key) and blue's server behind it."""
 
@@ -274,8 +274,8 @@ def server(model_dir, tmp_path_factory):
         endpoints.start(ROOT / "endpoints" / "blue.yml", "--model", str(model_dir))
         slot = endpoints.state().deployments["blue"]
         try:
-            yield Served(f"http://127.0.0.1:{endpoints.port}", endpoints.headers(), slot.pid,
-                         slot.log, f"http://127.0.0.1:{slot.port}")
+            yield Served(url=f"http://127.0.0.1:{endpoints.port}", headers=endpoints.headers(), pid=slot.pid,
+                         log=slot.log, direct=f"http://127.0.0.1:{slot.port}")
         finally:
             endpoints.stop()
 

@@ -31,7 +31,7 @@ WHY_NO_PROOF = ("every Spark run needs the Spark layer, a download of about 700 
                 "tests/unit/test_spark.py proves the translation to spark-submit in make test")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SparkRun:
     folder: Path  # the run folder
     store: str  # its MLflow store
@@ -67,8 +67,8 @@ def spark_pipeline(tmp_path_factory, empty_mlflow_store, spark_envs) -> SparkRun
 
     folder = built_once(tmp_path_factory, "spark-pipeline", build)
     result = json.loads((folder / "result.json").read_text())
-    return SparkRun(folder / "runs" / "first", f"sqlite:///{folder / 'mlflow.db'}",
-                    result["code"], result["out"])
+    return SparkRun(folder=folder / "runs" / "first", store=f"sqlite:///{folder / 'mlflow.db'}",
+                    code=result["code"], output=result["out"])
 
 
 def expected_totals(min_count: int) -> dict[str, int]:

@@ -269,7 +269,7 @@ def test_mlflows_registry_is_asked_again_only_once_its_store_or_the_workspace_ch
     model = tmp_path / "model"
     model.mkdir()
     (model / "model.pt").write_text("weights")
-    workspace.create(Draft(AssetKind.MODEL, "clf", model))
+    workspace.create(Draft(kind=AssetKind.MODEL, name="clf", source=model))
     for _ in range(2):
         mlflow_models.take_in(workspace, "clf")
     assert len(asked) == 1
@@ -278,7 +278,7 @@ def test_mlflows_registry_is_asked_again_only_once_its_store_or_the_workspace_ch
     store.write_bytes(bytes(header))
     mlflow_models.take_in(workspace, "clf")
     assert len(asked) == 2
-    workspace.create(Draft(AssetKind.MODEL, "clf", model, version="7"))
+    workspace.create(Draft(kind=AssetKind.MODEL, name="clf", source=model, version="7"))
     mlflow_models.take_in(workspace, "clf")
     mlflow_models.take_in(workspace, "clf")
     assert len(asked) == 3

@@ -63,10 +63,10 @@ def step(tmp_path) -> Task:
                 folder=tmp_path / "runs" / "r1" / "steps" / "b", code=code,
                 includes=[tmp_path / "shared"],
                 inputs={"data": Value(path=tmp_path / "data.csv", type="uri_file"),
-                        "x": Value("0.5")},
+                        "x": Value(text="0.5")},
                 outputs={"model": OutputSpec()},
-                environment=EnvironmentRef({"image": "img", "conda_file": "conda.yml"},
-                                           tmp_path),
+                environment=EnvironmentRef(value={"image": "img", "conda_file": "conda.yml"},
+                                           base=tmp_path),
                 env_vars={"A": "1"}, placement=Placement(), address=("b",))
 
 
@@ -83,7 +83,7 @@ def completed(index: StepIndex, task: Task, how: StepRules) -> str:
     decision = index.decide(task, EnvMap(), replace(how, run=task.folder.parents[1].name))
     task.folder.mkdir(parents=True, exist_ok=True)
     if decision.earlier is None:
-        TaskRecord(Status.COMPLETED, f"mlflow-{task.folder.parents[1].name}",
+        TaskRecord(status=Status.COMPLETED, mlflow_run_id=f"mlflow-{task.folder.parents[1].name}",
                    outputs={}).write(task.folder)
         index.record(decision, task.folder, f"mlflow-{task.folder.parents[1].name}", how)
     else:
@@ -122,7 +122,7 @@ def test_each_change_is_named_in_the_line_and_the_upstream_run_it_is_compared_wi
                                         "    - six==1.17.0\n")
     assert completed(index, in_run(step, "r6"), rules()) == \
         "ran: environment: six==1.16.0 -> six==1.17.0 (since r5 b)"
-    literal = replace(in_run(step, "r7"), inputs={**step.inputs, "x": Value("0.9")})
+    literal = replace(in_run(step, "r7"), inputs={**step.inputs, "x": Value(text="0.9")})
     assert completed(index, literal, rules(version="2")) == \
         "ran: input x: '0.5' -> '0.9'; component train 1 -> train 2 (since r6 b)"
     assert completed(index, replace(literal, folder=in_run(step, "r8").folder),
@@ -152,9 +152,9 @@ def test_a_resumed_run_keeps_what_completed_in_its_folder_and_says_how_the_rest_
     assert kept.line == "reused (from r1 b)"
     assert index.decide(step, EnvMap(), rules(resumable=False, forced="--force-rerun")).line \
         == "ran: --force-rerun"
-    TaskRecord(Status.FAILED, "mlflow-r1").write(step.folder)
+    TaskRecord(status=Status.FAILED, mlflow_run_id="mlflow-r1").write(step.folder)
     assert index.decide(step, EnvMap(), rules()).line == "ran: it failed in this run"
-    TaskRecord(Status.RUNNING, "mlflow-r1", pid=2 ** 22 + 1).write(step.folder)
+    TaskRecord(status=Status.RUNNING, mlflow_run_id="mlflow-r1", pid=2 ** 22 + 1).write(step.folder)
     assert index.decide(step, EnvMap(), rules()).line == "ran: it was killed in this run"
 
 

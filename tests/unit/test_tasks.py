@@ -109,7 +109,7 @@ def test_a_job_on_an_undefined_image_that_misses_a_command_gets_the_images_note(
     (tmp_path / "ctx" / "Dockerfile").write_text(
         "FROM rocker/tidyverse:latest\nRUN R -e \"install.packages('x')\"\n")
     envs = Environments()
-    envs.layers(EnvironmentRef({"build": {"path": "ctx"}}, tmp_path), "job")
+    envs.layers(EnvironmentRef(value={"build": {"path": "ctx"}}, base=tmp_path), "job")
     notes = explain(envs, "job", ["bash: line 1: Rscript: command not found"])
     assert len(notes) == 1 and "'image:rocker/tidyverse: [" in notes[0]
     assert "what it imports or runs" in notes[0]
@@ -134,7 +134,7 @@ def test_an_environment_for_another_python_moved_here_leaves_a_caveat_for_its_fa
                     for name in ("pyyaml", "setuptools", "wheel"))
     (tmp_path / "conda.yml").write_text(f"dependencies:\n- python=3.9\n- pip\n- pip:\n{pin}\n")
     envs = activation.Environments()
-    stack = envs.layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "job")
+    stack = envs.layers(EnvironmentRef(value={"conda_file": "conda.yml"}, base=tmp_path), "job")
     assert stack.layers == [tmp_path] and not stack.own
     assert asked and asked[0][0] == "3.9" and "pip" in asked[0][1]
     assert "is built for Python 3.9 on Azure and ran on 3." in envs.caveat("job")
@@ -142,7 +142,7 @@ def test_an_environment_for_another_python_moved_here_leaves_a_caveat_for_its_fa
     assert "no interpreter of Python 3.9 is on this machine" in err
     assert "uv python install 3.9" in err and "MLOPS_PYTHON_3_9=" in err
     (tmp_path / "conda.yml").write_text(f"dependencies:\n- pip\n- pip:\n{pin}\n")
-    envs.layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "same-python")
+    envs.layers(EnvironmentRef(value={"conda_file": "conda.yml"}, base=tmp_path), "same-python")
     assert envs.caveat("same-python") == ""
 
 
@@ -171,12 +171,12 @@ def test_a_conda_package_pypi_has_no_project_of_is_left_out_not_called_unbuildab
     (tmp_path / "conda.yml").write_text("dependencies:\n- python=3.11\n- openssl\n- pip\n"
                                         "- pip:\n  - pyjokes==0.6.0\n")
     envs = activation.Environments()
-    envs.layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path), "job")
+    envs.layers(EnvironmentRef(value={"conda_file": "conda.yml"}, base=tmp_path), "job")
     assert any("openssl" in line for line in built[0]) and \
         not any("openssl" in line for line in built[-1])
     assert "conda package 'openssl' has no PyPI project" in capsys.readouterr().err
     (tmp_path / "conda.yml").write_text("dependencies:\n- python=3.11\n- pip\n"
                                         "- pip:\n  - nosuchpkg==1.0\n")
     with pytest.raises(LocalRunError, match="nosuchpkg was not found"):
-        activation.Environments().layers(EnvironmentRef({"conda_file": "conda.yml"}, tmp_path),
+        activation.Environments().layers(EnvironmentRef(value={"conda_file": "conda.yml"}, base=tmp_path),
                                          "job")

@@ -56,7 +56,7 @@ def param_marks(function: ast.FunctionDef) -> list[set[str]]:
     return found
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Declared:
     """A test function of an e2e module and the marks it is declared with."""
 
@@ -77,8 +77,8 @@ def declared_in(tree: ast.Module, module: str) -> Iterator[Declared]:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
             own = {m for d in node.decorator_list for m in marks_in(d)}
-            yield Declared(module, node.name, frozenset(own | shared),
-                           tuple(frozenset(p) for p in param_marks(node)))
+            yield Declared(module=module, name=node.name, marks=frozenset(own | shared),
+                           params=tuple(frozenset(p) for p in param_marks(node)))
 
 
 def declared(path: Path) -> Iterator[Declared]:

@@ -31,7 +31,7 @@ def folder_with(path, text: str):
 
 
 def model(name: str, source, version: str | None = None) -> Draft:
-    return Draft(AssetKind.MODEL, name, source, version=version, type="custom_model")
+    return Draft(kind=AssetKind.MODEL, name=name, source=source, version=version, type="custom_model")
 
 
 def test_versions_count_up_latest_moves_archived_is_never_latest(workspace, tmp_path):
@@ -84,7 +84,7 @@ def test_names_azure_refuses_are_refused_with_its_rule_before_the_disk(workspace
         workspace.create(model(name, source))
     for kind in (AssetKind.DATA, AssetKind.ENVIRONMENT, AssetKind.COMPONENT):
         with pytest.raises(InvalidName, match=f"{kind.noun} name"):
-            workspace.create(Draft(kind, name, source))
+            workspace.create(Draft(kind=kind, name=name, source=source))
     assert not workspace.root.exists()  # refused before anything touched the disk
     assert workspace.find(AssetKind.MODEL, name) is None  # a reference to it: not held here
 
@@ -101,7 +101,7 @@ def test_versions_that_cannot_be_a_folder_here_are_refused(workspace, tmp_path, 
     (AssetKind.MODEL, "a" * 255), (AssetKind.MODEL, "v1.2-final_x"), (AssetKind.DATA, "9-d_x"),
     (AssetKind.ENVIRONMENT, "E" * 255), (AssetKind.COMPONENT, "train_step_2")])
 def test_names_at_the_limits_azure_takes_are_registered(workspace, tmp_path, kind, name):
-    made = workspace.create(Draft(kind, name, folder_with(tmp_path / "a", "x"), version="1"))
+    made = workspace.create(Draft(kind=kind, name=name, source=folder_with(tmp_path / "a", "x"), version="1"))
     assert workspace.find(kind, name).digest == made.digest
 
 
@@ -110,7 +110,7 @@ def test_names_at_the_limits_azure_takes_are_registered(workspace, tmp_path, kin
     (AssetKind.COMPONENT, "Train"), (AssetKind.COMPONENT, "train-step")])
 def test_each_kind_has_its_own_rule(workspace, tmp_path, kind, name):
     with pytest.raises(InvalidName, match=f"{kind.noun} names are"):
-        workspace.create(Draft(kind, name, folder_with(tmp_path / "a", "x")))
+        workspace.create(Draft(kind=kind, name=name, source=folder_with(tmp_path / "a", "x")))
     assert workspace.find(kind, name) is None  # a curated environment's name: not held here
 
 
@@ -136,7 +136,7 @@ def test_a_record_is_type_checked_on_read_and_named_when_damaged(workspace, tmp_
     change(record)
     (made.folder / RECORD).write_text(json.dumps(record))
     for action in (lambda: actions.listed(None, None, False),
-                   lambda: actions.show(actions.Selection(AssetKind.MODEL, "clf")),
+                   lambda: actions.show(actions.Selection(kind=AssetKind.MODEL, name="clf")),
                    lambda: workspace.create(model("clf", tmp_path / "a"))):
         with pytest.raises(DamagedRecord, match=f"asset.json: damaged asset record .*{wrong}"):
             action()
@@ -173,13 +173,13 @@ def test_two_creates_at_once_get_two_versions(workspace, tmp_path):
 
 
 @pytest.mark.parametrize(("reference", "expected"), [
-    ("azureml:clf:3", AssetRef(None, "clf", "3")),
-    ("azureml:clf@latest", AssetRef(None, "clf", label="latest")),
-    ("azureml:clf", AssetRef(None, "clf")),
+    ("azureml:clf:3", AssetRef(kind=None, name="clf", version="3")),
+    ("azureml:clf@latest", AssetRef(kind=None, name="clf", label="latest")),
+    ("azureml:clf", AssetRef(kind=None, name="clf")),
     ("azureml://locations/westeurope/workspaces/w1/models/clf/versions/2",
-     AssetRef(AssetKind.MODEL, "clf", "2")),
+     AssetRef(kind=AssetKind.MODEL, name="clf", version="2")),
     ("azureml://subscriptions/s/resourcegroups/g/workspaces/w/data/d/labels/latest",
-     AssetRef(AssetKind.DATA, "d", label="latest")),
+     AssetRef(kind=AssetKind.DATA, name="d", label="latest")),
     ("azureml://registries/azureml/models/clf/versions/2", None),
     ("azureml://datastores/blob/paths/x", None)])
 def test_references_name_the_asset(reference, expected):
@@ -190,7 +190,7 @@ def test_references_resolve_from_the_workspace_before_the_mapping_file(workspace
     data = tmp_path / "images"
     data.mkdir()
     (data / "a.txt").write_text("a")
-    workspace.create(Draft(AssetKind.DATA, "imgs", data, type="uri_folder"))
+    workspace.create(Draft(kind=AssetKind.DATA, name="imgs", source=data, type="uri_folder"))
     mapping = tmp_path / "local-paths.yml"
     mapping.write_text(f"azureml:imgs: {tmp_path}\nazureml:elsewhere: {tmp_path}\n")
     assets = AssetMap(mapping)
@@ -247,7 +247,7 @@ def test_a_registered_model_is_served_under_its_version(workspace, tmp_path):
 
 
 def test_records_round_trip(workspace, tmp_path):
-    made = workspace.create(Draft(AssetKind.DATA, "d", folder_with(tmp_path / "x", "1"),
+    made = workspace.create(Draft(kind=AssetKind.DATA, name="d", source=folder_with(tmp_path / "x", "1"),
                                   tags={"a": "b"}, description="words"))
     again = AssetVersion.read(made.folder)
     assert (again.tags, again.description, again.digest) == ({"a": "b"}, "words", made.digest)
@@ -273,7 +273,7 @@ def test_a_model_is_created_from_a_jobs_output_as_az_ml_model_create_path_takes_
 
     out = folder_with(tmp_path / "run" / "outputs" / "model", "trained")
     workspace_jobs.record_job(workspace, ["train-7"], tmp_path / "run", {"model": str(out)})
-    draft = Draft(AssetKind.MODEL, "clf", None)
+    draft = Draft(kind=AssetKind.MODEL, name="clf", source=None)
     made = actions.create_from(draft, path="azureml://jobs/train-7/outputs/model/")
     assert (made.version, made.type) == ("1", "custom_model")
     assert (workspace.find(AssetKind.MODEL, "clf").path / "model.pt").read_text() == "trained"

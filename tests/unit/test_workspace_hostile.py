@@ -120,10 +120,10 @@ def special_folder(tmp_path: Path, kind: str) -> Path:
 def test_a_folder_az_ml_could_not_upload_is_refused_by_name(workspace, tmp_path, kind, said):
     folder = special_folder(tmp_path, kind)
     with pytest.raises(LocalRunError, match=f"model clf: {folder}/.*{said}.*amlignore"):
-        workspace.create(Draft(AssetKind.MODEL, "clf", folder))
+        workspace.create(Draft(kind=AssetKind.MODEL, name="clf", source=folder))
     assert workspace.versions(AssetKind.MODEL, "clf") == []
     (folder / ".amlignore").write_text("entry\nother\n")  # kept out as az ml keeps it
-    made = workspace.create(Draft(AssetKind.MODEL, "clf", folder))
+    made = workspace.create(Draft(kind=AssetKind.MODEL, name="clf", source=folder))
     assert sorted(p.name for p in made.path.rglob("*")) == [".amlignore", "model.pt"]
 
 
@@ -133,7 +133,7 @@ def test_a_link_to_a_folder_that_holds_it_is_refused_whatever_the_ignore_file(wo
     (folder / ".amlignore").write_text("deep/\n")  # az ml matches it on resolved paths
     with pytest.raises(LocalRunError, match=f"{folder}/deep/up links to {folder}, a folder it "
                                             "is in: .* remove the link"):
-        workspace.create(Draft(AssetKind.MODEL, "clf", folder))
+        workspace.create(Draft(kind=AssetKind.MODEL, name="clf", source=folder))
 
 
 def test_a_job_output_is_registered_whole_whatever_its_ignore_file_says(tmp_path):
@@ -157,7 +157,7 @@ def test_a_workspace_that_cannot_be_written_is_the_machines_error(workspace, tmp
     monkeypatch.setattr("mlops.workspace.uploads.shutil.copyfile", full)
     with pytest.raises(MachineError, match="could not be written: No space left on device "
                                            r"\(the disk is full\); nothing was changed"):
-        workspace.create(Draft(AssetKind.MODEL, "clf", source))
+        workspace.create(Draft(kind=AssetKind.MODEL, name="clf", source=source))
     assert not list((workspace.root / "models" / "clf").glob(".new-*"))  # nothing half-made
 
 
@@ -228,7 +228,7 @@ def test_a_record_or_folder_that_is_a_link_is_damaged(workspace, tmp_path, linke
     source = tmp_path / "m"
     source.mkdir()
     (source / "w.pt").write_text("w")
-    made = workspace.create(Draft(AssetKind.MODEL, "clf", source))
+    made = workspace.create(Draft(kind=AssetKind.MODEL, name="clf", source=source))
     elsewhere = tmp_path / "elsewhere"
     target = {"record": made.folder / "asset.json", "version": made.folder,
               "content": made.folder / "content", "name": made.folder.parent}[linked]

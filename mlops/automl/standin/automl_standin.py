@@ -36,7 +36,7 @@ FLAML_TASKS = {"classification": "classification", "regression": "regression",
                "forecasting": "ts_forecast"}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StandinConfig:
     """One field per flag; the names are the AutoML spec's keys."""
 

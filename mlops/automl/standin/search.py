@@ -21,7 +21,7 @@ import pandas as pd
 AZURE_TIMEOUT_MINUTES = 6 * 24 * 60  # limits.timeout_minutes when a spec sets none
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Data:
     X: pd.DataFrame
     y: pd.Series
@@ -31,7 +31,7 @@ class Data:
     y_range: float = 0.0  # the target's range, which Azure's normalized errors divide by
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrialRecord:
     number: int
     algorithm: str  # Azure's name
@@ -116,7 +116,7 @@ def regular(frame: pd.DataFrame, config) -> pd.DataFrame:
 
 def load_data(config) -> Data:
     X, y = split(read_table(config.training_data, config, "training_data"), config)
-    data = Data(X, y)
+    data = Data(X=X, y=y)
     if config.weight_column_name:
         if config.weight_column_name not in X.columns:
             raise SystemExit(f"error: training_data has no column "
@@ -246,11 +246,11 @@ def read_trials(log: Path, by_estimator: dict[str, str]) -> list[TrialRecord]:
         record = json.loads(line) if line.strip() else {}
         if "learner" not in record:
             continue
-        found.append(TrialRecord(len(found), by_estimator.get(record["learner"],
+        found.append(TrialRecord(number=len(found), algorithm=by_estimator.get(record["learner"],
                                                               record["learner"]),
-                                 record["learner"], record.get("config") or {},
-                                 record.get("logged_metric") or {},
-                                 float(record.get("trial_time") or 0)))
+                                 estimator=record["learner"], config=record.get("config") or {},
+                                 metrics=record.get("logged_metric") or {},
+                                 seconds=float(record.get("trial_time") or 0)))
     return found
 
 

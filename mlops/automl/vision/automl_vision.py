@@ -35,7 +35,7 @@ MODEL = "outputs/mlflow-model"  # where the runner logs its model in the run
 WORK = Path("automl_data")  # the label files, in the trial's working directory
 
 
-@dataclass
+@dataclass(kw_only=True)
 class VisionConfig:
     task: str = "image_classification"
     settings: str = "{}"  # the AutoML settings every trial gets, as JSON
