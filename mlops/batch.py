@@ -37,8 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    request = BatchRequest(deployment=args.deployment, input=args.input, model=args.model, run_dir=args.run_dir,
-                           max_procs=args.max_procs, env_file=args.env_file, asset_file=args.asset_file,
+    request = BatchRequest(deployment=args.deployment, input=args.input, model=args.model,
+                           run_dir=args.run_dir, max_procs=args.max_procs, env_file=args.env_file,
+                           asset_file=args.asset_file,
                            debug=DebugRequest.parse(args.debug, args.debug_port),
                            input_type=args.input_type)
     return exit_code(lambda: run_local(request))

@@ -137,7 +137,8 @@ class Spec:
         return self.lines.get(parts, 1)
 
     def finding(self, key: str, problem: str, fix: str, severity: str = "error") -> Finding:
-        return Finding(path=self.path, key=key, problem=problem, fix=fix, line=self.line(key), severity=severity)
+        return Finding(path=self.path, key=key, problem=problem, fix=fix, line=self.line(key),
+                       severity=severity)
 
     def warning(self, key: str, problem: str, fix: str) -> Finding:
         return self.finding(key, problem, fix, "warning")
@@ -233,7 +234,8 @@ def spec_text(path: Path) -> str:
     """A spec file's text: a regular file (a pipe would wait forever, a device never end), no
     larger than the reader takes, decoded as UTF-8 as azure-ai-ml decodes it."""
     if not stat.S_ISREG(os.stat(path).st_mode):
-        raise SpecError(Finding(path=path, key="", problem="not a regular file (a pipe, a socket or a device: "
+        raise SpecError(Finding(path=path, key="",
+                                problem="not a regular file (a pipe, a socket or a device: "
                                 "az ml reads a spec from a file)", fix="point at the YAML file"))
     if os.stat(path).st_size > yaml_limits.MAX_CHARS:
         raise yaml_limits.YamlTooLarge(f"it is {os.stat(path).st_size / 2**20:.0f} MiB, more "
@@ -245,7 +247,8 @@ def spec_text(path: Path) -> str:
     except UnicodeDecodeError as err:
         line = raw[:err.start].count(b"\n") + 1
         column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
-        raise SpecError(Finding(path=path, key="", problem=f"not UTF-8 text (byte 0x{raw[err.start]:02x} at "
+        raise SpecError(Finding(path=path, key="",
+                                problem=f"not UTF-8 text (byte 0x{raw[err.start]:02x} at "
                                 f"column {column}); az ml reads specs as UTF-8",
                                 fix="save the file as UTF-8", line=line)) from None
 
@@ -259,14 +262,17 @@ def load_spec(path: str | Path, role: str = "") -> Spec:
         raise SpecError(Finding(path=path, key="", problem=f"cannot read the file ({err.strerror})",
                                 fix="check the path")) from err
     except yaml_limits.YamlTooLarge as err:
-        raise SpecError(Finding(path=path, key="", problem=f"refused: {err}", fix="shrink the file", line=err.line)
-                        ) from None
+        raise SpecError(Finding(path=path, key="", problem=f"refused: {err}", fix="shrink the file",
+                                line=err.line)) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        raise SpecError(Finding(path=path, key="", problem=f"not valid YAML ({getattr(err, 'problem', err)})",
-                                fix="fix the YAML syntax", line=mark.line + 1 if mark else 0)) from err
+        raise SpecError(Finding(path=path, key="",
+                                problem=f"not valid YAML ({getattr(err, 'problem', err)})",
+                                fix="fix the YAML syntax",
+                                line=mark.line + 1 if mark else 0)) from err
     if not isinstance(data, dict):
-        raise SpecError(Finding(path=path, key="", problem="not a YAML mapping", fix="a spec is a mapping of keys"))
+        raise SpecError(Finding(path=path, key="", problem="not a YAML mapping",
+                                fix="a spec is a mapping of keys"))
     lines: dict[tuple[str, ...], int] = {}
     duplicates = _line_map(node, lines)
     return Spec(path=path, data=data, lines=lines, role=role, duplicates=duplicates)

@@ -86,8 +86,8 @@ def run_setting(setting: Setting, args, ctx) -> dict:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 7, 0.1)
     fast = Fast(setting.precision, setting.channels_last)
-    run = Training(bundle=bundle, model=model, optimizer=optimizer, scheduler=scheduler, scaler=None, loaders=Loaders(*loaders, sampler),
-                   state=TrainState(), fast=fast)
+    run = Training(bundle=bundle, model=model, optimizer=optimizer, scheduler=scheduler,
+                   scaler=None, loaders=Loaders(*loaders, sampler), state=TrainState(), fast=fast)
     cfg = TrainConfig(data=args.data, batch_size=setting.batch_size)
     epochs, elapsed = [], setup
     for epoch in range(1, args.epochs + 1):
@@ -126,9 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ctx = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     precision, why = resolve_precision("auto", ctx.device)
-    settings = [Setting(name="ours", batch_size=32, num_workers=0, draft_decode=True, precision=precision,
-                        channels_last=resolve_channels_last("auto", precision, ctx.device), cache_images_mb=1024),
-                Setting(name="tutorial", batch_size=4, num_workers=4, draft_decode=False, precision="fp32", channels_last=False, cache_images_mb=0)]
+    settings = [Setting(name="ours", batch_size=32, num_workers=0, draft_decode=True,
+                        precision=precision,
+                        channels_last=resolve_channels_last("auto", precision, ctx.device),
+                        cache_images_mb=1024),
+                Setting(name="tutorial", batch_size=4, num_workers=4, draft_decode=False,
+                        precision="fp32", channels_last=False, cache_images_mb=0)]
     print(f"bench-train: resnet18 from scratch, 224 px, {args.epochs} epochs, {args.data}, "
           f"{torch.get_num_threads()} threads; defaults here: precision {precision} ({why})")
     results = {s.name: run_setting(s, args, ctx) for s in settings}

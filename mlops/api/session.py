@@ -122,8 +122,8 @@ class Session:
                 request.path is None:
             raise LocalRunError(f"{request.kind} create needs --file <spec>, or (a model or "
                                 "data asset) --name and --path")
-        draft = Draft(kind=kind, name=request.name, source=None, version=request.version, type=request.type,
-                      description=request.description, origin=request.path)
+        draft = Draft(kind=kind, name=request.name, source=None, version=request.version,
+                      type=request.type, description=request.description, origin=request.path)
         return asset_view(registry.create_from(draft, path=request.path,
                                               asset_file=self.asset_file,
                                               registry=request.registry))
@@ -138,8 +138,9 @@ class Session:
 
     def show_asset(self, kind: str, name: str, *, version: str | None = None,
                    label: str | None = None, registry_name: str | None = None) -> AssetView:
-        return asset_view(registry.show(registry.Selection(kind=_kind(kind), name=_named(name), version=version,
-                                                         label=label, registry=registry_name)))
+        return asset_view(registry.show(registry.Selection(kind=_kind(kind), name=_named(name),
+                                                           version=version, label=label,
+                                                           registry=registry_name)))
 
     def archive_asset(self, kind: str, name: str, *, version: str | None = None,
                       archived: bool = True, registry_name: str | None = None

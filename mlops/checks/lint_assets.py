@@ -28,7 +28,8 @@ class Resolved(NamedTuple):
 
 def component_spec(spec: Spec, key: str, ref) -> Resolved:
     if isinstance(ref, dict):
-        return Resolved(Spec(path=spec.path, data=ref, lines=spec.lines, role="component"), [])  # this file's lines
+        return Resolved(Spec(path=spec.path, data=ref, lines=spec.lines, role="component"),
+                        [])  # this file's lines
     if isinstance(ref, str) and ref.startswith("azureml://registries/"):
         return _registry_component(spec, key, ref)
     if not isinstance(ref, str) or _is_remote(ref):

@@ -243,8 +243,8 @@ def with_endpoint(spec: Spec) -> Probe:
     --endpoint-name` supplies it. It is checked with a stand-in name, and a warning says so."""
     if spec.kind not in DEPLOYMENTS or spec.data.get("endpoint_name"):
         return Probe(spec, [])
-    probe = Spec(path=spec.path, data={**spec.data, "endpoint_name": PLACEHOLDER_ENDPOINT}, lines=spec.lines,
-                 role=spec.role)
+    probe = Spec(path=spec.path, data={**spec.data, "endpoint_name": PLACEHOLDER_ENDPOINT},
+                 lines=spec.lines, role=spec.role)
     return Probe(probe, [spec.warning("endpoint_name", "no endpoint_name: az ml takes it from "
                                 "--endpoint-name (checked here as a stand-in)",
                                 "pass --endpoint-name to az ml, or name the endpoint here")])
@@ -273,9 +273,10 @@ def _check(spec: Spec, for_run: bool) -> list[Finding]:
 
 def duplicate_keys(spec: Spec) -> list[Finding]:
     """A key given twice: YAML loaders, azure-ai-ml's included, keep the second silently."""
-    return [Finding(path=spec.path, key=".".join(d.key), problem=f"given twice (lines {d.first} and {d.second}); "
-                    "azure-ai-ml reads the second and drops the first",
-                    fix="keep one of them", line=d.second, severity="warning") for d in spec.duplicates]
+    return [Finding(path=spec.path, key=".".join(d.key),
+                    problem=f"given twice (lines {d.first} and {d.second}); "
+                    "azure-ai-ml reads the second and drops the first", fix="keep one of them",
+                    line=d.second, severity="warning") for d in spec.duplicates]
 
 
 def _layers(spec: Spec, for_run: bool) -> list[Finding]:

@@ -239,8 +239,9 @@ def run_local(request: BatchRequest) -> int:
         if request.debug is not None:
             request.debug.check([()])
         folder.mkdir(parents=True, exist_ok=True)
-        rt = Runtime(root=safe_root(folder), max_procs=max(1, request.max_procs), tracking=Tracking(server),
-                            environments=Environments(request.env_file), debug=request.debug)
+        rt = Runtime(root=safe_root(folder), max_procs=max(1, request.max_procs),
+                     tracking=Tracking(server), environments=Environments(request.env_file),
+                     debug=request.debug)
         rt.tracking.connect()  # the warm server (started now if none is) or the store
         return run_batch(deployment, source, rt, tabular=input_type(request) == "mltable")
     finally:

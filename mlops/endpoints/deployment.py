@@ -18,7 +18,7 @@ from mlops.endpoints.models import ModelSource, model_source
 from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
 from mlops.runtime import code_path
-from mlops.specs import DEPLOYMENT_TYPES, Spec, an, load_spec
+from mlops.specs import DEPLOYMENT_TYPES, Spec, SpecData, an, load_spec
 
 NOCODE = Path(__file__).with_name("nocode")
 NOCODE_SCRIPTS = {"online-deployment": "mlflow_score.py", "batch-deployment": "mlflow_batch.py"}
@@ -73,25 +73,37 @@ def load(path: str | Path, role: str, model: str | None = None,
     source = model_source(spec.data.get("model"), spec.path.parent, str(spec.path), override=model,
                           asset_file=asset_file)
     config = spec.data.get("code_configuration") or {}
-    if config:
-        code = code_path(config.get("code", "."), spec.path.parent,
-                         f"{spec.path}: code_configuration.code")
-        return Deployment(spec=spec, model=source, code=code, scoring_script=str(config["scoring_script"]),
-                          environment=EnvironmentRef(value=spec.data.get("environment"), base=spec.path.parent,
-                                         adds=image_packages(role, False)))
+    return _with_code(spec, source, config, role) if config else _no_code(spec, source, role)
+
+
+def _with_code(spec: Spec, source: ModelSource, config: SpecData, role: str) -> Deployment:
+    code = code_path(config.get("code", "."), spec.path.parent,
+                     f"{spec.path}: code_configuration.code")
+    return Deployment(spec=spec, model=source, code=code,
+                      scoring_script=str(config["scoring_script"]),
+                      environment=EnvironmentRef(value=spec.data.get("environment"),
+                                                 base=spec.path.parent,
+                                                 adds=image_packages(role, False)))
+
+
+def _no_code(spec: Spec, source: ModelSource, role: str) -> Deployment:
+    """A deployment without code_configuration: Azure's no-code MLflow deployment."""
     if not source.mlflow:
-        raise LocalRunError(f"{path}: no code_configuration, and {source.path} is not an MLflow "
-                            "model (no MLmodel file): Azure deploys only MLflow models without "
-                            "code. Add code_configuration (code, scoring_script) and an "
+        raise LocalRunError(f"{spec.path}: no code_configuration, and {source.path} is not an "
+                            "MLflow model (no MLmodel file): Azure deploys only MLflow models "
+                            "without code. Add code_configuration (code, scoring_script) and an "
                             "environment")
     adds = image_packages(role, True)
-    environment = EnvironmentRef(value=spec.data.get("environment"), base=spec.path.parent, adds=adds)
+    environment = EnvironmentRef(value=spec.data.get("environment"), base=spec.path.parent,
+                                 adds=adds)
     if environment.value is None:
         environment = mlflow_environment(source.path, adds)
-    return Deployment(spec=spec, model=source, code=NOCODE, scoring_script=NOCODE_SCRIPTS[role], environment=environment, nocode=True)
+    return Deployment(spec=spec, model=source, code=NOCODE, scoring_script=NOCODE_SCRIPTS[role],
+                      environment=environment, nocode=True)
 
 
 def mlflow_environment(model: Path, adds: tuple[str, ...]) -> EnvironmentRef:
     """The model's own conda.yaml, as Azure builds a no-code deployment's environment."""
     conda = model / "conda.yaml"
-    return EnvironmentRef(value={"conda_file": conda.name} if conda.is_file() else None, base=model, adds=adds)
+    return EnvironmentRef(value={"conda_file": conda.name} if conda.is_file() else None, base=model,
+                          adds=adds)

@@ -50,7 +50,8 @@ class Token:
     @classmethod
     def issue(cls, now: float | None = None, ttl: float = TOKEN_TTL_S) -> Token:
         now = time.time() if now is None else now
-        return cls(accessToken=secrets.token_urlsafe(48), expiryTimeUtc=now + ttl, refreshAfterTimeUtc=now + ttl / 2)
+        return cls(accessToken=secrets.token_urlsafe(48), expiryTimeUtc=now + ttl,
+                   refreshAfterTimeUtc=now + ttl / 2)
 
 
 @dataclass(kw_only=True)

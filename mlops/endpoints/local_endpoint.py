@@ -237,7 +237,8 @@ def ensure_front(state: EndpointState, folder: Path) -> None:
     task = Task(name="front", command=f"python {shlex.quote(str(FRONT))} "
                 f"{shlex.quote(str(root))}", where=f"endpoint {state.name}: front",
                 folder=root / "front")
-    service = start_service(task, Runtime(root=task.folder, max_procs=1, environments=Environments()),
+    service = start_service(task,
+                            Runtime(root=task.folder, max_procs=1, environments=Environments()),
                             [f"endpoint: {state.name}"])
     try:
         wait_listening(state.port, service)

@@ -101,7 +101,8 @@ def newest_trained(why: str, runs: Path | None = None) -> ModelSource:
         raise LocalRunError(f"{why}, and there is no trained model under {runs}: "
                             "run `make train-local` first, or pass MODEL_DIR=<model folder>")
     name = config.own_models[0] if config.own_models else "model"
-    return ModelSource(path=found[-1].parent, name=name, version="local", origin=f"{why}: the newest trained model")
+    return ModelSource(path=found[-1].parent, name=name, version="local",
+                       origin=f"{why}: the newest trained model")
 
 
 def _is_mlflow(path: Path, declared: str | None) -> bool:
@@ -147,7 +148,8 @@ def _mapped(reference: str, where: str, asset_file: Path | None) -> ModelSource:
     if not path.exists():
         raise LocalRunError(f"{where}: {reference} maps to {path} ({named}), which does "
                             "not exist")
-    return ModelSource(path=path, name=name, version=version, origin=f"{Path(named).name}: {reference}")
+    return ModelSource(path=path, name=name, version=version,
+                       origin=f"{Path(named).name}: {reference}")
 
 
 def model_source(model, base: Path, where: str, *, override: str | None = None,

@@ -207,14 +207,16 @@ def prepare(request: ServeRequest, deployment: Deployment, *, folder: Path,
              f"model: {deployment.model.describe()} -> AZUREML_MODEL_DIR="
              f"{task.env_vars['AZUREML_MODEL_DIR']}"]
     rules = rules_of(deployment, task.env_vars, debug)
-    return ServerPlan(task=task, environments=Environments(request.env_file), about=about, rules=rules, port=port,
-                      model=deployment.model.describe(), spec=request.deployment, debug=request.debug)
+    return ServerPlan(task=task, environments=Environments(request.env_file), about=about,
+                      rules=rules, port=port, model=deployment.model.describe(),
+                      spec=request.deployment, debug=request.debug)
 
 
 def launch_server(plan: ServerPlan) -> Slot:
     """Start the planned server through the runtime and wait until its readiness probe
     answers; a server that fails is stopped, and ServerFailed says why."""
-    rt = Runtime(root=plan.task.folder, max_procs=1, environments=plan.environments, debug=plan.debug)
+    rt = Runtime(root=plan.task.folder, max_procs=1, environments=plan.environments,
+                 debug=plan.debug)
     service = start_service(plan.task, rt, plan.about)
     try:
         wait_healthy(f"http://127.0.0.1:{plan.port}{plan.rules.ready_path}", service,

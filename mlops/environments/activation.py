@@ -309,8 +309,8 @@ class Environments:
         self.labels[where] += f" ({shown}" + (f"; Python {stack.python.version})"
                                               if stack.own else ")")
         variables = {**self.conda_variables.get(where, {}), **self._variables(stack, folder)}
-        return Activation(variables=variables, top_site=top_site(folder, stack.python), label=self.labels[where],
-                          python=stack.python)
+        return Activation(variables=variables, top_site=top_site(folder, stack.python),
+                          label=self.labels[where], python=stack.python)
 
     def _variables(self, stack: Stack, folder: Path) -> dict[str, str]:
         """A fresh top layer over `stack`, with the runtime's helpers in it; the variables that

@@ -134,7 +134,8 @@ def do_while(raw: SpecData, ports: dict[str, Ports], where: str) -> DoWhile:
             raise LocalRunError(f"{where}.condition: {condition} is not a control output and "
                                 "is not primitive type. The condition of dowhile must be the "
                                 "control output or primitive type of the body.")
-    return DoWhile(body=body, mapping=mapping, condition=condition, max_iterations=_limit(raw, where))
+    return DoWhile(body=body, mapping=mapping, condition=condition,
+                   max_iterations=_limit(raw, where))
 
 
 def _check_ports(out: str, ins: list[str], own: Ports, body: str, where: str) -> None:

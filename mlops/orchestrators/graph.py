@@ -101,7 +101,8 @@ def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str,
         raise LocalRunError(f"{where}: a node is a mapping (command, component or trial)")
     kind = str(raw.get("type") or "command").lower()
     if kind in CONTROL_KINDS:  # control flow: what it controls is wired in build_nodes
-        return Node(name=name, kind=kind, raw=raw, definition=raw, base=base, where=where, inline=True, registry=registry)
+        return Node(name=name, kind=kind, raw=raw, definition=raw, base=base, where=where,
+                    inline=True, registry=registry)
     if kind == "automl":  # runs as what searches (mlops/automl/translate.py)
         from mlops.automl.translate import automl_command
 
@@ -109,9 +110,10 @@ def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str,
         for note in built.notes:
             print(note, file=sys.stderr)
         if built.definition["type"] == "sweep":  # an image task: a sweep of Azure's runner
-            return Node(name=name, kind="sweep", raw=built.definition, definition=built.definition["trial"], base=base, where=where)
-        return Node(name=name, kind="command", raw=built.definition, definition=built.definition, base=base, where=where,
-                    inline=True)
+            return Node(name=name, kind="sweep", raw=built.definition,
+                        definition=built.definition["trial"], base=base, where=where)
+        return Node(name=name, kind="command", raw=built.definition, definition=built.definition,
+                    base=base, where=where, inline=True)
     if kind == "sweep":
         definition, def_base, home = load_component(raw.get("trial"), base, assets,
                                                     f"{where}.trial", registry)
@@ -120,14 +122,16 @@ def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str,
         definition, def_base, home = load_component(raw["component"], base, assets,
                                                     f"{where}.component", registry)
     elif kind in ("command", "parallel", "spark"):
-        return Node(name=name, kind=kind, raw=raw, definition=raw, base=base, where=where, inline=True, registry=registry)
+        return Node(name=name, kind=kind, raw=raw, definition=raw, base=base, where=where,
+                    inline=True, registry=registry)
     else:
         raise LocalRunError(f"{where}: a {kind} node cannot run on this machine (the local "
                             "runtime runs command, sweep, parallel, spark, automl, pipeline, "
                             "if_else, do_while and parallel_for nodes); run it on Azure")
     if kind == "pipeline" and not isinstance(definition.get("jobs"), dict):
         raise LocalRunError(f"{where}: the pipeline component has no jobs:")
-    return Node(name=name, kind=kind, raw=raw, definition=definition, base=def_base, where=where, registry=home)
+    return Node(name=name, kind=kind, raw=raw, definition=definition, base=def_base, where=where,
+                registry=home)
 
 
 def build_nodes(jobs: SpecData, base: Path, assets: AssetMap, where: str,

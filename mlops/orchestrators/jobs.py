@@ -206,9 +206,9 @@ def run_local(request: JobRequest) -> int:
             try:
                 claim(job, folder)
                 rt = Runtime(root=safe_root(folder), max_procs=max(1, request.max_procs),
-                                    tracking=Tracking(server), environments=Environments(request.env_file),
-                                    force_rerun=request.force_rerun, debug=request.debug,
-                                    explain=request.explain, selection=request.selection)
+                             tracking=Tracking(server), environments=Environments(request.env_file),
+                             force_rerun=request.force_rerun, debug=request.debug,
+                             explain=request.explain, selection=request.selection)
                 rt.tracking.connect()  # the warm server (started now if none is) or the store
                 return run_job(job, rt)
             except BaseException:

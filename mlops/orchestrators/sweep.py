@@ -77,9 +77,10 @@ class Settings:
                    maximize=str(objective.get("goal", "maximize")).lower() == "maximize",
                    policy=Policy.from_spec(data.get("early_termination")),
                    max_trials=min(int(limits.get("max_total_trials") or grid or 1), grid or 10**9),
-                   concurrency=max(1, min(int(limits.get("max_concurrent_trials") or 1), max_procs)),
-                   timeout=float(limits.get("timeout") or 0), trial_timeout=float(limits.get("trial_timeout") or 0),
-                   algorithm=algorithm)
+                   concurrency=max(1,
+                                   min(int(limits.get("max_concurrent_trials") or 1), max_procs)),
+                   timeout=float(limits.get("timeout") or 0),
+                   trial_timeout=float(limits.get("trial_timeout") or 0), algorithm=algorithm)
 
 
 @dataclass(kw_only=True)
@@ -149,7 +150,8 @@ class Sweep:
         rules = replace(self.rules, params={k: render_literal(v) for k, v in params.items()})
         decision = self.rt.steps.explain(task, self.rt.environments.env_map, rules)
         running = start_task(task, self.rt, echo=False)
-        self.trials.append(Trial(number=number, params=params, running=running, optuna_trial=optuna_trial, decision=decision))
+        self.trials.append(Trial(number=number, params=params, running=running,
+                                 optuna_trial=optuna_trial, decision=decision))
         print(f"trial {number} started: {params}\ntrial {number}: {decision.line}", flush=True)
         if self.rt.explain:
             print("".join(f"    {line}\n" for line in decision.details), end="", flush=True)
@@ -223,8 +225,9 @@ class Sweep:
             self.step()
 
     def summary(self) -> SweepSummary:
-        rows = [TrialRow(trial=t.number, params=t.params, metric=self.best(t), status=t.status, intervals=len(t.history),
-                         run_id=t.running.run_id, folder=t.running.task.folder,
+        rows = [TrialRow(trial=t.number, params=t.params, metric=self.best(t), status=t.status,
+                         intervals=len(t.history), run_id=t.running.run_id,
+                         folder=t.running.task.folder,
                          seconds=round(t.result.seconds, 2) if t.result else None,
                          log=t.result.log if t.result else None) for t in self.trials]
         scored = [r for r in rows if r.metric is not None and r.status == Status.COMPLETED]
@@ -232,7 +235,8 @@ class Sweep:
         best = pick(scored, key=lambda r: r.metric) if scored else None
         logged = sorted({m for t in self.trials for m in
                          self.rt.tracking.metric_names(t.running.run_id)})
-        return SweepSummary(primary_metric=self.s.metric, goal="maximize" if self.s.maximize else "minimize", trials=rows,
+        return SweepSummary(primary_metric=self.s.metric,
+                            goal="maximize" if self.s.maximize else "minimize", trials=rows,
                             best=best, metrics_logged=logged)
 
 

@@ -140,8 +140,8 @@ def plan(request: DebugRequest, processes: int, *, wd: Path, code: Path,
     port = free_or_refuse(request.port)
     settings = {"port": port, "mode": request.mode, "wd": str(wd), "code": str(code),
                 "source": str(source) if source and source.is_dir() else ""}
-    return DebugPlan(index=request.process, env={debug_hook.VARIABLE: json.dumps(settings)}, port=port,
-                     mode=request.mode)
+    return DebugPlan(index=request.process, env={debug_hook.VARIABLE: json.dumps(settings)},
+                     port=port, mode=request.mode)
 
 
 def install_hook(site: Path, python: Python, debug: DebugPlan) -> None:

@@ -71,8 +71,9 @@ class StepHistory:
         for line in reversed(lines):
             try:
                 entry = json.loads(line)
-                found.append(Earlier(folder=Path(entry["folder"]), run_id=entry["run_id"], key=entry["key"],
-                                     run=entry.get("run", ""), step=entry.get("step", "")))
+                found.append(Earlier(folder=Path(entry["folder"]), run_id=entry["run_id"],
+                                     key=entry["key"], run=entry.get("run", ""),
+                                     step=entry.get("step", "")))
             except (ValueError, KeyError, TypeError):
                 continue
         return found

@@ -136,7 +136,8 @@ def resolve(task: Task, rt: Runtime) -> Resolved:
     if rt.debug is not None and not rt.debug_taken and rt.debug.matches(task.address):
         debug = debugging.plan(rt.debug, len(overlays.envs), wd=wd, code=code_at, source=task.code)
         rt.debug_taken = True
-    return Resolved(inputs=inputs, outputs=outputs, command=command, wd=wd, code_at=code_at, overlays=overlays, debug=debug)
+    return Resolved(inputs=inputs, outputs=outputs, command=command, wd=wd, code_at=code_at,
+                    overlays=overlays, debug=debug)
 
 
 def take_snapshot(task: Task, resolved: Resolved) -> None:
@@ -167,7 +168,8 @@ def launch_processes(task: Task, rt: Runtime, resolved: Resolved,
                                            task.placement.distribution, variables)
     (task.folder / "command.sh").write_text(command + "\n")
     rt.started = True
-    return launch.Launch(command=command, cwd=resolved.wd, envs=debugging.overlay(resolved.debug, variables, envs),
+    return launch.Launch(command=command, cwd=resolved.wd,
+                         envs=debugging.overlay(resolved.debug, variables, envs),
                          log=task.folder / "log.txt", label=label, echo=echo,
                          terminal=debugging.terminal(resolved.debug)).start()
 
@@ -221,12 +223,12 @@ def start(task: Task, rt: Runtime, *, echo: bool = True, label: str = "") -> Run
                                 extra=tracking_env(task, rt.tracking, run.run_id, resolved.wd,
                                                    uri=store))
         job = launch_processes(task, rt, resolved, variables, echo=echo, label=label)
-    TaskRecord(status=Status.RUNNING, mlflow_run_id=run.run_id, pid=os.getpid(), started_ms=run.since_ms,
-               outputs=resolved.outputs).write(task.folder)
+    TaskRecord(status=Status.RUNNING, mlflow_run_id=run.run_id, pid=os.getpid(),
+               started_ms=run.since_ms, outputs=resolved.outputs).write(task.folder)
     guard = watchdog.start(task.folder, run.run_id, store=rt.tracking.uri,
                            pgids=[p.pid for p in job.procs])
-    return Running(task=task, launch=job, run=run, outputs=resolved.outputs, started=time.monotonic(), guard=guard,
-                   debugged=resolved.debug is not None)
+    return Running(task=task, launch=job, run=run, outputs=resolved.outputs,
+                   started=time.monotonic(), guard=guard, debugged=resolved.debug is not None)
 
 
 def finish(running: Running, rt: Runtime, status: Status | None = None) -> Result:
@@ -247,14 +249,16 @@ def finish(running: Running, rt: Runtime, status: Status | None = None) -> Resul
     rt.environments.release(running.task.folder)
     seconds = time.monotonic() - running.started
     try:
-        TaskRecord(status=status, mlflow_run_id=running.run_id, exit_code=code, seconds=round(seconds, 3),
-                   outputs=running.outputs, faults=faults).write(running.task.folder)
+        TaskRecord(status=status, mlflow_run_id=running.run_id, exit_code=code,
+                   seconds=round(seconds, 3), outputs=running.outputs,
+                   faults=faults).write(running.task.folder)
     except OSError as err:
         print(f"error: {running.task.folder / 'status.json'}: {err.strerror}; "
               f"{running.task.name} ended {status} (exit {code})", file=sys.stderr)
     if running.guard is not None:
         watchdog.release(running.guard)
-    return Result(status=status, code=code, run_id=running.run_id, outputs=running.outputs, seconds=seconds, log=job.log)
+    return Result(status=status, code=code, run_id=running.run_id, outputs=running.outputs,
+                  seconds=seconds, log=job.log)
 
 
 def run(task: Task, rt: Runtime, *, echo: bool = True, label: str = "") -> Result:
@@ -288,8 +292,8 @@ def run_step(task: Task, rt: Runtime, *, rules: reuse.StepRules, label: str = ""
     if decision.earlier is not None:
         linked = reuse.link_step(task, decision.earlier, rt.tracking)
         rt.steps.linked(decision, task.folder, rules)
-        return Result(status=Status.REUSED, code=0, run_id=linked.run_id, outputs=linked.outputs, seconds=0.0,
-                      log=decision.earlier.folder / "log.txt")
+        return Result(status=Status.REUSED, code=0, run_id=linked.run_id, outputs=linked.outputs,
+                      seconds=0.0, log=decision.earlier.folder / "log.txt")
     result = runs() if runs is not None else run(task, rt, label=label)
     if result.status == Status.COMPLETED:
         rt.steps.record(decision, task.folder, result.run_id, rules)
@@ -311,7 +315,8 @@ def start_service(task: Task, rt: Runtime, about: list[str]) -> Service:
     rt.started = True
     lines = [*about, f"environment: {activation.label}"]
     with launch.signals_held():  # the server is recorded before a signal unwinds anything
-        job = launch.Launch(command=resolved.command, cwd=resolved.wd, envs=[variables], log=task.folder / "log.txt",
+        job = launch.Launch(command=resolved.command, cwd=resolved.wd, envs=[variables],
+                            log=task.folder / "log.txt",
                             header="".join(f"mlops.serve: {line}\n" for line in lines),
                             detached=True).start()
         pid = job.procs[0].pid

@@ -47,11 +47,11 @@ class Distribution:
             return None
         where = f"{where}.distribution"
         return cls(type=str(data["type"]).lower(),
-                   process_count_per_instance=_count(data.get("process_count_per_instance"), "process_count_per_instance",
-                          where, 1),
+                   process_count_per_instance=_count(data.get("process_count_per_instance"),
+                                                     "process_count_per_instance", where, 1),
                    worker_count=_count(data.get("worker_count"), "worker_count", where, None),
-                   parameter_server_count=_count(data.get("parameter_server_count"), "parameter_server_count", where,
-                          0))
+                   parameter_server_count=_count(data.get("parameter_server_count"),
+                                                 "parameter_server_count", where, 0))
 
 
 @dataclass(frozen=True)

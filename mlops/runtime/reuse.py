@@ -169,7 +169,8 @@ class StepIndex:
         lines = [f"key {parts.key}, " + ("as " if earlier.key == parts.key else
                                           f"was {earlier.key} in ")
                  + f"{earlier.label} ({earlier.folder})", *keydiff.details(changes)]
-        return Decision(parts=parts, earlier=earlier, line=f"reused (from {earlier.label}{note})", details=lines)
+        return Decision(parts=parts, earlier=earlier, line=f"reused (from {earlier.label}{note})",
+                        details=lines)
 
     def _ran(self, parts: KeyParts, rules: StepRules, folder: Path) -> Decision:
         nearest = self.nearest(rules, parts.step)
@@ -208,7 +209,8 @@ class StepIndex:
         record, parts = TaskRecord.read(folder), KeyParts.read(folder)
         if record is None or record.status not in DONE or parts is None or parts.key != key:
             return None
-        return Earlier(folder=folder, run_id=record.mlflow_run_id or "", key=key, run=parts.run, step=parts.step)
+        return Earlier(folder=folder, run_id=record.mlflow_run_id or "", key=key, run=parts.run,
+                       step=parts.step)
 
     def nearest(self, rules: StepRules, step: str) -> Earlier | None:
         """The nearest earlier run of this step: by its path in runs of the same spec, else
@@ -225,7 +227,8 @@ class StepIndex:
         runs may reuse it), its run in its history."""
         parts = decision.parts
         parts.write(folder)
-        here = Earlier(folder=folder.resolve(), run_id=run_id, key=parts.key, run=parts.run, step=parts.step)
+        here = Earlier(folder=folder.resolve(), run_id=run_id, key=parts.key, run=parts.run,
+                       step=parts.step)
         if rules.indexed:
             self.folder.mkdir(parents=True, exist_ok=True)
             tmp = self.folder / f"{parts.key}.{os.getpid()}.tmp"
@@ -238,8 +241,10 @@ class StepIndex:
                        rules: StepRules) -> None:
         """A node that is not one task (a sweep) completed: its record and its history, what
         --from / --only take from its last run."""
-        TaskRecord(status=Status.COMPLETED, mlflow_run_id=run_id, exit_code=0, outputs=outputs).write(folder)
-        here = Earlier(folder=folder.resolve(), run_id=run_id, key="", run=rules.run, step=rules.step)
+        TaskRecord(status=Status.COMPLETED, mlflow_run_id=run_id, exit_code=0,
+                   outputs=outputs).write(folder)
+        here = Earlier(folder=folder.resolve(), run_id=run_id, key="", run=rules.run,
+                       step=rules.step)
         self.earlier.remember(here, lineages(rules.spec, rules.step)[:1])
 
     def linked(self, decision: Decision, folder: Path, rules: StepRules) -> None:

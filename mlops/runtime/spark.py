@@ -45,19 +45,23 @@ class SparkLine:
 
     def environment(self, value, base: Path) -> EnvironmentRef:
         """The spec's environment on this runtime: its packages where it names them."""
-        return EnvironmentRef(value=value, base=base, adds=self.packages, image=f"Spark {self.version} runtime",
-                              fixed=self.spark, python=self.python)
+        return EnvironmentRef(value=value, base=base, adds=self.packages,
+                              image=f"Spark {self.version} runtime", fixed=self.spark,
+                              python=self.python)
 
 
 # Azure's serverless Spark runtimes (the Synapse runtimes' component lists: Spark, Java, Python,
 # and the pandas/numpy/pyarrow/scipy (what pyspark itself imports) of their Python environment)
 LINES = {
-    "3.3": SparkLine(version="3.3", java=11, azure_java=8, python="3.10", packages=("pandas==1.5.1", "numpy==1.23.4", "pyarrow==9.0.0",
-                                            "scipy==1.9.3")),
-    "3.4": SparkLine(version="3.4", java=11, azure_java=11, python="3.10", packages=("pandas==1.5.3", "numpy==1.23.5",
-                                             "pyarrow==14.0.2", "scipy==1.11.4")),
-    "3.5": SparkLine(version="3.5", java=17, azure_java=17, python="3.11", packages=("pandas==2.2.3", "numpy==1.26.4",
-                                             "pyarrow==19.0.0", "scipy==1.15.1")),
+    "3.3": SparkLine(version="3.3", java=11, azure_java=8, python="3.10",
+                     packages=("pandas==1.5.1", "numpy==1.23.4", "pyarrow==9.0.0",
+                               "scipy==1.9.3")),
+    "3.4": SparkLine(version="3.4", java=11, azure_java=11, python="3.10",
+                     packages=("pandas==1.5.3", "numpy==1.23.5", "pyarrow==14.0.2",
+                               "scipy==1.11.4")),
+    "3.5": SparkLine(version="3.5", java=17, azure_java=17, python="3.11",
+                     packages=("pandas==2.2.3", "numpy==1.26.4", "pyarrow==19.0.0",
+                               "scipy==1.15.1")),
 }
 DEFAULT_LINE = "3.4"  # what an attached pool runs unless its own settings say otherwise
 # azure-ai-ml's field names for the conf keys it reads (a spec may use either)

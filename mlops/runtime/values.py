@@ -75,7 +75,8 @@ def input_value(value, key: str, base: Path, assets: AssetMap) -> Value:
         if kind in DATA_TYPES or (not kind and "path" in value):
             return data_value(value, key, base, assets)
         literal = value.get("value", value.get("default"))
-        return Value(text=None if literal is None else render_literal(literal), type=kind or "string")
+        return Value(text=None if literal is None else render_literal(literal),
+                     type=kind or "string")
     return Value(text=None if value is None else render_literal(value))
 
 

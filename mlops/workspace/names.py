@@ -35,14 +35,17 @@ class NameRule:
 
 
 MODEL = NameRule(pattern=r"(?![-_.])[A-Za-z0-9._-]+(?<!\.)",
-                 text="ASCII letters, digits, '-', '_' and '.', starting with a letter or digit and "
-                 "not ending with '.'", limit=255)
+                 text="ASCII letters, digits, '-', '_' and '.', starting with a letter or "
+                      "digit and not ending with '.'", limit=255)
 RESOURCE = NameRule(pattern=r"[A-Za-z0-9][A-Za-z0-9_-]*",
-                    text="ASCII letters, digits, '-' and '_', starting with a letter or digit", limit=255)
+                    text="ASCII letters, digits, '-' and '_', starting with a letter or digit",
+                    limit=255)
 COMPONENT = NameRule(pattern=r"[a-z][a-z0-9_]*",
-                     text="lowercase ASCII letters, digits and '_', starting with a letter", limit=255)
+                     text="lowercase ASCII letters, digits and '_', starting with a letter",
+                     limit=255)
 JOB = NameRule(pattern=r"[A-Za-z0-9][A-Za-z0-9_-]*",
-               text="ASCII letters, digits, '_' and '-', starting with a letter or digit", limit=256)
+               text="ASCII letters, digits, '_' and '-', starting with a letter or digit",
+               limit=256)
 VERSION = NameRule(pattern=r"[A-Za-z0-9_-][A-Za-z0-9._-]*",
                    text="ASCII letters, digits, '.', '-' and '_', not starting with '.'", limit=255,
                    whose="the local workspace")

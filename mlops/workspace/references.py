@@ -41,7 +41,8 @@ def parse(reference: str) -> AssetRef | None:
     short = SHORT.match(reference)
     if short:
         name, version, label = short.groups()
-        return AssetRef(kind=None, name=name, version=version, label=label if version is None else None)
+        return AssetRef(kind=None, name=name, version=version,
+                        label=label if version is None else None)
     long = LONG.match(reference)
     if long:
         kind, name, by, value = long.groups()

@@ -60,7 +60,8 @@ def parse_ref(reference: object) -> RegistryRef | None:
     registry, kind, name, at, version, label = match.groups()
     if version is None and label is None:
         label = at or LATEST
-    return RegistryRef(registry=registry, kind=AssetKind(kind), name=name, version=version, label=label)
+    return RegistryRef(registry=registry, kind=AssetKind(kind), name=name, version=version,
+                       label=label)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -176,12 +176,12 @@ class Workspace:
                 f"{draft.kind.noun} {draft.name}:{version} exists with other content; a "
                 "version is immutable, as on Azure: give a new version, or none for "
                 f"{next_version(held)}")
-        record = AssetVersion(
-            kind=draft.kind, name=draft.name, version=version, type=draft.type, description=draft.description,
-            tags=dict(draft.tags), properties=dict(draft.properties), stage=draft.stage,
-            sequence=max((v.sequence for v in held), default=0) + 1,
-            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), origin=draft.origin, item=item,
-            digest=digest, folder=staging)
+        record = AssetVersion(kind=draft.kind, name=draft.name, version=version, type=draft.type,
+                              description=draft.description, tags=dict(draft.tags),
+                              properties=dict(draft.properties), stage=draft.stage,
+                              sequence=max((v.sequence for v in held), default=0) + 1,
+                              created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), origin=draft.origin,
+                              item=item, digest=digest, folder=staging)
         record.write()
         final = folder / version_folder(version)
         os.replace(staging, final)

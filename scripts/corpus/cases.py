@@ -75,7 +75,8 @@ def run_group(group: Group) -> list[Ran]:
         done[case.id] = outcome
         as_azure[case.id] = classify(case, outcome)[0] in (Verdict.AZURE, Verdict.REFUSED)
         head = runner.head(log)
-        ran.append(Ran(case=case, outcome=outcome, python=python_seen(head) or case.python, log=log))
+        ran.append(Ran(case=case, outcome=outcome, python=python_seen(head) or case.python,
+                       log=log))
     return ran
 
 

@@ -68,8 +68,8 @@ def outcomes(future: Future, group: Group) -> list[Ran]:
         return future.result()
     except Exception as err:  # noqa: BLE001 - one group's failure must not end the others
         reason = f"harness error: {type(err).__name__}: {err}"
-        return [Ran(case=c, outcome=Outcome(code=1, output=reason), python=c.python, log=group.folder)
-                for c in group.cases]
+        return [Ran(case=c, outcome=Outcome(code=1, output=reason), python=c.python,
+                    log=group.folder) for c in group.cases]
 
 
 def publish(plan: Plan, done: list[matrix.Result]) -> None:

@@ -187,8 +187,9 @@ def restore(path: Path, parts: dict[str, object], cfg, classes) -> TrainState:
     for name, part in parts.items():
         if part is not None and name in ckpt:
             part.load_state_dict(ckpt[name])
-    return TrainState(epoch=ckpt["epoch"], best_val_acc=ckpt["best_val_acc"], history=ckpt["history"],
-                      best_confusion=ckpt["best_confusion"], mlflow_run_id=ckpt["mlflow_run_id"], config=ckpt["config"])
+    return TrainState(epoch=ckpt["epoch"], best_val_acc=ckpt["best_val_acc"],
+                      history=ckpt["history"], best_confusion=ckpt["best_confusion"],
+                      mlflow_run_id=ckpt["mlflow_run_id"], config=ckpt["config"])
 
 
 class ResumeError(ValueError):

@@ -126,8 +126,8 @@ def _reduce(loss_sum, correct, *, count, ctx, confusion=None, skipped=0) -> Pass
     if confusion is not None:
         matrix = totals[4:].round().long().view_as(confusion).tolist()
     count = int(count)
-    return PassResult(loss=loss_sum / max(count, 1), acc=correct / max(count, 1), count=count, confusion=matrix,
-                      skipped=int(skipped))
+    return PassResult(loss=loss_sum / max(count, 1), acc=correct / max(count, 1), count=count,
+                      confusion=matrix, skipped=int(skipped))
 
 
 def train_one_epoch(run: Training, cfg: TrainConfig, ctx: DistContext,

@@ -68,7 +68,8 @@ def evaluate_model(cfg: EvaluateConfig) -> Metrics:
     result = evaluate(loaded.model, loader, ctx, num_classes=len(loaded.classes))
     matrix = np.array(result.confusion)
     recall = matrix.diagonal() / np.maximum(matrix.sum(axis=1), 1)
-    return Metrics(val_acc=result.acc, val_loss=result.loss, val_count=result.count, classes=loaded.classes, confusion_matrix=result.confusion,
+    return Metrics(val_acc=result.acc, val_loss=result.loss, val_count=result.count,
+                   classes=loaded.classes, confusion_matrix=result.confusion,
                    recall=dict(zip(loaded.classes, recall.round(4).tolist(), strict=True)))
 
 

@@ -143,7 +143,8 @@ def quantize_int8(folder: Path, bundle, transform, *, calibration: int = 128, se
                         quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     fp32, int8 = _top1(folder / ONNX_FILE, images), _top1(target, images)
-    report = Int8Report(agreement=float((fp32 == int8).mean()), fp32_acc=float((fp32 == labels).mean()),
+    report = Int8Report(agreement=float((fp32 == int8).mean()),
+                        fp32_acc=float((fp32 == labels).mean()),
                         int8_acc=float((int8 == labels).mean()), val_images=len(labels))
     if not report.kept and not keep:
         target.unlink(missing_ok=True)

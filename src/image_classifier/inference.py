@@ -48,4 +48,5 @@ def load_model(root: str | os.PathLike) -> LoadedModel:
     transform = build_transforms(ckpt["image_size"], train=False, mean=ckpt["mean"],
                                  std=ckpt["std"])
     metadata = {k: v for k, v in ckpt.items() if k != "model"}
-    return LoadedModel(model=model, classes=list(ckpt["classes"]), image_size=ckpt["image_size"], transform=transform, metadata=metadata)
+    return LoadedModel(model=model, classes=list(ckpt["classes"]), image_size=ckpt["image_size"],
+                       transform=transform, metadata=metadata)

@@ -83,7 +83,8 @@ def prep(cfg: PrepConfig) -> PrepReport:
             destination.parent.mkdir(parents=True, exist_ok=True)
             resize_shorter_side(image, side).save(destination, quality=95)
             counts[split][label] += 1
-    report = PrepReport(source=str(bundle.root), image_size=cfg.image_size, shorter_side=side, classes=bundle.classes, counts=counts, skipped_unreadable=skipped)
+    report = PrepReport(source=str(bundle.root), image_size=cfg.image_size, shorter_side=side,
+                        classes=bundle.classes, counts=counts, skipped_unreadable=skipped)
     (output / "prep_report.json").write_text(json.dumps(asdict(report), indent=2) + "\n")
     return report
 

@@ -237,8 +237,8 @@ def setup(cfg: TrainConfig, ctx: distributed.DistContext) -> Training:
     scaler = grad_scaler(precision, ctx.device)
     state = resume(cfg, {"model": model, "optimizer": optimizer, "scheduler": scheduler,
                          "scaler": scaler}, bundle.classes)
-    return Training(bundle=bundle, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
-                    loaders=build_loaders(bundle, cfg, ctx, workers), state=state,
+    return Training(bundle=bundle, model=model, optimizer=optimizer, scheduler=scheduler,
+                    scaler=scaler, loaders=build_loaders(bundle, cfg, ctx, workers), state=state,
                     fast=Fast(precision, channels_last))
 
 

@@ -65,8 +65,8 @@ def scored(tiny_data, model_dir, tmp_path_factory, empty_mlflow_store) -> Scored
         (folder / "code").write_text(str(code))
 
     folder = built_once(tmp_path_factory, "batch-scored", score)
-    return Scored(images=folder / "images", run=folder / "run", code=int((folder / "code").read_text()),
-                  out=(folder / "stdout.txt").read_text())
+    return Scored(images=folder / "images", run=folder / "run",
+                  code=int((folder / "code").read_text()), out=(folder / "stdout.txt").read_text())
 
 
 @pytest.mark.proof

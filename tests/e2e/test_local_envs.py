@@ -300,8 +300,9 @@ def test_a_release_built_for_numpy_1_gets_numpy_1_as_azures_conda_build_gives_it
 
     (tmp_path / "conda.yml").write_text(
         "dependencies:\n- python=3.11\n- pip\n- pip:\n  - scikit-learn==1.2.2\n")
-    (layer,) = Environments().layers(EnvironmentRef(value={"conda_file": "conda.yml"}, base=tmp_path),
-                                     "job").layers
+    (layer,
+     ) = Environments().layers(EnvironmentRef(value={"conda_file": "conda.yml"}, base=tmp_path),
+                               "job").layers
     imported = subprocess.run([str(layer / "bin/python"), "-c",
                                "import sklearn, numpy; print(numpy.__version__)"],
                               capture_output=True, text=True, check=True)

@@ -274,8 +274,8 @@ def server(model_dir, tmp_path_factory):
         endpoints.start(ROOT / "endpoints" / "blue.yml", "--model", str(model_dir))
         slot = endpoints.state().deployments["blue"]
         try:
-            yield Served(url=f"http://127.0.0.1:{endpoints.port}", headers=endpoints.headers(), pid=slot.pid,
-                         log=slot.log, direct=f"http://127.0.0.1:{slot.port}")
+            yield Served(url=f"http://127.0.0.1:{endpoints.port}", headers=endpoints.headers(),
+                         pid=slot.pid, log=slot.log, direct=f"http://127.0.0.1:{slot.port}")
         finally:
             endpoints.stop()
 

@@ -79,14 +79,17 @@ def test_azure_model_layout_folder_under_its_name_file_directly_in_and_user_file
     (folder / "sub").mkdir(parents=True)
     (folder / "sub" / "weights.bin").write_bytes(b"w")
     (folder / "MLmodel").write_text("flavors: {}\n")
-    layout = lay_out(ModelSource(path=folder, name="clf", version="3", origin="test", mlflow=True), tmp_path / "app")
+    layout = lay_out(ModelSource(path=folder, name="clf", version="3", origin="test", mlflow=True),
+                     tmp_path / "app")
     assert layout.root == tmp_path / "app" / "azureml-models" / "clf" / "3"
     assert layout.env() == {"AZUREML_MODEL_DIR": str(layout.root), "MLFLOW_MODEL_FOLDER": "model"}
     copy = layout.root / "model" / "sub" / "weights.bin"
     assert not copy.is_symlink() and copy.read_bytes() == b"w"  # MLflow refuses outside links
-    single = lay_out(ModelSource(path=folder / "sub" / "weights.bin", name="w", version="1", origin="t"), tmp_path / "a")
+    single = lay_out(ModelSource(path=folder / "sub" / "weights.bin", name="w", version="1",
+                                 origin="t"), tmp_path / "a")
     assert sorted(p.name for p in single.root.iterdir()) == ["weights.bin"]
-    again = lay_out(ModelSource(path=folder, name="clf", version="3", origin="test", mlflow=True), tmp_path / "app")
+    again = lay_out(ModelSource(path=folder, name="clf", version="3", origin="test", mlflow=True),
+                    tmp_path / "app")
     assert again.root == layout.root and (folder / "sub" / "weights.bin").read_bytes() == b"w"
     assert str(folder) in layout.read_only()
 

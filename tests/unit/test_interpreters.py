@@ -135,7 +135,8 @@ def test_an_environment_with_an_interpreter_is_built_on_it_not_moved(tmp_path, m
     (tmp_path / "conda.yml").write_text(
         "dependencies:\n- python=3.7.5\n- pip:\n  - pandas==1.2.1\n")
     envs = activation.Environments()
-    stack = envs.layers(activation.EnvironmentRef(value={"conda_file": "conda.yml"}, base=tmp_path), "job")
+    stack = envs.layers(activation.EnvironmentRef(value={"conda_file": "conda.yml"}, base=tmp_path),
+                        "job")
     assert stack == activation.Stack([tmp_path], py37, own=True)
     assert built == [("3.7.5", py37)] and envs.caveat("job") == ""
     err = capsys.readouterr().err

@@ -77,7 +77,8 @@ def test_truncation_selection_can_exclude_finished_trials():
                     exclude_finished_jobs=True)
     finished = [[0.9], [0.95], [0.99]]
     assert not should_stop(policy, [0.5], others=[], finished=finished)
-    policy_all = Policy(type="truncation_selection", evaluation_interval=1, truncation_percentage=50)
+    policy_all = Policy(type="truncation_selection", evaluation_interval=1,
+                        truncation_percentage=50)
     assert should_stop(policy_all, [0.5], others=[], finished=finished)
 
 

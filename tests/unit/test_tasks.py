@@ -178,5 +178,5 @@ def test_a_conda_package_pypi_has_no_project_of_is_left_out_not_called_unbuildab
     (tmp_path / "conda.yml").write_text("dependencies:\n- python=3.11\n- pip\n"
                                         "- pip:\n  - nosuchpkg==1.0\n")
     with pytest.raises(LocalRunError, match="nosuchpkg was not found"):
-        activation.Environments().layers(EnvironmentRef(value={"conda_file": "conda.yml"}, base=tmp_path),
-                                         "job")
+        activation.Environments().layers(EnvironmentRef(value={"conda_file": "conda.yml"},
+                                                        base=tmp_path), "job")

@@ -31,7 +31,8 @@ def folder_with(path, text: str):
 
 
 def model(name: str, source, version: str | None = None) -> Draft:
-    return Draft(kind=AssetKind.MODEL, name=name, source=source, version=version, type="custom_model")
+    return Draft(kind=AssetKind.MODEL, name=name, source=source, version=version,
+                 type="custom_model")
 
 
 def test_versions_count_up_latest_moves_archived_is_never_latest(workspace, tmp_path):
@@ -101,7 +102,8 @@ def test_versions_that_cannot_be_a_folder_here_are_refused(workspace, tmp_path, 
     (AssetKind.MODEL, "a" * 255), (AssetKind.MODEL, "v1.2-final_x"), (AssetKind.DATA, "9-d_x"),
     (AssetKind.ENVIRONMENT, "E" * 255), (AssetKind.COMPONENT, "train_step_2")])
 def test_names_at_the_limits_azure_takes_are_registered(workspace, tmp_path, kind, name):
-    made = workspace.create(Draft(kind=kind, name=name, source=folder_with(tmp_path / "a", "x"), version="1"))
+    made = workspace.create(Draft(kind=kind, name=name, source=folder_with(tmp_path / "a", "x"),
+                                  version="1"))
     assert workspace.find(kind, name).digest == made.digest
 
 
@@ -247,8 +249,9 @@ def test_a_registered_model_is_served_under_its_version(workspace, tmp_path):
 
 
 def test_records_round_trip(workspace, tmp_path):
-    made = workspace.create(Draft(kind=AssetKind.DATA, name="d", source=folder_with(tmp_path / "x", "1"),
-                                  tags={"a": "b"}, description="words"))
+    made = workspace.create(Draft(kind=AssetKind.DATA, name="d",
+                                  source=folder_with(tmp_path / "x", "1"), tags={"a": "b"},
+                                  description="words"))
     again = AssetVersion.read(made.folder)
     assert (again.tags, again.description, again.digest) == ({"a": "b"}, "words", made.digest)
     assert json.loads((made.folder / RECORD).read_text())["kind"] == "data"
