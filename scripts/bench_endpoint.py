@@ -70,7 +70,7 @@ def group_cpu(pgid: int) -> float:
     return total / TICK
 
 
-def measured(port: int, headers: dict[str, str], clients: int, seconds: float,
+def measured(port: int, headers: dict[str, str], clients: int, *, seconds: float,
              groups: tuple[int, int]) -> dict:
     """A load's figures, with the front's and the server's CPU ms per request."""
     before = [group_cpu(g) for g in groups]
@@ -122,14 +122,14 @@ def side_by_side(state: EndpointState, args) -> list[tuple[str, int, dict]]:
         for _ in range(args.rounds):
             for name, port, headers in (("server alone", blue.port, {}),
                                         ("through the front", state.port, key)):
-                row = measured(port, headers, clients, args.seconds, groups)
+                row = measured(port, headers, clients, seconds=args.seconds, groups=groups)
                 if name not in best or row["rps"] > best[name]["rps"]:
                     best[name] = row
         rows += [(name, clients, row) for name, row in best.items()]
     endpoint_actions.update(None, traffic=None, mirror="green=50")
     for clients in (1, 4):
         rows.append(("front, 50 % mirrored", clients,
-                     measured(state.port, key, clients, args.seconds, groups)))
+                     measured(state.port, key, clients, seconds=args.seconds, groups=groups)))
     return rows
 
 

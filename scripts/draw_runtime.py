@@ -63,7 +63,7 @@ TREE = (
 )
 
 
-def text(x: float, y: float, s: str, size: int = 12, weight: str = "normal",
+def text(x: float, y: float, s: str, *, size: int = 12, weight: str = "normal",
          anchor: str = "start", family: str = "sans-serif") -> str:
     return (f'<text x="{x:g}" y="{y:g}" font-family="{family}" font-size="{size}" '
             f'font-weight="{weight}" text-anchor="{anchor}">{escape(s)}</text>')
@@ -71,22 +71,24 @@ def text(x: float, y: float, s: str, size: int = 12, weight: str = "normal",
 
 def stage_row() -> list[str]:
     left = (WIDTH - 5 * BOX_W - 4 * GAP) / 2
-    parts = [text(WIDTH / 2, 30, "mlops/runtime/engine.py: how a spec runs on this machine", 16,
-                  "bold", "middle")]
+    parts = [text(WIDTH / 2, 30, "mlops/runtime/engine.py: how a spec runs on this machine",
+                  size=16, weight="bold", anchor="middle")]
     for i, stage in enumerate(STAGES):
         x = left + i * (BOX_W + GAP)
         parts.append(f'<rect x="{x:g}" y="{TOP}" width="{BOX_W}" height="{BOX_H}" rx="8" '
                      f'fill="{stage.colour}" stroke="#475569"/>')
-        parts.append(text(x + BOX_W / 2, TOP + 22, f"{i + 1}. {stage.name}", 14, "bold",
-                          "middle"))
-        parts.append(text(x + BOX_W / 2, TOP + 40, stage.modules, 10, "normal", "middle",
-                          "monospace"))
-        parts += [text(x + 10, TOP + 60 + 17 * j, line, 11) for j, line in enumerate(stage.lines)]
+        parts.append(text(x + BOX_W / 2, TOP + 22, f"{i + 1}. {stage.name}", size=14, weight="bold",
+                          anchor="middle"))
+        parts.append(text(x + BOX_W / 2, TOP + 40, stage.modules, size=10, weight="normal",
+                          anchor="middle", family="monospace"))
+        parts += [text(x + 10, TOP + 60 + 17 * j, line, size=11)
+                  for j, line in enumerate(stage.lines)]
         if i:
             parts.append(f'<line x1="{x - GAP + 3:g}" y1="{TOP + BOX_H / 2}" x2="{x - 4:g}" '
                          f'y2="{TOP + BOX_H / 2}" stroke="#334155" stroke-width="2" '
                          'marker-end="url(#arrow)"/>')
-    parts.append(text(WIDTH / 2, TOP + BOX_H + 26, USERS, 12, "normal", "middle"))
+    parts.append(text(WIDTH / 2, TOP + BOX_H + 26, USERS, size=12, weight="normal",
+                      anchor="middle"))
     return parts
 
 
@@ -100,10 +102,10 @@ def run_folder(top: float) -> list[str]:
             parts.append(f'<rect x="{40 + 24 * indent}" y="{y - 14:g}" '
                          f'width="{8 * len(entry) + 8}" height="19" rx="4" '
                          f'fill="{colour[stage]}"/>')
-        parts.append(text(44 + 24 * indent, y, entry, 13, "bold", family="monospace"))
-        parts.append(text(440, y, what, 12))
+        parts.append(text(44 + 24 * indent, y, entry, size=13, weight="bold", family="monospace"))
+        parts.append(text(440, y, what, size=12))
         if stage:
-            parts.append(text(WIDTH - 40, y, stage, 11, "normal", "end"))
+            parts.append(text(WIDTH - 40, y, stage, size=11, weight="normal", anchor="end"))
     return parts
 
 

@@ -218,7 +218,8 @@ def automl_command(raw: SpecData, where: str, assets: AssetMap | None = None) ->
     cannot run."""
     task = task_of(raw, where)
     if task in IMAGE_TASKS:
-        definition, notes = image_sweep(raw, task, where, assets, automl_outputs(raw))
+        definition, notes = image_sweep(raw, task, where, assets=assets,
+                                        outputs=automl_outputs(raw))
         return AutoMLCommand(definition, [f"note: {where}: {note}" for note in notes])
     flags = search_flags(raw, task, where)
     if not raw.get("training_data"):

@@ -172,7 +172,7 @@ def require_runner_python(where: str) -> None:
                             f"{how_to_get(RUNNER_PYTHON)}")
 
 
-def image_sweep(raw: SpecData, task: str, where: str, assets: AssetMap | None,
+def image_sweep(raw: SpecData, task: str, where: str, *, assets: AssetMap | None,
                 outputs: SpecData) -> tuple[SpecData, list[str]]:
     """The sweep definition an image AutoML spec runs as, and what differs from Azure."""
     if not raw.get("training_data"):

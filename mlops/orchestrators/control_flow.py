@@ -118,7 +118,7 @@ def do_while(raw: SpecData, ports: dict[str, Ports], where: str) -> DoWhile:
         out = port_name(out, body, "outputs", f"{where}.mapping")
         ins = [port_name(i, body, "inputs", f"{where}.mapping")
                for i in (ins if isinstance(ins, list) else [ins])]
-        _check_ports(out, ins, own, body, where)
+        _check_ports(out, ins, own, body=body, where=where)
         mapping[out] = ins
     taken = [i for ins in mapping.values() for i in ins]
     for doubled in sorted({i for i in taken if taken.count(i) > 1}):
@@ -138,7 +138,7 @@ def do_while(raw: SpecData, ports: dict[str, Ports], where: str) -> DoWhile:
                    max_iterations=_limit(raw, where))
 
 
-def _check_ports(out: str, ins: list[str], own: Ports, body: str, where: str) -> None:
+def _check_ports(out: str, ins: list[str], own: Ports, *, body: str, where: str) -> None:
     if out not in own.outputs:
         raise LocalRunError(f"{where}.mapping: The output of mapping {out} does not exist in "
                             f"{body} outputs, existing outputs: {sorted(own.outputs)}")

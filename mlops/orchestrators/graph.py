@@ -116,11 +116,11 @@ def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str,
                     base=base, where=where, inline=True)
     if kind == "sweep":
         definition, def_base, home = load_component(raw.get("trial"), base, assets,
-                                                    f"{where}.trial", registry)
+                                                    f"{where}.trial", registry=registry)
     elif kind in ("command", "pipeline", "parallel", "spark") and \
             raw.get("component") is not None:
         definition, def_base, home = load_component(raw["component"], base, assets,
-                                                    f"{where}.component", registry)
+                                                    f"{where}.component", registry=registry)
     elif kind in ("command", "parallel", "spark"):
         return Node(name=name, kind=kind, raw=raw, definition=raw, base=base, where=where,
                     inline=True, registry=registry)
@@ -134,7 +134,7 @@ def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str,
                 registry=home)
 
 
-def build_nodes(jobs: SpecData, base: Path, assets: AssetMap, where: str,
+def build_nodes(jobs: SpecData, base: Path, assets: AssetMap, where: str, *,
                 registry: str | None = None) -> list[Node]:
     """Every node loaded and every static data input resolved, in dependency order (a loop's
     body is not in it: its loop runs it). `registry`: the registry a pipeline component came
@@ -147,7 +147,8 @@ def build_nodes(jobs: SpecData, base: Path, assets: AssetMap, where: str,
             if isinstance(binding, dict) and not REF.search(str(binding.get("path", ""))):
                 input_value(binding, f"{node.where}.inputs.{key}", base, assets)
         if node.kind == "pipeline":
-            build_nodes(node.definition["jobs"], node.base, assets, node.where, node.registry)
+            build_nodes(node.definition["jobs"], node.base, assets, node.where,
+                        registry=node.registry)
     graph = {name: {step for step, _ in STEP_OUTPUT.findall(str(node.raw))}
              for name, node in nodes.items()}
     unknown = {dep for deps in graph.values() for dep in deps} - set(nodes)

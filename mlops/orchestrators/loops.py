@@ -98,7 +98,7 @@ def skip(node: Node, scope: Scope, rt: Runtime, why: str) -> None:
 
 # ---- loops ---------------------------------------------------------------------------------
 
-def child_scope(scope: Scope, node: Node, label: str, given: dict[str, Value],
+def child_scope(scope: Scope, node: Node, label: str, given: dict[str, Value], *,
                 run_id: str) -> Scope:
     """The scope one run of a loop's body sees: the pipeline's, in a folder of its own."""
     part = label.replace("_", ":", 1)
@@ -121,7 +121,7 @@ def run_do_while(node: Node, scope: Scope, rt: Runtime, run_one: RunOne) -> int:
     given: dict[str, Value] = {}
     with rt.tracking.open(scope.experiment, node.name, tags, parent=scope.run_id) as run:
         for count in range(spec.max_iterations):
-            inner = child_scope(scope, node, f"iteration_{count}", given, run.run_id)
+            inner = child_scope(scope, node, f"iteration_{count}", given, run_id=run.run_id)
             code = run_one(body, inner, rt)
             if code != 0:
                 run.close(RunStatus.FAILED)
@@ -161,7 +161,7 @@ def run_parallel_for(node: Node, scope: Scope, rt: Runtime, run_one: RunOne) -> 
         for key, item in items:
             given = {name: input_value(value, f"{node.where}.items.{key}.{name}", node.base,
                                        scope.assets) for name, value in item.items()}
-            inner = child_scope(scope, node, f"item_{key}", given, run.run_id)
+            inner = child_scope(scope, node, f"item_{key}", given, run_id=run.run_id)
             code = run_one(body, inner, rt)
             if code != 0:
                 run.close(RunStatus.FAILED)

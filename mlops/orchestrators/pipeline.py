@@ -144,7 +144,7 @@ def run_pipeline_node(node: Node, scope: Scope, rt: Runtime) -> int:
                       force_rerun=scope.force_rerun, reused=scope.reused,
                       path=(*scope.path, node.name), spec=scope.spec)
         nodes = build_nodes(node.definition["jobs"], node.base, scope.assets, node.where,
-                            node.registry)
+                            registry=node.registry)
         code = run_graph(nodes, child, rt)
         run.close(RunStatus.FINISHED if code == 0 else RunStatus.FAILED)
     scope.steps[node.name] = {k: Produced(v.type, v.target) for k, v in outputs.items()}
@@ -249,7 +249,7 @@ def addresses(nodes: list[Node], assets: AssetMap, above: tuple[str, ...] = ()
             continue
         elif node.kind == "pipeline":
             found += addresses(build_nodes(node.definition["jobs"], node.base, assets,
-                                           node.where, node.registry), assets, here)
+                                           node.where, registry=node.registry), assets, here)
         elif node.kind == "sweep":
             trials = int((node.raw.get("limits") or {}).get("max_total_trials") or 1)
             found += [(*here, f"trial:{n}") for n in range(trials)]

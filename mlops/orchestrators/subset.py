@@ -53,7 +53,8 @@ def step_addresses(nodes: list[Node], assets: AssetMap, above: Address = ()) -> 
 
 
 def children(node: Node, assets: AssetMap) -> list[Node]:
-    return build_nodes(node.definition["jobs"], node.base, assets, node.where, node.registry)
+    return build_nodes(node.definition["jobs"], node.base, assets, node.where,
+                       registry=node.registry)
 
 
 def depends(node: Node) -> set[str]:

@@ -166,11 +166,11 @@ class TreeStore:
         """(path, "changed" | "added" | "removed") between two trees, at most `limit`; only the
         folders that differ are read. ("", "unknown") when an object is gone."""
         found: list[tuple[str, str]] = []
-        self._diff(old, new, "", found, limit)
+        self._diff(old, new, "", found, limit=limit)
         return found
 
     def _diff(self, old: str, new: str, above: str,
-              found: list[tuple[str, str]], limit: int) -> None:
+              found: list[tuple[str, str]], *, limit: int) -> None:
         before, after = self.get(old), self.get(new)
         if before is None or after is None:
             found.append((above.rstrip("/"), "unknown"))
@@ -182,7 +182,7 @@ class TreeStore:
             if was == now:
                 continue
             if was and now and was[0] == now[0] == "d":
-                self._diff(was[1:], now[1:], f"{above}{name}/", found, limit)
+                self._diff(was[1:], now[1:], f"{above}{name}/", found, limit=limit)
             else:
                 slash = "/" if (now or was or "")[:1] == "d" else ""
                 state = "added" if was is None else "removed" if now is None else "changed"

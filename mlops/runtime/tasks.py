@@ -97,7 +97,7 @@ def experiment_name(data: SpecData) -> str:
     return str(data.get("experiment_name") or Path.cwd().name)
 
 
-def load_component(ref, base: Path, assets: AssetMap, where: str,
+def load_component(ref, base: Path, assets: AssetMap, where: str, *,
                    registry: str | None = None) -> Component:
     """A component given as a file, `file:` path, inline mapping, a registry's (from the folder
     the asset map names for it), or a registered or mapped `azureml:` name. `registry`: the

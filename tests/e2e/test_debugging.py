@@ -121,8 +121,8 @@ def test_a_step_name_the_pipeline_lacks_is_refused_with_its_steps(debug_env, tmp
 def test_the_local_endpoint_stops_in_run_and_answers_after(debug_env, tmp_path, monkeypatch):
     endpoints = use_root(monkeypatch, tmp_path / "endpoints")
     debug_port = free_port()
-    url = endpoints.start(FIXTURES / "endpoint" / "deployment.yml", "--debug", "1",
-                          "--debug-port", str(debug_port))
+    debug = ["--debug", "1", "--debug-port", str(debug_port)]  # the serve command's argv
+    url = endpoints.start(FIXTURES / "endpoint" / "deployment.yml", *debug)
     client = DapClient(debug_port)
     answers = []
     try:

@@ -162,7 +162,7 @@ def test_a_registry_environment_of_a_held_version_is_its_definition(tmp_path):
 def test_a_registry_pipeline_components_short_names_are_its_registrys(tmp_path):
     root = assets_checkout(tmp_path / "repo")
     assets = asset_map(tmp_path, root)
-    inner = load_component("azureml:rai_create:0.22.0", tmp_path, assets, "x", "azureml")
+    inner = load_component("azureml:rai_create:0.22.0", tmp_path, assets, "x", registry="azureml")
     assert inner.registry == "azureml" and inner.data["name"] == "rai_create"
     with pytest.raises(LocalRunError, match="rai_create"):  # outside a registry: the workspace's
         load_component("azureml:rai_create:0.22.0", tmp_path, assets, "x")
