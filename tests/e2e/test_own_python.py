@@ -142,8 +142,8 @@ def test_a_debugger_stops_a_job_on_python_38_at_its_source_line(tmp_path):
 
     debug = on_python_38(FIXTURES / "debug", tmp_path)
     port = free_port()
-    job = run_local(debug / "job.yml", tmp_path / "run", "--set", "inputs.n=3", "--debug", "1",
-                    "--debug-port", str(port))
+    argv = ["--set", "inputs.n=3", "--debug", "1", "--debug-port", str(port)]
+    job = run_local(debug / "job.yml", tmp_path / "run", *argv)
     path, line, local_vars, out = debugged(job, port, debug / "src/tally.py", ADD_LINE,
                                            wait=300)
     assert (path, line) == (str(debug / "src/tally.py"), ADD_LINE)

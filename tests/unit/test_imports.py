@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import textwrap
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -294,3 +295,135 @@ def test_functions_are_short_take_few_parameters_and_say_their_types(path):
         assert lines <= MAX_FUNCTION_LINES, f"{where}: {lines} lines; split it"
         assert count <= MAX_PARAMETERS, f"{where}: {count} parameters; group them in a dataclass"
     assert not bare_dicts(path), f"{path.relative_to(ROOT)}: bare dict at {bare_dicts(path)}"
+
+
+# Keyword construction: state past 3 fields is built by name, and no call of ours leans on the
+# position of a fifth argument. Checked in every Python file of ours, tests and scripts included.
+CHECKED = sorted(p for folder in ("mlops", "src", "scripts", "tests")
+                 for p in python_files(ROOT / folder))
+MAX_POSITIONAL_FIELDS = 3
+MAX_POSITIONAL_ARGUMENTS = 4
+# Callees exempt from MAX_POSITIONAL_ARGUMENTS: not ours to change, and positional by design.
+# Each is matched against the callee as written (`ast.unparse(call.func)`): a name exactly, "x."
+# as a prefix (every function of a module or logger), ".x" as a suffix (a method of any object).
+POSITIONAL_BY_DESIGN = (
+    "print", "max", "min", "range",  # builtins that take a run of values
+    "log.", "logger.", "logging.", "warnings.warn",  # logging's %-style arguments
+    ".format", ".join", "Path", ".joinpath",  # str.format, "...".join, os.path.join, path parts
+    "struct.pack", "struct.unpack",  # a binary layout's values, in the layout's order
+    "torch.", "np.", "numpy.",  # tensor and array shapes (torch.zeros(a, b, c, d, e))
+)
+
+
+def is_dataclass(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return getattr(target, "id", getattr(target, "attr", "")) == "dataclass"
+
+
+def positional_fields(node: ast.ClassDef) -> list[str]:
+    """The fields a dataclass takes by position: those before a `_: KW_ONLY` marker."""
+    names = []
+    for stmt in node.body:
+        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+            continue
+        annotation = ast.unparse(stmt.annotation)
+        if annotation.endswith("KW_ONLY"):
+            break
+        if "ClassVar" not in annotation:
+            names.append(stmt.target.id)
+    return names
+
+
+def positional_dataclasses(tree: ast.Module) -> list[str]:
+    """Dataclasses with more than MAX_POSITIONAL_FIELDS fields a caller could give by position."""
+    found = []
+    for node in ast.walk(tree):
+        for deco in getattr(node, "decorator_list", []) if isinstance(node, ast.ClassDef) else []:
+            kw_only = isinstance(deco, ast.Call) and any(
+                k.arg == "kw_only" and getattr(k.value, "value", False) for k in deco.keywords)
+            if is_dataclass(deco) and not kw_only and \
+                    len(positional_fields(node)) > MAX_POSITIONAL_FIELDS:
+                found.append(f"{node.lineno} {node.name}")
+    return found
+
+
+def variadic(tree: ast.Module) -> dict[str, int]:
+    """Functions this file defines with `*args` (an argv, a folder's parts): name -> how many
+    named parameters come before it. The values a call spreads into `*args` are one list given
+    inline, not positions a reader must count."""
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.args.vararg:
+            names = [a.arg for a in node.args.posonlyargs + node.args.args]
+            found[node.name] = len(names) - (1 if names[:1] in (["self"], ["cls"]) else 0)
+    return found
+
+
+def exempt(callee: str) -> bool:
+    return any(callee == rule or (rule.endswith(".") and callee.startswith(rule))
+               or (rule.startswith(".") and callee.endswith(rule)) for rule in POSITIONAL_BY_DESIGN)
+
+
+def positional_calls(tree: ast.Module) -> list[str]:
+    """Calls that pass more than MAX_POSITIONAL_ARGUMENTS arguments by position."""
+    spread, found = variadic(tree), []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or len(node.args) <= MAX_POSITIONAL_ARGUMENTS:
+            continue
+        callee = ast.unparse(node.func)
+        local = callee.removeprefix("self.").removeprefix("cls.")
+        count = min(len(node.args), spread.get(local, len(node.args)))
+        if count > MAX_POSITIONAL_ARGUMENTS and not exempt(callee):
+            found.append(f"{node.lineno} {callee}")
+    return found
+
+
+def test_dataclasses_past_three_fields_are_keyword_only():
+    found = [f"{p.relative_to(ROOT)}:{where}" for p in CHECKED
+             for where in positional_dataclasses(parsed(p))]
+    assert not found, ("make these @dataclass(..., kw_only=True) and build them with keywords: "
+                       f"{found}")
+
+
+def test_no_call_passes_more_than_four_positional_arguments():
+    found = [f"{p.relative_to(ROOT)}:{where}" for p in CHECKED
+             for where in positional_calls(parsed(p))]
+    assert not found, ("pass these by keyword (make the function's trailing parameters "
+                       f"keyword-only with `*`): {found}")
+
+
+def test_the_keyword_rules_find_what_they_forbid_and_pass_what_they_allow():
+    planted = ast.parse(textwrap.dedent("""\
+        @dataclass(frozen=True)
+        class Wide:
+            a: int; b: int; c: int; d: int
+        @dataclasses.dataclass
+        class AlsoWide:
+            a: int; b: int; c: int; d: int = 0
+        @dataclass(frozen=True, kw_only=True)
+        class Fine:
+            a: int; b: int; c: int; d: int
+        @dataclass
+        class Marked:
+            a: int; _: KW_ONLY; b: int; c: int; d: int
+        @dataclass
+        class Narrow:
+            a: int; b: int; c: int; k: ClassVar[int] = 1
+        """))
+    assert positional_dataclasses(planted) == ["2 Wide", "5 AlsoWide"]
+    calls = ast.parse(textwrap.dedent("""\
+        build(1, 2, 3, 4, 5)
+        self.go(a, b, c, d, e, f)
+        build(1, 2, 3, 4, key=5)
+        print(1, 2, 3, 4, 5)
+        log.info("%s %s %s %s", 1, 2, 3, 4)
+        torch.zeros(1, 2, 3, 4, 5)
+        "{}{}{}{}{}".format(1, 2, 3, 4, 5)
+        os.path.join("a", "b", "c", "d", "e")
+        def argv(repo, *args): ...
+        argv(repo, "job", "create", "--file", "x.yml")
+        def fixed(a, b, c, d, e): ...
+        fixed(1, 2, 3, 4, 5)
+        blog(1, 2, 3, 4, 5)
+        """))
+    assert positional_calls(calls) == ["1 build", "2 self.go", "12 fixed", "13 blog"]
