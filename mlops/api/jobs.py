@@ -24,10 +24,10 @@ from typing import TextIO
 from mlops.api.records import RUNNER_LOG, JobRecord, find_job
 from mlops.checks.prepare import prepare_job
 from mlops.errors import LocalRunError
-from mlops.orchestrators.jobs import claim
 from mlops.runtime import (
     AssetMap,
     JobStatus,
+    claim_job_name,
     job_name,
     locked,
     run_folder,
@@ -74,8 +74,8 @@ def create(submission: Submission) -> JobRecord:
     folder = run_folder(job, None)
     try:
         with locked(folder):
-            claim(job, folder)
-            write_record(job, folder, status=JobStatus.STARTING)
+            claim_job_name(job_name(job, folder), folder)
+            write_record(job.identity(folder), folder, status=JobStatus.STARTING)
         log = open(folder / RUNNER_LOG, "ab")  # noqa: SIM115 - the runner's, closed below
         with log:
             runner = subprocess.Popen(submission.runner_argv(folder), stdin=subprocess.DEVNULL,

@@ -17,41 +17,30 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlops.checks.lint_assets import batch_settings
-from mlops.endpoints.deployment import Deployment, load
+from mlops.endpoints.deployment import Deployment
 from mlops.endpoints.models import ModelLayout, lay_out
-from mlops.environments.activation import Environments
 from mlops.errors import LocalRunError
-from mlops.project import project, tracking_uri
 from mlops.runtime import (
-    AssetMap,
     Batches,
-    DebugRequest,
     Driven,
     Limits,
     Listing,
     Placement,
     Retry,
     Runtime,
-    Server,
     Status,
     Task,
-    Tracking,
     batch_processes,
     drive_batches,
     extract_archive,
-    install_signal_handlers,
-    is_remote,
     list_files,
     read_table,
-    restore_signal_handlers,
     row_batches,
-    safe_root,
     variables,
     worker_command,
     write_rows,
@@ -59,23 +48,6 @@ from mlops.runtime import (
 from mlops.specs import SpecData
 
 RETRY = Retry(max_retries=3, timeout=30)  # a batch deployment's retry_settings defaults
-
-
-@dataclass(frozen=True, kw_only=True)
-class BatchRequest:
-    """What `make batch-local` asks for."""
-
-    deployment: Path
-    input: str  # a folder of files, a .zip of one, or a reference (az ml batch-endpoint
-    # invoke --input azureml:<data>@latest): the local workspace, then the mapping file
-    model: str | None = None  # a model folder (default: as make serve-local picks it)
-    run_dir: Path | None = None
-    max_procs: int = 1
-    env_file: Path | None = None
-    asset_file: Path | None = None
-    debug: DebugRequest | None = None  # DEBUG=1 or worker:N: a scoring process to debug
-    input_type: str = ""  # mltable: the input's rows (an MLTable folder), as an
-    # Input(type="mltable") is scored on Azure; "": a data asset's own type, else uri_folder
 
 
 def check_input(source: Path, *, tabular: bool) -> None:
@@ -205,45 +177,3 @@ def summarize(rt: Runtime, driven: Driven, *, settings: SpecData, name: str,
         print(f"  unreadable files: {', '.join(map(str, errors))}")
     print(f"  log: {result.log}")
     return 0 if result.status == Status.COMPLETED else 1
-
-
-def input_type(request: BatchRequest) -> str:
-    """The type asked for, else that of the local workspace's data asset the input names (an
-    mltable asset is scored by its rows, as on Azure), else uri_folder."""
-    if request.input_type:
-        return request.input_type
-    if is_remote(request.input):
-        from mlops.workspace.records import AssetKind
-        from mlops.workspace.references import registered
-
-        record = registered(str(request.input), AssetKind.DATA)
-        if record is not None and record.type:
-            return record.type
-    return "uri_folder"
-
-
-def run_local(request: BatchRequest) -> int:
-    """make batch-local: 0 when every mini-batch completed, 1 when the run failed; raises
-    LocalRunError for input errors."""
-    handlers = install_signal_handlers()
-    server = Server(tracking_uri())
-    try:
-        deployment = load(request.deployment, "batch-deployment", request.model,
-                          request.asset_file)
-        source = AssetMap(request.asset_file).local_path(str(request.input), "--input",
-                                                         Path.cwd(), must_exist=False)
-        folder = (request.run_dir or project().runs_dir /
-                  f"batch-{deployment.name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-        if folder.exists() and any(folder.iterdir()):
-            raise LocalRunError(f"{folder} is not empty: use a new --run-dir")
-        if request.debug is not None:
-            request.debug.check([()])
-        folder.mkdir(parents=True, exist_ok=True)
-        rt = Runtime(root=safe_root(folder), max_procs=max(1, request.max_procs),
-                     tracking=Tracking(server), environments=Environments(request.env_file),
-                     debug=request.debug)
-        rt.tracking.connect()  # the warm server (started now if none is) or the store
-        return run_batch(deployment, source, rt, tabular=input_type(request) == "mltable")
-    finally:
-        server.close()
-        restore_signal_handlers(handlers)

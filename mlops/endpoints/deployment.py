@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.checks.validation import check
 from mlops.endpoints.models import ModelSource, model_source
 from mlops.environments.envspec import EnvironmentRef
@@ -50,9 +51,10 @@ def image_packages(role: str, nocode: bool) -> tuple[str, ...]:
 
 
 def load(path: str | Path, role: str, model: str | None = None,
-         asset_file: Path | None = None) -> Deployment:
-    """`role`: online-deployment or batch-deployment. Errors say what Azure would refuse."""
-    spec = load_spec(path, role)
+         asset_file: Path | None = None, sets: list[str] | None = None) -> Deployment:
+    """`role`: online-deployment or batch-deployment; `sets`: KEY=VALUE overrides, as `az ml
+    <role> create --set` applies them. Errors say what Azure would refuse."""
+    spec = _loaded(path, role, sets)
     table, default = DEPLOYMENT_TYPES[role]
     declared = spec.declared  # what its $schema names, if it names a kind Azure has
     if declared and declared not in {*table.values(), spec.kind, "batchDeployment"}:
@@ -100,6 +102,13 @@ def _no_code(spec: Spec, source: ModelSource, role: str) -> Deployment:
         environment = mlflow_environment(source.path, adds)
     return Deployment(spec=spec, model=source, code=NOCODE, scoring_script=NOCODE_SCRIPTS[role],
                       environment=environment, nocode=True)
+
+
+def _loaded(path: str | Path, role: str, sets: list[str] | None) -> Spec:
+    spec = load_spec(path, role)
+    if sets:
+        spec.data = apply_sets(spec.data, parse_sets(sets, spec.path), spec.path)
+    return spec
 
 
 def mlflow_environment(model: Path, adds: tuple[str, ...]) -> EnvironmentRef:

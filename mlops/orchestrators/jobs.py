@@ -3,41 +3,30 @@
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlops.checks.prepare import prepare_job
-from mlops.environments.activation import Environments
 from mlops.errors import LocalRunError
-from mlops.project import tracking_uri
 from mlops.runtime import (
     AssetMap,
     DebugRequest,
     Job,
+    RunSetup,
     Runtime,
     Selection,
-    Server,
     TaskSource,
-    Tracking,
     check_interrupt,
     command_task,
-    end_record,
     experiment_name,
-    install_signal_handlers,
-    job_name,
+    guarded_run,
     job_outputs,
-    locked,
-    restore_signal_handlers,
     run_folder,
+    run_in_folder,
     run_task,
-    safe_root,
     slot,
     spark_task,
-    write_record,
 )
 from mlops.specs import SpecData
 
@@ -112,21 +101,11 @@ def definition_of(job: Job) -> SpecData:
     return built.definition
 
 
-def run_job(job: Job, rt: Runtime) -> int:
+def finished(job: Job, rt: Runtime) -> int:
     """The job's exit code, from the runner of its kind; a job that completed is known to the
     local workspace by name, with the outputs it declares with `name:` registered."""
-    write_record(job, rt.root)
-    try:
-        code = run_kind(job, rt)
-        code = remember(job, rt.shown) if code == 0 else code
-    except KeyboardInterrupt as err:
-        end_record(rt.root, 128 + getattr(err, "signum", 2))
-        raise
-    except BaseException:
-        end_record(rt.root, 1)
-        raise
-    end_record(rt.root, code)
-    return code
+    code = run_kind(job, rt)
+    return remember(job, rt.shown) if code == 0 else code
 
 
 def remember(job: Job, folder: Path) -> int:
@@ -154,15 +133,6 @@ def remember(job: Job, folder: Path) -> int:
                           label=job.name)
 
 
-def claim(job: Job, folder: Path) -> None:
-    """The job's name (its spec's `name:`, else its run folder's), unique in the workspace as on
-    Azure (mlops/workspace/jobs.py): `azml job show -n <name>` finds it from the start."""
-    from mlops.workspace.jobs import claim_name
-    from mlops.workspace.store import Workspace, workspace_root
-
-    claim_name(Workspace(workspace_root()), job_name(job, folder), folder.resolve())
-
-
 def run_kind(job: Job, rt: Runtime) -> int:
     if job.spec.kind == "sweepJob":
         from mlops.orchestrators.sweep import run_sweep_job  # optuna: 0.3 s, sweeps only
@@ -175,24 +145,11 @@ def run_kind(job: Job, rt: Runtime) -> int:
     return run_command_job(job, rt)
 
 
-@contextlib.contextmanager
-def in_folder(folder: Path) -> Iterator[None]:
-    """A write the machine refused without naming its file names the run folder."""
-    try:
-        yield
-    except OSError as err:
-        if err.filename is None:
-            err.filename = str(folder)
-        raise
-
-
 def run_local(request: JobRequest) -> int:
-    """Resolve, run, and leave nothing behind when nothing started (a refused spec, Ctrl-C
-    while an environment builds). Raises LocalRunError for input errors."""
-    handlers = install_signal_handlers()
-    bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # the lint imports entry
-    server = Server(tracking_uri())  # points: no .pyc into the sources; nothing starts yet
-    try:
+    """Resolve, then run in the one run set-up (runtime/run_setup.py: signals, lock, run.json,
+    tracking), leaving nothing behind when nothing started (a refused spec, Ctrl-C while an
+    environment builds). Raises LocalRunError for input errors."""
+    with guarded_run() as server:
         job = prepare_job(request.spec, request.sets, request.removes,
                           AssetMap(request.asset_file))
         if request.selection is not None and job.spec.kind != "pipelineJob":
@@ -200,22 +157,8 @@ def run_local(request: JobRequest) -> int:
                                 f"{request.spec} is a {job.spec.kind}")
         check_interrupt()
         folder = run_folder(job, request.run_dir)
-        created = not folder.exists()
-        with in_folder(folder), locked(folder):
-            rt = None
-            try:
-                claim(job, folder)
-                rt = Runtime(root=safe_root(folder), max_procs=max(1, request.max_procs),
-                             tracking=Tracking(server), environments=Environments(request.env_file),
-                             force_rerun=request.force_rerun, debug=request.debug,
-                             explain=request.explain, selection=request.selection)
-                rt.tracking.connect()  # the warm server (started now if none is) or the store
-                return run_job(job, rt)
-            except BaseException:
-                if created and not (rt and rt.started):  # nothing ran: leave nothing behind
-                    shutil.rmtree(folder, ignore_errors=True)
-                raise
-    finally:
-        server.close()
-        sys.dont_write_bytecode = bytecode
-        restore_signal_handlers(handlers)
+        setup = RunSetup(folder=folder, identity=job.identity(folder),
+                         max_procs=request.max_procs, env_file=request.env_file,
+                         debug=request.debug, force_rerun=request.force_rerun,
+                         explain=request.explain, selection=request.selection)
+        return run_in_folder(setup, server, lambda rt: finished(job, rt))

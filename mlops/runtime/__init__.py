@@ -29,7 +29,10 @@ stage each name serves:
   collect       Status, RunStatus, TaskRecord, STATUS_FILE (status.json); RunRecord, JobStatus
                 and the run folder's run.json: run_folder, locked, job_name, read_record,
                 write_record, update_record, end_record; outputs: slot, publish; MLflow:
-                Tracking (a run's MLflow runs), Server (the warm tracking server)
+                Tracking (a run's MLflow runs), Server (the warm tracking server); the one
+                run set-up of jobs and batch jobs (run_setup.py): RunSetup, guarded_run,
+                run_in_folder, claim_job_name, and what run.json records: Identity,
+                BATCH_JOB, folder_job_name
 
 A few names are not their module's own (run_task is engine.run, extract_archive is
 archives.extract, ...): the table below says where each comes from. Importing this package
@@ -53,8 +56,11 @@ if TYPE_CHECKING:
     from mlops.runtime.engine import run as run_task
     from mlops.runtime.engine import start as start_task
     from mlops.runtime.job import (
+        BATCH_JOB,
+        Identity,
         Job,
         end_record,
+        folder_job_name,
         job_name,
         locked,
         read_record,
@@ -91,6 +97,10 @@ if TYPE_CHECKING:
     from mlops.runtime.records import STATUS as STATUS_FILE
     from mlops.runtime.records import JobStatus, RunRecord, RunStatus, Status, TaskRecord
     from mlops.runtime.reuse import DONE, Decision, StepRules, deterministic, link_step
+    from mlops.runtime.run_setup import Setup as RunSetup
+    from mlops.runtime.run_setup import claim as claim_job_name
+    from mlops.runtime.run_setup import guarded as guarded_run
+    from mlops.runtime.run_setup import run_in_folder
     from mlops.runtime.selection import Address, Choice, Selection
     from mlops.runtime.selection import add_arguments as add_selection_arguments
     from mlops.runtime.service import Service, alive, running, stop_service
@@ -129,7 +139,10 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("Result", "Running", "Runtime", "run_step", "start_service"), "engine"),
     "run_task": "engine:run", "start_task": "engine:start", "finish_task": "engine:finish",
     **dict.fromkeys(("Job", "end_record", "job_name", "locked", "read_record", "run_folder",
-                     "update_record", "write_record"), "job"),
+                     "update_record", "write_record", "Identity", "BATCH_JOB",
+                     "folder_job_name"), "job"),
+    "RunSetup": "run_setup:Setup", "claim_job_name": "run_setup:claim",
+    "guarded_run": "run_setup:guarded", "run_in_folder": "run_setup",
     **dict.fromkeys(("check_interrupt", "free_port", "install_signal_handlers",
                      "interruptible", "restore_signal_handlers", "signals_held",
                      "usable_cores"), "launch"),
@@ -178,7 +191,8 @@ __all__ = [  # grouped by stage, as the docstring says
     # collect
     "Status", "RunStatus", "TaskRecord", "STATUS_FILE", "RunRecord", "JobStatus",
     "run_folder", "locked", "job_name", "read_record", "write_record", "update_record",
-    "end_record", "slot", "publish", "Tracking", "Server",
+    "end_record", "slot", "publish", "Tracking", "Server", "RunSetup", "guarded_run",
+    "run_in_folder", "claim_job_name", "Identity", "BATCH_JOB", "folder_job_name",
 ]
 
 

@@ -27,6 +27,7 @@ from mlops.runtime.uris import AssetMap
 from mlops.specs import Spec, SpecData
 
 LOCK = ".lock"
+BATCH_JOB = "batchJob"  # run.json's kind for a batch endpoint's job (endpoints/batch_run.py)
 
 
 @dataclass
@@ -51,6 +52,21 @@ class Job:
         Azure generates a job's name, the display name may hold spaces and parentheses."""
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.name).strip("-.")
         return slug or re.sub(r"[^A-Za-z0-9_.-]+", "-", self.spec.path.stem) or "job"
+
+    def identity(self, folder: Path) -> Identity:
+        return Identity(kind=self.spec.kind, spec=self.spec.path, name=job_name(self, folder),
+                        data=self.data)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Identity:
+    """What a run folder's run.json and spec.yml say its run is: a job of a spec, or a batch
+    deployment's job (kind batchJob: the deployment's spec, the job as az prints it)."""
+
+    kind: str
+    spec: Path  # the spec file it ran
+    name: str  # the job's name, unique in the workspace
+    data: SpecData  # spec.yml: what ran, as `az ml job show` reads it
 
 
 def read_record(folder: Path) -> RunRecord | None:
@@ -111,6 +127,11 @@ def job_name(job: Job, folder: Path) -> str:
     `x_y`)."""
     if job.data.get("name"):
         return str(job.data["name"])
+    return folder_job_name(folder)
+
+
+def folder_job_name(folder: Path) -> str:
+    """A run folder's name as a job name Azure takes (`x;y` is job `x_y`)."""
     safe = re.sub(r"[^A-Za-z0-9_-]", "_", folder.name).lstrip("_-")[:256]
     return safe or "job"
 
@@ -119,16 +140,16 @@ def now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def write_record(job: Job, folder: Path, *, status: JobStatus = JobStatus.RUNNING,
+def write_record(run: Identity, folder: Path, *, status: JobStatus = JobStatus.RUNNING,
                  pid: int | None = None) -> RunRecord:
     """spec.yml as it runs, and run.json: the job's kind, spec, name and status (with the MLflow
     run and creation time an earlier run in the folder recorded, which a rerun keeps)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "spec.yml").write_text(yaml.safe_dump(job.data, sort_keys=False))
+    (folder / "spec.yml").write_text(yaml.safe_dump(run.data, sort_keys=False))
     earlier = read_record(folder)
-    record = RunRecord(kind=job.spec.kind, spec=str(job.spec.path.resolve()),
+    record = RunRecord(kind=run.kind, spec=str(run.spec.resolve()),
                        mlflow_run_id=earlier and earlier.mlflow_run_id,
-                       name=job_name(job, folder), status=status, pid=pid or os.getpid(),
+                       name=run.name, status=status, pid=pid or os.getpid(),
                        created_at=(earlier and earlier.created_at) or now())
     record.write(folder)
     return record
