@@ -52,8 +52,7 @@ def image_packages(role: str, nocode: bool) -> tuple[str, ...]:
 
 def load(path: str | Path, role: str, model: str | None = None,
          asset_file: Path | None = None, sets: list[str] | None = None) -> Deployment:
-    """`role`: online-deployment or batch-deployment; `sets`: as `az ml <role> create --set`
-    (KEY=VALUE). Errors say what Azure would refuse."""
+    """`role`: online- or batch-deployment, `sets` its --set. Errors say what Azure refuses."""
     spec = _loaded(path, role, sets)
     table, default = DEPLOYMENT_TYPES[role]
     declared = spec.declared  # what its $schema names, if it names a kind Azure has
