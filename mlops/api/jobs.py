@@ -26,6 +26,7 @@ from mlops.checks.prepare import prepare_job
 from mlops.errors import LocalRunError
 from mlops.runtime import (
     AssetMap,
+    Identity,
     JobStatus,
     claim_job_name,
     job_name,
@@ -72,20 +73,26 @@ def create(submission: Submission) -> JobRecord:
     job = prepare_job(submission.spec, submission.all_sets, submission.removes,
                       AssetMap(submission.asset_file))
     folder = run_folder(job, None)
+    start(job.identity(folder), folder, submission.runner_argv(folder))
+    return JobRecord.at(job_name(job, folder), folder)
+
+
+def start(run: Identity, folder: Path, argv: list[str]) -> None:
+    """The job's name claimed, the job recorded Starting in its folder, and its runner (`argv`,
+    which records Running and the end: runtime/run_setup.py) started in a session of its own,
+    its output in runner.log; nothing left behind when it could not start."""
     try:
         with locked(folder):
-            claim_job_name(job_name(job, folder), folder)
-            write_record(job.identity(folder), folder, status=JobStatus.STARTING)
+            claim_job_name(run.name, folder)
+            write_record(run, folder, status=JobStatus.STARTING)
         log = open(folder / RUNNER_LOG, "ab")  # noqa: SIM115 - the runner's, closed below
         with log:
-            runner = subprocess.Popen(submission.runner_argv(folder), stdin=subprocess.DEVNULL,
-                                      stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
+            runner = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)  # nothing started: leave nothing behind
         raise
     update_record(folder, pid=runner.pid)
-    return JobRecord.at(job_name(job, folder), folder)
 
 
 def stream(name: str, out: TextIO) -> JobRecord:

@@ -7,17 +7,17 @@ foreground."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
-from mlops.api import endpoints, jobs, registry
+from mlops.api import batch_endpoints, batch_jobs, endpoints, jobs, registry
 from mlops.api.assets import AssetView, asset_view
 from mlops.api.endpoints import View
 from mlops.api.records import all_jobs, find_job
 from mlops.api.views import JobView, job_view
 from mlops.errors import LocalError, LocalRunError
-from mlops.runtime import DebugRequest, Selection, usable_cores
+from mlops.runtime import BATCH_JOB, DebugRequest, Selection, usable_cores
 from mlops.workspace.records import AssetKind
 
 
@@ -192,6 +192,48 @@ class Session:
     def delete_deployment(self, endpoint: str, name: str) -> None:
         endpoints.delete_deployment(endpoint, name)
 
+    # batch endpoints ------------------------------------------------------------------
+    def create_batch_endpoint(self, spec: Path, *, name: str | None = None,
+                              sets: list[str] | None = None) -> View:
+        """`az ml batch-endpoint create|update -f`: recorded; nothing runs until invoked."""
+        return batch_endpoints.create_endpoint(spec, name=name, sets=sets)
+
+    def update_batch_endpoint(self, name: str, sets: list[str]) -> View:
+        return batch_endpoints.update_endpoint(name, sets)
+
+    def show_batch_endpoint(self, name: str) -> View:
+        return batch_endpoints.endpoint_view(name)
+
+    def list_batch_endpoints(self) -> list[View]:
+        return batch_endpoints.endpoints()
+
+    def delete_batch_endpoint(self, name: str) -> None:
+        batch_endpoints.delete_endpoint(name)
+
+    def create_batch_deployment(self, request: batch_endpoints.DeploymentRequest, *,
+                                update: bool = False) -> View:
+        """`az ml batch-deployment create|update -f [--set-default]`: checked and recorded."""
+        return batch_endpoints.create_deployment(replace(request, asset_file=self.asset_file),
+                                                 update=update)
+
+    def show_batch_deployment(self, endpoint: str, name: str) -> View:
+        return batch_endpoints.deployment_view(endpoint, name)
+
+    def list_batch_deployments(self, endpoint: str) -> list[View]:
+        return batch_endpoints.deployments(endpoint)
+
+    def delete_batch_deployment(self, endpoint: str, name: str) -> None:
+        batch_endpoints.delete_deployment(endpoint, name)
+
+    def invoke_batch(self, invocation: batch_jobs.Invocation) -> JobView:
+        """`az ml batch-endpoint invoke`: a job, recorded Starting, run in the background."""
+        return job_view(batch_jobs.invoke(replace(
+            invocation, asset_file=self.asset_file, env_file=self.env_file,
+            max_procs=invocation.max_procs or self.max_procs)))
+
+    def list_batch_jobs(self, endpoint: str) -> list[JobView]:
+        return [job_view(r) for r in batch_jobs.endpoint_jobs(endpoint)]
+
 
 def _resumed(name: str, spec: str | Path | None, run_dir: Path | None) -> tuple[str, Path]:
     """The spec and run folder of the job named `name`, to resume it there."""
@@ -199,6 +241,9 @@ def _resumed(name: str, spec: str | Path | None, run_dir: Path | None) -> tuple[
     if run_dir is not None and Path(run_dir).resolve() != record.folder.resolve():
         raise LocalRunError(f"--resume {name} runs in its own folder {record.folder}; "
                             f"--run-dir names {run_dir}: give one of them")
+    if record.run and record.run.kind == BATCH_JOB:
+        raise LocalRunError(f"{name} is a batch endpoint's job: it is never resumed; invoke "
+                            "the endpoint again (azml batch-endpoint invoke)")
     recorded = record.run.spec if record.run else None
     if spec is None and not recorded:
         raise LocalRunError(f"job {name}: its run folder records no spec; name it with -f")

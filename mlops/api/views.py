@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mlops.api.records import JobRecord
 from mlops.project import tracking_uri
+from mlops.runtime import BATCH_JOB
 from mlops.specs import read_yaml
 
 SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
@@ -57,6 +58,8 @@ def job_view(record: JobRecord) -> JobView:
     from azure.ai.ml.entities._job.job_service import JobService
     from azure.ai.ml.entities._system_data import SystemData
 
+    if record.run and record.run.kind == BATCH_JOB:  # spec.yml is the job as az prints it
+        return _raw_view(record, str(record.status))
     job, status = _entity(record), str(record.status)
     if job is None:
         return _raw_view(record, status)

@@ -10,6 +10,8 @@ command line or the input), 3 (no such job, endpoint or asset).
   assets   azml model|data|environment|component create|list|show|archive|restore
   endpoints  azml online-endpoint create|show|list|update|invoke|get-credentials|delete,
            online-deployment create|update|show|list|get-logs|delete
+  batch    azml batch-endpoint create|update|show|list|delete|invoke|list-jobs,
+           batch-deployment create|update|show|list|delete
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import argparse
 import sys
 
 from mlops.api.session import Session
-from mlops.cli import assets, endpoints, jobs
+from mlops.cli import assets, batch, endpoints, jobs
 from mlops.cli.common import Verb, note
 from mlops.cli.output import query, render
 from mlops.errors import LocalError
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add(groups, Verb)
     assets.add(groups, Verb)
     endpoints.add(groups, Verb)
+    batch.add(groups, Verb)
     return parser
 
 

@@ -112,11 +112,12 @@ def batch_folder(request: BatchRequest, deployment: str) -> Path:
     return folder
 
 
-def identity(request: BatchRequest, deployment: Deployment, folder: Path, kind: str
-             ) -> Identity:
+def identity(request: BatchRequest, *, deployment: str, folder: Path, kind: str) -> Identity:
+    """What run.json and spec.yml record: the same for the invoke that starts the job (its
+    Starting record) and for the run itself."""
     name = request.job_name or folder_job_name(folder)
-    return Identity(kind=BATCH_JOB, spec=deployment.spec.path, name=name,
-                    data=job_data(request, name=name, deployment=deployment.name, kind=kind))
+    return Identity(kind=BATCH_JOB, spec=request.deployment, name=name,
+                    data=job_data(request, name=name, deployment=deployment, kind=kind))
 
 
 def scored(deployment: Deployment, source: Path, rt: Runtime, *, tabular: bool,
@@ -144,7 +145,7 @@ def run_local(request: BatchRequest) -> int:
         if request.debug is not None:
             request.debug.check([()])
         kind = input_type(request)
-        run = identity(request, deployment, folder, kind)
+        run = identity(request, deployment=deployment.name, folder=folder, kind=kind)
         setup = RunSetup(folder=folder, identity=run, max_procs=request.max_procs,
                          env_file=request.env_file, debug=request.debug)
         return run_in_folder(setup, server, lambda rt: scored(

@@ -1,0 +1,162 @@
+"""`azml batch-endpoint ...` and `azml batch-deployment ...`: the arguments az ml takes, through
+Session (mlops/api/batch_endpoints.py, batch_jobs.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from mlops.api.batch_endpoints import DeploymentRequest
+from mlops.api.batch_jobs import Invocation
+from mlops.api.session import Session
+from mlops.cli.common import Verb, note, set_values
+from mlops.runtime import add_debug_arguments
+
+SETTINGS = (("--mini-batch-size", "mini_batch_size"), ("--instance-count", "instance_count"),
+            ("--output-file-name", "output_file_name"))
+
+
+def _sets(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", dest="sets", nargs="+", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a value, as az does")
+
+
+def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
+    endpoint = groups.add_parser("batch-endpoint", help="local batch endpoints") \
+        .add_subparsers(dest="verb", required=True,
+                        metavar="{create,update,show,list,delete,invoke,list-jobs}")
+    for name in ("create", "update"):
+        each = verb.add(endpoint, name, _create_endpoint, f"{name} a batch endpoint")
+        each.add_argument("-f", "--file", required=name == "create", type=Path)
+        each.add_argument("-n", "--name", required=name == "update")
+        each.add_argument("--no-wait", action="store_true")
+        _sets(each)
+    for name, handler in (("show", _show_endpoint), ("delete", _delete_endpoint),
+                          ("list-jobs", _list_jobs)):
+        each = verb.add(endpoint, name, handler, f"{name} a batch endpoint")
+        each.add_argument("-n", "--name", required=True)
+        if name == "delete":
+            each.add_argument("-y", "--yes", action="store_true")
+            each.add_argument("--no-wait", action="store_true")
+    verb.add(endpoint, "list", _list_endpoints, "the batch endpoints")
+    add_invoke(endpoint, verb)
+    add_deployments(groups, verb)
+
+
+def add_invoke(endpoint: argparse._SubParsersAction, verb: type[Verb]) -> None:
+    invoke = verb.add(endpoint, "invoke", _invoke, "create a job of the endpoint's (default) "
+                      "deployment over an input, run in the background", az_debug=False)
+    invoke.add_argument("-n", "--name", required=True)
+    invoke.add_argument("-d", "--deployment-name")
+    invoke.add_argument("--input", help="a local folder or file, or azureml:<data>@latest, "
+                        "a job's output, a mapped URI")
+    invoke.add_argument("--input-type", choices=("uri_folder", "uri_file", "mltable"))
+    invoke.add_argument("--inputs", help="a JSON object of named inputs")
+    invoke.add_argument("-f", "--file", type=Path, help="a YAML of inputs: (and outputs:)")
+    invoke.add_argument("--job-name")
+    invoke.add_argument("--experiment-name", help="(the job's experiment: the endpoint's here)")
+    for flag, dest in SETTINGS:
+        invoke.add_argument(flag, dest=dest)
+    invoke.add_argument("--output-path", help="(a datastore path on Azure: outputs stay in "
+                        "the run folder here)")
+    invoke.add_argument("--outputs", help="(as --output-path)")
+    _sets(invoke)
+    invoke.add_argument("--max-procs", type=int, help="local only: cap on processes at once")
+    invoke.add_argument("--stream", action="store_true", help="local only: follow the job's "
+                        "log to its end (its status: azml's exit code)")
+    add_debug_arguments(invoke)
+
+
+def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
+    deployment = groups.add_parser("batch-deployment", help="local batch deployments") \
+        .add_subparsers(dest="verb", required=True,
+                        metavar="{create,update,show,list,delete}")
+    for name in ("create", "update"):
+        each = verb.add(deployment, name, _create_deployment, f"{name} a batch deployment: "
+                        "checked and recorded in its endpoint")
+        each.add_argument("-f", "--file", required=True, type=Path)
+        each.add_argument("-e", "--endpoint-name")
+        each.add_argument("-n", "--name")
+        each.add_argument("--set-default", action="store_true",
+                          help="make it the endpoint's default deployment")
+        each.add_argument("--model", help="local only: run this model folder instead")
+        each.add_argument("--no-wait", action="store_true")
+        each.add_argument("--skip-script-validation", action="store_true")
+        _sets(each)
+    for name, handler in (("show", _show_deployment), ("delete", _delete_deployment)):
+        each = verb.add(deployment, name, handler, f"{name} a batch deployment")
+        each.add_argument("-n", "--name", required=True)
+        each.add_argument("-e", "--endpoint-name", required=True)
+        if name == "delete":
+            each.add_argument("-y", "--yes", action="store_true")
+            each.add_argument("--no-wait", action="store_true")
+    listing = verb.add(deployment, "list", _list_deployments, "the endpoint's deployments")
+    listing.add_argument("-e", "--endpoint-name", required=True)
+
+
+def _create_endpoint(session: Session, args: argparse.Namespace) -> object:
+    if args.file is None:
+        return session.update_batch_endpoint(args.name, set_values(args.sets))
+    return session.create_batch_endpoint(args.file, name=args.name, sets=set_values(args.sets))
+
+
+def _show_endpoint(session: Session, args: argparse.Namespace) -> object:
+    return session.show_batch_endpoint(args.name)
+
+
+def _list_endpoints(session: Session, args: argparse.Namespace) -> object:  # noqa: ARG001
+    return session.list_batch_endpoints()
+
+
+def _delete_endpoint(session: Session, args: argparse.Namespace) -> None:
+    session.delete_batch_endpoint(args.name)
+
+
+def _list_jobs(session: Session, args: argparse.Namespace) -> object:
+    return session.list_batch_jobs(args.name)
+
+
+def invocation(args: argparse.Namespace) -> Invocation:
+    """The invoke's arguments as Session takes them."""
+    if args.output_path or args.outputs:
+        note("--output-path/--outputs name Azure storage; the job's output stays in its run "
+             "folder: azml job download -n <job> --output-name score")
+    if args.experiment_name:
+        note("--experiment-name is ignored: the local job's experiment is its endpoint's")
+    debug = [*(["--debug", args.debug] if args.debug else []),
+             *(["--debug-port", str(args.debug_port)] if args.debug_port else [])]
+    return Invocation(
+        endpoint=args.name, deployment=args.deployment_name, input=args.input,
+        input_type=args.input_type, inputs=args.inputs, file=args.file,
+        sets=set_values(args.sets), job_name=args.job_name,
+        settings={dest: str(getattr(args, dest)) for _, dest in SETTINGS
+                  if getattr(args, dest) is not None},
+        max_procs=max(0, args.max_procs or 0), debug=debug)
+
+
+def _invoke(session: Session, args: argparse.Namespace) -> object:
+    created = session.invoke_batch(invocation(args))
+    if args.stream:  # the job as it ended (a job that did not complete: exit 1, as job stream)
+        session.stream_job(str(created["name"]), sys.stdout)
+        return session.show_job(str(created["name"]))
+    return created
+
+
+def _create_deployment(session: Session, args: argparse.Namespace) -> object:
+    return session.create_batch_deployment(DeploymentRequest(
+        spec=args.file, endpoint=args.endpoint_name, name=args.name,
+        sets=set_values(args.sets), set_default=args.set_default, model=args.model),
+        update=args.verb == "update")
+
+
+def _show_deployment(session: Session, args: argparse.Namespace) -> object:
+    return session.show_batch_deployment(args.endpoint_name, args.name)
+
+
+def _list_deployments(session: Session, args: argparse.Namespace) -> object:
+    return session.list_batch_deployments(args.endpoint_name)
+
+
+def _delete_deployment(session: Session, args: argparse.Namespace) -> None:
+    session.delete_batch_deployment(args.endpoint_name, args.name)
