@@ -164,7 +164,7 @@ TRAIN_SET = $(DATA_SET) --set inputs.epochs=$(call q,$(EPOCHS)) \
 	mirror-green-local shift-local rollback-local credentials-local endpoint-show-local bench-score bench-endpoint bench-reuse endpoint deploy-blue \
 	deploy-green invoke-green mirror-green shift rollback endpoint-logs endpoint-show \
 	delete-deployment \
-	delete-endpoint invoke slots batch-local bench-batch bench-loop batch-endpoint batch-deploy batch-invoke
+	delete-endpoint invoke slots batch-local batch-jobs-local bench-batch bench-loop batch-endpoint batch-deploy batch-invoke
 .PHONY: help setup lock test test-quick test-e2e test-heavy lint lint-workflows local sweep-local pipeline-local bench-sweep train-local train-local-ddp data-synthetic data-fowl mlflow-ui conformance \
 	envs clean-envs bench-envs \
 	bench-train clean validate schemas curated-envs sync-env docs az-guard workspace-defaults compute environment \
@@ -266,12 +266,18 @@ endpoint-show-local: $(STAMP) ## endpoint-show's twin: the local endpoint, its t
 stop-local: $(STAMP) ## Stop the local endpoint (it answers what it accepted first): az ml online-endpoint delete's twin
 	$(AZML) online-endpoint delete -n $(call q,$(ENDPOINT)) --yes
 
-batch-local: $(STAMP) ## Run the batch deployment spec locally over INPUT=<folder|zip> (MODEL_DIR=, INPUT_TYPE=mltable)
+batch-local: $(STAMP) ## batch-endpoint/deployment create and invoke's twin: score INPUT=<folder|zip|azureml:..> to its end (MODEL_DIR=, INPUT_TYPE=mltable)
 	$(if $(INPUT),,$(error set INPUT=<folder of images or .zip>))
-	$(PY) -m mlops.batch $(call q,$(BATCH_DEPLOYMENT)) --input $(call q,$(INPUT)) \
-		$(if $(INPUT_TYPE),--input-type $(call q,$(INPUT_TYPE))) \
-		--max-procs $(call q,$(NPROC)) $(if $(MODEL_DIR),--model $(call q,$(MODEL_DIR))) \
-		$(if $(RUN_DIR),--run-dir $(call q,$(RUN_DIR))) $(DEBUG_ARGS)
+	$(AZML) batch-endpoint create -f endpoints/batch/endpoint.yml -n $(call q,$(BATCH_ENDPOINT)) -o none && \
+	$(AZML) batch-deployment create -f $(call q,$(BATCH_DEPLOYMENT)) -e $(call q,$(BATCH_ENDPOINT)) \
+		--set-default $(if $(MODEL_DIR),--model $(call q,$(MODEL_DIR))) -o none && \
+	$(AZML) batch-endpoint invoke -n $(call q,$(BATCH_ENDPOINT)) --input $(call q,$(INPUT)) \
+		$(if $(INPUT_TYPE),--input-type $(call q,$(INPUT_TYPE))) --max-procs $(call q,$(NPROC)) \
+		$(DEBUG_ARGS) --stream -o none
+
+batch-jobs-local: $(STAMP) ## batch-endpoint list-jobs' twin: the local batch endpoint's jobs and how each ended
+	$(AZML) batch-endpoint list-jobs -n $(call q,$(BATCH_ENDPOINT)) \
+		--query "[].{name:name,status:status,created:creation_context.created_at}" -o table
 
 asset-create-local: $(STAMP) ## az ml <kind> create's twin: register SPEC=<asset yaml> in the local workspace (KIND= VERSION=)
 	$(if $(SPEC),,$(error set SPEC=<model, data, environment or component YAML>))

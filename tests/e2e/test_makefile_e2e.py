@@ -173,8 +173,12 @@ def test_the_endpoint_and_batch_targets_quote_their_paths_too(tmp_path):
                     tmp_path=tmp_path, last=True)
     assert serve[serve.index("-f") + 1] == "endpoints/my blue.yml"
     assert serve[serve.index("--model") + 1] == "/m d/ü"
-    batch = argv_of("batch-local", f"INPUT={HOSTILE}", tmp_path=tmp_path)
+    batch = argv_of("batch-local", f"INPUT={HOSTILE}", "MODEL_DIR=/m d/ü", tmp_path=tmp_path,
+                    last=True)
+    assert batch[:2] == ["batch-endpoint", "invoke"] and "--stream" in batch
     assert batch[batch.index("--input") + 1] == HOSTILE
+    created = argv_of("batch-local", f"INPUT={HOSTILE}", "MODEL_DIR=/m d/ü", tmp_path=tmp_path)
+    assert created[:2] == ["batch-endpoint", "create"]
     invoke = argv_of("invoke-local", "REQUEST=my request.json", tmp_path=tmp_path)
     assert invoke[invoke.index("-r") + 1] == "my request.json"
 
