@@ -5,18 +5,23 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
-from support import built_once, copied_store
+from support import built_once, copied_store, until
 
 from image_classifier.images import open_image
 from image_classifier.predict import Service, predict
 from mlops import batch
 from mlops.checks.validation import validate
+from mlops.runtime.records import RunRecord
 from mlops.specs import ROOT
 
 SPEC = ROOT / "endpoints" / "batch" / "deployment.yml"
@@ -237,3 +242,67 @@ def test_the_processes_start_before_the_input_is_read_and_an_unreadable_one_ends
             return False
 
     assert not [p for p in Path("/proc").glob("[0-9]*") if running_there(p)]
+
+
+def azml(state: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """azml in this repository (its environments), its state in `state`."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MLFLOW_TRACKING_URI", "MLOPS_WORKSPACE_DIR", "MLOPS_STATE_DIR",
+                        "MLFLOW_RUN_ID")}
+    done = subprocess.run([sys.executable, "-m", "mlops.azml", *args], cwd=ROOT,
+                          env={**env, "AZML_STATE_DIR": str(state)}, capture_output=True,
+                          text=True, timeout=300)
+    assert not check or done.returncode == 0, done.stderr
+    return done
+
+
+def ended(folder: Path) -> str:
+    record = RunRecord.read(folder)
+    status = str(record.status) if record and record.status else ""
+    return status if status in ("Completed", "Failed", "Canceled") else ""
+
+
+@pytest.mark.proof
+def test_a_batch_endpoint_is_created_deployed_and_invoked_as_with_az_ml(tiny_data, model_dir,
+                                                                       tmp_path):
+    """The repo's batch endpoint and deployment, created as az ml creates them; an invoke is a
+    job of its own (type pipeline) that runs to Completed in the background, which `job show`
+    reads and `job download` copies the scores of."""
+    state = tmp_path / "state"
+    azml(state, "batch-endpoint", "create", "-f", "endpoints/batch/endpoint.yml")
+    azml(state, "batch-deployment", "create", "-f", str(SPEC), "--model", str(model_dir))
+    job = json.loads(azml(state, "batch-endpoint", "invoke", "-n", "fowl-classifier-batch",
+                          "--input", str(tiny_data / "val"), "--max-procs", "2").stdout)
+    assert job["name"].startswith("batchjob-") and job["status"] == "Starting"
+    assert job["properties"]["azureml.deploymentname"] == "classifier"
+    folder = Path(job["properties"]["azml.run_folder"])
+    assert until(lambda: ended(folder), 300, "the batch job to end") == "Completed", \
+        (folder / "runner.log").read_text()
+    shown = json.loads(azml(state, "job", "show", "-n", job["name"]).stdout)
+    assert (shown["status"], shown["type"]) == ("Completed", "pipeline")
+    listed = azml(state, "batch-endpoint", "list-jobs", "-n", "fowl-classifier-batch",
+                  "--query", "[].name", "-o", "tsv").stdout.split()
+    assert listed == [job["name"]]
+    azml(state, "job", "download", "-n", job["name"], "--output-name", "score", "-p",
+         str(tmp_path / "got"))
+    rows = (tmp_path / "got/named-outputs/score/predictions.csv").read_text().splitlines()
+    assert len(rows) == 16
+
+
+def test_a_batch_job_is_canceled_like_any_job(tmp_path):
+    """SIGTERM (azml job cancel) stops the scoring processes; the job ends Canceled."""
+    state, model = tmp_path / "state", tmp_path / "model"
+    model.mkdir()
+    images = shutil.copytree(FIXTURES, tmp_path / "in")
+    azml(state, "batch-endpoint", "create", "-f", "endpoints/batch/endpoint.yml", "-n", "slow-b")
+    azml(state, "batch-deployment", "create", "-f", str(FIXTURES / "flaky-deployment.yml"),
+         "-e", "slow-b", "--model", str(model), "--set",
+         "settings.environment_variables.BATCH_SLEEP=120", "settings.retry_settings.timeout=300")
+    job = json.loads(azml(state, "batch-endpoint", "invoke", "-n", "slow-b", "--input",
+                          str(images)).stdout)
+    folder = Path(job["properties"]["azml.run_folder"])
+    until(lambda: list(folder.glob("outputs/init-*")), 240, "a scoring process to start")
+    azml(state, "job", "cancel", "-n", job["name"])
+    assert ended(folder) == "Canceled" and RunRecord.read(folder).exit_code == 143
+    again = azml(state, "job", "stream", "-n", job["name"], check=False)
+    assert again.returncode == 1 and "Canceled" in again.stderr
