@@ -27,9 +27,10 @@ shared: errors, specs (loading, kinds, line numbers), project (the repository, i
                   itself), mlflow_server and mlflow_serve (that server, kept warm per store), uris
                   (the asset map), reuse (step reuse: keyparts, keydiff and earlier say why a step
                   ran), selection (--from, --only), job (a checked job spec, its run folder and
-                  run.json), minibatch and minibatch_worker (the mini-batch driver of batch
-                  deployments and parallel nodes), mltable and mltable_worker (tables read by
-                  Azure's mltable package)
+                  run.json), run_setup (the one set-up of a run: signals, lock, name, run.json),
+                  minibatch and minibatch_worker (the mini-batch driver of batch deployments and
+                  parallel nodes), mltable and mltable_worker (tables read by Azure's mltable
+                  package)
   automl/         translate (an AutoML job or node -> the command that runs it), standin/ (the
                   tabular stand-in: FLAML in its own environment), vision/ (Azure's image runner)
   checks/         validation (schema, azure-ai-ml and lint layers), prepare (a job spec as
@@ -40,10 +41,12 @@ shared: errors, specs (loading, kinds, line numbers), project (the repository, i
                   (+ graph, subset: each step's reuse rules, --from / --only planned), parallel
   endpoints/      deployment (a deployment spec's kind, code, environment), models (its model and
                   the AZUREML_MODEL_DIR layout), online (the local online endpoint),
-                  batch_deployment (a batch deployment over a folder), nocode/ (Azure's scoring
+                  batch_deployment (a batch deployment over a folder), batch_run (its job
+                  in the run set-up), nocode/ (Azure's scoring
                   for MLflow models deployed without code)
   api/            the public surface: Session (each method an az ml verb's local twin), jobs
-                  in the background, their views as az prints them, asset registration
+                  in the background, their views as az prints them, asset registration,
+                  online endpoints, batch_endpoints and batch_jobs (invoke, list-jobs)
   cli/            the azml command: az ml's verbs and arguments, -o and --query
 front doors: azml, run, validate, serve, batch, assets, envs, workflow_lint
 """
