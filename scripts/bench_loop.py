@@ -178,7 +178,8 @@ def table(results: dict[str, dict[str, Timing]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared/data/hymenoptera_data")
+    parser.add_argument("--data", type=lambda p: Path(p).resolve(),  # its runs start elsewhere
+                        default=ROOT.parent / "shared/data/hymenoptera_data")
     parser.add_argument("--batch-runs", type=int, default=2)
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
