@@ -35,6 +35,7 @@ SCHEMA_KINDS = {kind.lower(): kind for kind in (
     "model", "managedOnlineEndpoint", "kubernetesOnlineEndpoint", "managedOnlineDeployment",
     "kubernetesOnlineDeployment", "batchEndpoint", "batchDeployment", "modelBatchDeployment",
     "pipelineComponentBatchDeployment", "workspace", "registry", "datastore", "schedule")}
+ASSET_ROLES = ("data", "model", "environment")  # kinds a verb names: their schemas' names
 JOB_FIELDS = ("command", "jobs", "trial", "task", "entry")  # a file with one of them is a job
 # A batch deployment with no `type:` and its settings at the top level (no `settings:`) is the
 # flat layout azure-ai-ml still loads as a BatchDeployment (with a deprecation warning).
@@ -99,8 +100,9 @@ class Spec:
     path: Path
     data: SpecData
     lines: dict[tuple, int] = field(default_factory=dict)
-    role: str = ""  # "job", "component", "online-deployment", "batch-deployment" when the
-    # caller knows: it types a spec without $schema (and a deployment by its `type:`)
+    role: str = ""  # "job", "component", "online-deployment", "batch-deployment", "data",
+    # "model", "environment" when the caller knows: it types a spec without $schema (and a
+    # deployment by its `type:`)
     duplicates: list[Duplicate] = field(default_factory=list)  # keys given twice
 
     @property
@@ -115,6 +117,8 @@ class Spec:
                 return "batchDeployment"  # the flat layout azure-ai-ml still loads
             table, default = DEPLOYMENT_TYPES[self.role]
             return table.get(str(self.data.get("type") or default).lower(), "")
+        if self.role in ASSET_ROLES:  # `az ml <kind> create -f`: the verb's loader, any $schema
+            return self.role
         if self.role in ("job", "component"):
             table = JOB_TYPES if self.role == "job" else COMPONENT_TYPES
             return table.get(str(self.data.get("type", "command")), "")

@@ -56,6 +56,8 @@ def read_asset_spec(path: Path, hint: str | None) -> tuple[Spec, AssetKind]:
         kind = kind_of(spec, hint)
         if kind == AssetKind.COMPONENT:
             spec = load_spec(path, role="component")
+        elif hint:  # az ml's verb loads it as its kind whatever the $schema says (load_data)
+            spec = load_spec(path, role=kind.value.rstrip("s"))
     except SpecError as err:
         raise LocalRunError(str(err)) from None
     errors = [f for f in check(spec) if f.is_error]

@@ -305,6 +305,24 @@ def test_a_component_is_registered_with_its_inline_environments_files(tmp_path):
         assert spec["code"] == "code" and (d.source / "code" / "train.py").is_file()
 
 
+@pytest.mark.parametrize("kind", ["data", "model"])
+def test_the_verbs_kind_loads_an_asset_spec_whatever_its_schema_url_says(tmp_path, kind):
+    """`az ml data create -f` loads the file as data (azure-ai-ml's load_data reads no
+    $schema): a published spec whose $schema names no kind (asset.schema.json) registers."""
+    from mlops.api.drafts import draft_of
+
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "a.csv").write_text("x\n1\n")
+    (tmp_path / "asset.yml").write_text(
+        "$schema: https://azuremlschemas.azureedge.net/latest/asset.schema.json\n"
+        "name: diabetes\nversion: 1\npath: files\n")
+    with draft_of(tmp_path / "asset.yml", kind=kind, assets=AssetMap(tmp_path / "map.yml")) as d:
+        assert d.kind == AssetKind.parse(kind) and d.name == "diabetes"
+    no_verb = draft_of(tmp_path / "asset.yml", kind=None, assets=AssetMap(tmp_path / "map.yml"))
+    with pytest.raises(LocalRunError, match="names no asset kind"), no_verb:
+        pass
+
+
 def test_an_mlflow_registration_is_fetched_from_the_state_store_from_any_folder(
         tmp_path, monkeypatch):
     """A job's `register_model` lands in the state folder's store; deploying it from the
