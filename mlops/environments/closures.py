@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mlops.environments import abi, resolve
-from mlops.environments.integrity import cached_layer
+from mlops.environments.integrity import cached_layer, torn
 from mlops.environments.interpreters import HERE, Python
 from mlops.environments.layers import (
     BASE_SITE,
@@ -223,5 +223,20 @@ def install_set(folder: Path, wanted: dict[str, resolve.Locked], label: str, *,
                 raise failed
             raise resolve.uv_failure(result.stderr, f"environment {label}: installing its "
                                      "packages")
+        mend_torn(folder, label)
     python.site(folder).mkdir(parents=True, exist_ok=True)
     return {name: locked.version for name, locked in sorted(wanted.items())}
+
+
+def mend_torn(folder: Path, label: str) -> None:
+    """A file several wheels ship that uv's parallel install left a mix of (integrity.torn):
+    one of its owners installed again alone, so the file is that wheel's whole, as pip's
+    serial install would leave it."""
+    for owners in torn(folder):
+        argv = [resolve.uv_binary(), "pip", "install", "--python", str(folder / "bin" / "python"),
+                "--no-deps", "--quiet", "--compile-bytecode", "--reinstall", owners[-1]]
+        result = resolve.run_uv(argv)
+        if result.returncode != 0:
+            raise resolve.uv_failure(result.stderr, f"environment {label}: installing "
+                                     f"{owners[-1]} again (a file it shares with "
+                                     f"{', '.join(owners[:-1])} was left mixed)")

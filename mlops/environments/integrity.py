@@ -78,7 +78,26 @@ def unverified(folder: Path) -> list[str]:
     package cache installs them so): the digest check of a freshly built layer. A file more than
     one wheel ships (a namespace package's `azureml/__init__.py`) holds one of theirs, as pip
     leaves the last installed; bytecode is the installer's own compilation, not the wheel's."""
-    wanted: dict[Path, set[tuple[str, str]]] = {}
+    return [str(path.relative_to(folder)) for path in _wrong(_records(folder))]
+
+
+def torn(folder: Path) -> list[list[str]]:
+    """For each file more than one wheel ships that holds none of their contents, its owners
+    as `name==version`: uv installs wheels in parallel and two of them writing one namespace
+    `__init__.py` at once can leave a mix of both (astral-sh/uv#4831), where pip's serial
+    install leaves the last one whole. Installing one owner again, alone, makes it whole."""
+    records = _records(folder)
+    found = []
+    for path in _wrong(records):
+        owners = sorted({_owner(info) for _, _, info in records[path]} - {""})
+        if len(owners) > 1 and owners not in found:
+            found.append(owners)
+    return found
+
+
+def _records(folder: Path) -> dict[Path, list[tuple[str, str, Path]]]:
+    """Every file the layer's wheels list with a digest: (algorithm, digest, dist-info)."""
+    wanted: dict[Path, list[tuple[str, str, Path]]] = {}
     for record in folder.glob("lib/python*/site-packages/*.dist-info/RECORD"):
         site = record.parent.parent
         with contextlib.suppress(OSError, csv.Error):
@@ -89,9 +108,24 @@ def unverified(folder: Path) -> list[str]:
                         algorithm not in hashlib.algorithms_guaranteed or \
                         "__pycache__" in path.parts:
                     continue
-                wanted.setdefault(path, set()).add((algorithm, digest))
-    return [str(path.relative_to(folder)) for path, digests in wanted.items()
-            if not any(_urlsafe_digest(path, a) == d for a, d in digests)]
+                wanted.setdefault(path, []).append((algorithm, digest, record.parent))
+    return wanted
+
+
+def _wrong(records: dict[Path, list[tuple[str, str, Path]]]) -> list[Path]:
+    return [path for path, digests in records.items()
+            if not any(_urlsafe_digest(path, a) == d for a, d, _ in digests)]
+
+
+def _owner(info: Path) -> str:
+    """`name==version` of a .dist-info folder ("" where its metadata cannot be read)."""
+    from importlib.metadata import PathDistribution
+
+    try:
+        meta = PathDistribution(info).metadata
+        return f"{meta['Name']}=={meta['Version']}" if meta["Name"] and meta["Version"] else ""
+    except (OSError, ValueError):
+        return ""
 
 
 def _urlsafe_digest(path: Path, algorithm: str) -> str:

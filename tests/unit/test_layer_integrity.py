@@ -190,3 +190,42 @@ def test_a_layer_with_its_own_pip_keeps_its_scripts_as_the_wheel_wrote_them(tmp_
     make_venv(tmp_path, [])
     assert "pip._internal" in (tmp_path / "bin/pip").read_text()
     assert '-m pip "$@"' in (tmp_path / "bin/pip3").read_text()
+
+
+def test_a_shared_file_two_wheels_wrote_at_once_is_mended_from_one_of_them(tmp_path,
+                                                                           monkeypatch):
+    """uv installs wheels in parallel: two that ship one namespace __init__.py (opencensus and
+    opencensus-ext-azure, 66 and 65 bytes) can leave a mix of both, which is neither wheel's
+    (astral-sh/uv#4831). One owner is installed again alone; a file one wheel alone ships and
+    that differs is damage, for the digest check."""
+    from types import SimpleNamespace
+
+    from mlops.environments import closures, resolve
+
+    site = tmp_path / "lib/python3.8/site-packages"
+    (site / "opencensus").mkdir(parents=True)
+
+    def sha(data: bytes) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    for name, data in (("opencensus", b"ns\r\n"), ("opencensus_ext_azure", b"ns\n")):
+        info = site / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (info / "RECORD").write_text(f"opencensus/__init__.py,sha256={sha(data)},1\n")
+    (site / "opencensus/__init__.py").write_bytes(b"ns\n\n")  # the 65 bytes over the 66
+    assert layers.torn(tmp_path) == [["opencensus==1.0", "opencensus_ext_azure==1.0"]]
+    calls = []
+
+    def reinstall(argv):
+        calls.append(argv)
+        (site / "opencensus/__init__.py").write_bytes(b"ns\n")  # that wheel's, alone
+        return SimpleNamespace(returncode=0, stderr="")
+
+    monkeypatch.setattr(resolve, "run_uv", reinstall)
+    closures.mend_torn(tmp_path, "env")
+    assert calls[0][-2:] == ["--reinstall", "opencensus_ext_azure==1.0"]
+    assert layers.unverified(tmp_path) == [] and layers.torn(tmp_path) == []
+    (site / "opencensus/__init__.py").write_bytes(b"damaged\n")
+    (site / "opencensus_ext_azure-1.0.dist-info/RECORD").write_text("")  # one owner left
+    assert layers.torn(tmp_path) == [] and layers.unverified(tmp_path)
