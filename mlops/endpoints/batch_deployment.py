@@ -51,15 +51,11 @@ RETRY = Retry(max_retries=3, timeout=30)  # a batch deployment's retry_settings 
 
 
 def check_input(source: Path, *, tabular: bool) -> None:
-    """What refuses the input before anything starts: it is missing, a file that is not a zip,
-    or a folder that holds no file."""
+    """What refuses the input before anything starts: it is missing, or a folder that holds no
+    file."""
     if not source.exists():
         raise LocalRunError(f"--input {source}: no such file or folder")
-    if tabular:
-        return
-    if source.is_file():
-        if not zipfile.is_zipfile(source):
-            raise LocalRunError(f"--input {source}: give a folder of images, or a .zip of one")
+    if tabular or source.is_file():
         return
     plain = (name for _, _, names in os.walk(source) for name in names)
     if next(plain, None) is None and not list_files(source).files:
@@ -68,8 +64,12 @@ def check_input(source: Path, *, tabular: bool) -> None:
 
 def input_files(source: Path, folder: Path) -> Listing:
     """Every file of the input folder (or of the zip, extracted under the run folder), and the
-    entries that are not files."""
+    entries that are not files; any other file is the one file of a uri_file input
+    (`az ml batch-endpoint invoke --input <file> --input-type uri_file`: Azure scores it as
+    one mini-batch of that file)."""
     check_input(source, tabular=False)
+    if source.is_file() and not zipfile.is_zipfile(source):
+        return Listing([str(source)], [])
     if source.is_file():
         extracted = extract_archive(source, folder / "inputs" / "data")
         if extracted.renamed:

@@ -82,6 +82,16 @@ def test_a_batch_input_zip_goes_through_the_limits(tmp_path):
     assert [Path(f).name for f in input_files(ok, tmp_path / "run2").files] == ["1.jpg", "2.jpg"]
 
 
+def test_a_batch_input_of_one_other_file_is_a_uri_file_of_one_mini_batch(tmp_path):
+    """`az ml batch-endpoint invoke --input taxi-batch.csv --input-type uri_file`: Azure scores
+    that one file (azure-ai-ml sends it as UriFile); it is not refused as a folder would be."""
+    (tmp_path / "taxi-batch.csv").write_text("a,b\n1,2\n")
+    listing = input_files(tmp_path / "taxi-batch.csv", tmp_path / "run")
+    assert listing.files == [str(tmp_path / "taxi-batch.csv")] and listing.skipped == []
+    with pytest.raises(LocalRunError, match="no such file"):
+        input_files(tmp_path / "gone.csv", tmp_path / "run")
+
+
 def test_the_directory_check_alone_needs_no_extraction():
     info = zipfile.ZipInfo("a")
     info.file_size, info.compress_size = 10 << 20, 1000
