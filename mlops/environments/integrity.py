@@ -172,6 +172,8 @@ def _build_whole(folder: Path, build: Callable[[Path], None]) -> None:
     again, and a build whose files differ from their wheels' digests is built once more from
     freshly downloaded packages (uv's cache bypassed)."""
     broken = damage(folder) if (folder / "layer.json").is_file() else []
+    if broken and _sweep_added(folder, broken):
+        return
     if broken:
         shown = ", ".join(broken[:3]) + (f" and {len(broken) - 3} more" if
                                          len(broken) > 3 else "")
@@ -195,6 +197,26 @@ def _build_whole(folder: Path, build: Callable[[Path], None]) -> None:
     raise MachineError(f"the environment {folder.name} was built twice, the second time from "
                        f"freshly downloaded packages, and its files still differ from their "
                        f"digests ({', '.join(wrong[:3])}): check the disk and the package index")
+
+
+def _sweep_added(folder: Path, broken: list[str]) -> bool:
+    """Whether the layer is whole again once the files a run wrote into it are removed (a
+    package that keeps state in its own folder: deepchecks' `.user_id`). A job on Azure writes
+    into its own container's copy, which the next job never sees; here the layer is shared, so
+    what a run added goes, and the rest, unchanged, is kept. Any file missing or changed is
+    damage: False."""
+    added = [entry.removesuffix(" added") for entry in broken]
+    if not all(entry.endswith(" added") for entry in broken):
+        return False
+    for relative in added:
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            (folder / relative).unlink()
+    if damage(folder):
+        return False
+    shown = ", ".join(added[:3]) + (f" and {len(added) - 3} more" if len(added) > 3 else "")
+    print(f"note: removed {len(added)} file(s) a run wrote into the cached environment "
+          f"{folder} ({shown}): a fresh image holds none", file=sys.stderr, flush=True)
+    return True
 
 
 @contextlib.contextmanager

@@ -229,3 +229,21 @@ def test_a_shared_file_two_wheels_wrote_at_once_is_mended_from_one_of_them(tmp_p
     (site / "opencensus/__init__.py").write_bytes(b"damaged\n")
     (site / "opencensus_ext_azure-1.0.dist-info/RECORD").write_text("")  # one owner left
     assert layers.torn(tmp_path) == [] and layers.unverified(tmp_path)
+
+
+def test_files_a_run_wrote_into_a_layer_are_removed_not_rebuilt(tmp_path, capsys):
+    """deepchecks writes .user_id into its own folder at import: the next run found the layer
+    'damaged' and built it again (minutes). What a run added goes; a changed file is still
+    damage, built again."""
+    calls: list[Path] = []
+    layer = cached_layer(tmp_path / "layer", builder(calls))
+    (layer / "lib/site-packages/pkg/.user_id").write_text("abc")
+    layers.CHECKED.clear()  # a new process
+    assert cached_layer(layer, builder(calls)) == layer and len(calls) == 1
+    assert not (layer / "lib/site-packages/pkg/.user_id").exists() and damage(layer) == []
+    assert "removed 1 file(s) a run wrote" in capsys.readouterr().err
+    (layer / "lib/site-packages/pkg/.user_id").write_text("abc")
+    (layer / "lib/site-packages/pkg/data.bin").write_bytes(b"changed!")
+    layers.CHECKED.clear()
+    cached_layer(layer, builder(calls))
+    assert len(calls) == 2 and (layer / "lib/site-packages/pkg/data.bin").read_bytes() == b"abc"
