@@ -32,6 +32,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from mlops.environments.closures import build_closure_layer
+from mlops.environments.envfiles import conda_only_note
 from mlops.environments.envspec import EnvironmentRef, EnvMap, EnvPlan, plan_for
 from mlops.environments.interpreters import (
     HERE,
@@ -165,9 +166,9 @@ class Environments:
         """Say what differs from Azure's build of the environment."""
         if plan.notice:
             self._say(f"note: {plan.notice}")
-        if plan.skipped:
-            self._say(f"note: {plan.label}: conda packages with no PyPI equivalent are not "
-                      f"installed here: {', '.join(plan.skipped)}")
+        for line in plan.skipped:
+            self._say(f"note: {plan.label}: conda package {line!r} has no PyPI equivalent; "
+                      f"{conda_only_note(line)}; here it is left out")
 
     def _interpreter(self, plan: EnvPlan) -> Python | None:
         """The interpreter of the Python the environment asks for, when it is not this
@@ -241,8 +242,9 @@ class Environments:
 
     def _built(self, plan: EnvPlan, request: BuildRequest, where: str) -> Stack:
         """The environment's layers; a conda package PyPI has no project of (openssl,
-        cpuonly: conda installs them on Azure, pip could not here) is left out, with a note,
-        and the rest resolved again, never reported as a set Azure cannot build."""
+        cpuonly, pytorch-cuda: conda installs them on Azure, pip could not here) is left out,
+        with a note saying what conda installs, and the rest resolved again, never reported as
+        a set Azure cannot build."""
         lines = list(request.lines)
         while True:
             try:
@@ -256,7 +258,7 @@ class Environments:
                 lines.remove(line)
                 plan.skipped.append(line)
                 self._say(f"note: {plan.label}: conda package {line!r} has no PyPI project; "
-                          "conda installs it on Azure's image, here it is left out")
+                          f"{conda_only_note(line)}; here it is left out")
 
     def _stack(self, plan: EnvPlan, request: BuildRequest, where: str) -> Stack:
         lines, adds, python = request.lines, request.adds, request.python

@@ -23,6 +23,21 @@ CONDA_TO_PYPI = {"pytorch": "torch", "py-xgboost": "xgboost", "matplotlib-base":
                  "python-dateutil": "python-dateutil", "cudatoolkit": None, "cudnn": None,
                  "nccl": None, "mkl": None, "libgcc-ng": None, "openmpi": None, "mpi4py": "mpi4py",
                  "r-base": None, "git": None}
+# conda packages PyPI has no project of, and what conda installs for them on Azure's image: left
+# out as read, with a note (the rule is general: any other conda package the resolver finds no
+# project of is left out too, activation.py). .venv's torch build stands in for PyTorch's CUDA or
+# CPU-only build whichever the selector asks (resolve.GPU_STACK).
+CONDA_ONLY = {
+    "pytorch-cuda": "the CUDA runtime libraries of PyTorch's CUDA build (it selects that build)",
+    "pytorch-mutex": "the selector of PyTorch's CUDA or CPU-only build",
+    "cpuonly": "the selector of PyTorch's CPU-only build",
+    "cudatoolkit": "the CUDA toolkit's runtime libraries",
+    "cuda-runtime": "the CUDA runtime libraries",
+    "cudnn": "NVIDIA's cuDNN libraries",
+    "nccl": "NVIDIA's NCCL libraries",
+    "magma-cuda": "MAGMA's CUDA libraries",
+    "openssl": "the OpenSSL libraries",
+}
 # what every conda environment has beside its Python: conda's pip, which brings setuptools and
 # wheel (for an old Python, their releases for it: setuptools then still ships pkg_resources)
 CONDA_BASE = ("pip", "setuptools", "wheel")
@@ -41,6 +56,13 @@ class EnvPlan:
     variables: dict[str, str] = field(default_factory=dict)  # a conda file's `variables:`
 
 
+def conda_only_note(line: str) -> str:
+    """What conda installs on Azure's image for a conda package PyPI has no project of."""
+    name = re.split(r"[\s=<>!~\[;]", line.split("::")[-1].strip(), maxsplit=1)[0].lower()
+    what = CONDA_ONLY.get(name)
+    return f"conda installs it on Azure's image{f' ({what})' if what else ''}"
+
+
 def _conda_spec(entry: str) -> str | None:
     """`numpy=1.21.2`, `conda-forge::numpy>=1.2`, `numpy 1.21.*`, `numpy=1.21=py38_0` -> a pip
     requirement (conda's `=1.21` means any 1.21.x); None for packages PyPI does not have."""
@@ -50,7 +72,7 @@ def _conda_spec(entry: str) -> str | None:
         return None
     name, rest = match.group(1).lower(), match.group(2).replace(" ", "")
     pypi = CONDA_TO_PYPI.get(name, name)
-    if pypi is None:
+    if pypi is None or name in CONDA_ONLY:
         return None
     if rest.startswith("=") and not rest.startswith("=="):
         version = rest[1:].split("=")[0]  # a second `=` starts the build string

@@ -146,20 +146,16 @@ def test_an_environment_for_another_python_moved_here_leaves_a_caveat_for_its_fa
     assert envs.caveat("same-python") == ""
 
 
-def test_a_conda_package_pypi_has_no_project_of_is_left_out_not_called_unbuildable(
-        tmp_path, monkeypatch, capsys):
-    """`- openssl` in a conda file: conda installs it on Azure's image; uv finds no such
-    project, which is no reason to say Azure's build fails too. A pip line that names no
-    project still fails, as Azure's pip fails."""
+def _fake_builds(tmp_path, monkeypatch, absent=("libjpeg-turbo", "nosuchpkg", "pytorch-cuda")):
+    """build_closure_layer as uv answers for names the package registry has no project of."""
     from mlops.environments import activation
-    from mlops.environments.envspec import EnvironmentRef
     from mlops.errors import LocalRunError
 
     built = []
 
     def build(lines, python, label, adds):
         built.append(list(lines))
-        for name in ("openssl", "nosuchpkg"):
+        for name in absent:
             if any(line.startswith(name) for line in lines):
                 raise LocalRunError(f"environment x: no set of releases satisfies ...:\n  cause: "
                                     f"Because {name} was not found in the package registry "
@@ -168,15 +164,64 @@ def test_a_conda_package_pypi_has_no_project_of_is_left_out_not_called_unbuildab
 
     monkeypatch.setattr(activation, "build_closure_layer", build)
     monkeypatch.setattr(activation, "layer_record", lambda layer: {})
-    (tmp_path / "conda.yml").write_text("dependencies:\n- python=3.11\n- openssl\n- pip\n"
+    return built
+
+
+def test_a_conda_package_pypi_has_no_project_of_is_left_out_not_called_unbuildable(
+        tmp_path, monkeypatch, capsys):
+    """`- libjpeg-turbo` in a conda file: conda installs it on Azure's image; uv finds no such
+    project, which is no reason to say Azure's build fails too. A pip line that names no
+    project still fails, as Azure's pip fails."""
+    from mlops.environments import activation
+    from mlops.environments.envspec import EnvironmentRef
+    from mlops.errors import LocalRunError
+
+    built = _fake_builds(tmp_path, monkeypatch)
+    (tmp_path / "conda.yml").write_text("dependencies:\n- python=3.11\n- libjpeg-turbo\n- pip\n"
                                         "- pip:\n  - pyjokes==0.6.0\n")
     envs = activation.Environments()
     envs.layers(EnvironmentRef(value={"conda_file": "conda.yml"}, base=tmp_path), "job")
-    assert any("openssl" in line for line in built[0]) and \
-        not any("openssl" in line for line in built[-1])
-    assert "conda package 'openssl' has no PyPI project" in capsys.readouterr().err
+    assert any("libjpeg-turbo" in line for line in built[0]) and \
+        not any("libjpeg-turbo" in line for line in built[-1])
+    assert "conda package 'libjpeg-turbo' has no PyPI project; conda installs it on Azure's" \
+        in capsys.readouterr().err
     (tmp_path / "conda.yml").write_text("dependencies:\n- python=3.11\n- pip\n"
                                         "- pip:\n  - nosuchpkg==1.0\n")
     with pytest.raises(LocalRunError, match="nosuchpkg was not found"):
         activation.Environments().layers(EnvironmentRef(value={"conda_file": "conda.yml"},
                                                         base=tmp_path), "job")
+
+
+def test_pytorchs_cuda_and_cpu_selectors_are_left_out_saying_what_conda_installs(
+        tmp_path, monkeypatch, capsys):
+    """pytorch-cuda, cpuonly, cudatoolkit in a conda file are conda's alone: left out as read,
+    the note saying what conda installs instead; in a curated image's catalogue line (where
+    the conda origin is not kept: Azure built that image, so a line PyPI lacks was conda's)
+    the resolver's answer leaves it out the same way."""
+    from mlops.environments import activation
+    from mlops.environments.envspec import EnvironmentRef, EnvMap
+
+    built = _fake_builds(tmp_path, monkeypatch)
+    (tmp_path / "conda.yml").write_text("dependencies:\n- python=3.11\n- pytorch=1.13.1\n"
+                                        "- pytorch-cuda=11.7\n- nvidia::cudatoolkit=11.7\n"
+                                        "- cpuonly\n- pip\n")
+    conda = EnvironmentRef(value={"conda_file": "conda.yml"}, base=tmp_path)
+    activation.Environments().layers(conda, "a")
+    err = capsys.readouterr().err
+    assert not any(name in line for line in built[0]
+                   for name in ("pytorch-cuda", "cudatoolkit", "cpuonly"))
+    assert "conda package 'pytorch-cuda=11.7' has no PyPI equivalent; conda installs it on " \
+        "Azure's image (the CUDA runtime libraries of PyTorch's CUDA build" in err
+    assert "'cpuonly' has no PyPI equivalent; conda installs it on Azure's image (the " \
+        "selector of PyTorch's CPU-only build)" in err
+    (tmp_path / "curated.yml").write_text(
+        "azureml://registries/azureml/environments/evals:\n  python: '3.11'\n"
+        "  pip: [torch, pytorch-cuda==11.7.*, pyjokes==0.6.0]\n")
+    built.clear()
+    envs = activation.Environments()
+    envs.env_map = EnvMap(tmp_path / "none.yml", tmp_path / "curated.yml")
+    envs.layers(EnvironmentRef(value="azureml://registries/azureml/environments/evals/labels/latest",
+                               base=tmp_path), "b")
+    assert "pytorch-cuda==11.7.*" in built[0] and "pytorch-cuda==11.7.*" not in built[-1]
+    assert "conda package 'pytorch-cuda==11.7.*' has no PyPI project; conda installs it on " \
+        "Azure's image (the CUDA" in capsys.readouterr().err
