@@ -204,14 +204,17 @@ def _install(folder: Path, moved: resolve.Moved, label: str) -> dict[str, str]:
 
 
 def install_set(folder: Path, wanted: dict[str, resolve.Locked], label: str, *,
-                python: Python = HERE, wheels_only: bool = True) -> dict[str, str]:
+                python: Python = HERE, wheels_only: bool = True,
+                built_on: tuple[str, ...] = ()) -> dict[str, str]:
     """`wanted` into the venv at `folder`, as resolved (no dependency of its own is followed;
     with `wheels_only`, compiled packages as wheels only), its bytecode compiled as pip
     compiles it when an image is built (a job's first import would otherwise compile it, and a
-    read-only cache would make every job do so); name -> version."""
+    read-only cache would make every job do so); name -> version. `built_on`: the image's
+    `--exclude-newer <time>`, so sdists build with the build tools of the day it was built."""
     if wanted:
         argv = [resolve.uv_binary(), "pip", "install", "--python",
                 str(folder / "bin" / "python"), "--no-deps", "--quiet", "--compile-bytecode",
+                *built_on,
                 *[f"{name}=={locked.version}" for name, locked in sorted(wanted.items())]]
         for name in sorted(n for n, locked in wanted.items() if locked.compiled and wheels_only):
             argv += ["--only-binary", name]

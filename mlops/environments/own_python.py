@@ -4,7 +4,9 @@ whole closure resolved as Azure's image build resolves it for the exact Python t
 build of that minor takes), installed as resolved into a complete virtual environment of that
 interpreter. Nothing is moved to another release and nothing is borrowed from .venv: the torch
 family too is the environment's own release for its Python, from the package registry (cached
-once with the environment).
+once with the environment). An image built on a known day (a curated or registry version: its
+release record's day) builds its source distributions with the build tools PyPI held that day, as
+its build did; any other environment is built today on Azure, so with today's.
 
 The environment is keyed by its requirements, the version resolved for and the interpreter, built
 once under a lock, and checked against its manifest before its first use in a run
@@ -73,7 +75,9 @@ def _paired(folder: Path, lines: list[str], *, version: str, python: Python, lab
             adds: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
     """The set installed; again with numpy<2 where a compiled package of it fails under NumPy 2
     for want of it (conda-forge never pairs them)."""
-    installed = _install(folder, target_for(lines, version, label, adds), python, label)
+    built_on = tuple(resolve.as_of(lines))
+    installed = _install(folder, target_for(lines, version, label, adds), python, label,
+                         built_on)
     stale = abi.built_for_numpy_1(folder / "bin" / "python", python.site(folder))
     if not stale:
         return installed, []
@@ -85,13 +89,16 @@ def _paired(folder: Path, lines: list[str], *, version: str, python: Python, lab
         print(f"warning: {label}: {abi.NUMPY_1} does not install with the rest ({err}); keeping "
               "NumPy 2", flush=True)
         return installed, []
-    return _install(folder, paired, python, label), [
+    return _install(folder, paired, python, label, built_on), [
         f"numpy -> {abi.NUMPY_1}: {', '.join(stale)} fail(s) under NumPy 2"]
 
 
 def _install(folder: Path, locked: dict[str, resolve.Locked], python: Python,
-             label: str) -> dict[str, str]:
-    """A fresh virtual environment of `python` holding exactly `locked`."""
+             label: str, built_on: tuple[str, ...] = ()) -> dict[str, str]:
+    """A fresh virtual environment of `python` holding exactly `locked`; an image built on a
+    known day (`built_on`: curated, registry) has its sdists built with the build tools PyPI
+    held that day, as its build did (pycocotools 2.0.6 compiles with that day's Cython 3.0,
+    not with today's)."""
     shutil.rmtree(folder, ignore_errors=True)
     argv = [resolve.uv_binary(), "venv", "--quiet", "--python", str(python.executable),
             *([] if "pip" in locked else ["--seed"]), str(folder)]
@@ -100,7 +107,8 @@ def _install(folder: Path, locked: dict[str, resolve.Locked], python: Python,
         raise resolve.uv_failure(made.stderr, f"environment {label}: creating a virtual "
                                  f"environment of Python {python.version}")
     try:
-        return install_set(folder, locked, label, python=python, wheels_only=False)
+        return install_set(folder, locked, label, python=python, wheels_only=False,
+                           built_on=built_on)
     except resolve.BuildFailed as failed:
         raise MachineError(f"environment {label}: {failed}\nFix: install the build tools its "
                             f"source needs, or pin a release of {failed.name} that publishes a "

@@ -140,19 +140,24 @@ def _locked(path: Path) -> dict[str, Locked]:
 EXCLUDE_NEWER = "--exclude-newer"
 
 
+def as_of(lines: list[str]) -> list[str]:
+    """uv's `--exclude-newer <time>` for an environment built on a known day ([]: today)."""
+    return [word for line in lines if line.startswith(EXCLUDE_NEWER) for word in line.split()][:2]
+
+
 def compile_set(lines: list[str], python: list[str], only_binary: set[str],
                 lowest: bool = False) -> dict[str, Locked]:
     """uv's resolution of `lines` for `python` (its --python-version/--platform or --python
     flags); sdists whose metadata fails to build are retried as wheels only."""
     no_build = set(only_binary)
-    as_of = [word for line in lines if line.startswith(EXCLUDE_NEWER) for word in line.split()]
+    built_on = as_of(lines)
     lines = [line for line in lines if not line.startswith(EXCLUDE_NEWER)]
     with tempfile.TemporaryDirectory(prefix="resolve-") as tmp:
         source, lock = Path(tmp) / "requirements.in", Path(tmp) / "pylock.toml"
         source.write_text("\n".join(lines) + "\n")
         for _ in range(ROUNDS):
             argv = [uv_binary(), "pip", "compile", str(source), "--format", "pylock.toml",
-                    "-o", str(lock), "--quiet", "--no-header", *python, *as_of[:2]]
+                    "-o", str(lock), "--quiet", "--no-header", *python, *built_on]
             argv += ["--resolution", "lowest-direct"] if lowest else []
             for name in sorted(no_build):
                 argv += ["--only-binary", name]

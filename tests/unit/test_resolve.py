@@ -283,3 +283,34 @@ def test_a_curated_images_build_day_reaches_uv_as_an_option_not_a_requirement(mo
     argv, source = seen[0]
     assert argv[-2:] == ["--exclude-newer", "2025-04-04T09:32:33Z"]
     assert source == "azureml-mlflow==1.59.0.post1\n"
+
+
+def test_an_image_of_a_known_day_builds_its_sdists_with_that_days_build_tools(monkeypatch,
+                                                                                tmp_path):
+    """A curated or registry image was built on a known day: its own-Python environment
+    installs with `--exclude-newer <that day>`, so an sdist (pycocotools 2.0.6) builds with the
+    Cython and numpy PyPI held then, as Azure's build did; an environment of no known day is
+    built with today's, as Azure builds it today."""
+    from mlops.environments import own_python
+    from mlops.environments.interpreters import HERE
+
+    installs = []
+
+    def run(argv):
+        if argv[1:3] == ["pip", "install"]:
+            installs.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(resolve, "run_uv", run)
+    monkeypatch.setattr(resolve, "uv_binary", lambda: "uv")
+    monkeypatch.setattr(own_python, "target_for",
+                        lambda *a: {"pycocotools": Locked("2.0.6", True)})
+    monkeypatch.setattr(own_python.abi, "built_for_numpy_1", lambda *a: [])
+    day = "--exclude-newer 2024-04-30T09:25:39Z"
+    own_python._paired(tmp_path / "a", ["pycocotools", day], version="3.8.18", python=HERE,
+                       label="x", adds=())
+    own_python._paired(tmp_path / "b", ["pycocotools==2.0.6"], version="3.8.18", python=HERE,
+                       label="x", adds=())
+    dated, today = installs
+    assert dated[dated.index("--exclude-newer") + 1] == "2024-04-30T09:25:39Z"
+    assert "pycocotools==2.0.6" in dated and "--exclude-newer" not in today
