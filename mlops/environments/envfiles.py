@@ -28,7 +28,7 @@ CONDA_TO_PYPI = {"pytorch": "torch", "py-xgboost": "xgboost", "matplotlib-base":
 # project of is left out too, activation.py). .venv's torch build stands in for PyTorch's CUDA or
 # CPU-only build whichever the selector asks (resolve.GPU_STACK).
 CONDA_ONLY = {
-    "pytorch-cuda": "the CUDA runtime libraries of PyTorch's CUDA build (it selects that build)",
+    "pytorch-cuda": "the CUDA runtime libraries of PyTorch's CUDA build, which it selects",
     "pytorch-mutex": "the selector of PyTorch's CUDA or CPU-only build",
     "cpuonly": "the selector of PyTorch's CPU-only build",
     "cudatoolkit": "the CUDA toolkit's runtime libraries",

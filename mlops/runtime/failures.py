@@ -53,6 +53,24 @@ def version_error(tail: Iterable[str]) -> bool:
         bool(INSTALLED.search(frames[-1]))
 
 
+# Azure ML's run-history REST service, which a job reaches on its tracking URI's host (the
+# responsible-AI gather and score-card components PATCH the run's properties there:
+# azureml-assets' rai_component_utilities.add_properties_to_gather_run); no stand-in answers it
+RUN_HISTORY = re.compile(r"(/history/v1\.0/[^\s'\"()]*?/runs/[^\s'\"()/]+)")
+
+
+def service_note(tail: Iterable[str]) -> str:
+    """For a log that ends after a call to Azure's run-history REST: that only a live workspace
+    answers it ("": none)."""
+    called = next((found.group(1) for line in reversed(list(tail))
+                   if (found := RUN_HISTORY.search(line))), "")
+    if not called:
+        return ""
+    return (f"note: the job called Azure ML's run-history REST service ({called} on the "
+            "tracking URI's host, as responsible-AI's add_properties_to_gather_run does), "
+            "which only a live workspace answers: run this step on Azure")
+
+
 def explain(environments: Environments, where: str, tail: Iterable[str]) -> list[str]:
     """The notes a failed task's log earns (none when nothing here explains it)."""
     lines = list(tail)
@@ -63,4 +81,5 @@ def explain(environments: Environments, where: str, tail: Iterable[str]) -> list
     undefined = environments.undefined_note(where)
     if undefined and (missing_module(lines) or missing_command(lines)):
         notes.append(undefined)
+    notes += [note for note in [service_note(lines)] if note]
     return notes

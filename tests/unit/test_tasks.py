@@ -225,3 +225,21 @@ def test_pytorchs_cuda_and_cpu_selectors_are_left_out_saying_what_conda_installs
     assert "pytorch-cuda==11.7.*" in built[0] and "pytorch-cuda==11.7.*" not in built[-1]
     assert "conda package 'pytorch-cuda==11.7.*' has no PyPI project; conda installs it on " \
         "Azure's image (the CUDA" in capsys.readouterr().err
+
+
+def test_a_call_to_azures_run_history_rest_is_named_in_one_line():
+    """responsible-AI's gather step PATCHes its run's properties to run history on the tracking
+    URI's host; that fails here however it fails (no host, TLS to a plain HTTP server), and the
+    note names the call, not a guess."""
+    from mlops.runtime.failures import service_note
+
+    tail = ["Traceback (most recent call last):",
+            '  File "rai_component_utilities.py", line 158, in add_properties_to_gather_run',
+            "azure.core.exceptions.ServiceRequestError: HTTPSConnectionPool(host='127.0.0.1', "
+            "port=5000): Max retries exceeded with url: /history/v1.0/subscriptions/None/"
+            "resourceGroups/None/providers/Microsoft.MachineLearningServices/workspaces/None/"
+            "experimentids/1/runs/abc123 (Caused by SSLError(...))"]
+    note = service_note(tail)
+    assert note.startswith("note: the job called Azure ML's run-history REST service (/history/"
+                           "v1.0/subscriptions/None/") and "/runs/abc123 on the" in note
+    assert "\n" not in note and service_note(["ValueError: bad input"]) == ""
