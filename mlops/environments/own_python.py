@@ -77,7 +77,7 @@ def _paired(folder: Path, lines: list[str], *, version: str, python: Python, lab
     for want of it (conda-forge never pairs them)."""
     built_on = tuple(resolve.as_of(lines))
     installed = _install(folder, target_for(lines, version, label, adds), python, label,
-                         built_on)
+                         built_on=built_on)
     stale = abi.built_for_numpy_1(folder / "bin" / "python", python.site(folder))
     if not stale:
         return installed, []
@@ -89,12 +89,12 @@ def _paired(folder: Path, lines: list[str], *, version: str, python: Python, lab
         print(f"warning: {label}: {abi.NUMPY_1} does not install with the rest ({err}); keeping "
               "NumPy 2", flush=True)
         return installed, []
-    return _install(folder, paired, python, label, built_on), [
+    return _install(folder, paired, python, label, built_on=built_on), [
         f"numpy -> {abi.NUMPY_1}: {', '.join(stale)} fail(s) under NumPy 2"]
 
 
 def _install(folder: Path, locked: dict[str, resolve.Locked], python: Python,
-             label: str, built_on: tuple[str, ...] = ()) -> dict[str, str]:
+             label: str, *, built_on: tuple[str, ...] = ()) -> dict[str, str]:
     """A fresh virtual environment of `python` holding exactly `locked`; an image built on a
     known day (`built_on`: curated, registry) has its sdists built with the build tools PyPI
     held that day, as its build did (pycocotools 2.0.6 compiles with that day's Cython 3.0,
