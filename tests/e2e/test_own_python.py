@@ -269,7 +269,8 @@ import sys
 from pathlib import Path
 from mlops.environments.activation import Environments
 from mlops.environments.envspec import EnvironmentRef
-stack = Environments().layers(EnvironmentRef({"conda_file": "conda.yml"}, Path(sys.argv[1])), "x")
+stack = Environments().layers(EnvironmentRef(value={"conda_file": "conda.yml"},
+                                           base=Path(sys.argv[1])), "x")
 print("stack", stack.layers[0], stack.python.version)
 """
 
