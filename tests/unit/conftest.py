@@ -38,3 +38,17 @@ def own_workspace(tmp_path, monkeypatch):
     models in from: MLflow's client starts a process to learn the platform."""
     monkeypatch.setenv("MLOPS_WORKSPACE_DIR", str(tmp_path / "workspace"))
     monkeypatch.setattr("mlops.workspace.mlflow_models._client", lambda: None)
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A user's repository: azml.toml at its root, the current folder, its own state folder."""
+    from mlops.project import forget
+
+    (tmp_path / "azml.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AZML_STATE_DIR", raising=False)
+    monkeypatch.delenv("MLOPS_STATE_DIR", raising=False)
+    forget()
+    yield tmp_path
+    forget()

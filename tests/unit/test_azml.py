@@ -17,25 +17,12 @@ from mlops.api.views import job_view
 from mlops.cli import run
 from mlops.cli.output import query, render
 from mlops.errors import LocalRunError, NotFound
-from mlops.project import forget
 from mlops.runtime.records import JobStatus, RunRecord
 from mlops.workspace.jobs import claim_name, record_job
 from mlops.workspace.store import Workspace, workspace_root
 
 HELLO = Path(__file__).resolve().parents[1] / "fixtures" / "hello" / "hello-command.yml"
 DEAD_PID = 2**22 + 12345  # above Linux's pid_max: no process has it
-
-
-@pytest.fixture
-def repo(tmp_path, monkeypatch):
-    """A user's repository: azml.toml at its root, the current folder."""
-    (tmp_path / "azml.toml").write_text("")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("AZML_STATE_DIR", raising=False)
-    monkeypatch.delenv("MLOPS_STATE_DIR", raising=False)
-    forget()
-    yield tmp_path
-    forget()
 
 
 def a_job(name: str, status: JobStatus | None, *, pid: int | None = None,

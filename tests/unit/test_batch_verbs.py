@@ -16,7 +16,7 @@ from mlops.cli import build_parser, run
 from mlops.cli.batch import invocation
 from mlops.endpoints.batch_run import BatchRequest, batch_folder, identity
 from mlops.errors import LocalRunError
-from mlops.project import forget, project
+from mlops.project import project
 from mlops.runtime.job import BATCH_JOB, write_record
 from mlops.runtime.records import JobStatus
 from mlops.workspace.jobs import claim_name
@@ -28,15 +28,10 @@ FLAKY = ROOT / "tests" / "fixtures" / "batch" / "flaky-deployment.yml"
 
 
 @pytest.fixture
-def repo(tmp_path, monkeypatch):
-    (tmp_path / "azml.toml").write_text("")
-    (tmp_path / "model").mkdir()
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("AZML_STATE_DIR", raising=False)
-    monkeypatch.delenv("MLOPS_STATE_DIR", raising=False)
-    forget()
-    yield tmp_path
-    forget()
+def repo(repo):
+    """The user's repository (conftest.py) with a model folder."""
+    (repo / "model").mkdir()
+    return repo
 
 
 def azml(capsys, *args: str) -> object:
