@@ -38,7 +38,7 @@ LONG_DATASTORE = re.compile(r"^azureml://subscriptions/[^/]+/resource[gG]roups/[
 
 
 WHAT = {"component": "local component .yml", "model": "local file or folder"}
-REGISTER = "Register it (make asset-create-local SPEC=<its YAML>), or: "
+REGISTER = "Register it as az ml would (azml {noun} create -f <its YAML>), or: "
 
 
 def is_remote(reference) -> bool:
@@ -218,9 +218,10 @@ class AssetMap:
                 suggestion = asset_key(reference) if named else reference
                 dotted = key.rsplit(": ", 1)[-1]  # key is "<spec file>: jobs.a.inputs.b"
                 dotted += "" if bare else ".path"
+                register = REGISTER.format(noun=kind if kind in WHAT else "data") if named else ""
                 raise LocalRunError(
                     f"{key}: {reference} has no local stand-in: neither the local workspace nor "
-                    f"{self.named} knows it. {REGISTER if named else ''}Add a line "
+                    f"{self.named} knows it. {register}Add a line "
                     f"'{suggestion}: <{what}>' to {self.named}, or override it: "
                     f"--set {dotted}=<{what}>")
             path = (self.base / local).resolve()

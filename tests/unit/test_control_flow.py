@@ -154,3 +154,12 @@ def test_debug_names_each_run_of_a_body_by_its_path(tmp_path):
         {("check",), ("big",), ("small",)}  # the if_else itself starts no process
     assert ("each", "item:2", "greeter") in addresses(nodes_of("parallel-for.yml", tmp_path),
                                                       assets)
+
+
+def test_an_unregistered_asset_names_azmls_verb_for_it_in_any_repository(tmp_path, repo):
+    """The user's repository has azml, not this template's make targets."""
+    from mlops.errors import LocalRunError
+
+    with pytest.raises(LocalRunError, match=r"azml model create -f <its YAML>"):
+        AssetMap(tmp_path / "none.yml").local_path("azureml:clf:3", "job.yml: model", tmp_path,
+                                                   kind="model", bare=True)
