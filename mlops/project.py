@@ -131,6 +131,21 @@ def state_dir() -> Path:
     return project().state
 
 
+def keep_state_out_of_git() -> None:
+    """A state folder inside the repository (`.azml/` by default) keeps itself out of git, as
+    .venv and .pytest_cache do: a `.gitignore` of `*` in it, written once; the repository's own
+    files are never touched. A state folder that is the repository itself (state_dir = ".")
+    or lies outside it is left alone; one that cannot be written is said by the run itself."""
+    settings = project()
+    if settings.state == settings.root or not settings.state.is_relative_to(settings.root):
+        return
+    marker = settings.state / ".gitignore"
+    with contextlib.suppress(OSError):
+        if not marker.exists():
+            settings.state.mkdir(parents=True, exist_ok=True)
+            marker.write_text("# written by azml: its runs, MLflow store and workspace\n*\n")
+
+
 def cache_root() -> Path:
     """Where the caches go (environment layers, validation verdicts, tools): never the sources.
     MLOPS_CACHE_DIR, else <state>/cache when the environment names the state folder, else

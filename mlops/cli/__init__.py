@@ -24,6 +24,7 @@ from mlops.cli import assets, batch, endpoints, jobs
 from mlops.cli.common import Verb, note
 from mlops.cli.output import query, render
 from mlops.errors import LocalError
+from mlops.project import keep_state_out_of_git
 
 IGNORED = ("resource_group", "workspace_name", "subscription", "registry_name")
 
@@ -49,6 +50,7 @@ def run(argv: list[str] | None = None) -> int:
              "--subscription" + (" and a job's --registry-name are" if "registry_name" in ignored
                                  else " are") + " ignored")
     try:
+        keep_state_out_of_git()
         result = args.handler(Session(), args)
         if isinstance(result, int):  # a job run in the foreground: its exit code
             return result
