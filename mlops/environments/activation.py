@@ -58,7 +58,8 @@ HELPERS = ((RUNTIME / "readonly_inputs.py", "_mlops_readonly_inputs.py"),
            (RUNTIME / "azureml_run.py", "_mlops_azureml_run.py"),
            (RUNTIME / "mltable_worker.py", "_mlops_mltable_worker.py"),
            (RUNTIME / "inference_server.py", "_mlops_inference_server.py"),
-           (RUNTIME / "mlflow_client.py", "_mlops_mlflow_client.py"))
+           (RUNTIME / "mlflow_client.py", "_mlops_mlflow_client.py"),
+           (RUNTIME / "trust_store.py", "_mlops_trust_store.py"))
 
 
 def top_site(folder: Path, python: Python = HERE) -> Path:
@@ -328,6 +329,8 @@ class Environments:
             "import _mlops_azureml_run; _mlops_azureml_run.install()\n")  # MLflow run
         (site / "zz_mlflow_client.pth").write_text(  # the job's MLflow as Azure's store takes it
             "import _mlops_mlflow_client; _mlops_mlflow_client.install()\n")
+        (site / "zz_trust_store.pth").write_text(  # the tracking host's HTTPS, as Azure's image
+            "import _mlops_trust_store; _mlops_trust_store.install()\n")  # trusts its service
         bins = [top / "bin", *stack.bins()]
         path = os.pathsep.join([*map(str, bins), os.environ.get("PATH", "")])
         env = {"PATH": path, "VIRTUAL_ENV": str(top)}

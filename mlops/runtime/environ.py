@@ -5,7 +5,8 @@ launcher's ranks); those that select the environment's layers (the environment s
 Activation); Azure's AZURE_ML_INPUT_/OUTPUT_ paths; the
 read-only places (the data inputs, a mounted model) and the output folders (mounted ones
 marked); then the spec's own environment_variables,
-which win, as on Azure. A job also gets its MLflow run's variables (tracking_env).
+which win, as on Azure. A job also gets its MLflow run's variables (tracking_env), and the
+local authority its environment trusts for the tracking host's HTTPS (trust_store.py).
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from mlops.runtime import readonly_inputs
 from mlops.runtime.binding import mounted_outputs, read_only
 from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.tasks import Task
+from mlops.runtime.trust_store import VARIABLE as TRUSTED_CA
 
 DROPPED_ENV = re.compile(r"^(MLFLOW_|AZUREML_|AZURE_ML_|OMPI_COMM_WORLD_|MLOPS_DEBUG|TF_CONFIG$|"
-                         r"RANK$|LOCAL_RANK$|WORLD_SIZE$|NODE_RANK$|MASTER_ADDR$|MASTER_PORT$|"
-                         r"LOCAL_WORLD_SIZE$)")
+                         r"MLOPS_LOCAL_CA$|RANK$|LOCAL_RANK$|WORLD_SIZE$|NODE_RANK$|MASTER_ADDR$|"
+                         r"MASTER_PORT$|LOCAL_WORLD_SIZE$)")
 
 
 def process_env(task: Task, activation: Activation, *, inputs: dict[str, str | None],
@@ -50,10 +52,15 @@ def tracking_env(task: Task, tracking: Tracking, run_id: str, wd: Path, *,
                  uri: str) -> dict[str, str]:
     """A job's MLflow run, as Azure hands it to the job (azureml-mlflow reads the same names):
     `uri` the store it tracks to (Tracking.serve, in the launch stage)."""
-    return {"MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": run_id,
-            "MLFLOW_EXPERIMENT_NAME": task.experiment,
-            "MLFLOW_EXPERIMENT_ID": tracking.experiment_id(task.experiment),
-            "AZUREML_RUN_ID": run_id, "AZUREML_ARM_PROJECT_NAME": task.experiment,
-            "AZUREML_CR_EXECUTION_WORKING_DIR_PATH": str(wd),
-            # MLflow prints a link to every run it ends on an http store; Azure's prints none
-            "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+    experiment = tracking.experiment_id(task.experiment)
+    env = {"MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": run_id,
+           "MLFLOW_EXPERIMENT_NAME": task.experiment, "MLFLOW_EXPERIMENT_ID": experiment,
+           "AZUREML_RUN_ID": run_id, "AZUREML_EXPERIMENT_ID": experiment,
+           "AZUREML_ARM_PROJECT_NAME": task.experiment,
+           "AZUREML_CR_EXECUTION_WORKING_DIR_PATH": str(wd),
+           # MLflow prints a link to every run it ends on an http store; Azure's prints none
+           "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+    ca = tracking.trusted_ca()
+    if ca:  # the environment trusts the tracking host's HTTPS, as Azure's image its service's
+        env[TRUSTED_CA] = ca
+    return env

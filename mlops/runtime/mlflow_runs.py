@@ -72,6 +72,14 @@ class Tracking:
         self.connect()
         return self.job_uri
 
+    def trusted_ca(self) -> str | None:
+        """The authority of the certificate the jobs' tracking host answers HTTPS with (the
+        local server's: local_tls.py); None where jobs track elsewhere."""
+        self.connect()
+        served = self.server is not None and self.job_uri != self.uri
+        tls = getattr(self.server, "tls", None) if served else None
+        return str(tls.ca) if tls is not None else None
+
     def experiment_id(self, name: str) -> str:
         if name not in self._experiments:
             self._experiments[name] = self._experiment_id(name)

@@ -4,7 +4,9 @@ app on one store, and the watch that stops it once no run has held it for the id
 The app is configured through MLflow's public initialize_backend_stores (what `mlflow server`
 calls) and served by werkzeug in this process. `mlflow server` itself (a CLI process that starts
 uvicorn in another, with a job-execution consumer by default) was measured ready in 10-20 s on
-2 cores against 3-6 s for this; its app is the same.
+2 cores against 3-6 s for this; its app is the same. The same port also answers HTTPS (each
+connection sniffed: local_tls.py) and Azure's run-history calls on a run (run_history.py), which
+jobs make on their tracking URI's host with `https://`.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ if __name__ == "__main__":  # run by path: the project root in place of this fil
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 from mlops.project import sqlite_file
+from mlops.runtime.local_tls import LocalTls, Sniffing
 from mlops.runtime.mlflow_store import creating
+from mlops.runtime.run_history import routes
 
 IDLE_ENV = "AZML_TRACKING_IDLE_S"
 IDLE_S = 900.0
-PROTOCOL = 1  # what a record means; a server of another protocol is replaced
+PROTOCOL = 2  # what a record means; a server of another protocol is replaced
 POLL_S = 5.0
 KEPT: list = []  # a forked server's inherited streams
 # MLflow 1.x clients (the newest for Python 3.7 is 1.30) call the model registry under
@@ -57,6 +61,7 @@ class Record:
     artifacts: str
     python: str
     mlflow: str
+    tls: str = ""  # the fingerprint of the local authority whose certificate it serves ("": none)
     protocol: int = PROTOCOL
 
     @classmethod
@@ -70,7 +75,7 @@ class Record:
             return None
         typed = all(isinstance(getattr(record, k), t) for k, t in (
             ("pid", int), ("port", int), ("store", str), ("artifacts", str), ("python", str),
-            ("mlflow", str), ("protocol", int)))
+            ("mlflow", str), ("tls", str), ("protocol", int)))
         return record if typed and 0 < record.port < 65536 and record.pid > 0 else None
 
     def write(self, folder: Path) -> None:
@@ -176,10 +181,31 @@ def serve_forked(args: list[str], log: int) -> None:
     main(args)
 
 
+def dual_server(listener: int, app, tls: str):
+    """werkzeug's threaded server on the handed-over socket, each connection plain HTTP or,
+    where `tls` names the local certificate's folder, TLS (local_tls.Sniffing)."""
+    import ssl
+
+    from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
+
+    class Handler(WSGIRequestHandler):
+        def make_environ(self):
+            environ = super().make_environ()
+            if isinstance(self.request, ssl.SSLSocket):
+                environ["wsgi.url_scheme"] = "https"
+            return environ
+
+    class Server(Sniffing, ThreadedWSGIServer):
+        pass
+
+    server = Server("127.0.0.1", 0, app, handler=Handler, fd=listener)
+    server.tls_context = LocalTls(Path(tls)).server_context() if tls else None
+    return server
+
+
 def main(args: list[str]) -> None:
-    store, artifacts, listener, _alive, folder = args
+    store, artifacts, listener, _alive, folder, tls = args
     from mlflow.server import app
-    from werkzeug.serving import make_server
 
     watch = Watch(Path(folder), idle_seconds())
 
@@ -188,9 +214,9 @@ def main(args: list[str]) -> None:
         watch.last_request = time.monotonic()
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    app.wsgi_app = stable_routes(app.wsgi_app)
+    app.wsgi_app = routes(stable_routes(app.wsgi_app))
     open_stores(store, artifacts)
-    server = make_server("127.0.0.1", 0, app, threaded=True, fd=int(listener))
+    server = dual_server(int(listener), app, tls)
     threading.Thread(target=watch.run, daemon=True).start()
     try:
         server.serve_forever()

@@ -8,8 +8,9 @@ contend for the database file, and the runner itself speaks the same API (mlflow
 run never imports MLflow (seconds of CPU, on every run, before this server was kept).
 
 One server per sqlite store, in the folder `<store file>.server/` beside it:
-    record.json  its port, pid, store, Python and MLflow version (written atomically by the run
-                 that started it; a damaged or foreign one is never trusted)
+    record.json  its port, pid, store, Python, MLflow version and certificate authority (written
+                 atomically by the run that started it; a damaged or foreign one is never
+                 trusted)
     alive        locked (flock, exclusive) by the server for its whole life: a server killed
                  with -9 leaves it unlocked, so a stale record is told apart from a live one
                  without trusting a pid; it holds the server's pid
@@ -22,7 +23,11 @@ One server per sqlite store, in the folder `<store file>.server/` beside it:
 The server serves on 127.0.0.1 only, from a socket the starting run binds and hands over: the
 URI is known at once, and the first requests wait in the socket's backlog while it imports.
 
-    python mlops/runtime/mlflow_serve.py <store> <artifacts> <listening fd> <alive fd> <folder>
+    python mlops/runtime/mlflow_serve.py <store> <artifacts> <listen fd> <alive fd> <folder> <tls>
+
+The port answers HTTPS too, with a certificate of a local authority made once in the cache
+(local_tls.py; <tls> its folder, "" for plain HTTP only), which the jobs' environments trust
+(trust_store.py): Azure's run-history calls on a job's run come to it (run_history.py).
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mlops.project import installed, sqlite_file
-from mlops.runtime import mlflow_serve
+from mlops.runtime import local_tls, mlflow_serve
+from mlops.runtime.local_tls import LocalTls
 from mlops.runtime.mlflow_serve import Record
 from mlops.runtime.mlflow_store import artifact_root
 
@@ -130,10 +136,22 @@ class Server:
         self.pid: int | None = None
         self.started = False  # this run started it (else it found it warm)
         self._lease: int | None = None
+        self.tls: LocalTls | None = None  # the certificate it serves, once connected
 
     def wanted(self) -> Record:
         return Record(pid=0, port=0, store=self.store, artifacts=self.artifacts,
-                      python=sys.executable, mlflow=installed("mlflow"))
+                      python=sys.executable, mlflow=installed("mlflow"),
+                      tls=self.tls.fingerprint if self.tls else "")
+
+    def _local_tls(self) -> LocalTls | None:
+        """The certificate the server answers HTTPS with (made once, in the cache); None, and
+        plain HTTP alone, where it cannot be made (an unwritable cache)."""
+        try:
+            return local_tls.ensure()
+        except OSError as err:
+            print(f"warning: the local tracking server answers plain HTTP only: {err}",
+                  file=sys.stderr)
+            return None
 
     def connect(self) -> str | None:
         """http://127.0.0.1:<port> of the store's server, found warm or started now, held for
@@ -142,6 +160,7 @@ class Server:
             return None
         if self._lease is None:
             self.folder.mkdir(parents=True, exist_ok=True)
+            self.tls = self._local_tls()
             lease = _open(self.folder / "lease")
             try:
                 fcntl.flock(lease, fcntl.LOCK_SH)  # waits while a server stops itself
@@ -201,7 +220,8 @@ def spawn(server: Server, listener: int, alive: int, log: int) -> int:
     the run's terminal does not reach it); its pid. A runner that has MLflow's server code
     loaded already (a process that runs many local runs: the test suite) forks it instead of
     starting a Python that imports it again (about 3.5 s of CPU)."""
-    args = [server.store, server.artifacts, str(listener), str(alive), str(server.folder)]
+    args = [server.store, server.artifacts, str(listener), str(alive), str(server.folder),
+            str(server.tls.folder) if server.tls else ""]
     if SERVER_MODULE in sys.modules:
         return fork_server(args, log)
     return subprocess.Popen([sys.executable, mlflow_serve.__file__, *args], cwd=server.folder,

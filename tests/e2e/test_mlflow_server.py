@@ -1,6 +1,7 @@
 """The warm local tracking server (mlops/runtime/mlflow_server.py): the first run starts it,
 later runs find it, it stops itself once no run has held it for the idle time, and a server
-killed with -9, a damaged record or two runs at once never leave a run without one."""
+killed with -9, a damaged record or two runs at once never leave a run without one; a job's
+call to Azure's run history over HTTPS on its tracking URI's host reaches its run."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from mlops.runtime.mlflow_server import Server, running, server_folder, stop
 from mlops.runtime.mlflow_store import ClientStore
 
 HELLO = ROOT / "tests" / "fixtures" / "hello"
+GATHER = ROOT / "tests" / "fixtures" / "run_history" / "gather.yml"
 IMPORTED = ("import sys\nfrom mlops import run\nassert run.main(sys.argv[1:]) == 0\n"
             "print('imported:', [m for m in ('mlflow', 'azure.ai.ml') if m in sys.modules])")
 
@@ -133,3 +135,36 @@ def test_local_runs_in_their_own_processes_keep_it_warm_and_survive_its_death(tm
                               10)
     assert len(runs) == 3 and {r.status for r in runs} == {"FINISHED"}
     assert all(r.metrics.get("accuracy") for r in runs)
+
+
+def test_a_jobs_run_history_call_over_https_reaches_its_run(tmp_path):
+    """What responsible-AI's gather and score-card steps do last (tests/fixtures/run_history:
+    azure-core's RequestsTransport, certifi's bundle): PATCH the run's properties to
+    https://<the tracking URI's host>/history/v1.0/.../runs/<run id>. The server answers on its
+    one port; the job's environment trusts it; the properties land on the job's MLflow run as
+    the local Run stand-in keeps them. A user's own REQUESTS_CA_BUNDLE (a company's authority)
+    is kept and trusts it too."""
+    import certifi
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    bundle = tmp_path / "company bundle.pem"
+    bundle.write_bytes(Path(certifi.where()).read_bytes())
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store, IDLE_ENV: "60",
+           "AZML_STATE_DIR": str(tmp_path / "state")}
+    env.pop("MLOPS_CACHE_DIR", None)  # the certificate is made in this state's empty cache
+    try:
+        for name, extra in (("certifi", {}), ("own", {"REQUESTS_CA_BUNDLE": str(bundle)})):
+            done = subprocess.run(
+                [sys.executable, "-m", "mlops.run", str(GATHER), "--run-dir", str(tmp_path / name),
+                 "--set", f"inputs.title={name}"], cwd=ROOT, env={**env, **extra},
+                capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            assert "run history answered 200" in done.stdout
+    finally:
+        stop(server_folder(store))
+    assert (tmp_path / "state" / "cache" / "local-tls" / "ca.pem").is_file()
+    client = ClientStore(store)
+    runs = client.search_runs(client.experiment_ids(), "", 10)
+    titles = {r.tags.get("properties._azureml.responsibleai.rai_insights.ScoreCardTitle")
+              for r in runs}
+    assert titles == {"certifi", "own"} and {r.status for r in runs} == {"FINISHED"}

@@ -6,6 +6,7 @@ runs alike; a server that is gone leaves the runner on the store itself."""
 from __future__ import annotations
 
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,47 @@ def test_local_artifact_uris():
     assert local_folder("file:///a/b%20c") == Path("/a/b c")
     assert local_folder("mlflow-artifacts:/x") is None
     assert local_folder("s3://bucket/x") is None
+
+
+def test_run_historys_calls_on_a_run_read_and_write_its_mlflow_run(served):
+    """What responsible-AI's gather step sends (rai_component_utilities.
+    add_properties_to_gather_run), answered on MLflow's app in this process (run_history.py):
+    the properties become the tags the local Run stand-in writes; an unknown run is 404."""
+    from mlflow.server import app
+    from werkzeug.test import Client
+
+    from mlops.runtime.run_history import routes
+
+    store, uri = served
+    rest = RestStore(uri)
+    run = rest.create_run(rest.create_experiment("history"), "gather", {"mlops.step": "g"}, 1_000)
+    client = Client(routes(app.wsgi_app))
+    path = ("/history/v1.0/subscriptions/None/resourceGroups/None/providers/Microsoft."
+            f"MachineLearningServices/workspaces/None/experimentids/unknown/runs/{run.run_id}")
+    properties = {"_azureml.responsibleai.rai_insights.type": "gather", "count": 3}
+    answer = client.patch(path, json={"runId": run.run_id, "properties": properties},
+                          headers={"Authorization": "Bearer None"})
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    view = answer.get_json()
+    assert view["runId"] == run.run_id and view["status"] == "Running"
+    assert view["properties"] == {"_azureml.responsibleai.rai_insights.type": "gather",
+                                  "count": "3"}
+    assert view["tags"] == {"mlops.step": "g"} and view["startTimeUtc"].endswith("Z")
+    tags = ClientStore(store).get_run(run.run_id).tags
+    assert tags["properties._azureml.responsibleai.rai_insights.type"] == "gather"
+    by_name = path.replace("experimentids/unknown", "experiments/history")
+    assert client.get(by_name).get_json()["properties"]["count"] == "3"
+    missing = client.patch(path.replace(run.run_id, "nope"), json={"properties": {}})
+    assert missing.status_code == 404 and "nope" in missing.get_json()["error"]["message"]
+    assert client.patch(path, data=b"{", content_type="application/json").status_code == 400
+    assert client.patch(path, json={"properties": {"a": {"b": 1}}}).status_code == 400
+    assert client.delete(path).status_code == 405
+    assert client.get("/health").get_data() == b"OK"  # MLflow's own routes as they were
+
+
+def test_jobs_trust_the_authority_of_the_server_they_track_to(served, tmp_path):
+    store, uri = served
+    handle = Served(uri)
+    handle.tls = types.SimpleNamespace(ca=tmp_path / "ca.pem")
+    assert Tracking(handle, uri=store).trusted_ca() == str(tmp_path / "ca.pem")
+    assert Tracking(uri=store).trusted_ca() is None  # no server: jobs track to the store itself
