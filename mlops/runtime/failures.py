@@ -55,20 +55,40 @@ def version_error(tail: Iterable[str]) -> bool:
 
 # Azure ML's run-history REST service, which a job reaches on its tracking URI's host (the
 # responsible-AI gather and score-card components PATCH the run's properties there:
-# azureml-assets' rai_component_utilities.add_properties_to_gather_run); no stand-in answers it
+# azureml-assets' rai_component_utilities.add_properties_to_gather_run); the local tracking
+# server answers it over HTTPS (run_history.py), so a failed call has one of these reasons
 RUN_HISTORY = re.compile(r"(/history/v1\.0/[^\s'\"()]*?/runs/[^\s'\"()/]+)")
+PLAIN_ONLY = ("the local tracking server answered plain HTTP only (its certificate could not be "
+              "made: see the run's warning)")
+WHY_FAILED = (
+    ("CERTIFICATE_VERIFY_FAILED", "its client did not trust the local tracking server's "
+     "certificate (the job's environment trusts it through certifi's bundle and a "
+     "REQUESTS_CA_BUNDLE set outside the job; a client given another bundle must hold "
+     "$MLOPS_LOCAL_CA too)"),
+    ("WRONG_VERSION_NUMBER", PLAIN_ONLY), ("RECORD LAYER FAILURE", PLAIN_ONLY),
+    ("NO HOST SUPPLIED", "the job's tracking URI has no host (a file or sqlite store, which "
+     "no server answers for): track to the local store's server, or run this step on Azure"),
+    ("CONNECTION REFUSED", "nothing answered on the tracking URI's host (the local tracking "
+     "server had stopped, or the job tracks to a remote MLflow server, which has no run "
+     "history): run the step again, or on Azure"),
+)
+ANSWERED = ("the local tracking server answered it with the error above, as Azure's run history "
+            "answers such a call")
 
 
 def service_note(tail: Iterable[str]) -> str:
-    """For a log that ends after a call to Azure's run-history REST: that only a live workspace
-    answers it ("": none)."""
-    called = next((found.group(1) for line in reversed(list(tail))
+    """For a log that ends after a failed call to Azure's run-history REST: the call, and why
+    it failed here ("": no such call)."""
+    lines = list(tail)
+    called = next((found.group(1) for line in reversed(lines)
                    if (found := RUN_HISTORY.search(line))), "")
     if not called:
         return ""
+    text = "\n".join(lines).upper()
+    why = next((reason for mark, reason in WHY_FAILED if mark in text), ANSWERED)
     return (f"note: the job called Azure ML's run-history REST service ({called} on the "
-            "tracking URI's host, as responsible-AI's add_properties_to_gather_run does), "
-            "which only a live workspace answers: run this step on Azure")
+            "tracking URI's host, as responsible-AI's add_properties_to_gather_run does): "
+            f"{why} (docs/workspace.md, run history on the tracking host)")
 
 
 def explain(environments: Environments, where: str, tail: Iterable[str]) -> list[str]:

@@ -227,19 +227,28 @@ def test_pytorchs_cuda_and_cpu_selectors_are_left_out_saying_what_conda_installs
         "Azure's image (the CUDA" in capsys.readouterr().err
 
 
-def test_a_call_to_azures_run_history_rest_is_named_in_one_line():
+def test_a_failed_call_to_azures_run_history_rest_is_named_with_its_reason():
     """responsible-AI's gather step PATCHes its run's properties to run history on the tracking
-    URI's host; that fails here however it fails (no host, TLS to a plain HTTP server), and the
-    note names the call, not a guess."""
+    URI's host; the local tracking server answers it, so a failure has a reason the log shows
+    (an untrusted certificate, a server on plain HTTP, no host, nothing listening), and the
+    note names the call and that reason in one line."""
     from mlops.runtime.failures import service_note
 
-    tail = ["Traceback (most recent call last):",
-            '  File "rai_component_utilities.py", line 158, in add_properties_to_gather_run',
-            "azure.core.exceptions.ServiceRequestError: HTTPSConnectionPool(host='127.0.0.1', "
-            "port=5000): Max retries exceeded with url: /history/v1.0/subscriptions/None/"
-            "resourceGroups/None/providers/Microsoft.MachineLearningServices/workspaces/None/"
-            "experimentids/1/runs/abc123 (Caused by SSLError(...))"]
-    note = service_note(tail)
-    assert note.startswith("note: the job called Azure ML's run-history REST service (/history/"
-                           "v1.0/subscriptions/None/") and "/runs/abc123 on the" in note
-    assert "\n" not in note and service_note(["ValueError: bad input"]) == ""
+    url = ("/history/v1.0/subscriptions/None/resourceGroups/None/providers/Microsoft."
+           "MachineLearningServices/workspaces/None/experimentids/1/runs/abc123")
+    frames = ["Traceback (most recent call last):",
+              '  File "rai_component_utilities.py", line 158, in add_properties_to_gather_run']
+    cases = {"[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed": "did not trust",
+             "[SSL: WRONG_VERSION_NUMBER] wrong version number": "plain HTTP only",
+             "[SSL] record layer failure (_ssl.c:1000)": "plain HTTP only",
+             "Invalid URL 'https:///history': No host supplied": "has no host",
+             "[Errno 111] Connection refused": "nothing answered",
+             "(UserError) Run abc123 was not found": "answered it with the error above"}
+    for error, reason in cases.items():
+        tail = [*frames, "azure.core.exceptions.ServiceRequestError: HTTPSConnectionPool(host="
+                f"'127.0.0.1', port=5000): Max retries exceeded with url: {url} ({error})"]
+        note = service_note(tail)
+        assert note.startswith(f"note: the job called Azure ML's run-history REST service ({url}"
+                               " on the tracking URI's host"), note
+        assert reason in note and "\n" not in note, (error, note)
+    assert service_note(["ValueError: bad input"]) == ""
