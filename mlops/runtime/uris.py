@@ -41,6 +41,15 @@ WHAT = {"component": "local component .yml", "model": "local file or folder"}
 REGISTER = "Register it as az ml would (azml {noun} create -f <its YAML>), or: "
 
 
+def azure_says(reference: str, kind: str) -> str:
+    """What az ml job create says of a short name its workspace lacks, as a parenthesis ("" for
+    other references): mlops/workspace/references.py."""
+    from mlops.workspace.references import azure_refusal
+
+    refusal = azure_refusal(reference, AssetKind.parse(kind if kind in WHAT else "data"))
+    return f" ({refusal})" if refusal else ""
+
+
 def is_remote(reference) -> bool:
     return isinstance(reference, str) and bool(REMOTE.match(reference))
 
@@ -221,7 +230,7 @@ class AssetMap:
                 register = REGISTER.format(noun=kind if kind in WHAT else "data") if named else ""
                 raise LocalRunError(
                     f"{key}: {reference} has no local stand-in: neither the local workspace nor "
-                    f"{self.named} knows it. {register}Add a line "
+                    f"{self.named} knows it{azure_says(reference, kind)}. {register}Add a line "
                     f"'{suggestion}: <{what}>' to {self.named}, or override it: "
                     f"--set {dotted}=<{what}>")
             path = (self.base / local).resolve()

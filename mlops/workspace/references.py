@@ -8,6 +8,11 @@ the asset map names for it):
 - `azureml://jobs/<job name>/outputs/<output>[/paths/<path>]`: a local run's output.
 A name the workspace does not hold resolves to None (the mapping file is asked next); a name it
 holds without the version asked for is an error that lists the versions it has.
+
+Of these, `az ml job create` resolves the short names itself when a job is submitted
+(azure-ai-ml's OperationOrchestrator.get_asset_arm_id): a label is looked up at once, a version
+becomes the workspace's asset id, which Azure must find to accept the job; `azure_refusal` says
+how it refuses a name its workspace lacks. The `azureml://` forms pass through it unresolved.
 """
 
 from __future__ import annotations
@@ -50,6 +55,34 @@ def parse(reference: str) -> AssetRef | None:
             return AssetRef(kind=AssetKind(kind), name=name, version=value)
         return AssetRef(kind=AssetKind(kind), name=name, label=value or LATEST)
     return None
+
+
+def submitted_name(reference) -> AssetRef | None:
+    """The workspace asset a short name (`azureml:<name>[:<version>|@<label>]`) names: what
+    az ml job create resolves at submission; None for anything else (URIs, paths, URLs)."""
+    if not isinstance(reference, str) or not SHORT.match(reference):
+        return None
+    return parse(reference)
+
+
+def azure_refusal(reference: str, kind: AssetKind) -> str:
+    """How az ml job create refuses a short name its workspace does not hold, in azure-ai-ml's
+    words where it says them itself ("" for a reference that is not a short name)."""
+    ref = submitted_name(reference)
+    if ref is None:
+        return ""
+    if ref.label == LATEST:
+        return (f"az ml job create looks it up and refuses the job: 'Asset {ref.name} does not "
+                "exist in workspace <workspace>.'")
+    if ref.label is not None:
+        return (f"az ml job create looks it up and refuses the job: 'Asset {ref.name} with "
+                f"version label {ref.label} does not exist in workspace.'")
+    if ref.version is None:
+        return (f"az ml job create refuses a name without a version: 'Failed to extract version "
+                f"when parsing asset {reference} of type {kind.value} as arm id. Version must "
+                "be provided.'")
+    return (f"az ml job create submits it as the workspace's {kind.value}/{ref.name}/versions/"
+            f"{ref.version}, and Azure refuses the job when the workspace holds no such version")
 
 
 def registered(reference: str, kind: AssetKind,
