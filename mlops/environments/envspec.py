@@ -16,9 +16,10 @@ registered in (MLOps templates keep the environment spec they register beside th
 spec's folder, then each folder above it up to the repository root (the enclosing git root, else
 the spec's folder), each with its subfolders; the first of those that holds one wins, so a
 definition in another project of the same repository never stands in for the spec's own. One
-line names the file it came from (and the other definitions of that name passed over). What
-cannot be read (an unknown name, a Dockerfile that installs otherwise) runs in .venv with a
-one-line notice naming the mapping file.
+line names the file it came from (and the other definitions of that name passed over). A job's
+name none of these knows is refused before the job runs (require_environment, as az ml job create
+refuses it: mlops/checks/references.py); what else cannot be read (a deployment's unknown name, a
+Dockerfile that installs otherwise) runs in .venv with a one-line notice naming the mapping file.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ CURATED = CATALOG / "curated-envs.yml"  # generated: scripts/gen_curated_envs.py
 # a curated environment's image is published as mcr.microsoft.com/azureml/curated/<name>:<tag>
 CURATED_IMAGES = "image:mcr.microsoft.com/azureml/curated/"
 REGISTRY_ENVS = "azureml://registries/azureml/environments/"
+CURATED_PREFIX = "AzureML-"  # azure-ai-ml sends such a name on unresolved: the service expands it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,18 +291,52 @@ def plan_for(environment, base: Path, env_map: EnvMap, where: str = "") -> EnvPl
         plan.notice = plan.notice or f"{reference}: the version registered in the local " \
             f"workspace ({held / 'spec.yml'})"
         return plan
+    return named_plan(reference, base, env_map).plan
+
+
+class Named(NamedTuple):
+    """A workspace name's plan, and whether anything here knows the name."""
+
+    plan: EnvPlan
+    known: bool
+
+
+def named_plan(reference: str, base: Path, env_map: EnvMap) -> Named:
+    """A workspace name the local workspace does not hold: curated or mapped, else its
+    definition in the job's own repository; unknown (the map's notice) when neither has it."""
     name, _, version = _name_version(reference)
     plan = from_map(f"azureml:{name}", reference, env_map, version)
     if plan.notice is None:
-        return plan
+        return Named(plan, known=True)
     own = job_repo_environment(name, version, base)
     if own is None:
-        return plan
+        return Named(plan, known=not plan.undefined)
     plan = from_definition(own.data, own.file.parent, reference, env_map)
     passed = f" (nearest of {len(own.others) + 1} definitions of {name}; not " \
         f"{', '.join(map(str, own.others))})" if own.others else ""
     plan.notice = plan.notice or f"{reference}: built from its spec {own.file}{passed}"
-    return plan
+    return Named(plan, known=True)
+
+
+def require_environment(reference: str, base: Path, env_map: EnvMap, key: str) -> None:
+    """A short workspace name (`azureml:<name>:<version>`, `@latest`) found as plan_for finds
+    it, without building anything; a LocalRunError naming it, what az ml job create says of it,
+    and the fixes when nothing here knows it (a curated `AzureML-` name is the service's to
+    expand, as azure-ai-ml leaves it: its plan says what stands in)."""
+    name = _name_version(reference).name
+    if name.startswith(CURATED_PREFIX) or registered_environment(reference) is not None or \
+            named_plan(reference, base, env_map).known:
+        return
+    from mlops.workspace.records import AssetKind
+    from mlops.workspace.references import azure_refusal
+
+    refusal = azure_refusal(reference, AssetKind.ENVIRONMENT)
+    raise LocalRunError(
+        f"{key}: environment {reference} has no local stand-in: neither the local workspace, "
+        f"the curated environments nor {env_map.named} knows it, and no environment spec of "
+        f"that name is in the job's repository{f' ({refusal})' if refusal else ''}. Register "
+        f"it as az ml would (azml environment create -f <its YAML>), or add a line "
+        f"'azureml:{name}: [<pip requirement>, ...]' to {env_map.named}")
 
 
 def registered_environment(reference: str) -> Path | None:
