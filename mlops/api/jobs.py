@@ -71,7 +71,7 @@ class Submission:
 def create(submission: Submission) -> JobRecord:
     """The job, checked, named, recorded Starting and started in the background."""
     job = prepare_job(submission.spec, submission.all_sets, submission.removes,
-                      AssetMap(submission.asset_file))
+                      AssetMap(submission.asset_file), env_file=submission.env_file)
     folder = run_folder(job, None)
     start(job.identity(folder), folder, submission.runner_argv(folder))
     return JobRecord.at(job_name(job, folder), folder)

@@ -1,5 +1,6 @@
 """Resolve a job spec as `az ml job create` would before submitting it: load it, apply --set and
---remove as the CLI does, run Azure's checks; what Azure would only warn about is printed."""
+--remove as the CLI does, run Azure's checks, resolve the workspace names it makes as Azure does
+at submission (references.py); what Azure would only warn about is printed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 from mlops.checks.overrides import apply_removals, apply_sets, parse_sets
+from mlops.checks.references import check_references
 from mlops.checks.validation import check
 from mlops.errors import LocalRunError
 from mlops.runtime import AssetMap, Job
@@ -32,8 +34,10 @@ INSTEAD = {"Component": "a component runs as a node of a pipeline job (make loca
 
 
 def prepare_job(spec_path: str | Path, sets: list[str], removes: list[str],
-                assets: AssetMap) -> Job:
-    """The job, or a LocalRunError naming what Azure would refuse."""
+                assets: AssetMap, *, env_file: Path | None = None) -> Job:
+    """The job, or a LocalRunError naming what Azure would refuse: its spec (Azure's checks),
+    then every workspace name it makes that nothing here knows (references.py; `env_file`:
+    the environment map the run uses, else the repository's)."""
     spec = load_spec(spec_path, role="job")
     apply_removals(apply_sets(spec.data, parse_sets(sets, spec.path), spec.path), removes,
                    spec.path)
@@ -47,6 +51,7 @@ def prepare_job(spec_path: str | Path, sets: list[str], removes: list[str],
     if errors:
         raise LocalRunError("\n".join(errors) + "\nAzure would refuse this spec: fix it first"
                             + what_it_is(spec))
+    check_references(spec, assets, env_file)
     if spec.kind == "autoMLJob":  # what cannot run here is refused before work
         from mlops.automl.translate import automl_command
 

@@ -151,7 +151,7 @@ def run_local(request: JobRequest) -> int:
     environment builds). Raises LocalRunError for input errors."""
     with guarded_run() as server:
         job = prepare_job(request.spec, request.sets, request.removes,
-                          AssetMap(request.asset_file))
+                          AssetMap(request.asset_file), env_file=request.env_file)
         if request.selection is not None and job.spec.kind != "pipelineJob":
             raise LocalRunError(f"{request.selection.flag} picks steps of a pipeline; "
                                 f"{request.spec} is a {job.spec.kind}")
