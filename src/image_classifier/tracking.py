@@ -13,12 +13,18 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless: compute nodes and CI have no display
-import matplotlib.pyplot as plt  # noqa: E402
-
 log = logging.getLogger(__name__)
+
+
+def pyplot():
+    """matplotlib's pyplot, headless (compute nodes and CI have no display), loaded for the first
+    figure: about a second of CPU that a run spends at its end, not at its start."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 class NullTracker:
@@ -85,7 +91,7 @@ class MlflowTracker(NullTracker):
 
     def log_figure(self, figure, name: str) -> None:
         self._mlflow.log_figure(figure, name)
-        plt.close(figure)
+        pyplot().close(figure)
 
     def register_model(self, model, model_dir: Path, name: str) -> None:
         """Log an MLflow pytorch model (pickle, not torch.export) carrying our model folder."""
@@ -117,7 +123,7 @@ def model_requirements() -> list[str]:
 
 def curves_figure(history: list[dict[str, float]]):
     epochs = [row["epoch"] for row in history]
-    figure, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(9, 3.5))
+    figure, (loss_ax, acc_ax) = pyplot().subplots(1, 2, figsize=(9, 3.5))
     for split in ("train", "val"):
         loss_ax.plot(epochs, [row[f"{split}_loss"] for row in history], marker="o", label=split)
         acc_ax.plot(epochs, [row[f"{split}_acc"] for row in history], marker="o", label=split)
@@ -133,7 +139,7 @@ def curves_figure(history: list[dict[str, float]]):
 def confusion_figure(matrix, classes: list[str]):
     """Rows are true classes, columns predicted; counts annotated in each cell."""
     size = max(3.5, 0.6 * len(classes) + 2)
-    figure, axis = plt.subplots(figsize=(size, size))
+    figure, axis = pyplot().subplots(figsize=(size, size))
     axis.imshow(matrix, cmap="Blues")
     axis.set_xticks(range(len(classes)), classes, rotation=45, ha="right")
     axis.set_yticks(range(len(classes)), classes)
