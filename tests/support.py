@@ -1,11 +1,14 @@
 """What the tests share besides fixtures: the repository root, tiny-data and MLflow-store helpers,
-the trainer's test flags, folders one costly run fills for every xdist worker, and the images
-and package folders the unit and end-to-end tests of one subject both build."""
+the trainer's test flags, folders one costly run fills for every xdist worker, the images and
+package folders the unit and end-to-end tests of one subject both build, and the syntax trees the
+house-rule tests read."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
+import functools
 import io
 import logging
 import os
@@ -14,6 +17,7 @@ import stat
 import struct
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,6 +33,37 @@ def python_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.py")
                   if not {"build", "__pycache__"} & set(p.relative_to(folder).parts)
                   and not any(part.endswith(".egg-info") for part in p.parts))
+
+
+@dataclass(frozen=True)
+class Syntax:
+    """A Python file's syntax tree and its nodes grouped by type, each group in ast.walk's order:
+    the house rules (tests/unit/test_imports.py, test_tiers.py) ask a file for its imports,
+    functions, calls and classes many times over; the tree is walked once."""
+
+    tree: ast.Module
+    by_type: dict[type, list[ast.AST]]
+
+    @classmethod
+    def of(cls, tree: ast.Module) -> Syntax:
+        by_type: dict[type, list[ast.AST]] = {}
+        for node in ast.walk(tree):
+            by_type.setdefault(type(node), []).append(node)
+        return cls(tree, by_type)
+
+    def nodes(self, *kinds: type) -> list:
+        """The nodes of these exact types (statements and expressions); of several types, in
+        the order of the source."""
+        if len(kinds) == 1:
+            return self.by_type.get(kinds[0], [])
+        found = [node for kind in kinds for node in self.by_type.get(kind, [])]
+        return sorted(found, key=lambda node: (node.lineno, node.col_offset))
+
+
+@functools.cache
+def syntax(path: Path) -> Syntax:
+    """A file's Syntax, parsed and walked once per test process for every rule that reads it."""
+    return Syntax.of(ast.parse(path.read_text()))
 
 
 def until(condition: Callable[[], object], seconds: float, what: str, step: float = 0.01):

@@ -18,7 +18,7 @@ from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 import pytest
-from support import ROOT, python_files
+from support import ROOT, Syntax, python_files, syntax
 
 PACKAGE = ROOT / "mlops"
 SHARED = {"mlops", "mlops.errors", "mlops.specs", "mlops.project",
@@ -32,10 +32,9 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-@functools.cache
 def parsed(path: Path) -> ast.Module:
     """A source file's syntax tree, parsed once for every test that reads it."""
-    return ast.parse(path.read_text())
+    return syntax(path).tree
 
 
 @functools.cache
@@ -56,11 +55,12 @@ def lazy_names(package: str) -> dict[str, str]:
             if isinstance(node, ast.ImportFrom) for alias in node.names}
 
 
-def imported(path: Path, top_level_only: bool = False) -> set[str]:
+@functools.cache
+def imported(path: Path, top_level_only: bool = False) -> frozenset[str]:
     """The mlops modules a file imports (`from mlops import x` names mlops.x when x is one;
     `from mlops.runtime import X` the module that defines X)."""
-    tree = parsed(path)
-    nodes = tree.body if top_level_only else ast.walk(tree)
+    nodes = parsed(path).body if top_level_only else \
+        syntax(path).nodes(ast.Import, ast.ImportFrom)
     found = set()
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -70,7 +70,7 @@ def imported(path: Path, top_level_only: bool = False) -> set[str]:
             lazy = lazy_names(node.module)
             found |= {lazy.get(alias.name, f"{node.module}.{alias.name}")
                       for alias in node.names}
-    return {name for name in found if name in known_modules()}
+    return frozenset(name for name in found if name in known_modules())
 
 
 ROOMS = sorted(p for p in python_files(PACKAGE) if p.parent != PACKAGE)
@@ -149,12 +149,12 @@ def absolute(node: ast.ImportFrom, package: str) -> str:
     return f"{base}.{node.module}" if node.module else base
 
 
-def surface_breaches(tree: ast.Module, package: str) -> list[str]:
+def surface_breaches(code: Syntax, package: str) -> list[str]:
     """Imports (in functions too) that pass by the runtime's surface: a module below
     mlops.runtime, the package as a whole, or a name that is not in its `__all__`."""
     surface = set(importlib.import_module(RUNTIME).__all__)
     found = []
-    for node in ast.walk(tree):
+    for node in code.nodes(ast.Import, ast.ImportFrom):
         if isinstance(node, ast.Import):
             found += [f"line {node.lineno}: import {alias.name}" for alias in node.names
                       if alias.name == RUNTIME or alias.name.startswith(f"{RUNTIME}.")]
@@ -177,23 +177,24 @@ ABOVE_RUNTIME = [p for p in python_files(PACKAGE) if rank(room_of(module_name(p)
 def test_the_rooms_above_the_runtime_reach_it_through_its_surface_only(path):
     package = module_name(path) if path.name == "__init__.py" else \
         module_name(path).rpartition(".")[0]
-    breaches = surface_breaches(parsed(path), package)
+    breaches = surface_breaches(syntax(path), package)
     assert not breaches, f"{path.relative_to(ROOT)}: import `from mlops.runtime import X`, " \
         f"X one of its __all__ (add a name there only when a room needs it): {breaches}"
 
 
 def test_the_surface_rule_finds_each_way_past_it():
-    planted = ast.parse("from mlops.runtime.engine import Runtime\n"
+    planted = Syntax.of(ast.parse("from mlops.runtime.engine import Runtime\n"
                         "import mlops.runtime.launch\n"
                         "from mlops.runtime import Task, engine\n"
                         "from mlops import errors, runtime\n"
-                        "def f():\n    from ..runtime.job import Job\n")
+                        "def f():\n    from ..runtime.job import Job\n"))
     breaches = surface_breaches(planted, "mlops.orchestrators")
     assert [b.split(":")[0] for b in breaches] == [f"line {n}" for n in (1, 2, 3, 4, 6)]
     assert "engine is not in mlops.runtime.__all__" in breaches[2]
     assert "from mlops.runtime.job import Job" in breaches[4]
-    assert not surface_breaches(ast.parse("from mlops.runtime import Runtime, Task\n"
-                                          "from mlops.runtime_notes import x\n"), "mlops.api")
+    assert not surface_breaches(Syntax.of(ast.parse("from mlops.runtime import Runtime, Task\n"
+                                                    "from mlops.runtime_notes import x\n")),
+                                "mlops.api")
 
 
 def test_a_name_through_the_surface_is_an_edge_to_the_module_that_defines_it():
@@ -262,24 +263,19 @@ MAX_FUNCTION_LINES = 40
 MAX_PARAMETERS = 6
 
 
-def functions(path: Path):
-    for node in ast.walk(parsed(path)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield node
+def functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return syntax(path).nodes(ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def bare_dicts(path: Path) -> list[int]:
     """Lines of annotations that say `dict` without its key and value types."""
-    tree = parsed(path)
-    typed = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Subscript)}
-    annotations = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            args = node.args
-            annotations += [a.annotation for a in args.posonlyargs + args.args +
-                            args.kwonlyargs if a.annotation] + [node.returns]
-        elif isinstance(node, ast.AnnAssign):
-            annotations.append(node.annotation)
+    code = syntax(path)
+    typed = {id(n.value) for n in code.nodes(ast.Subscript)}
+    annotations = [node.annotation for node in code.nodes(ast.AnnAssign)]
+    for node in functions(path):
+        args = node.args
+        annotations += [a.annotation for a in args.posonlyargs + args.args +
+                        args.kwonlyargs if a.annotation] + [node.returns]
     return [name.lineno for ann in annotations if ann is not None for name in ast.walk(ann)
             if isinstance(name, ast.Name) and name.id == "dict" and id(name) not in typed]
 
@@ -334,11 +330,11 @@ def positional_fields(node: ast.ClassDef) -> list[str]:
     return names
 
 
-def positional_dataclasses(tree: ast.Module) -> list[str]:
+def positional_dataclasses(code: Syntax) -> list[str]:
     """Dataclasses with more than MAX_POSITIONAL_FIELDS fields a caller could give by position."""
     found = []
-    for node in ast.walk(tree):
-        for deco in getattr(node, "decorator_list", []) if isinstance(node, ast.ClassDef) else []:
+    for node in code.nodes(ast.ClassDef):
+        for deco in node.decorator_list:
             kw_only = isinstance(deco, ast.Call) and any(
                 k.arg == "kw_only" and getattr(k.value, "value", False) for k in deco.keywords)
             if is_dataclass(deco) and not kw_only and \
@@ -347,13 +343,13 @@ def positional_dataclasses(tree: ast.Module) -> list[str]:
     return found
 
 
-def variadic(tree: ast.Module) -> dict[str, int]:
+def variadic(code: Syntax) -> dict[str, int]:
     """Functions this file defines with `*args` (an argv, a folder's parts): name -> how many
     named parameters come before it. The values a call spreads into `*args` are one list given
     inline, not positions a reader must count."""
     found = {}
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.args.vararg:
+    for node in code.nodes(ast.FunctionDef, ast.AsyncFunctionDef):
+        if node.args.vararg:
             names = [a.arg for a in node.args.posonlyargs + node.args.args]
             found[node.name] = len(names) - (1 if names[:1] in (["self"], ["cls"]) else 0)
     return found
@@ -364,11 +360,11 @@ def exempt(callee: str) -> bool:
                or (rule.startswith(".") and callee.endswith(rule)) for rule in POSITIONAL_BY_DESIGN)
 
 
-def positional_calls(tree: ast.Module) -> list[str]:
+def positional_calls(code: Syntax) -> list[str]:
     """Calls that pass more than MAX_POSITIONAL_ARGUMENTS arguments by position."""
-    spread, found = variadic(tree), []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or len(node.args) <= MAX_POSITIONAL_ARGUMENTS:
+    spread, found = variadic(code), []
+    for node in code.nodes(ast.Call):
+        if len(node.args) <= MAX_POSITIONAL_ARGUMENTS:
             continue
         callee = ast.unparse(node.func)
         local = callee.removeprefix("self.").removeprefix("cls.")
@@ -380,20 +376,20 @@ def positional_calls(tree: ast.Module) -> list[str]:
 
 def test_dataclasses_past_three_fields_are_keyword_only():
     found = [f"{p.relative_to(ROOT)}:{where}" for p in CHECKED
-             for where in positional_dataclasses(parsed(p))]
+             for where in positional_dataclasses(syntax(p))]
     assert not found, ("make these @dataclass(..., kw_only=True) and build them with keywords: "
                        f"{found}")
 
 
 def test_no_call_passes_more_than_four_positional_arguments():
     found = [f"{p.relative_to(ROOT)}:{where}" for p in CHECKED
-             for where in positional_calls(parsed(p))]
+             for where in positional_calls(syntax(p))]
     assert not found, ("pass these by keyword (make the function's trailing parameters "
                        f"keyword-only with `*`): {found}")
 
 
 def test_the_keyword_rules_find_what_they_forbid_and_pass_what_they_allow():
-    planted = ast.parse(textwrap.dedent("""\
+    planted = Syntax.of(ast.parse(textwrap.dedent("""\
         @dataclass(frozen=True)
         class Wide:
             a: int; b: int; c: int; d: int
@@ -409,9 +405,9 @@ def test_the_keyword_rules_find_what_they_forbid_and_pass_what_they_allow():
         @dataclass
         class Narrow:
             a: int; b: int; c: int; k: ClassVar[int] = 1
-        """))
+        """)))
     assert positional_dataclasses(planted) == ["2 Wide", "5 AlsoWide"]
-    calls = ast.parse(textwrap.dedent("""\
+    calls = Syntax.of(ast.parse(textwrap.dedent("""\
         build(1, 2, 3, 4, 5)
         self.go(a, b, c, d, e, f)
         build(1, 2, 3, 4, key=5)
@@ -425,5 +421,5 @@ def test_the_keyword_rules_find_what_they_forbid_and_pass_what_they_allow():
         def fixed(a, b, c, d, e): ...
         fixed(1, 2, 3, 4, 5)
         blog(1, 2, 3, 4, 5)
-        """))
+        """)))
     assert positional_calls(calls) == ["1 build", "2 self.go", "12 fixed", "13 blog"]

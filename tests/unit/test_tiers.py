@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import ast
-import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,16 +19,15 @@ from pathlib import Path
 
 import pytest
 from _pytest.mark.expression import Expression
-from support import ROOT
+from support import ROOT, Syntax, syntax
 
 TESTS = ROOT / "tests"
 E2E = sorted((TESTS / "e2e").glob("test_*.py"))
 TIERS = ("TEST_MARKS", "E2E_MARKS", "HEAVY_MARKS")  # make test, test-e2e, test-heavy
 
 
-@functools.cache
 def parsed(path: Path) -> ast.Module:
-    return ast.parse(path.read_text())
+    return syntax(path).tree
 
 
 def marks_in(node: ast.expr | None) -> set[str]:
@@ -189,16 +187,18 @@ def _is_skip(node: ast.AST) -> bool:
         isinstance(target.value, ast.Attribute | ast.Name)
 
 
-def skip_conditions(tree: ast.Module) -> Iterator[tuple[int, set[str]]]:
+def skip_conditions(code: Syntax) -> Iterator[tuple[int, set[str]]]:
     """For each skip in a module: its line and the words of what decides it (the `if` and
     `while` tests around a pytest.skip, the `try` body whose handler skips, a skipif's
     condition), with the bodies of the module's own functions those words call, followed to
     any depth."""
-    local = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    for node in ast.walk(tree):
+    local = {n.name: n for n in code.nodes(ast.FunctionDef)}
+    parents: dict[ast.AST, ast.AST] = {}
+    for node in code.nodes(ast.Call):
         if not _is_skip(node):
             continue
+        parents = parents or {child: up for up in ast.walk(code.tree)
+                              for child in ast.iter_child_nodes(up)}
         deciding: list[ast.AST] = list(node.args[:1]) if node.func.attr == "skipif" else []
         child, up = node, parents.get(node)
         while up is not None and node.func.attr == "skip" and \
@@ -223,9 +223,9 @@ def _followed(nodes: list[ast.AST], local: dict[str, ast.FunctionDef]) -> set[st
     return words
 
 
-def cache_skips(tree: ast.Module) -> list[tuple[int, list[str]]]:
+def cache_skips(code: Syntax) -> list[tuple[int, list[str]]]:
     return [(line, sorted(w for w in words if CACHE_WORDS.search(w)))
-            for line, words in skip_conditions(tree)
+            for line, words in skip_conditions(code)
             if any(CACHE_WORDS.search(w) for w in words)]
 
 
@@ -235,7 +235,7 @@ def cache_skips(tree: ast.Module) -> list[tuple[int, list[str]]]:
 def test_no_skip_decides_from_the_state_of_a_cache(path):
     if path.name == "test_tiers.py":
         return  # this file plants cache-reading skips on purpose, as strings
-    found = cache_skips(parsed(path))
+    found = cache_skips(syntax(path))
     assert not found, f"{path.name}: a skip reads cache state at lines {found}: run the test " \
                       "in its tier every time (make test-e2e, make test-heavy) instead"
 
@@ -273,5 +273,5 @@ def test_disk(tmp_path):
 
 
 def test_the_rule_finds_a_skip_on_cache_state_and_passes_a_machine_limit():
-    assert sorted(line for line, _ in cache_skips(ast.parse(CACHE_SKIP))) == [11, 13]
-    assert cache_skips(ast.parse(MACHINE_SKIP)) == []
+    assert sorted(line for line, _ in cache_skips(Syntax.of(ast.parse(CACHE_SKIP)))) == [11, 13]
+    assert cache_skips(Syntax.of(ast.parse(MACHINE_SKIP))) == []
