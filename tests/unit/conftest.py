@@ -3,6 +3,8 @@ process fails at once and says where it belongs."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import platform
 import subprocess
@@ -14,12 +16,13 @@ import pytest
 def processes_started_once() -> None:
     """What starts a process the first time only, done before the guard below (a session
     fixture is set up before any test's own), so that the test that happens to come first is not
-    taken for one that starts a process: torch's first import (CUDA's library lookup), and
+    taken for one that starts a process: the lookup of libdl that torch's first import makes
+    (cuda.pathfinder, which CUDA builds of torch load, runs `ldconfig -p` once), and
     platform.processor(), which runs `uname -p` once and keeps the answer (MLflow asks it for
-    every run it creates). Here rather than at the top of this file: xdist's controller loads
-    this file too, and would import torch (2.5 s) before starting any worker."""
-    import torch  # noqa: F401
-
+    every run it creates). The lookup alone, not torch (3 s of CPU): a worker that runs no test
+    of torch's never imports it."""
+    if importlib.util.find_spec("cuda") and importlib.util.find_spec("cuda.pathfinder"):
+        importlib.import_module("cuda.pathfinder")
     platform.processor()
 
 
