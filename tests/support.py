@@ -1,7 +1,7 @@
 """What the tests share besides fixtures: the repository root, tiny-data and MLflow-store helpers,
 the trainer's test flags, folders one costly run fills for every xdist worker, the images and
-package folders the unit and end-to-end tests of one subject both build, and the syntax trees the
-house-rule tests read."""
+package folders the unit and end-to-end tests of one subject both build, the syntax trees the
+house-rule tests read, and modules a test module names before it needs them (`lazy`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import ast
 import contextlib
 import fcntl
 import functools
+import importlib
 import io
 import logging
 import os
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from PIL import Image
@@ -64,6 +66,35 @@ class Syntax:
 def syntax(path: Path) -> Syntax:
     """A file's Syntax, parsed and walked once per test process for every rule that reads it."""
     return Syntax.of(ast.parse(path.read_text()))
+
+
+class LazyModule:
+    """A module imported on its first attribute (`torch = lazy("torch")`, then `torch.zeros`):
+    each xdist worker collects every test module, so a module-level import of torch or of the
+    trainer costs every worker its seconds of CPU; named this way, only the worker that runs a
+    test that uses it pays. A name that starts with `_` is not looked up in the module: pytest
+    asks every global of a test module for a few (__test__, _mock_name, __wrapped__) while it
+    collects. Patch the module by its name (monkeypatch.setattr("package.module.name", ...)).
+    """
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("_"):  # what pytest asks of every global (__test__,
+            raise AttributeError(attribute)  # _mock_name, __wrapped__): not the module's
+        return getattr(importlib.import_module(self._name), attribute)
+
+    def __setattr__(self, attribute: str, value) -> None:
+        raise TypeError(f"patch {self._name} by its name: "
+                        f"monkeypatch.setattr(\"{self._name}.{attribute}\", ...)")
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name}>"
+
+
+def lazy(name: str) -> ModuleType:
+    return LazyModule(name)  # type: ignore[return-value] - it stands in for the module
 
 
 def until(condition: Callable[[], object], seconds: float, what: str, step: float = 0.01):

@@ -11,7 +11,6 @@ import sys
 
 import optuna
 import pytest
-import torch
 from support import ROOT
 
 from mlops.automl.translate import automl_command
@@ -326,6 +325,8 @@ def test_a_detection_table_becomes_one_annotation_line_per_box(tmp_path):
 
 def test_weights_come_from_a_local_folder_else_the_model_keeps_its_initialisation(
         tmp_path, monkeypatch, capsys):
+    import torch  # here: a worker that runs no test of torch's never imports it
+
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "hub"))
     monkeypatch.setenv(weights.FOLDER_VARIABLE, str(tmp_path / "mine"))
     url = "https://cdn.example/models-vision-pretrained/tiny-0123abcd.pth"

@@ -6,11 +6,13 @@ import threading
 
 import numpy as np
 import pytest
-import torch
-from support import until
+from support import lazy, until
 
-from image_classifier.predict import Batcher
 from image_classifier.score_config import ScoreConfig
+
+# torch and the scoring module (torchvision's transforms) load with the first test (support.lazy)
+torch = lazy("torch")
+predict = lazy("image_classifier.predict")
 
 
 class Recorder:
@@ -43,11 +45,11 @@ def ids(*values: int) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32).reshape(-1, 1)
 
 
-def idle(batcher: Batcher) -> None:
+def idle(batcher: predict.Batcher) -> None:
     until(lambda: batcher.idle == batcher.lanes, 10, "every lane idle")
 
 
-def in_threads(batcher: Batcher, service: Recorder, batches: list[torch.Tensor],
+def in_threads(batcher: predict.Batcher, service: Recorder, batches: list[torch.Tensor],
                hold: threading.Event | None = None, ready=None) -> list:
     """The first request starts a pass (held there when `hold`), the others queue behind it,
     then, once `ready()` holds too, the hold is let go; each request's result (or error), in
@@ -78,7 +80,7 @@ def in_threads(batcher: Batcher, service: Recorder, batches: list[torch.Tensor],
 
 def test_a_lone_request_is_shared_by_the_idle_lanes_and_keeps_its_order():
     service = Recorder(meet=2)  # its two passes must run side by side, one per lane
-    batcher = Batcher(service, lanes=2)
+    batcher = predict.Batcher(service, lanes=2)
     idle(batcher)
     rows = batcher(ids(*range(8)))
     assert rows[:, 0].tolist() == list(range(8))
@@ -89,7 +91,7 @@ def test_a_lone_request_is_shared_by_the_idle_lanes_and_keeps_its_order():
 
 def test_a_pass_with_the_other_lanes_idle_runs_alone_on_every_core():
     service = Recorder()
-    batcher = Batcher(service, lanes=2)
+    batcher = predict.Batcher(service, lanes=2)
     idle(batcher)
     batcher(ids(0))
     assert service.alone == [True]
@@ -106,7 +108,7 @@ def test_a_pass_with_the_other_lanes_idle_runs_alone_on_every_core():
 def test_waiting_requests_are_merged_into_one_pass_and_each_gets_its_rows():
     hold = threading.Event()
     service = Recorder(hold)
-    batcher = Batcher(service, lanes=1)
+    batcher = predict.Batcher(service, lanes=1)
     results = in_threads(batcher, service, [ids(0), ids(1, 2), ids(3), ids(4, 5, 6)], hold)
     assert [r[:, 0].tolist() for r in results] == [[0], [1, 2], [3], [4, 5, 6]]
     assert [p for _, p in service.passes] == [[0], [1, 2, 3, 4, 5, 6]]
@@ -115,7 +117,7 @@ def test_waiting_requests_are_merged_into_one_pass_and_each_gets_its_rows():
 def test_a_pass_never_exceeds_max_images():
     hold = threading.Event()
     service = Recorder(hold)
-    batcher = Batcher(service, max_images=3, lanes=1)
+    batcher = predict.Batcher(service, max_images=3, lanes=1)
     results = in_threads(batcher, service, [ids(0), ids(1, 2), ids(3, 4), ids(5)], hold)
     assert [r[:, 0].tolist() for r in results] == [[0], [1, 2], [3, 4], [5]]
     assert all(len(p) <= 3 for _, p in service.passes)
@@ -123,7 +125,7 @@ def test_a_pass_never_exceeds_max_images():
 
 def test_a_failed_pass_fails_its_requests_only_and_the_lanes_keep_serving():
     service = Recorder(fail_on=1)
-    batcher = Batcher(service, lanes=2)
+    batcher = predict.Batcher(service, lanes=2)
     with pytest.raises(RuntimeError, match="forward pass failed"):
         batcher(ids(0, 1))
     assert batcher(ids(2, 3))[:, 0].tolist() == [2, 3]

@@ -1,28 +1,31 @@
 import urllib.error
 
 import pytest
-import torch
-from torch import nn
+from support import lazy
 
 from image_classifier.config import parse_config
-from image_classifier.model import ModelError, build_model
-from image_classifier.train import build_optimizer
+
+# torch and torchvision load with the first test that builds a model (support.lazy)
+torch = lazy("torch")
+nn = lazy("torch.nn")
+classifier = lazy("image_classifier.model")
+train = lazy("image_classifier.train")
 
 
 def test_resnet_head_is_replaced_and_output_has_num_classes():
-    model = build_model("resnet18", num_classes=3)
+    model = classifier.build_model("resnet18", num_classes=3)
     assert isinstance(model.fc, nn.Linear) and model.fc.out_features == 3
     assert model(torch.randn(2, 3, 64, 64)).shape == (2, 3)
 
 
 @pytest.mark.parametrize("arch", ["mobilenet_v3_small", "efficientnet_b0"])
 def test_other_torchvision_archs_get_a_new_head(arch):
-    model = build_model(arch, num_classes=2)
+    model = classifier.build_model(arch, num_classes=2)
     assert model(torch.randn(1, 3, 64, 64)).shape == (1, 2)
 
 
 def test_frozen_backbone_gets_no_gradient_and_head_does():
-    model = build_model("resnet18", num_classes=2, freeze_backbone=True)
+    model = classifier.build_model("resnet18", num_classes=2, freeze_backbone=True)
     model(torch.randn(2, 3, 32, 32)).sum().backward()
     head = {id(p) for p in model.fc.parameters()}  # resnet18's new head
     for param in model.parameters():
@@ -33,31 +36,31 @@ def test_frozen_backbone_gets_no_gradient_and_head_does():
 
 
 def test_optimizer_only_sees_trainable_parameters():
-    model = build_model("resnet18", num_classes=2, freeze_backbone=True)
-    optimizer = build_optimizer(model, parse_config(["--data", "d"]))
+    model = classifier.build_model("resnet18", num_classes=2, freeze_backbone=True)
+    optimizer = train.build_optimizer(model, parse_config(["--data", "d"]))
     assert sum(p.numel() for g in optimizer.param_groups for p in g["params"]) == 512 * 2 + 2
 
 
 def test_weights_from_a_state_dict_file(tmp_path):
     # A backbone state dict as torchvision ships it (1000-class head): the air-gapped form.
-    backbone = build_model("resnet18", num_classes=1000)
+    backbone = classifier.build_model("resnet18", num_classes=1000)
     path = tmp_path / "resnet18.pth"
     torch.save(backbone.state_dict(), path)
-    model = build_model("resnet18", num_classes=2, weights=str(path))
+    model = classifier.build_model("resnet18", num_classes=2, weights=str(path))
     assert torch.equal(model.conv1.weight, backbone.conv1.weight)
     assert model.fc.out_features == 2
 
 
 def test_weights_file_for_another_arch_is_a_clear_error(tmp_path):
     path = tmp_path / "other.pth"
-    torch.save(build_model("mobilenet_v3_small", 1000).state_dict(), path)
-    with pytest.raises(ModelError, match="does not fit resnet18"):
-        build_model("resnet18", 2, weights=str(path))
+    torch.save(classifier.build_model("mobilenet_v3_small", 1000).state_dict(), path)
+    with pytest.raises(classifier.ModelError, match="does not fit resnet18"):
+        classifier.build_model("resnet18", 2, weights=str(path))
 
 
 def test_unknown_arch_lists_the_choices():
-    with pytest.raises(ModelError, match="resnet50"):
-        build_model("resnet19", 2)
+    with pytest.raises(classifier.ModelError, match="resnet50"):
+        classifier.build_model("resnet19", 2)
 
 
 def test_imagenet_offline_fails_fast_with_advice(monkeypatch, tmp_path):
@@ -67,8 +70,8 @@ def test_imagenet_offline_fails_fast_with_advice(monkeypatch, tmp_path):
         raise urllib.error.URLError("Name or service not known")
 
     monkeypatch.setattr("torchvision.models._api.load_state_dict_from_url", offline)
-    with pytest.raises(ModelError, match="--weights /path/to/state_dict.pth"):
-        build_model("resnet18", 2, weights="imagenet")
+    with pytest.raises(classifier.ModelError, match="--weights /path/to/state_dict.pth"):
+        classifier.build_model("resnet18", 2, weights="imagenet")
 
 
 @pytest.mark.parametrize("size", [(500, 375), (375, 500), (257, 256), (256, 300), (1203, 224),

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
+from support import lazy
 
-from image_classifier import checkpoint
+# torch loads with the first test (support.lazy)
+torch = lazy("torch")
+checkpoint = lazy("image_classifier.checkpoint")
 
 
 def saved(tmp_path):

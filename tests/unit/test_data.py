@@ -1,32 +1,33 @@
 
 import pytest
+from support import lazy
 
-from image_classifier.data import DataError, build_datasets, resolve_data_root
+# torchvision (the datasets) loads with the first test (support.lazy)
+data = lazy("image_classifier.data")
 
 
 def test_folder_without_splits_names_what_it_found(tmp_path):
     (tmp_path / "images").mkdir()
     (tmp_path / "labels").mkdir()
-    with pytest.raises(DataError, match="expected train/ and val/.*images, labels"):
-        resolve_data_root(tmp_path)
+    with pytest.raises(data.DataError, match="expected train/ and val/.*images, labels"):
+        data.resolve_data_root(tmp_path)
 
 
 def test_missing_path_and_non_zip_file(tmp_path):
-    with pytest.raises(DataError, match="no such file"):
-        resolve_data_root(tmp_path / "nope")
+    with pytest.raises(data.DataError, match="no such file"):
+        data.resolve_data_root(tmp_path / "nope")
     (tmp_path / "notes.txt").write_text("hi")
-    with pytest.raises(DataError, match="must be a .zip"):
-        resolve_data_root(tmp_path / "notes.txt")
+    with pytest.raises(data.DataError, match="must be a .zip"):
+        data.resolve_data_root(tmp_path / "notes.txt")
 
 
 def test_large_jpeg_is_decoded_at_reduced_scale(tmp_path):
     from PIL import Image
 
-    from image_classifier.data import ImageLoader
 
     path = tmp_path / "big.jpg"
     Image.new("RGB", (2400, 1800), (120, 80, 40)).save(path)
-    image = ImageLoader(min_side=256)(str(path))
+    image = data.ImageLoader(min_side=256)(str(path))
     assert image.mode == "RGB" and min(image.size) >= 256 and image.size[0] <= 600
 
 
@@ -36,7 +37,7 @@ def test_real_imagefolder_with_odd_names_and_a_gif(caplog):
 
     if not HYMENOPTERA.is_dir():
         pytest.skip("../shared/data/hymenoptera_data is not here")
-    bundle = build_datasets(HYMENOPTERA, 64)
+    bundle = data.build_datasets(HYMENOPTERA, 64)
     assert bundle.classes == ["ants", "bees"]
     assert (len(bundle.train), len(bundle.val), bundle.skipped) == (244, 153, 0)
     assert "ignored 1 file(s)" in caplog.text and "imageNotFound.gif" in caplog.text

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import pytest
-import torch
+from support import lazy
 
-from image_classifier.engine import seed_epoch
-from image_classifier.model import ModelError, build_model
-from image_classifier.precision import (
-    cpu_has_amx,
-    grad_scaler,
-    resolve_channels_last,
-    resolve_precision,
-)
+# torch and torchvision load with the first test that uses them (support.lazy)
+torch = lazy("torch")
+engine = lazy("image_classifier.engine")
+classifier = lazy("image_classifier.model")
+precision = lazy("image_classifier.precision")
 
 
 @pytest.mark.parametrize(("arch", "size", "weights", "message"), [
@@ -22,13 +19,13 @@ from image_classifier.precision import (
     ("maxvit_t", 64, "none", "needs --image_size a multiple of 224"),
 ])
 def test_size_rules_are_explained_before_anything_is_built(arch, size, weights, message):
-    with pytest.raises(ModelError, match=message):
-        build_model(arch, 2, weights=weights, image_size=size)
+    with pytest.raises(classifier.ModelError, match=message):
+        classifier.build_model(arch, 2, weights=weights, image_size=size)
 
 
 def test_each_rank_augments_from_its_own_reproducible_stream():
     def draws(rank: int, epoch: int = 3) -> torch.Tensor:
-        seed_epoch(42, epoch, rank)
+        engine.seed_epoch(42, epoch, rank)
         return torch.rand(8)
 
     assert torch.equal(draws(0), draws(0)) and torch.equal(draws(1), draws(1))
@@ -42,26 +39,24 @@ def test_each_rank_augments_from_its_own_reproducible_stream():
 def test_auto_precision_on_gpus(monkeypatch, capability, name, expected):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
-    precision, why = resolve_precision("auto", torch.device("cuda", 0))
-    assert precision == expected and name in why
+    chosen, why = precision.resolve_precision("auto", torch.device("cuda", 0))
+    assert chosen == expected and name in why
     gpu = torch.device("cuda", 0)
-    assert resolve_channels_last("auto", precision, gpu) is (expected != "fp32")
+    assert precision.resolve_channels_last("auto", chosen, gpu) is (expected != "fp32")
 
 
 def test_auto_precision_on_cpus(tmp_path, monkeypatch):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("flags : fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
-    assert cpu_has_amx(cpuinfo)
+    assert precision.cpu_has_amx(cpuinfo)
     cpuinfo.write_text("flags : fpu avx2 avx512f avx512_bf16\n")  # measured slower in bf16
-    assert not cpu_has_amx(cpuinfo)
-    from image_classifier import precision
-
+    assert not precision.cpu_has_amx(cpuinfo)
     cpu = torch.device("cpu")
-    monkeypatch.setattr(precision, "cpu_has_amx", lambda: False)
-    assert resolve_precision("auto", cpu)[0] == "fp32"
-    monkeypatch.setattr(precision, "cpu_has_amx", lambda: True)
-    assert resolve_precision("auto", cpu)[0] == "bf16"
-    assert resolve_precision("fp32", cpu) == ("fp32", "as requested")
-    assert grad_scaler("bf16", cpu) is None
-    assert resolve_channels_last("auto", "fp32", cpu) is True
-    assert resolve_channels_last("False", "bf16", cpu) is False
+    monkeypatch.setattr("image_classifier.precision.cpu_has_amx", lambda: False)
+    assert precision.resolve_precision("auto", cpu)[0] == "fp32"
+    monkeypatch.setattr("image_classifier.precision.cpu_has_amx", lambda: True)
+    assert precision.resolve_precision("auto", cpu)[0] == "bf16"
+    assert precision.resolve_precision("fp32", cpu) == ("fp32", "as requested")
+    assert precision.grad_scaler("bf16", cpu) is None
+    assert precision.resolve_channels_last("auto", "fp32", cpu) is True
+    assert precision.resolve_channels_last("False", "bf16", cpu) is False
