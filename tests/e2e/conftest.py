@@ -29,19 +29,13 @@ def tiny_data(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def empty_mlflow_store(tmp_path_factory) -> Path:
-    """A store with MLflow's tables made once: creating them costs about a second of CPU in every
-    test that tracks, and a copy is the same file. MLflow's server code is loaded here too, so
-    each local run forks its tracking server instead of starting a Python process that imports
-    it (mlops/runtime/mlflow_server.py; the subprocess tests still start it the usual way)."""
+def empty_mlflow_store(empty_mlflow_store) -> Path:
+    """tests/conftest.py's, with MLflow's server code loaded too, so each local run forks its
+    tracking server instead of starting a Python process that imports it
+    (mlops/runtime/mlflow_server.py; the subprocess tests still start it the usual way)."""
     import mlflow.server.handlers  # noqa: F401
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    path = tmp_path_factory.mktemp("store") / "mlflow.db"
-    # the Default experiment's artifacts beside the store (MLflow's default is ./mlruns: the
-    # repository)
-    SqlAlchemyStore(f"sqlite:///{path}", str(path.parent / "mlruns"))
-    return path
+    return empty_mlflow_store
 
 
 @pytest.fixture

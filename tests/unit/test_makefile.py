@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import sys
 
+from support import copied_store
+
 from mlops.specs import ROOT
 
 
-def test_the_gate_reads_the_runs_metric_and_refuses_below_the_bar(tmp_path, monkeypatch):
+def test_the_gate_reads_the_runs_metric_and_refuses_below_the_bar(tmp_path, monkeypatch,
+                                                                   empty_mlflow_store):
     from mlflow.tracking import MlflowClient
 
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -16,7 +19,7 @@ def test_the_gate_reads_the_runs_metric_and_refuses_below_the_bar(tmp_path, monk
     assert decide({"best_val_acc": 0.8}, "best_val_acc", 0.7)[0]
     assert not decide({"best_val_acc": 0.69}, "best_val_acc", 0.7)[0]
     assert "logged no best_val_acc" in decide({"val_acc": 0.9}, "best_val_acc", 0.7)[1]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = copied_store(empty_mlflow_store, tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     client = MlflowClient(uri)
     run = client.create_run(client.create_experiment("gate")).info.run_id

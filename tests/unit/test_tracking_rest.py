@@ -10,6 +10,7 @@ import types
 from pathlib import Path
 
 import pytest
+from support import copied_store
 
 from mlops.runtime.mlflow_rest import RestError, RestStore, local_folder
 from mlops.runtime.mlflow_runs import Tracking
@@ -18,16 +19,15 @@ from mlops.runtime.records import RunStatus
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """MLflow's tracking app on a new store, on 127.0.0.1, in a thread (one for the module:
-    the app's stores are the process's)."""
+def served(tmp_path_factory, empty_mlflow_store):
+    """MLflow's tracking app on a store of its own, on 127.0.0.1, in a thread (one for the
+    module: the app's stores are the process's)."""
     from mlflow.server import app
     from mlflow.server.handlers import initialize_backend_stores
     from werkzeug.serving import make_server
 
     folder = tmp_path_factory.mktemp("served")
-    store = f"sqlite:///{folder / 'mlflow.db'}"
-    ClientStore(store).experiment_ids()  # the store and its tables, as the server finds them
+    store = copied_store(empty_mlflow_store, folder)  # its tables, as the server finds them
     initialize_backend_stores(store, store, str(folder / "mlruns"))
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -96,8 +96,9 @@ def test_tracking_over_rest_ends_the_runs_a_job_left_open(served):
     assert client.get_run(inner.run_id).status == client.get_run(run.run_id).status == "FAILED"
 
 
-def test_a_server_that_is_gone_leaves_the_runner_on_the_store(tmp_path, capsys):
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_a_server_that_is_gone_leaves_the_runner_on_the_store(tmp_path, capsys,
+                                                              empty_mlflow_store):
+    store = copied_store(empty_mlflow_store, tmp_path)
     tracking = Tracking(Served("http://127.0.0.1:9"), uri=store)  # nothing listens on port 9
     run = tracking.open("exp", "job", {})
     assert tracking.serve() == store

@@ -8,6 +8,7 @@ import json
 import threading
 
 import pytest
+from support import copied_store
 
 from mlops.endpoints.models import lay_out, model_source
 from mlops.errors import LocalRunError
@@ -324,7 +325,7 @@ def test_the_verbs_kind_loads_an_asset_spec_whatever_its_schema_url_says(tmp_pat
 
 
 def test_an_mlflow_registration_is_fetched_from_the_state_store_from_any_folder(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, empty_mlflow_store):
     """A job's `register_model` lands in the state folder's store; deploying it from the
     repository's folder (no MLFLOW_TRACKING_URI set, as azml runs there) read the registry
     through MLflow's default store in that folder instead: 'Registered Model ... not found'."""
@@ -336,6 +337,7 @@ def test_an_mlflow_registration_is_fetched_from_the_state_store_from_any_folder(
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("AZML_STATE_DIR", str(tmp_path / "state"))
     (tmp_path / "state").mkdir()
+    assert copied_store(empty_mlflow_store, tmp_path / "state") == tracking_uri()
     model = tmp_path / "state" / "artifacts" / "taxi-model"
     model.mkdir(parents=True)
     (model / "MLmodel").write_text("flavors: {}\n")
