@@ -1,15 +1,66 @@
 """The unit tests (make test-quick): no process, server or training. A test here that starts a
-process fails at once and says where it belongs."""
+process fails at once and says where it belongs.
+
+Most of a unit test's cost is the first import of a heavy library in its worker: torch and
+torchvision (7 s of CPU), MLflow (3 s), or the house rules' parse of every file (2 s). The tests
+that need one share a worker (HEAVY, an xdist_group each under --dist loadgroup, as make
+test-quick and make test run), so each is paid once per session instead of once per worker;
+the other tests fill the workers around them. A test left out of its group still passes, at the
+cost of the import in a second worker.
+"""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import itertools
 import os
 import platform
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+UNIT = Path(__file__).resolve().parent
+# group -> the modules (test_x) or tests (test_x::test_y, every parameter of it) that import it
+HEAVY = {
+    "torch": (
+        "test_batching", "test_builders", "test_checkpoint_integrity", "test_data", "test_models",
+        "test_archives::test_the_trainers_zip_input_is_refused_as_a_bomb_too",
+        "test_automl_vision::test_weights_come_from_a_local_folder_else_the_model_keeps_its_"
+        "initialisation",
+        "test_config::test_every_steps_help_prints",
+        # validation reads a trainer's flags from its parser: it imports the entry point
+        "test_specs",
+    ),
+    # the house rules parse every file of the repository (each process once: support.syntax)
+    "house": ("test_imports", "test_tiers"),
+    "mlflow": (
+        "test_tracking", "test_tracking_rest", "test_makefile",
+        "test_workspace::test_an_mlflow_registration_is_fetched_from_the_state_store_from_any_"
+        "folder",
+        "test_kept_verdicts::test_mlflows_registry_is_asked_again_only_once_its_store_or_the_"
+        "workspace_changed",
+        "test_workspace_hostile::test_a_damaged_mlflow_store_is_one_line_naming_it",
+        "test_workspace_hostile::test_an_mlflow_version_whose_files_are_gone_is_never_taken_in",
+    ),
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items) -> None:
+    """Each unit test HEAVY names gets its group's xdist_group mark (before tests/conftest.py
+    hands the groups to xdist)."""
+    group_of = {name: group for group, names in HEAVY.items() for name in names}
+    for item in items:
+        path = Path(item.path)
+        if path.parent != UNIT:
+            continue
+        test = f"{path.stem}::{getattr(item, 'originalname', item.name)}"
+        group = group_of.get(test) or group_of.get(path.stem)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -35,11 +86,23 @@ def no_processes(monkeypatch):
     monkeypatch.setattr(os, "fork", refuse)
 
 
+@pytest.fixture(scope="session")
+def spare_workspaces() -> Iterator[int]:
+    """Numbers for the workspaces of the tests without a tmp_path of their own."""
+    return itertools.count()
+
+
 @pytest.fixture(autouse=True)
-def own_workspace(tmp_path, monkeypatch):
+def own_workspace(request, monkeypatch, tmp_path_factory, spare_workspaces):
     """A local workspace of the test's own (mlops/workspace), and no MLflow registry to take
-    models in from: MLflow's client starts a process to learn the platform."""
-    monkeypatch.setenv("MLOPS_WORKSPACE_DIR", str(tmp_path / "workspace"))
+    models in from: MLflow's client starts a process to learn the platform. It is `workspace`
+    in the test's tmp_path where the test has one; else a folder nothing has made yet (the
+    workspace makes it on its first write), so that the tests that need no folder make none."""
+    if "tmp_path" in request.fixturenames:
+        folder = request.getfixturevalue("tmp_path") / "workspace"
+    else:
+        folder = tmp_path_factory.getbasetemp() / "workspaces" / str(next(spare_workspaces))
+    monkeypatch.setenv("MLOPS_WORKSPACE_DIR", str(folder))
     monkeypatch.setattr("mlops.workspace.mlflow_models._client", lambda: None)
 
 
