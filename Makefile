@@ -70,7 +70,8 @@ TEST_MARKS = not heavy and (not e2e or proof)
 E2E_MARKS = e2e and not proof and not heavy
 HEAVY_MARKS = heavy
 # make test-quick: one worker per core (the unit tests never wait on a process, so no more; with
-# one core, none: xdist's worker would only add its start-up)
+# one core, none: xdist's worker would only add its start-up), the tests of one heavy import in
+# one worker (--dist loadgroup: tests/unit/conftest.py HEAVY)
 QUICK_WORKERS ?= $(if $(filter 1,$(NPROC)),0,$(NPROC))
 # make help: the order its groups are listed in (##@ lines in this file name them).
 HELP_GROUPS = Local,Azure jobs,Azure endpoints,Development
@@ -329,7 +330,7 @@ test: $(STAMP) ## Run the unit tests and one real end-to-end proof of each behav
 		--durations=15 $(PYTEST_ARGS)
 
 test-quick: $(STAMP) ## Run tests/unit alone: no process, server or training (under 20 s)
-	$(PY) -m pytest tests/unit -n $(QUICK_WORKERS) --durations=5 $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit -n $(QUICK_WORKERS) --dist loadgroup --durations=5 $(PYTEST_ARGS)
 
 test-e2e: $(STAMP) ## Run the rest of tests/e2e, after make test (CI runs both; minutes)
 	$(PY) -m pytest tests/e2e -n $(TEST_WORKERS) --dist loadgroup -m $(call q,$(E2E_MARKS)) \
