@@ -150,10 +150,27 @@ def _cpu_seconds() -> float:
 
 
 def pytest_collection_finish(session):  # noqa: ARG001 - pytest's hook signature
-    """What collection imported (torch, MLflow, azure-ai-ml: about a million objects) lives as
-    long as the worker: frozen, it is left out of every full garbage collection, which would
-    scan it about 20 times per worker at a third of a second each."""
+    """What collection imported lives as long as the worker: frozen, it is left out of every
+    full garbage collection, which would scan it about 20 times per worker."""
+    _freeze()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logfinish(nodeid, location):  # noqa: ARG001 - pytest's hook signature
+    """A test that imported a heavy library (the unit tests import torch, MLflow, azure-ai-ml
+    where they first need one: about a million objects each) is followed by a freeze too; a
+    full collection scans what is not frozen, a third of a second at a time."""
+    if len(sys.modules) >= _frozen_at[0] + FREEZE_AFTER_MODULES:
+        _freeze()
+
+
+FREEZE_AFTER_MODULES = 100  # torch loads about 1,500 modules, MLflow 900, a product module a few
+_frozen_at = [0]
+
+
+def _freeze() -> None:
     gc.freeze()
+    _frozen_at[0] = len(sys.modules)
 
 
 @pytest.hookimpl(trylast=True)
