@@ -15,6 +15,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from mlops.environments import steps
 from mlops.environments.requirements import canonical, name_of
 
 NUMPY_1 = "numpy<2"
@@ -76,5 +77,7 @@ def built_for_numpy_1(python: Path, site: Path) -> list[str]:
 
 
 def with_numpy_1(requirements: list[str]) -> list[str]:
-    """The requirements with numpy<2 in place of any line that names numpy."""
-    return [*(line for line in requirements if name_of(line) != "numpy"), NUMPY_1]
+    """The requirements with numpy<2 in place of any line that names numpy (and a constraint
+    of every install step after the first, steps.py)."""
+    kept = [line for line in requirements if name_of(line) != "numpy"]
+    return steps.constrained(kept, NUMPY_1) if steps.has_steps(kept) else [*kept, NUMPY_1]

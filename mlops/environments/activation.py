@@ -46,6 +46,7 @@ from mlops.environments.interpreters import (
 from mlops.environments.layers import Stack, layer_record, make_venv
 from mlops.environments.own_python import build_own_environment, resolved_for
 from mlops.environments.requirements import name_of, unfetchable, with_mpi
+from mlops.environments.steps import is_step_option
 from mlops.errors import LocalRunError
 from mlops.specs import flag
 
@@ -89,6 +90,8 @@ def unsatisfied(requirements: list[str]) -> list[str]:
 def _unsatisfied(requirements: tuple[str, ...], stamp: int) -> tuple[str, ...]:  # noqa: ARG001 - the cache's key
     missing = []
     for line in requirements:
+        if is_step_option(line):  # a line that starts an install step: nothing to satisfy
+            continue
         try:
             requirement = Requirement(line)
         except InvalidRequirement:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from mlops.environments import abi, resolve
+from mlops.environments import abi, resolve, steps
 from mlops.environments.integrity import cached_layer, torn
 from mlops.environments.interpreters import HERE, Python
 from mlops.environments.layers import (
@@ -36,7 +36,7 @@ from mlops.errors import LocalError, LocalRunError, MachineError
 
 
 def closure_key(lines: list[str], python: str) -> str:
-    return layer_key([f"python=={python}", "closure-layer-4", *lines])
+    return layer_key([f"python=={python}", "closure-layer-4", *steps.key_lines(lines)])
 
 
 def build_closure_layer(lines: list[str], python: str, label: str,
@@ -59,7 +59,8 @@ def build_closure_layer(lines: list[str], python: str, label: str,
         print(f"{label}: cached layer ready in {record['seconds']:.1f}s "
               f"({len(layer.installed)} package(s); {folder})", flush=True)
 
-    return cached_layer(cache_dir() / closure_key([*lines, *adds], python), build)
+    return cached_layer(cache_dir() / closure_key(steps.into_first(lines, list(adds)), python),
+                        build)
 
 
 class Built(NamedTuple):
@@ -155,12 +156,12 @@ def build_error(failed: resolve.BuildFailed, label: str, python: str) -> Machine
 
 def _target(lines: list[str], python: str, adds: tuple[str, ...]):
     try:
-        return resolve.target_set([*lines, *adds], python)
+        return resolve.target_set(steps.into_first(lines, list(adds)), python)
     except resolve.NoSet:
         if not adds:
             raise
     named = [name_of(line) or line for line in adds]  # the environment's pins decide
-    return resolve.target_set([*lines, *named], python)
+    return resolve.target_set(steps.into_first(lines, named), python)
 
 
 def _shadowed(folder: Path) -> frozenset[str]:

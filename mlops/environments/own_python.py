@@ -24,7 +24,7 @@ import shutil
 import time
 from pathlib import Path
 
-from mlops.environments import abi, resolve
+from mlops.environments import abi, resolve, steps
 from mlops.environments.closures import install_set, target_for
 from mlops.environments.integrity import cached_layer
 from mlops.environments.interpreters import HERE, Python, minor_of
@@ -44,7 +44,8 @@ def resolved_for(asked: str | None, python: Python | None) -> str:
 
 
 def own_key(lines: list[str], version: str, python: Python) -> str:
-    text = "\n".join([VERSION, version, python.version, str(python.executable), *sorted(lines)])
+    text = "\n".join([VERSION, version, python.version, str(python.executable),
+                      *sorted(steps.key_lines(lines))])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -67,7 +68,7 @@ def build_own_environment(lines: list[str], version: str, python: Python, *, lab
         print(f"{label}: environment ready in {record['seconds']:.1f}s "
               f"({len(installed)} package(s) on Python {python.version}; {folder})", flush=True)
 
-    key = own_key([*lines, *adds], version, python)
+    key = own_key(steps.into_first(lines, list(adds)), version, python)
     return cached_layer(cache_dir() / f"py{python.minor}-{key}", build)
 
 

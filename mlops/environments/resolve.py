@@ -11,6 +11,12 @@ Requires-Python for a target: pip's --python-version does not, pypa/pip#11664).
    builds them). Families move together (torch/torchvision, numpy/scipy/scikit-learn,
    azureml-defaults/its server/pyarrow, mltable/dataprep/rslex).
 The GPU stack (torch and its CUDA wheels) is never moved: .venv's build stands in for it.
+
+An environment installed by several installs in turn (a Dockerfile's RUN lines: steps.py) is
+resolved as its build runs them: each install's arguments for themselves, what the installs
+before it left preferred where it satisfies them and replaced where it conflicts (pip's
+only-if-needed; `--upgrade`: the named packages' newest), `--no-deps` packages alone. The set is
+what the last install left, and each install's resolution is moved here in turn.
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
-from mlops.environments.requirements import canonical
+from mlops.environments import steps
+from mlops.environments.requirements import canonical, name_of
 from mlops.errors import LocalRunError, MachineError
 
 AZURE_PLATFORM = "x86_64-manylinux_2_28"  # Azure ML's images: Linux on x86_64, glibc >= 2.28
@@ -58,6 +66,23 @@ class Moved:
     target: dict[str, Locked]  # name -> what Azure's build holds for the environment's Python
     here: dict[str, Locked]  # name -> what installs here
     lines: list[str] = field(default_factory=list)  # "numpy 1.21.6 -> 1.23.2", one per move
+
+
+class StepSet(NamedTuple):
+    """One install's resolution: what it installed, and whether alone (`--no-deps`)."""
+
+    locked: dict[str, Locked]
+    no_deps: bool = False
+
+
+class Staged(dict):
+    """A set installed by several installs in turn: name -> what the last install of it left,
+    with each install's own resolution, in order (`steps`)."""
+
+    def __init__(self, resolved: list[StepSet]):
+        super().__init__({name: locked for step in resolved for name, locked in
+                          step.locked.items()})
+        self.steps = resolved
 
 
 class NoSet(LocalRunError):
@@ -146,9 +171,12 @@ def as_of(lines: list[str]) -> list[str]:
 
 
 def compile_set(lines: list[str], python: list[str], only_binary: set[str],
-                lowest: bool = False) -> dict[str, Locked]:
+                lowest: bool = False, options: tuple[str, ...] = (),
+                prefer: dict[str, Locked] | None = None) -> dict[str, Locked]:
     """uv's resolution of `lines` for `python` (its --python-version/--platform or --python
-    flags); sdists whose metadata fails to build are retried as wheels only."""
+    flags, and any other `options`); sdists whose metadata fails to build are retried as wheels
+    only. `prefer`: what is installed already, kept where it satisfies (uv reads an existing
+    output file as its preferences)."""
     no_build = set(only_binary)
     built_on = as_of(lines)
     lines = [line for line in lines if not line.startswith(EXCLUDE_NEWER)]
@@ -156,8 +184,9 @@ def compile_set(lines: list[str], python: list[str], only_binary: set[str],
         source, lock = Path(tmp) / "requirements.in", Path(tmp) / "pylock.toml"
         source.write_text("\n".join(lines) + "\n")
         for _ in range(ROUNDS):
+            write_preferences(lock, prefer or {})
             argv = [uv_binary(), "pip", "compile", str(source), "--format", "pylock.toml",
-                    "-o", str(lock), "--quiet", "--no-header", *python, *built_on]
+                    "-o", str(lock), "--quiet", "--no-header", *python, *built_on, *options]
             argv += ["--resolution", "lowest-direct"] if lowest else []
             for name in sorted(no_build):
                 argv += ["--only-binary", name]
@@ -174,6 +203,16 @@ def compile_set(lines: list[str], python: list[str], only_binary: set[str],
                      "distributions failed to build)")
 
 
+def write_preferences(lock: Path, held: dict[str, Locked]) -> None:
+    """`held` as the lock file uv's next resolution starts from (none: no file)."""
+    if not held:
+        lock.unlink(missing_ok=True)
+        return
+    entries = [f'[[packages]]\nname = "{name}"\nversion = "{locked.version}"\n'
+               for name, locked in sorted(held.items())]
+    lock.write_text('lock-version = "1.0"\ncreated-by = "mlops"\n\n' + "\n".join(entries))
+
+
 def uv_env() -> dict[str, str]:
     """uv never downloads a Python for a target it only resolves for, and installs by copying:
     its default on Linux hard-links each file to its cache, so a file changed in one
@@ -188,23 +227,55 @@ def tail(text: str, lines: int = 14) -> str:
 
 
 def target_set(lines: list[str], version: str) -> dict[str, Locked]:
-    """What Azure's image build installs for Python `version` (NoSet: nothing does)."""
-    return compile_set(lines, ["--python-version", version, "--python-platform",
-                               AZURE_PLATFORM], set())
+    """What Azure's image build installs for Python `version` (NoSet: nothing does); for
+    several installs in turn, what the last left (a Staged set)."""
+    python = ["--python-version", version, "--python-platform", AZURE_PLATFORM]
+    if not steps.has_steps(lines):
+        return compile_set(lines, python, set())
+    dated = [line for line in lines if line.startswith(EXCLUDE_NEWER)]
+    resolved: list[StepSet] = []
+    for number, step in enumerate(steps.split(lines)):
+        wanted = [line for line in step.lines if not line.startswith(EXCLUDE_NEWER)]
+        if wanted:
+            try:
+                locked = compile_step(step, [*wanted, *dated], python, Staged(resolved))
+            except NoSet as err:
+                raise NoSet(f"its install {number} (pip install {' '.join(wanted)}) has no "
+                            f"solution, with what the installs before it left:\n{err}"
+                            ) from None
+            resolved.append(StepSet(locked, step.no_deps))
+    return Staged(resolved)
+
+
+def compile_step(step: steps.Step, lines: list[str], python: list[str],
+                 held: dict[str, Locked]) -> dict[str, Locked]:
+    """One install's own resolution, as pip makes it in the image the installs before it left
+    (`held`): installed releases kept where they satisfy, replaced where they conflict; the
+    packages `--upgrade` names at their newest; `--no-deps`: the named packages alone."""
+    options = ["--no-deps"] if step.no_deps else []
+    options += ["--prerelease", "allow"] if step.pre else []
+    if step.upgrade:
+        options += [word for line in lines if name_of(line)
+                    for word in ("--upgrade-package", name_of(line))]
+    with tempfile.TemporaryDirectory(prefix="step-") as tmp:
+        if step.constraints:
+            constraints = Path(tmp) / "constraints.txt"
+            constraints.write_text("\n".join(step.constraints) + "\n")
+            options += ["-c", str(constraints)]
+        return compile_set(lines, python, set(), options=tuple(options), prefer=held)
 
 
 def move_here(target: dict[str, Locked], no_build: frozenset[str] = frozenset()) -> Moved:
     """The target set as the nearest releases that install on this Python together; `no_build`:
     packages whose source did not build here, taken as wheels only too."""
-    lines = []
-    for name, locked in sorted(target.items()):
-        if GPU_STACK.match(name):
-            continue
-        marker = f" ; {locked.marker}" if locked.marker else ""
-        lines.append(f"{name}>={locked.version}{marker}")
     compiled = {name for name, locked in target.items() if locked.compiled} | no_build
-    here = compile_set(lines, ["--python", sys.executable], compiled, lowest=True) \
-        if lines else {}
+    resolved = target.steps if isinstance(target, Staged) else [StepSet(target)]
+    here: dict[str, Locked] = {}
+    for step in resolved:  # each install's own resolution in turn, as its build ran them
+        lines = [f"{name}>={locked.version}{f' ; {locked.marker}' if locked.marker else ''}"
+                 for name, locked in sorted(step.locked.items()) if not GPU_STACK.match(name)]
+        here |= compile_set(lines, ["--python", sys.executable], compiled, lowest=True,
+                            options=("--no-deps",) if step.no_deps else ()) if lines else {}
     moved = Moved(target, {k: v for k, v in here.items() if not GPU_STACK.match(k)})
     for name, locked in sorted(target.items()):
         now = moved.here.get(name)

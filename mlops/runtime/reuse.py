@@ -30,6 +30,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mlops.environments import steps
 from mlops.environments.envspec import EnvMap, plan_for
 from mlops.runtime import keydiff
 from mlops.runtime.binding import publish
@@ -122,7 +123,7 @@ class StepIndex:
             code=self.trees.source(task.code, cache),
             includes=[self.trees.source(p, cache) for p in task.includes],
             environment={"label": plan.label, "python": plan.python,
-                         "requirements": sorted(plan.requirements),
+                         "requirements": sorted(steps.key_lines(plan.requirements)),
                          "adds": sorted(task.environment.adds),
                          "fixed": sorted(task.environment.fixed)},
             inputs=inputs, outputs=plain(outputs), placement=plain(asdict(task.placement)),

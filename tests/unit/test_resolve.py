@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlops.environments import closures, resolve
+from mlops.environments import closures, resolve, steps
 from mlops.environments.resolve import Locked
 from mlops.errors import LocalRunError, MachineError
 
@@ -45,7 +45,7 @@ def test_a_lock_says_which_packages_ship_compiled_wheels(tmp_path):
 def test_the_move_asks_for_lower_bounds_lowest_first_compiled_ones_as_wheels(monkeypatch):
     asked = {}
 
-    def compile_set(lines, python, only_binary, lowest=False):
+    def compile_set(lines, python, only_binary, lowest=False, options=()):
         asked.update(lines=lines, only_binary=only_binary, lowest=lowest)
         return {"numpy": Locked("1.23.2", True), "pandas": Locked("1.5.0", True),
                 "six": Locked("1.17.0", False)}
@@ -314,3 +314,78 @@ def test_an_image_of_a_known_day_builds_its_sdists_with_that_days_build_tools(mo
     dated, today = installs
     assert dated[dated.index("--exclude-newer") + 1] == "2024-04-30T09:25:39Z"
     assert "pycocotools==2.0.6" in dated and "--exclude-newer" not in today
+
+
+# Installs in turn (a Dockerfile's RUN lines, steps.py): each resolved over what the installs
+# before it left, a --no-deps one alone.
+STEP, NO_DEPS = steps.STEP, f"{steps.STEP} --no-deps"
+
+
+def test_a_key_keeps_the_order_of_the_installs_and_nothing_else():
+    a = [STEP, "x==1", "y==2", NO_DEPS, "z==3"]
+    assert steps.key_lines(["b", "a"]) == ["b", "a"]  # no installs: the lines as before
+    assert sorted(steps.key_lines(a)) == sorted(steps.key_lines([STEP, "y==2", "x==1", NO_DEPS,
+                                                                 "z==3"]))
+    assert closures.closure_key(a, "3.11") != \
+        closures.closure_key([NO_DEPS, "z==3", STEP, "x==1", "y==2"], "3.11")
+    assert steps.into_first(a, ["pip"]) == ["pip", *a]
+    assert steps.constrained(["numpy", STEP, "x"], "numpy<2") == [
+        "numpy", "numpy<2", STEP, f"{steps.CONSTRAINT} numpy<2", "x"]
+
+
+def fake_uv(monkeypatch, answers):
+    """compile_set answering each call from `answers` (its first words -> a set), recording
+    the lines, options and preferences it was asked with."""
+    asked = []
+
+    def compile_set(lines, python, only_binary, lowest=False, options=(), prefer=None):
+        asked.append({"lines": lines, "options": options, "prefer": dict(prefer or {}),
+                      "lowest": lowest})
+        answer = answers[lines[0]]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(resolve, "compile_set", compile_set)
+    return asked
+
+
+def test_each_install_is_resolved_over_what_the_installs_before_it_left(monkeypatch):
+    asked = fake_uv(monkeypatch, {
+        "pip": {"pip": Locked("24.0", False), "requests": Locked("2.27.1", False)},
+        "domonic==0.9.10": {"domonic": Locked("0.9.10", False)},
+        "requests>=2.32.4": {"requests": Locked("2.32.4", False),
+                             "urllib3": Locked("2.2.0", False)},
+        "pip>=25": {"pip": Locked("25.1", False)}})
+    lines = ["pip", "requests", "--exclude-newer 2025-01-01T00:00:00Z", NO_DEPS,
+             "domonic==0.9.10", STEP, "requests>=2.32.4", f"{STEP} --upgrade --pre", "pip>=25"]
+    target = resolve.target_set(lines, "3.10")
+    assert target == {"pip": Locked("25.1", False), "domonic": Locked("0.9.10", False),
+                      "requests": Locked("2.32.4", False), "urllib3": Locked("2.2.0", False)}
+    assert [set(call["prefer"]) for call in asked] == [
+        set(), {"pip", "requests"}, {"pip", "requests", "domonic"},
+        {"pip", "requests", "domonic", "urllib3"}]
+    assert all("--exclude-newer 2025-01-01T00:00:00Z" in call["lines"] for call in asked)
+    assert asked[1]["options"] == ("--no-deps",) and asked[2]["options"] == ()
+    assert asked[3]["options"] == ("--prerelease", "allow", "--upgrade-package", "pip")
+
+
+def test_a_step_with_no_solution_is_named_and_stays_the_one_failure_said_to_be_azures(
+        monkeypatch):
+    fake_uv(monkeypatch, {"a": {"a": Locked("1", False)},
+                          "b==1": resolve.NoSet("No solution found when resolving")})
+    with pytest.raises(resolve.NoSet, match=r"install 2 \(pip install b==1\) has no solution"):
+        resolve.target_set([STEP, "a", STEP, "b==1"], "3.11")
+
+
+def test_a_staged_set_is_moved_here_install_by_install_no_deps_ones_alone(monkeypatch):
+    asked = fake_uv(monkeypatch, {
+        "domonic>=0.9.10": {"domonic": Locked("0.9.10", False)},
+        "requests>=2.32.4": {"requests": Locked("2.32.4", False)}})
+    monkeypatch.setattr(resolve, "venv_version", lambda name: None)
+    staged = resolve.Staged([resolve.StepSet({"domonic": Locked("0.9.10", False)}, True),
+                             resolve.StepSet({"requests": Locked("2.32.4", False)})])
+    moved = resolve.move_here(staged)
+    assert [(call["lines"], call["options"]) for call in asked] == [
+        (["domonic>=0.9.10"], ("--no-deps",)), (["requests>=2.32.4"], ())]
+    assert set(moved.here) == {"domonic", "requests"} and moved.lines == []
