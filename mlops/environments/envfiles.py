@@ -1,18 +1,19 @@
 """Reading the files an environment is built from, as Azure's image build reads them: conda
 files (pip entries as they are, conda packages by their PyPI names, the Python version),
-requirements files (`-r` followed) and Dockerfiles (plain `pip install` and `conda env create`
-lines, and the image they start `FROM`).
+requirements files (`-r` followed) and Dockerfiles (each `pip install` and `conda env create` of
+their RUN lines an install step of its own, and the image they start `FROM`).
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from mlops.environments import steps
+from mlops.environments.dockerfiles import CondaFile, PipInstall, read_installs
 from mlops.errors import LocalRunError
 from mlops.specs import SpecData, read_yaml
 
@@ -41,7 +42,6 @@ CONDA_ONLY = {
 # what every conda environment has beside its Python: conda's pip, which brings setuptools and
 # wheel (for an old Python, their releases for it: setuptools then still ships pkg_resources)
 CONDA_BASE = ("pip", "setuptools", "wheel")
-PIP_INSTALL = re.compile(r"\bpip3?\s+install\b(.*)")
 
 
 @dataclass(kw_only=True)
@@ -117,9 +117,11 @@ def read_conda_data(data: SpecData, base: Path, plan: EnvPlan) -> None:
 
 
 def with_conda_base(plan: EnvPlan) -> None:
-    """pip, setuptools and wheel, as every conda environment with pip has them, unless named."""
+    """pip, setuptools and wheel, as every conda environment with pip has them, unless named
+    (before a Dockerfile's install steps: the conda environment holds them first)."""
     named = {re.split(r"[\s=<>~!\[;]", line, maxsplit=1)[0].lower() for line in plan.requirements}
-    plan.requirements += [name for name in CONDA_BASE if name not in named]
+    plan.requirements = steps.into_first(plan.requirements,  # the environment's, below any
+                                         [name for name in CONDA_BASE if name not in named])
 
 
 def read_requirement_line(line: str, base: Path, plan: EnvPlan) -> None:
@@ -140,43 +142,41 @@ def read_requirements(path: Path, plan: EnvPlan) -> None:
 
 
 def read_dockerfile(context: Path, dockerfile: str, plan: EnvPlan) -> str | None:
-    """The Dockerfile's installs into `plan`; returns the image its final stage starts FROM."""
+    """The Dockerfile's installs into `plan`, each an install step of its own, in the order its
+    build runs them (steps.py; dockerfiles.py reads them); returns the image its final stage
+    starts FROM."""
     path = context / dockerfile
     if not path.is_file():
         raise LocalRunError(f"{plan.label}: no Dockerfile at {path}")
-    text = re.sub(r"\\\n", " ", path.read_text())
-    understood, base = False, None
-    for line in text.splitlines():
-        words = line.split()
-        if words and words[0].upper() == "FROM":
-            image = next((w for w in words[1:] if not w.startswith("--")), None)
-            base = image if image and "$" not in image else None
-        if not line.strip().upper().startswith("RUN"):
-            continue
-        for command in re.split(r"&&|;", line.strip()[3:]):
-            understood |= _docker_command(command.strip(), context, plan)
-    if not understood:
+    try:
+        found = read_installs(path.read_text(errors="replace"))
+    except (OSError, ValueError) as err:
+        raise LocalRunError(f"{plan.label}: cannot read {path} ({err})") from None
+    for install in found.steps:
+        if isinstance(install, CondaFile):
+            plan.requirements.append(steps.step_line())
+            read_conda(context / Path(install.path).name, plan)
+        else:
+            _pip_step(install, context, plan)
+    if not found.steps:
         plan.notice = f"{path} installs nothing with plain pip or a conda file"
-    return base
+    return found.image
 
 
-def _docker_command(command: str, context: Path, plan: EnvPlan) -> bool:
-    conda = re.search(r"conda\s+env\s+(?:create|update)\b.*?(?:-f|--file)\s+(\S+)", command)
-    if conda:
-        read_conda(context / Path(conda.group(1)).name, plan)
-        return True
-    pip = PIP_INSTALL.search(command)
-    if not pip:
-        return False
-    words = shlex.split(pip.group(1))
-    for index, word in enumerate(words):
-        if word in ("-r", "--requirement") and index + 1 < len(words):
-            read_requirements(context / Path(words[index + 1]).name, plan)
-        elif not word.startswith("-") and (index == 0 or words[index - 1] not in
-                                            ("-r", "--requirement", "-c", "-i",
-                                             "--index-url", "--extra-index-url")):
-            plan.requirements.append(word)
-    return True
+def _pip_step(install: PipInstall, context: Path, plan: EnvPlan) -> None:
+    """One `pip install` as an install step: its flags, its packages and requirement files (the
+    files by name in the build context, where a COPY took them from), its constraints."""
+    plan.requirements.append(steps.step_line(no_deps=install.no_deps, upgrade=install.upgrade,
+                                             pre=install.pre))
+    plan.requirements += list(install.indexes)
+    for name in install.requirements:
+        read_requirements(context / Path(name).name, plan)
+    for name in install.constraints:
+        held = EnvPlan(label=plan.label)
+        read_requirements(context / Path(name).name, held)
+        plan.requirements += [f"{steps.CONSTRAINT} {line}" for line in held.requirements
+                              if not line.startswith("-")]
+    plan.requirements += list(install.packages)
 
 
 def image_key(image: str) -> str:

@@ -1,0 +1,234 @@
+"""A Dockerfile's package installs, in the order its build runs them.
+
+The instructions come from dockerfile-parse (line continuations, comments inside them, stages,
+the ARG and ENV values each line sees); the final stage is followed back through the stages it
+is built `FROM`. Each RUN's command (shell form, exec form, or a heredoc script) is split as a
+shell splits it (shlex: quotes, `&&`/`||`/`;`/`|` between commands, redirections), and every
+`pip install`, `pip3 install`, `python -m pip install`, `uv pip install` in it becomes an
+install with its flags, as well as `conda env create|update -f <file>` (and mamba's). What else
+a RUN does (apt-get, R, curl | sh, a `COPY`'d wheel built in the image) is not read.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from dockerfile_parse import DockerfileParser
+
+# pip install's options that take a value, and where the value goes
+VALUED = {"-r": "requirements", "--requirement": "requirements", "-c": "constraints",
+          "--constraint": "constraints", "-i": "indexes", "--index-url": "indexes",
+          "--extra-index-url": "indexes", "-f": "indexes", "--find-links": "indexes"}
+IGNORED_VALUED = {"-t", "--target", "--prefix", "--root", "--src", "--cache-dir", "--log",
+                  "--progress-bar", "--python-version", "--platform", "--implementation",
+                  "--abi", "--global-option", "--install-option", "--config-settings", "-C",
+                  "--upgrade-strategy", "--trusted-host", "--proxy", "--timeout", "--retries",
+                  "--python", "-p", "--exists-action", "--no-binary", "--only-binary",
+                  "--report", "--root-user-action", "--index-strategy", "--extra-index",
+                  "--resolution", "--prerelease"}
+SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")", ";;"}
+REDIRECTION = re.compile(r"^[<>]+&?$|^&>+$")
+PIP = re.compile(r"^pip(\d+(\.\d+)*)?$")
+VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipInstall:
+    """One `pip install`: its packages and requirement files, in its own words, and its flags."""
+
+    packages: tuple[str, ...] = ()
+    requirements: tuple[str, ...] = ()  # -r files
+    constraints: tuple[str, ...] = ()  # -c files
+    indexes: tuple[str, ...] = ()  # "--index-url URL" and the like, as pip would read them
+    no_deps: bool = False
+    upgrade: bool = False
+    pre: bool = False
+
+
+@dataclass(frozen=True)
+class CondaFile:
+    """`conda env create|update -f <path>`."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class Installs:
+    """What a Dockerfile's final stage is built FROM and installs, in order."""
+
+    image: str | None  # None: none, or named through a variable not known here
+    steps: list[PipInstall | CondaFile] = field(default_factory=list)
+
+
+@dataclass
+class _Stage:
+    image: str | None
+    name: str | None
+    commands: list[str] = field(default_factory=list)
+
+
+def read_installs(text: str) -> Installs:
+    """The final stage's base image and installs (its own, after those of the stages below it
+    when it is built FROM one of them)."""
+    stages = _stages(text)
+    if not stages:
+        return Installs(None)
+    chain, image = [stages[-1]], stages[-1].image
+    named = {stage.name: stage for stage in stages if stage.name}
+    while image in named and named[image] not in chain:
+        chain.insert(0, named[image])
+        image = named[image].image
+    steps = [step for stage in chain for command in stage.commands
+             for step in command_installs(command)]
+    return Installs(image if image and "$" not in image else None, steps)
+
+
+def _stages(text: str) -> list[_Stage]:
+    parser = DockerfileParser(fileobj=io.BytesIO(text.encode()))
+    structure, contexts = parser.structure, parser.context_structure
+    stages: list[_Stage] = []
+    index = 0
+    while index < len(structure):
+        instruction, value = structure[index]["instruction"], structure[index]["value"]
+        variables = {**contexts[index].args, **contexts[index].envs}
+        if instruction == "FROM":
+            words = [w for w in value.split() if not w.startswith("--")]
+            alias = words[2] if len(words) > 2 and words[1].lower() == "as" else None
+            stages.append(_Stage(_substituted(words[0], variables) if words else None, alias))
+        elif instruction == "RUN" and stages:
+            command, index = _run_command(structure, index)
+            stages[-1].commands.append(_substituted(command, variables))
+        index += 1
+    return stages
+
+
+def _run_command(structure: list, index: int) -> tuple[str, int]:
+    """A RUN's shell command, and the index of its last entry (a heredoc's body follows it)."""
+    value = re.sub(r"^(\s*--[\w-]+(=\S*)?\s+)*", "", structure[index]["value"])
+    heredoc = re.match(r"^<<-?\s*['\"]?(\w+)['\"]?\s*(.*)$", value)
+    if heredoc:
+        body = []
+        while index + 1 < len(structure) and \
+                structure[index + 1]["content"].strip() != heredoc.group(1):
+            index += 1
+            body.append(structure[index]["content"].rstrip("\n"))
+        return heredoc.group(2) + "\n" + "\n".join(body), index + 1
+    if value.startswith("["):
+        try:
+            words = json.loads(value)
+        except ValueError:
+            return value, index
+        if isinstance(words, list) and all(isinstance(w, str) for w in words):
+            shell = len(words) > 2 and words[1] == "-c" and words[0].endswith("sh")
+            return words[2] if shell else shlex.join(words), index
+    return value, index
+
+
+def _substituted(text: str, variables: dict[str, str]) -> str:
+    """`$NAME` and `${NAME}` replaced by the ARG or ENV value the line sees; others kept."""
+    return VARIABLE.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), text)
+
+
+def shell_commands(command: str) -> list[list[str]]:
+    """The simple commands of a shell command line, each as its words, redirections left out."""
+    tokens = []
+    for line in command.replace("\\\n", " ").splitlines():  # a script's lines: commands
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        try:
+            tokens += [*lexer, ";"]
+        except ValueError:  # an unbalanced quote: the words shlex can split
+            tokens += [*line.split(), ";"]
+    commands, words, skip = [], [], False
+    for token in tokens:
+        if skip:
+            skip = False
+        elif token in SEPARATORS:
+            commands.append(words)
+            words = []
+        elif REDIRECTION.match(token):
+            if words and words[-1].isdigit():
+                words.pop()  # 2>/dev/null: the descriptor is not an argument
+            skip = True  # its target (a file, a descriptor)
+        else:
+            words.append(token)
+    return [words for words in [*commands, words] if words]
+
+
+def command_installs(command: str) -> list[PipInstall | CondaFile]:
+    found: list[PipInstall | CondaFile] = []
+    for words in shell_commands(command):
+        args = _pip_arguments(words)
+        if args is not None:
+            found.append(pip_install(args))
+            continue
+        conda = _conda_file(words)
+        if conda:
+            found.append(CondaFile(conda))
+    return found
+
+
+def _pip_arguments(words: list[str]) -> list[str] | None:
+    """The arguments after `install` when the words run pip's (or uv's pip) install."""
+    names = [word.rsplit("/", 1)[-1] for word in words]
+    for index, name in enumerate(names):
+        if PIP.match(name):  # pip, pip3, /opt/conda/bin/pip, python -m pip
+            after = index + 1
+        elif name == "uv" and names[index + 1:index + 2] == ["pip"]:
+            after = index + 2
+        else:
+            continue
+        while after < len(words) and words[after].startswith("-"):
+            after += 1  # pip's own options before the command (--no-cache-dir, -q)
+        if after < len(words) and words[after] == "install":
+            return words[after + 1:]
+    return None
+
+
+def pip_install(args: list[str]) -> PipInstall:
+    """`pip install`'s arguments read as pip reads them."""
+    values: dict[str, list[str]] = {"packages": [], "requirements": [], "constraints": [],
+                                    "indexes": []}
+    flags: set[str] = set()
+    index = 0
+    while index < len(args):
+        word = args[index]
+        option, _, attached = word.partition("=") if word.startswith("--") else (word, "", "")
+        if option in VALUED or option in IGNORED_VALUED:
+            value = attached or (args[index + 1] if index + 1 < len(args) else "")
+            index += 1 if attached else 2
+            if option in VALUED:
+                kind = VALUED[option]
+                values[kind].append(f"{option} {value}" if kind == "indexes" else value)
+            continue
+        if word in ("-U", "--upgrade") or re.match(r"^-[qvU]+$", word) and "U" in word:
+            flags.add("upgrade")
+        elif word in ("--no-deps", "--pre"):
+            flags.add(word[2:].replace("-", "_"))
+        elif word in ("-e", "--editable"):
+            pass  # its value is the package: read as one
+        elif not word.startswith("-"):
+            values["packages"].append(word)
+        index += 1
+    return PipInstall(**{k: tuple(v) for k, v in values.items()}, no_deps="no_deps" in flags,
+                      upgrade="upgrade" in flags, pre="pre" in flags)
+
+
+def _conda_file(words: list[str]) -> str | None:
+    """The file of `conda env create|update -f <file>` (mamba, micromamba likewise)."""
+    names = [word.rsplit("/", 1)[-1] for word in words]
+    for index, name in enumerate(names):
+        if name in ("conda", "mamba", "micromamba") and \
+                names[index + 1:index + 2] == ["env"] and \
+                names[index + 2:index + 3] in (["create"], ["update"]):
+            rest = words[index + 3:]
+            for at, word in enumerate(rest):
+                if word in ("-f", "--file") and at + 1 < len(rest):
+                    return rest[at + 1]
+                if word.startswith("--file="):
+                    return word.split("=", 1)[1]
+    return None

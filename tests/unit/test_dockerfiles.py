@@ -1,0 +1,121 @@
+"""A Dockerfile's RUN lines as the ordered installs its build runs (dockerfiles.py, steps.py):
+the plan a resolver gets. How the resolver takes them: tests/unit/test_resolve.py; a real
+two-install Dockerfile: tests/e2e/test_install_steps.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlops.environments import steps
+from mlops.environments.dockerfiles import (
+    CondaFile,
+    PipInstall,
+    command_installs,
+    read_installs,
+    shell_commands,
+)
+from mlops.environments.envspec import EnvMap, plan_for
+
+STEP, NO_DEPS = steps.STEP, f"{steps.STEP} --no-deps"
+
+
+@pytest.mark.parametrize(("command", "expected"), [
+    ("pip install a && pip install b; echo c", [["pip", "install", "a"], ["pip", "install", "b"],
+                                                ["echo", "c"]]),
+    ("pip install 'numpy>=1.2' scipy>=1 2>&1 | tee log", [["pip", "install", "numpy>=1.2",
+                                                           "scipy"], ["tee", "log"]]),
+    ("set -e\npip install x \\\n  y\n# a comment\npip install z",
+     [["set", "-e"], ["pip", "install", "x", "y"], ["pip", "install", "z"]]),
+    ("pip install \"h[x]>=1; python_version > '3'\" || true",
+     [["pip", "install", "h[x]>=1; python_version > '3'"], ["true"]]),
+])
+def test_a_run_command_is_split_as_a_shell_splits_it(command, expected):
+    assert shell_commands(command) == expected
+
+
+def test_each_pip_install_keeps_its_packages_files_and_flags():
+    found = command_installs(
+        "python3 -m pip --no-cache-dir install -U --pre -r req.txt -c pins.txt x==1 "
+        "--index-url=https://i/simple --extra-index-url https://e/simple -t /opt/x && "
+        "/opt/conda/bin/pip3 install --no-deps --quiet 'y<2' && uv pip install --system z && "
+        "conda env create -n env -f /tmp/conda.yml && conda install -y pip")
+    assert found == [
+        PipInstall(packages=("x==1",), requirements=("req.txt",), constraints=("pins.txt",),
+                   indexes=("--index-url https://i/simple", "--extra-index-url https://e/simple"),
+                   upgrade=True, pre=True),
+        PipInstall(packages=("y<2",), no_deps=True),
+        PipInstall(packages=("z",)),
+        CondaFile("/tmp/conda.yml"),
+    ]
+
+
+DOCKERFILE = """\
+FROM python:3.10 AS build
+RUN apt-get update && apt-get install -y git
+FROM build AS final
+ARG TORCH=2.1.0
+ENV PIP=/opt/conda/bin/pip
+# the pins first
+RUN $PIP install 'responsible==0.18.1' \\
+        'plotly==5.6.0' \\
+    # a comment inside the continuation
+        "torch==${TORCH}"
+RUN ["pip", "install", "--pre", "azure-ai-ml"]
+RUN --mount=type=cache,target=/root/.cache pip install --no-deps 'domonic==0.9.10'
+RUN <<EOF
+pip install 'requests>=2.32.4'
+pip install -U pip
+EOF
+"""
+
+
+def test_a_dockerfiles_installs_come_in_the_order_its_build_runs_them():
+    found = read_installs(DOCKERFILE)
+    assert found.image == "python:3.10"  # the final stage, back through the one it is FROM
+    assert found.steps == [
+        PipInstall(packages=("responsible==0.18.1", "plotly==5.6.0", "torch==2.1.0")),
+        PipInstall(packages=("azure-ai-ml",), pre=True),
+        PipInstall(packages=("domonic==0.9.10",), no_deps=True),
+        PipInstall(packages=("requests>=2.32.4",)),
+        PipInstall(packages=("pip",), upgrade=True),
+    ]
+
+
+def test_only_the_final_stage_and_the_stages_it_is_built_from_count():
+    found = read_installs("FROM python:3.11 AS wheels\nRUN pip install builder\n"
+                          "FROM ubuntu:22.04\nRUN pip install kept\n")
+    assert found.image == "ubuntu:22.04" and found.steps == [PipInstall(packages=("kept",))]
+    assert read_installs("FROM $BASE\nRUN pip install x\n").image is None
+
+
+def test_the_plan_keeps_each_install_apart_with_its_flags(tmp_path):
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "requirements.txt").write_text("pandas==2.2.3\n# note\n")
+    (context / "pins.txt").write_text("numpy<2\n")
+    (context / "Dockerfile").write_text(
+        "FROM ubuntu:22.04\n"
+        "COPY requirements.txt pins.txt /tmp/\n"
+        "RUN pip install -r /tmp/requirements.txt -c /tmp/pins.txt && \\\n"
+        "    pip install --no-deps 'domonic==0.9.10' 'cssselect==1.1.0'\n"
+        "RUN pip install 'requests>=2.32.4'\n")
+    plan = plan_for({"build": {"path": "ctx"}}, tmp_path, EnvMap(), "job")
+    assert plan.requirements == [
+        STEP, "pandas==2.2.3", f"{steps.CONSTRAINT} numpy<2",
+        NO_DEPS, "domonic==0.9.10", "cssselect==1.1.0",
+        STEP, "requests>=2.32.4"]
+    installs = steps.split(plan.requirements)
+    assert installs[0] == steps.Step()  # nothing held before them on an image unknown here
+    assert installs[2] == steps.Step(lines=("domonic==0.9.10", "cssselect==1.1.0"),
+                                     no_deps=True)
+    assert installs[1].constraints == ("numpy<2",) and not installs[3].no_deps
+
+
+def test_a_curated_image_below_is_what_the_first_install_starts_from(tmp_path):
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(
+        "FROM mcr.microsoft.com/azureml/curated/sklearn-1.5:20\nRUN pip install pyjokes\n")
+    plan = plan_for({"build": {"path": "ctx"}}, tmp_path, EnvMap(), "job")
+    first, *later = steps.split(plan.requirements)
+    assert any(line.startswith("scikit-learn") for line in first.lines)
+    assert [step.lines for step in later] == [("pyjokes",)]
