@@ -116,6 +116,15 @@ def test_a_docker_context_installs_what_its_dockerfile_pip_installs(tmp_path):
     assert (tmp_path / "run/outputs/seen/six.txt").read_text().strip() == "1.16.0"
 
 
+@pytest.mark.network  # a cold cache: domonic (300 kB) and requests' closure from the registry
+def test_a_no_deps_pin_a_later_install_conflicts_with_builds_as_azures_image_does(tmp_path):
+    """Merged into one resolution, domonic 0.9.10 (requests<2.28) and requests>=2.32.4 have no
+    solution; installed in turn, as the Dockerfile's RUN lines run on Azure, they build."""
+    assert run(ENVS / "docker-steps.yml", tmp_path / "run") == 0
+    domonic, requests = (tmp_path / "run/outputs/seen/versions.txt").read_text().split()
+    assert domonic == "0.9.10" and tuple(map(int, requests.split(".")[:2])) >= (2, 32)
+
+
 @pytest.mark.proof
 def test_every_environment_form_resolves_to_a_plan(tmp_path):
     env_map = EnvMap(ROOT / "mlops" / "environments" / "catalog" / "local-envs.yml")
