@@ -116,12 +116,14 @@ def read_conda_data(data: SpecData, base: Path, plan: EnvPlan) -> None:
     with_conda_base(plan)
 
 
-def with_conda_base(plan: EnvPlan) -> None:
-    """pip, setuptools and wheel, as every conda environment with pip has them, unless named
-    (before a Dockerfile's install steps: the conda environment holds them first)."""
+def with_conda_base(plan: EnvPlan, *, image: bool = False) -> None:
+    """pip, setuptools and wheel, as every conda environment with pip has them, unless named:
+    with the conda file's own packages (its install), or, for an `image` (a curated or mapped
+    one), with what it holds before any install of its Dockerfile (steps.py)."""
     named = {re.split(r"[\s=<>~!\[;]", line, maxsplit=1)[0].lower() for line in plan.requirements}
-    plan.requirements = steps.into_first(plan.requirements,  # the environment's, below any
-                                         [name for name in CONDA_BASE if name not in named])
+    base = [name for name in CONDA_BASE if name not in named]
+    plan.requirements = steps.into_first(plan.requirements, base) if image else \
+        plan.requirements + base
 
 
 def read_requirement_line(line: str, base: Path, plan: EnvPlan) -> None:

@@ -155,7 +155,7 @@ def from_map(key: str, label: str, env_map: EnvMap, version: str | None = None) 
         plan.requirements.append(str(line))
     if key.lower() not in env_map.own:  # Azure built this image: a line PyPI has no project
         plan.conda = list(plan.requirements)  # of (pytorch-cuda, cpuonly) was conda's there
-    with_conda_base(plan)  # curated and mapped images are conda environments
+    with_conda_base(plan, image=True)  # curated and mapped images are conda environments
     plan.requirements += [as_of] if as_of else []  # resolved as PyPI was when it was built
     plan.notice = notice
     return plan
