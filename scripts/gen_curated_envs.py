@@ -8,7 +8,8 @@ Each environment folder that ever held an `asset.yaml` of type environment is re
 version (the current one, or the one before it was deleted: older specs still name retired
 images such as AzureML-sklearn-0.24-ubuntu20.04-py37-cpu). Its conda file or Dockerfile is read
 by the local runtime's own reader (mlops/environments/envfiles.py), so the catalogue holds what a
-local build would install. Keys: the registry name
+local build would install: each `pip install` of a Dockerfile's RUN lines an install step of its
+own, in order, with its flags (mlops/environments/steps.py). Keys: the registry name
 (azureml://registries/azureml/environments/<name>), the workspace alias (azureml:AzureML-<name>)
 and, from the spec's tags, the legacy curated name
 (azureml:AzureML-<name>-<os>-py<version>-<cpu|gpu>). Pins Azure fills in at build time
@@ -32,6 +33,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mlops.environments import steps  # noqa: E402
 from mlops.environments.envfiles import EnvPlan, read_conda, read_dockerfile  # noqa: E402
 from mlops.environments.requirements import LEFT_TO_VENV  # noqa: E402
 from mlops.errors import LocalRunError  # noqa: E402
@@ -103,15 +105,23 @@ def read_plan(repo: Path, rev: str, folder: str, name: str) -> EnvPlan | None:
 
 
 def entry(plan: EnvPlan) -> dict:
-    pip = []
-    for line in plan.requirements:
-        if "{" in line or line.startswith("-"):
+    """The catalogue's entry: the plan's requirement lines, each install step of its Dockerfile
+    kept in order with its flags and constraints (steps.py; one that installs nothing left
+    out), options and templated lines left out."""
+    pip: list[str] = []
+    step: list[str] = []
+    for line in [*plan.requirements, steps.STEP]:
+        if line.startswith(steps.STEP):
+            pip += step if len(step) != 1 or not step[0].startswith(steps.STEP) else []
+            step = [line]
+            continue
+        if "{" in line or line.startswith("-") and not steps.is_step_option(line):
             continue
         base = re.split(r"[\s=<>~!\[;@]", line, maxsplit=1)[0].lower()
         if base in LEFT_TO_VENV:
             line = base if base != "pytorch" else "torch"
-        if line not in pip:
-            pip.append(line)
+        if line not in step:
+            step.append(line)
     out = {"pip": pip}
     if plan.python:
         out["python"] = plan.python
