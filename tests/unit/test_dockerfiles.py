@@ -119,3 +119,17 @@ def test_a_curated_image_below_is_what_the_first_install_starts_from(tmp_path):
     first, *later = steps.split(plan.requirements)
     assert any(line.startswith("scikit-learn") for line in first.lines)
     assert [step.lines for step in later] == [("pyjokes",)]
+
+
+def test_the_curated_catalogue_keeps_each_install_in_order_and_drops_empty_ones():
+    from gen_curated_envs import entry  # scripts/ is on the path (conftest)
+
+    from mlops.environments.envfiles import EnvPlan
+
+    plan = EnvPlan(label="rai", requirements=[
+        "pip", "pytorch==1.13", STEP, "a==1", "a==1", "--index-url https://x/simple",
+        f"{STEP} --upgrade", "b=={{latest-pypi-version}}", NO_DEPS, "domonic==0.9.10",
+        STEP, "requests>=2.32.4", f"{steps.CONSTRAINT} numpy<2", "pip"])
+    assert entry(plan)["pip"] == [
+        "pip", "torch", STEP, "a==1", NO_DEPS, "domonic==0.9.10",
+        STEP, "requests>=2.32.4", f"{steps.CONSTRAINT} numpy<2", "pip"]
