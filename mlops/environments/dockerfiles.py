@@ -33,7 +33,7 @@ IGNORED_VALUED = {"-t", "--target", "--prefix", "--root", "--src", "--cache-dir"
 SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")", ";;"}
 REDIRECTION = re.compile(r"^[<>]+&?$|^&>+$")
 PIP = re.compile(r"^pip(\d+(\.\d+)*)?$")
-VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+VARIABLE = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}|\$(\w+)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +88,8 @@ def read_installs(text: str) -> Installs:
 
 
 def _stages(text: str) -> list[_Stage]:
-    parser = DockerfileParser(fileobj=io.BytesIO(text.encode()))
+    # one more line: an instruction continued past the file's last line still ends there
+    parser = DockerfileParser(fileobj=io.BytesIO(text.encode() + b"\n"))
     structure, contexts = parser.structure, parser.context_structure
     stages: list[_Stage] = []
     index = 0
@@ -129,8 +130,16 @@ def _run_command(structure: list, index: int) -> tuple[str, int]:
 
 
 def _substituted(text: str, variables: dict[str, str]) -> str:
-    """`$NAME` and `${NAME}` replaced by the ARG or ENV value the line sees; others kept."""
-    return VARIABLE.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), text)
+    """`$NAME`, `${NAME}` and `${NAME:-default}` replaced by the ARG or ENV value the line sees
+    (the shell that runs it sees them as variables), else the default; others kept as written."""
+
+    def value(match: re.Match) -> str:
+        name = match.group(1) or match.group(3)
+        if name in variables:
+            return variables[name]
+        return match.group(2) if match.group(2) is not None else match.group(0)
+
+    return VARIABLE.sub(value, text)
 
 
 def shell_commands(command: str) -> list[list[str]]:
@@ -201,7 +210,7 @@ def pip_install(args: list[str]) -> PipInstall:
         if option in VALUED or option in IGNORED_VALUED:
             value = attached or (args[index + 1] if index + 1 < len(args) else "")
             index += 1 if attached else 2
-            if option in VALUED:
+            if option in VALUED and value:  # none: pip refuses the command
                 kind = VALUED[option]
                 values[kind].append(f"{option} {value}" if kind == "indexes" else value)
             continue

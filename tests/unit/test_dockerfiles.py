@@ -88,6 +88,11 @@ def test_only_the_final_stage_and_the_stages_it_is_built_from_count():
     assert read_installs("FROM $BASE\nRUN pip install x\n").image is None
 
 
+def test_variables_take_the_value_the_line_sees_else_their_default_and_a_last_line_ends():
+    found = read_installs("FROM a\nARG V=1\nRUN pip install x==${V:-2} y==${W:-3} z==$U \\\n")
+    assert found.steps == [PipInstall(packages=("x==1", "y==3", "z==$U"))]
+
+
 def test_the_plan_keeps_each_install_apart_with_its_flags(tmp_path):
     context = tmp_path / "ctx"
     context.mkdir()
