@@ -30,8 +30,6 @@ import sys
 import time
 from pathlib import Path
 
-import h11
-
 if __package__:
     from mlops.endpoints import front_listen, front_pool
     from mlops.endpoints import front_wire as wire
@@ -86,7 +84,7 @@ class Front:
             say(f"error: {task.exception()!r}")
         self.check_done()
 
-    async def forward(self, slot: Slot, request: h11.Request,
+    async def forward(self, slot: Slot, request: wire.Forward,
                       body: wire.Body) -> front_pool.Answer:
         with self.router.admitted(slot):
             pool = self.pools.get(slot.port) or self.pools.setdefault(
@@ -100,7 +98,7 @@ class Front:
                 raise wire.Refused(502, f"deployment {slot.name} did not answer: {err}"
                                    ) from None
 
-    async def answer(self, client: Client, request: h11.Request, route: Route,
+    async def answer(self, client: Client, request: wire.Forward, route: Route,
                      body: wire.Body) -> None:
         started = time.monotonic()
         try:
@@ -122,7 +120,7 @@ class Front:
                  f"{route.slot.name} {answer.status} "
                  f"{1000 * (time.monotonic() - started):.0f} ms")
 
-    async def mirrored(self, slot: Slot, request: h11.Request, body: wire.Body) -> None:
+    async def mirrored(self, slot: Slot, request: wire.Forward, body: wire.Body) -> None:
         """A copy for the mirror deployment; its answer (or failure) is dropped, as Azure's."""
         try:
             await self.forward(slot, request, body)

@@ -1,11 +1,16 @@
 """The front's connections to each deployment's server: kept alive and reused (no connect per
-request), h11 on the client side, one request at a time on each.
+request), one request at a time on each. The server's answers are read by httptools (llhttp,
+the parser under uvicorn and Node.js; h11 here cost a third of the front's CPU per request);
+the request's head is written from the fields the client's parser already checked.
 
 A connection goes back to its deployment's pool once both sides are done with an exchange; one
 that sat idle longer than KEEP_S (below gunicorn's 2 s keep-alive, so the server never closes it
 under a request) or that the server closed is dropped. A request sent on a reused connection
 that the server closed before answering a byte is sent once more on a new one. The answer is
-read whole (at most MAX_ANSWER bytes) within the deployment's request_timeout_ms.
+read whole (at most MAX_ANSWER bytes) within the deployment's request_timeout_ms. Reused only
+when the exchange ended cleanly: the whole request sent, the answer whole and framed by its
+length or chunks (not by a close), keep-alive by HTTP's rules, the request not HEAD (the parser
+cannot be told an answer to HEAD has no body, so its connection is dropped after the head).
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ import asyncio
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import h11
+import httptools
 
 if __package__:
     from mlops.endpoints import front_wire as wire
@@ -46,17 +51,16 @@ class Answer:
 
 
 class Upstream(asyncio.Protocol):
-    """One keep-alive connection to a deployment's server."""
+    """One keep-alive connection to a deployment's server; httptools reads its answers (the
+    on_* methods are the parser's callbacks)."""
 
-    def __init__(self) -> None:
-        self.conn = h11.Connection(h11.CLIENT)
+    def __init__(self, port: int) -> None:
+        self.host = b"%s:%d" % (HOST.encode(), port)  # the Host field when the client sent none
+        self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.waiter: asyncio.Future | None = None
         self.writable: asyncio.Future | None = None  # set while the kernel's buffer is full
-        self.response: h11.Response | None = None
-        self.parts: list[bytes] = []
-        self.size = 0
-        self.heard = False  # a byte came back for the request in flight
+        self.reading = Reading()
         self.lost = False
         self.idle_since = 0.0
 
@@ -67,22 +71,26 @@ class Upstream(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        if self.waiter is None:  # nothing was asked: a server that talks out of turn
+        if self.waiter is None or self.reading.whole:  # a server that talks out of turn
+            self.reading.clean = False
             self.transport.abort()
             return
-        self.heard = True
-        self.conn.receive_data(data)
-        self._read()
+        self.reading.heard = True
+        try:
+            self.parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as err:
+            self._fail(Broken(f"the server's answer is not HTTP/1.1 ({err})"))
+            self.transport.abort()
 
     def eof_received(self) -> bool:
-        self.conn.receive_data(b"")
-        self._read()
+        if self.reading.until_close and not self.reading.whole:  # its end is the close
+            self._answered()
         return False
 
     def connection_lost(self, exc) -> None:
         self.lost = True
         self._fail(Broken(f"the server closed the connection ({exc or 'EOF'})",
-                          silent=not self.heard))
+                          silent=not self.reading.heard))
         if self.writable is not None and not self.writable.done():
             self.writable.set_result(None)
 
@@ -95,41 +103,65 @@ class Upstream(asyncio.Protocol):
         self.writable = None
 
     def _fail(self, error: BaseException) -> None:
+        self.reading.clean = False
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(error)
 
-    def _read(self) -> None:
-        while self.waiter is not None and not self.waiter.done():
-            try:
-                event = self.conn.next_event()
-            except h11.RemoteProtocolError as err:
-                self._fail(Broken(f"the server's answer is not HTTP/1.1 ({err})"))
-                self.transport.abort()
-                return
-            kind = type(event)
-            if event is h11.NEED_DATA:
-                return
-            if kind is h11.Response:
-                self.response = event
-            elif kind is h11.Data:
-                self.size += len(event.data)
-                if self.size > MAX_ANSWER:
-                    self._fail(Broken(f"the server's answer is over {MAX_ANSWER} bytes"))
-                    self.transport.abort()
-                    return
-                self.parts.append(event.data)
-            elif kind is h11.EndOfMessage:
-                self.waiter.set_result(Answer(
-                    status=self.response.status_code, reason=self.response.reason,
-                    headers=self.response.headers.raw_items(), body=b"".join(self.parts)))
-            elif kind is h11.ConnectionClosed:
-                self._fail(Broken("the server closed the connection", silent=not self.heard))
+    # ---- the parser's callbacks ----
+
+    def on_message_begin(self) -> None:
+        if self.reading.whole:  # a second answer to one request: the connection is spoiled
+            self.reading.clean = False
+
+    def on_status(self, reason: bytes) -> None:
+        self.reading.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.reading.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        reading, status = self.reading, self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:  # interim (100 Continue): the final follows
+            reading.reason, reading.headers, reading.interim = b"", [], True
+            return
+        reading.status, reading.interim = status, False
+        if reading.head_only:  # an answer to HEAD: whole at its head, whatever it announces
+            reading.clean = False
+            self._answered()
+        elif status not in (204, 304) and not any(
+                name.lower() in (b"content-length", b"transfer-encoding")
+                for name, _ in reading.headers):
+            reading.until_close = True  # framed by the close: never reused
+
+    def on_body(self, data: bytes) -> None:
+        reading = self.reading
+        if reading.whole:
+            return
+        reading.size += len(data)
+        if reading.size > MAX_ANSWER:
+            self._fail(Broken(f"the server's answer is over {MAX_ANSWER} bytes"))
+            self.transport.abort()
+            raise Broken("too long")  # stops the parser
+        reading.parts.append(data)
+
+    def on_message_complete(self) -> None:
+        if not self.reading.interim and not self.reading.whole:
+            self.reading.kept = self.parser.should_keep_alive()  # not known after this call
+            self._answered()
+
+    def _answered(self) -> None:
+        reading = self.reading
+        reading.whole = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(Answer(status=reading.status, reason=reading.reason,
+                                          headers=reading.headers,
+                                          body=b"".join(reading.parts)))
 
     def _timed_out(self) -> None:
         self._fail(TimeoutError())
         self.transport.abort()
 
-    async def exchange(self, request: h11.Request, body: wire.Body,
+    async def exchange(self, request: wire.Forward, body: wire.Body,
                        deadline: float | None) -> Answer:
         """Send the request and its body; the server's whole answer (TimeoutError once the
         loop's clock passes `deadline`)."""
@@ -137,7 +169,7 @@ class Upstream(asyncio.Protocol):
             raise Broken("the server closed the connection", silent=True)
         loop = asyncio.get_running_loop()
         self.waiter = loop.create_future()
-        self.response, self.parts, self.size, self.heard = None, [], 0, False
+        self.reading = Reading(head_only=request.method == b"HEAD")
         timer = None if deadline is None else loop.call_at(deadline, self._timed_out)
         try:
             await self._send(request, body)
@@ -147,30 +179,50 @@ class Upstream(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
 
-    async def _send(self, request: h11.Request, body: wire.Body) -> None:
-        pending = self.conn.send(request)  # sent with the body's first piece: one segment
+    async def _send(self, request: wire.Forward, body: wire.Body) -> None:
+        pending = request.head(self.host)  # sent with the body's first piece: one segment
         for piece in body.chunks():
             if self.waiter.done():  # answered (or failed) before the body was all sent
+                self.reading.clean = False
                 return
-            self.transport.write(pending + self.conn.send(h11.Data(data=piece)))
+            self.transport.write(pending + piece if pending else piece)
             pending = b""
             if self.writable is not None:
                 await self.writable
-        if not self.waiter.done() and not self.lost:
-            self.transport.write(pending + self.conn.send(h11.EndOfMessage()))
+        if self.waiter.done() or self.lost:
+            self.reading.clean = False
+        elif pending:
+            self.transport.write(pending)
 
     def reusable(self) -> bool:
         """Whether it can take the next request (and is made ready for it)."""
-        if self.lost or self.conn.our_state is not h11.DONE or \
-                self.conn.their_state is not h11.DONE:
+        reading = self.reading
+        if self.lost or not (reading.whole and reading.clean and reading.kept):
             return False
-        self.conn.start_next_cycle()
         self.idle_since = time.monotonic()
         return True
 
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+
+@dataclass(kw_only=True)
+class Reading:
+    """What has come of the server's answer to the request in flight."""
+
+    head_only: bool = False  # the request was HEAD
+    status: int = 0
+    reason: bytes = b""
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    parts: list[bytes] = field(default_factory=list)
+    size: int = 0
+    heard: bool = False  # a byte came back
+    interim: bool = False  # the head read is a 1xx answer's
+    until_close: bool = False  # no length, no chunks: the answer ends when the server closes
+    whole: bool = False
+    kept: bool = False  # the answer, read whole by its length or chunks, keeps the connection
+    clean: bool = True  # the request was sent whole and nothing went wrong
 
 
 class Pool:
@@ -191,12 +243,12 @@ class Pool:
 
     async def _connect(self, deadline: float | None) -> Upstream:
         loop = asyncio.get_running_loop()
-        connecting = loop.create_connection(Upstream, HOST, self.port)
+        connecting = loop.create_connection(lambda: Upstream(self.port), HOST, self.port)
         left = None if deadline is None else max(0.0, deadline - loop.time())
         _, upstream = await asyncio.wait_for(connecting, left)
         return upstream
 
-    async def _once(self, upstream: Upstream, request: h11.Request, body: wire.Body,
+    async def _once(self, upstream: Upstream, request: wire.Forward, body: wire.Body,
                     deadline: float | None) -> Answer:
         try:
             answer = await upstream.exchange(request, body, deadline)
@@ -209,7 +261,7 @@ class Pool:
             upstream.close()
         return answer
 
-    async def exchange(self, request: h11.Request, body: wire.Body,
+    async def exchange(self, request: wire.Forward, body: wire.Body,
                        timeout: float | None) -> Answer:
         """The server's answer within `timeout` seconds (None: no limit); TimeoutError past
         it, Broken or OSError when the server cannot answer."""

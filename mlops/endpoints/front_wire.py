@@ -25,6 +25,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import h11
 
@@ -202,8 +203,27 @@ def fields_of(message) -> tuple[list[tuple[bytes, bytes]], dict[bytes, bytes]]:
     return items, {name.lower(): value for name, value in items}
 
 
+@dataclass(frozen=True)
+class Forward:
+    """A request as the deployment's server gets it."""
+
+    method: bytes
+    target: bytes
+    headers: list[tuple[bytes, bytes]]
+
+    def head(self, host: bytes) -> bytes:
+        """Its head's bytes, written from fields h11 already checked (`host`: the Host field
+        when the client, in HTTP/1.0, sent none)."""
+        lines = [b"%s %s HTTP/1.1\r\n" % (self.method, self.target)]
+        if not any(name.lower() == b"host" for name, _ in self.headers):
+            lines.append(b"Host: %s\r\n" % host)
+        lines += [b"%s: %s\r\n" % field for field in self.headers]
+        lines.append(b"\r\n")
+        return b"".join(lines)
+
+
 def upstream_request(request: h11.Request, items: list[tuple[bytes, bytes]],
-                     length: int) -> h11.Request:
+                     length: int) -> Forward:
     """The request as the deployment's server gets it (`items`: its fields as they came): the
     connection's own fields dropped (and those its Connection field names), the body's
     length."""
@@ -213,7 +233,7 @@ def upstream_request(request: h11.Request, items: list[tuple[bytes, bytes]],
             hop = hop | {token.strip().lower() for token in value.split(b",")}
     headers = [(name, value) for name, value in items if name.lower() not in hop]
     headers.append((b"Content-Length", b"%d" % length))
-    return h11.Request(method=request.method, target=request.target, headers=headers)
+    return Forward(request.method, request.target, headers)
 
 
 def relabeled(status: int, reason: bytes, headers, *, deployment: str
