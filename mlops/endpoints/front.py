@@ -143,6 +143,8 @@ class Front:
             conn.close()
         finally:
             self.opening -= 1
+            if self.listener is not None and not self.stopping:
+                self.listener.settled()
 
     def evict(self, count: int) -> int:
         """Close up to `count` connections that wait for a request, the oldest first."""

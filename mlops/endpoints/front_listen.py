@@ -71,6 +71,12 @@ class Listener:
         if not self.reading and self.retry is None and self.held() < self.limit:
             self.start()
 
+    def settled(self) -> None:
+        """A connection accepted before is held now, so it may be closed to make room (while
+        it opened, nothing could be): try accepting again."""
+        if not self.reading and self.retry is None:
+            self.start()
+
     def _room(self) -> bool:
         over = self.held() + 1 - self.limit
         if over > 0 and self.evict(over) < over:

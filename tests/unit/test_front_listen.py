@@ -95,3 +95,33 @@ def test_at_capacity_idle_connections_make_room_or_accepting_waits():
         conn.close()
     sock.close()
     assert evicted == [1] and len(taken) == 1
+
+
+def test_at_capacity_a_connection_still_opening_makes_room_once_it_is_held():
+    sock, taken = Starved([]), []
+    opening, waiting = [5], [0]  # accepted and not yet held; held and waiting for a request
+
+    def evict(count: int) -> int:  # closes connections that wait for a request
+        closed = min(count, waiting[0])
+        waiting[0] -= closed
+        return closed
+
+    async def run() -> None:
+        listener = front_listen.Listener(sock, taken.append, limit=5, evict=evict,
+                                         held=lambda: opening[0] + waiting[0] + len(taken))
+        listener.start()
+        await asyncio.sleep(0.05)
+        assert not taken and not listener.reading  # all five still opening: none to close
+        opening[0], waiting[0] = 0, 5
+        listener.settled()  # they are held now: one can be closed to make room
+        for _ in range(100):
+            if taken:
+                break
+            await asyncio.sleep(0.01)
+        listener.drain()
+
+    asyncio.run(run())
+    for conn in taken:
+        conn.close()
+    sock.close()
+    assert len(taken) == 1 and waiting[0] < 5
