@@ -162,7 +162,7 @@ class Client(asyncio.Protocol):
         headers.append((b"content-length", b"%d" % length))
         if self.front.stopping:
             headers.append((b"connection", b"close"))
-        out = self.wire.respond(status, headers, answer.body, reason=reason)
+        out = self.wire.reply(status, headers, answer.body, reason=reason)
         self.request = self.route = self.body = None
         if not out:  # h11 would not write it: the connection cannot go on
             self.phase = "closing"

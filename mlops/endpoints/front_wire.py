@@ -114,6 +114,8 @@ class Inbound:
         self.head = bytearray()  # the request's bytes as they came, until its head is read
         self.reading_head = True
         self.chunked = False
+        self.keep = False  # the request lets the connection serve the next one (h11's rule)
+        self.replied = False  # answered by reply(), not through h11
 
     def feed(self, data: bytes) -> None:
         """Bytes from the client (b"": it closed its side)."""
@@ -163,6 +165,9 @@ class Inbound:
         if refused is not None:
             raise refused
         self.chunked = any(name == b"transfer-encoding" for name, _ in request.headers)
+        self.keep = request.http_version == b"1.1" and b"close" not in {
+            token.strip().lower() for name, value in request.headers if name == b"connection"
+            for token in value.split(b",")}
 
     def _refusal(self, err: h11.RemoteProtocolError) -> Refused:
         head = self._head_bytes() if self.reading_head else None
@@ -180,6 +185,23 @@ class Inbound:
         except h11.LocalProtocolError:
             return b""
 
+    def reply(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, *,
+              reason: bytes) -> bytes:
+        """The answer to a request read whole, its length among `headers` (b"" when the
+        connection cannot answer): written here, not through h11, from fields a parser
+        already checked (llhttp's, of the deployment's answer) and the front's own, as h11
+        writes them: Connection: close where the request does not keep the connection."""
+        if self.replied or self.conn.our_state is not h11.SEND_RESPONSE or \
+                self.conn.their_state not in (h11.DONE, h11.MUST_CLOSE):
+            return b""
+        self.replied = True
+        if not self.keep and not any(name.lower() == b"connection" for name, _ in headers):
+            headers = [*headers, (b"Connection", b"close")]
+        lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason or REASONS.get(status, b""))]
+        lines += [b"%s: %s\r\n" % field for field in headers]
+        lines += [b"\r\n", body]
+        return b"".join(lines)
+
     def refuse(self, refused: Refused) -> bytes:
         kind, body = refused.body()
         return self.respond(refused.status, [(b"content-type", kind), (b"connection", b"close"),
@@ -187,11 +209,17 @@ class Inbound:
 
     def next_cycle(self) -> bool:
         """Ready for the connection's next request (False: it closes now)."""
-        if self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
+        pending, _ = self.conn.trailing_data
+        if self.replied and self.keep:  # h11 did not see the answer: a new h11 for the next
+            self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+            if pending:  # (b"" would tell h11 the client closed)
+                self.conn.receive_data(pending)
+        elif self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
             return False
-        self.conn.start_next_cycle()
+        else:
+            self.conn.start_next_cycle()
         self.head, self.reading_head, self.chunked = bytearray(), True, False
-        pending = self.conn.trailing_data[0]
+        self.keep = self.replied = False
         if pending:  # pipelined: the next request is already here
             self.head += pending[:MAX_HEAD + 1]
         return True

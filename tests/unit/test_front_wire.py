@@ -169,3 +169,37 @@ def test_a_deployments_answer_other_than_200_is_a_424_naming_its_status():
                        (b"ms-azureml-model-error-reason", b"BAD REQUEST")]
     assert wire.relabeled(200, b"OK", [], deployment="g") == (
         200, b"OK", [(b"azureml-model-deployment", b"g")])
+
+
+@pytest.mark.parametrize(("fields", "version", "keeps"), [
+    ((), b"1.1", True),
+    ((b"Connection: keep-alive, Close",), b"1.1", False),
+    ((), b"1.0", False),
+])
+def test_an_answer_is_written_as_h11_writes_it_and_keeps_the_connection_by_its_rule(
+        fields, version, keeps):
+    inbound = wire.Inbound()
+    stream = post(HOST, b"Content-Length: 1", *fields, version=version) + b"a"
+    inbound.feed(stream + post(HOST, b"Content-Length: 1") + b"b")
+    assert type(inbound.next_event()) is h11.Request
+    assert type(inbound.next_event()) is h11.Data
+    assert type(inbound.next_event()) is h11.EndOfMessage
+    ours = inbound.reply(200, [(b"x-a", b"1"), (b"content-length", b"2")], b"{}", reason=b"OK")
+    assert inbound.reply(200, [(b"content-length", b"0")], b"", reason=b"OK") == b""  # once
+    h11s = h11.Connection(h11.SERVER)
+    h11s.receive_data(stream)
+    while type(h11s.next_event()) is not h11.EndOfMessage:
+        pass
+    assert ours == b"".join(h11s.send(event) for event in (
+        h11.Response(status_code=200, headers=[(b"x-a", b"1"), (b"content-length", b"2")],
+                     reason=b"OK"), h11.Data(data=b"{}"), h11.EndOfMessage()))
+    assert inbound.next_cycle() == keeps
+    if keeps:  # the pipelined request, read by a new h11 connection, then one sent after it
+        assert type(inbound.next_event()) is h11.Request
+        assert bytes(inbound.next_event().data) == b"b"
+        assert type(inbound.next_event()) is h11.EndOfMessage
+        assert inbound.reply(200, [(b"content-length", b"0")], b"", reason=b"OK")
+        assert inbound.next_cycle() and inbound.next_event() is h11.NEED_DATA
+        inbound.feed(post(HOST, b"Content-Length: 1") + b"c")
+        assert type(inbound.next_event()) is h11.Request
+        assert bytes(inbound.next_event().data) == b"c"
