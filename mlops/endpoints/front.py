@@ -14,11 +14,13 @@ request, in Azure's order (front_rules.py):
   5. the deployment's answer within request_timeout_ms (408 past it); a status other than 200
      becomes 424 with ms-azureml-model-error-statuscode/-reason; `azureml-model-deployment`
      names who answered.
-HTTP is h11's, with nginx's refusals on top (front_wire.py); each deployment's server is reached
-over kept-alive connections (front_pool.py); connections are accepted while descriptors last
-(front_listen.py). Slow clients are held here (head and body deadlines, answered 408), so a
-stalled client never holds one of a server's threads. SIGTERM or SIGINT: it stops accepting,
-answers every request it accepted, then exits; SIGHUP: endpoint.json is read again.
+Clients' requests are read by h11, with nginx's refusals on top (front_wire.py); each
+deployment's server is reached over kept-alive connections, its answers read by httptools
+(front_pool.py); connections are accepted while descriptors last (front_listen.py); the loop
+is uvloop's where it has a build. Slow clients are held here (head and body deadlines,
+answered 408), so a stalled client never holds one of a server's threads. SIGTERM or SIGINT:
+it stops accepting, answers every request it accepted, then exits; SIGHUP: endpoint.json is
+read again.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """HTTP/1.1 as the local endpoint's front reads and writes it: h11 (the sans-I/O HTTP/1.1 library
 under uvicorn and httpx) parses every byte a client sends, and this module adds what nginx
-refuses and h11 lets through. No sockets here (front.py holds them): every rule is a function of
-bytes, tested with bytes alone.
+refuses and h11 lets through; the answer to a whole request is written here (Inbound.reply),
+as h11 writes it, from fields a parser checked; refusals are h11's. No sockets here (front.py
+holds them): every rule is a function of bytes, tested with bytes alone.
 
 Refused as nginx refuses them, read from the head as it came (h11 joins folded lines and merges
 equal Content-Length values before anyone sees them):
