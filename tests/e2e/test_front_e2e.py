@@ -231,7 +231,9 @@ def test_keep_alive_requests_share_one_upstream_connection(front):
             sock.sendall(front.post(b"Content-Length: 2"))
             answer = b""
             while b"}" not in answer:
-                answer += sock.recv(65536)
+                chunk = sock.recv(65536)
+                assert chunk, f"the front closed the connection after {answer!r}"
+                answer += chunk
             assert answer.startswith(b"HTTP/1.1 200 ")
             assert b"azureml-model-deployment: blue" in answer
     assert len(Stub.seen) == 20 and Stub.connections <= 2  # kept alive, not one per request
