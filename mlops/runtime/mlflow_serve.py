@@ -148,8 +148,15 @@ class Watch:
 def open_stores(store: str, artifacts: str) -> None:
     """MLflow's stores on `store`, created (tables, migrations) under the lock every process
     that creates a store takes: two processes migrating one new sqlite file race."""
+    from mlflow.server import handlers
     from mlflow.server.handlers import initialize_backend_stores
 
+    # MLflow's handlers keep the stores they first opened in module globals, and
+    # initialize_backend_stores keeps any it finds: a server forked from a process that served
+    # MLflow's app in-process (the test suite) would answer from that process's store
+    for cached in ("_tracking_store", "_model_registry_store", "_job_store", "_artifact_repo"):
+        if hasattr(handlers, cached):
+            setattr(handlers, cached, None)
     path = sqlite_file(store)
     if path is None:
         initialize_backend_stores(store, store, artifacts)

@@ -13,6 +13,7 @@ import yaml
 
 from mlops import assets as assets_front
 from mlops import run as local
+from mlops.specs import ROOT
 
 pytestmark = pytest.mark.usefixtures("sources_unchanged")
 SCHEMA = "https://azuremlschemas.azureedge.net/latest/"
@@ -42,6 +43,10 @@ def test_assets_and_outputs_flow_between_jobs_by_name(tmp_path, mlflow_store, ca
     mapping.write_text(yaml.safe_dump({BLOB: str(tmp_path / "blob")}))
     assert assets_front.main(["create", "-f", str(data_spec)]) == 0
     assert '"version": "1"' in capsys.readouterr().out
+    # the jobs' environment by name, registered as in a workspace (a job that names an
+    # environment the workspace lacks is refused at submission, as az ml refuses it)
+    assert assets_front.main(["create", "-f", str(ROOT / "environments/image-classifier.yml")]) \
+        == 0
 
     first = job(tmp_path / "first.yml",
                 "cp ${{inputs.d}}/a.txt ${{outputs.named}}/ && "
@@ -96,7 +101,6 @@ def test_a_registered_component_and_environment_run_as_registered(tmp_path, mlfl
         "name": "sayer", "version": "1", "code": "code",
         "command": "python step.py ${{outputs.said}}", "outputs": {"said": {"type": "uri_folder"}},
         "environment": "azureml:image-classifier:1"}))
-    from mlops.specs import ROOT
 
     assert assets_front.main(["create", "-f", str(ROOT / "environments/image-classifier.yml")]) \
         == 0

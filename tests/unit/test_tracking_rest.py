@@ -5,6 +5,7 @@ runs alike; a server that is gone leaves the runner on the store itself."""
 
 from __future__ import annotations
 
+import os
 import threading
 import types
 from pathlib import Path
@@ -22,18 +23,26 @@ from mlops.runtime.records import RunStatus
 def served(tmp_path_factory, empty_mlflow_store):
     """MLflow's tracking app on a store of its own, on 127.0.0.1, in a thread (one for the
     module: the app's stores are the process's)."""
-    from mlflow.server import app
+    from mlflow.server import app, handlers
     from mlflow.server.handlers import initialize_backend_stores
     from werkzeug.serving import make_server
 
     folder = tmp_path_factory.mktemp("served")
     store = copied_store(empty_mlflow_store, folder)  # its tables, as the server finds them
-    initialize_backend_stores(store, store, str(folder / "mlruns"))
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield store, f"http://127.0.0.1:{server.socket.getsockname()[1]}"
-    server.shutdown()
+    with pytest.MonkeyPatch.context() as patch:
+        # what opening the app's stores sets process-wide (MLflow's cached stores, its tracking
+        # URI and MLFLOW_TRACKING_URI) is undone after the module: a later test in this worker
+        # would read this store, and a tracking server forked from it would serve it
+        for cached in ("_tracking_store", "_model_registry_store"):
+            patch.setattr(handlers, cached, None)
+        patch.setattr(handlers.utils, "_tracking_uri", None)
+        patch.setenv("MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI", ""))
+        initialize_backend_stores(store, store, str(folder / "mlruns"))
+        server = make_server("127.0.0.1", 0, app, threaded=True)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield store, f"http://127.0.0.1:{server.socket.getsockname()[1]}"
+        server.shutdown()
 
 
 def test_the_rest_calls_answer_as_mlflows_client_does(served, tmp_path):

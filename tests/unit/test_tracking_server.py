@@ -78,3 +78,26 @@ def test_a_live_server_is_told_by_its_lock_not_its_pid(tmp_path):
     assert running(tmp_path) == 4242
     os.close(alive)  # what its death does (kill -9 included)
     assert running(tmp_path) is None
+
+
+def test_the_stores_a_server_opens_are_its_own_not_those_its_process_opened_first(
+        tmp_path, monkeypatch, empty_mlflow_store):
+    """A server forked from a process that served MLflow's app in-process (the test suite)
+    inherits MLflow's cached stores: open_stores opens the server's own store all the same."""
+    import shutil
+
+    from mlflow.server import handlers
+
+    from mlops.runtime.mlflow_serve import open_stores
+
+    first, second = tmp_path / "first.db", tmp_path / "second.db"
+    for path in (first, second):
+        shutil.copyfile(empty_mlflow_store, path)
+    for cached in ("_tracking_store", "_model_registry_store"):  # restored after the test
+        monkeypatch.setattr(handlers, cached, None)
+    monkeypatch.setattr(handlers.utils, "_tracking_uri", None, raising=False)
+    # MLflow's set_tracking_uri, which opening a store calls, also sets the variable
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI", ""))
+    open_stores(f"sqlite:///{first}", str(tmp_path / "a"))
+    open_stores(f"sqlite:///{second}", str(tmp_path / "b"))
+    assert str(second) in str(handlers._get_tracking_store().db_uri)
