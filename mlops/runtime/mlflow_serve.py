@@ -210,18 +210,30 @@ def dual_server(listener: int, app, tls: str):
     return server
 
 
+def wire(app, watch: Watch) -> None:
+    """The server's layers around MLflow's app: WSGI ones, not Flask's before_request, which a
+    server forked from a process whose copy of the app has served requests (the test suite)
+    may no longer add."""
+    app.wsgi_app = watched(routes(stable_routes(app.wsgi_app)), watch)
+
+
+def watched(wsgi_app, watch: Watch):
+    """`wsgi_app`, telling `watch` when each request comes (the idle time counts from it)."""
+
+    def app(environ, start_response):
+        watch.last_request = time.monotonic()
+        return wsgi_app(environ, start_response)
+
+    return app
+
+
 def main(args: list[str]) -> None:
     store, artifacts, listener, _alive, folder, tls = args
     from mlflow.server import app
 
     watch = Watch(Path(folder), idle_seconds())
-
-    @app.before_request
-    def seen() -> None:
-        watch.last_request = time.monotonic()
-
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    app.wsgi_app = routes(stable_routes(app.wsgi_app))
+    wire(app, watch)
     open_stores(store, artifacts)
     server = dual_server(int(listener), app, tls)
     threading.Thread(target=watch.run, daemon=True).start()

@@ -41,6 +41,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -244,6 +245,10 @@ def fork_server(args: list[str], log: int) -> int:
             os.close(read)
             os.close(write)
             mlflow_serve.serve_forked(args, log)
+        except BaseException:  # in the server's log (its stderr by then), not lost with it
+            with contextlib.suppress(BaseException):
+                traceback.print_exc()
+                sys.stderr.flush()
         finally:
             os._exit(1)
     os.close(write)

@@ -101,3 +101,21 @@ def test_the_stores_a_server_opens_are_its_own_not_those_its_process_opened_firs
     open_stores(f"sqlite:///{first}", str(tmp_path / "a"))
     open_stores(f"sqlite:///{second}", str(tmp_path / "b"))
     assert str(second) in str(handlers._get_tracking_store().db_uri)
+
+
+def test_the_servers_layers_go_on_an_app_that_has_served_already(tmp_path):
+    """A forked server's copy of MLflow's app may have served requests in the process it was
+    forked from: Flask then refuses new hooks, so the server's layers are WSGI ones."""
+    from flask import Flask
+    from werkzeug.test import Client
+
+    from mlops.runtime.mlflow_serve import wire
+
+    app = Flask("served-before")
+    app.add_url_rule("/health", "health", lambda: "OK")
+    assert Client(app).get("/health").status_code == 200  # Flask's setup is now finished
+    watch = Watch(tmp_path, 60.0)
+    watch.last_request = 0.0
+    wire(app, watch)
+    assert Client(app).get("/health").status_code == 200
+    assert watch.last_request > 0.0
