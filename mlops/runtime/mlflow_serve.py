@@ -136,7 +136,10 @@ class Watch:
         return False
 
     def run(self) -> None:
-        lease = os.open(self.folder / "lease", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            lease = os.open(self.folder / "lease", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:  # its folder was deleted as it started: no run can find it, it ends
+            os._exit(0)
         poll = max(0.05, min(POLL_S, self.idle / 4))
         while not self.should_stop(lease):
             time.sleep(poll)

@@ -119,3 +119,18 @@ def test_the_servers_layers_go_on_an_app_that_has_served_already(tmp_path):
     wire(app, watch)
     assert Client(app).get("/health").status_code == 200
     assert watch.last_request > 0.0
+
+
+def test_a_server_whose_folder_is_gone_as_it_starts_ends(tmp_path, monkeypatch):
+    """Its watch cannot open the lease of a deleted folder: no run can find the server again,
+    so it ends rather than serving on with no watch (a test's folder removed as it passed)."""
+
+    class Ended(Exception):
+        pass
+
+    def exit_(code):
+        raise Ended(code)
+
+    monkeypatch.setattr(os, "_exit", exit_)
+    with pytest.raises(Ended):
+        Watch(tmp_path / "gone", idle=3600.0).run()
