@@ -42,6 +42,23 @@ class Starved:
         self.real.close()
 
 
+async def until_taken(listener, taken: list, tries: int) -> None:
+    """Up to `tries` looks 10 ms apart for a connection the listener handed over; then drained."""
+    for _ in range(tries):
+        if taken:
+            break
+        await asyncio.sleep(0.01)
+    listener.drain()
+
+
+def ran(run, sock, taken: list) -> None:
+    """`run` to its end, then every socket it left open closed."""
+    asyncio.run(run())
+    for conn in taken:
+        conn.close()
+    sock.close()
+
+
 @pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM])
 def test_accept_survives_running_out_and_says_so(code, capsys, monkeypatch):
     monkeypatch.setattr(front_listen, "BACKOFF_S", (0.01, 0.04))
@@ -51,16 +68,9 @@ def test_accept_survives_running_out_and_says_so(code, capsys, monkeypatch):
         listener = front_listen.Listener(sock, taken.append, held=lambda: 3, limit=100,
                                          evict=lambda n: evicted.append(n) or 0)
         listener.start()
-        for _ in range(500):
-            if taken:
-                break
-            await asyncio.sleep(0.01)
-        listener.drain()
+        await until_taken(listener, taken, 500)
 
-    asyncio.run(run())
-    for conn in taken:
-        conn.close()
-    sock.close()
+    ran(run, sock, taken)
     assert len(taken) == 1  # it went on accepting
     assert len(evicted) == 4  # each failure closed idle connections first
     err = capsys.readouterr().err
@@ -114,14 +124,7 @@ def test_at_capacity_a_connection_still_opening_makes_room_once_it_is_held():
         assert not taken and not listener.reading  # all five still opening: none to close
         opening[0], waiting[0] = 0, 5
         listener.settled()  # they are held now: one can be closed to make room
-        for _ in range(100):
-            if taken:
-                break
-            await asyncio.sleep(0.01)
-        listener.drain()
+        await until_taken(listener, taken, 100)
 
-    asyncio.run(run())
-    for conn in taken:
-        conn.close()
-    sock.close()
+    ran(run, sock, taken)
     assert len(taken) == 1 and waiting[0] < 5

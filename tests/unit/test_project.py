@@ -81,19 +81,13 @@ def test_a_repositorys_env_map_overlays_the_tools_stand_ins(tmp_path, monkeypatc
     assert env_map.get("azureml:AzureML-minimal-ubuntu22.04-py39-cpu-inference") is not None
 
 
-def test_a_state_folder_inside_the_repository_keeps_itself_out_of_git(tmp_path, monkeypatch):
+def test_a_state_folder_inside_the_repository_keeps_itself_out_of_git(repo):
     from mlops.project import keep_state_out_of_git
 
-    (tmp_path / "azml.toml").write_text("")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("AZML_STATE_DIR", raising=False)
-    monkeypatch.delenv("MLOPS_STATE_DIR", raising=False)
+    keep_state_out_of_git()
+    assert (repo / ".azml" / ".gitignore").read_text().endswith("*\n")
+    (repo / "azml.toml").write_text('state_dir = "."\n')  # the repository itself: untouched
+    (repo / ".azml" / ".gitignore").unlink()
     forget()
     keep_state_out_of_git()
-    assert (tmp_path / ".azml" / ".gitignore").read_text().endswith("*\n")
-    (tmp_path / "azml.toml").write_text('state_dir = "."\n')  # the repository itself: untouched
-    (tmp_path / ".azml" / ".gitignore").unlink()
-    forget()
-    keep_state_out_of_git()
-    assert not (tmp_path / ".gitignore").exists()
-    forget()
+    assert not (repo / ".gitignore").exists()
