@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from mlops.errors import LocalRunError
 from mlops.project import project
-from mlops.runtime import AssetMap, candidates, is_remote, lookup
+from mlops.runtime import REGISTER, AssetMap, candidates, is_remote, lookup
 
 NAMED = re.compile(r"^azureml:(?!//)([^@:/]+)(?:[:@](.+))?$")
 LONG = re.compile(r"^azureml://.*?/models/([^/]+)(?:/(?:versions|labels)/([^/]+))?/?$")
@@ -138,12 +138,14 @@ def _mapped(reference: str, where: str, asset_file: Path | None) -> ModelSource:
             hint = project().hints.get("register_model", "register one")
             raise LocalRunError(f"{where}: model {reference}: the local workspace holds no "
                                 f"version of {name} ({hint}), and {named} maps none;"
-                                " or pass MODEL_DIR=<model folder> to serve a folder")
+                                " or serve a folder instead: --model <model folder>")
         keys = " or ".join(dict.fromkeys([model_key if model_key != reference else
                                           candidates(reference)[-1], f"azureml:{name}"]))
-        raise LocalRunError(f"{where}: model {reference} has no local stand-in. Add a line "
-                            f"'{keys}: <local file or folder>' to {named}, or pass "
-                            "MODEL_DIR=<local file or folder>")
+        raise LocalRunError(f"{where}: model {reference} has no local stand-in: neither the "
+                            f"local workspace nor {named} knows it. "
+                            f"{REGISTER.format(noun='model')}add a line "
+                            f"'{keys}: <local file or folder>' to {named}, or serve a folder "
+                            "instead: --model <local file or folder>")
     path = (assets.base / local).resolve()
     if not path.exists():
         raise LocalRunError(f"{where}: {reference} maps to {path} ({named}), which does "
@@ -160,7 +162,7 @@ def model_source(model, base: Path, where: str, *, override: str | None = None,
     if override:
         path = Path(override).resolve()
         if not path.exists():
-            raise LocalRunError(f"MODEL_DIR={override}: no such file or folder")
+            raise LocalRunError(f"--model {override}: no such file or folder")
         name = name_version(str(reference))[0] if reference else path.name
         source = ModelSource(path=path, name=name, version="local", origin="MODEL_DIR")
     elif not reference:

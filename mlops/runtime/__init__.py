@@ -13,7 +13,7 @@ stage each name serves:
   resolve       a spec -> a Task: command_task, spark_task, load_component, experiment_name,
                 code_path, include_paths, variables, Workdir; values: Value, OutputSpec,
                 DATA_TYPES, input_value, output_spec, job_inputs, job_outputs, fill_scope,
-                render_literal; the asset map: AssetMap, is_remote, lookup, candidates; a
+                render_literal; the asset map: AssetMap, is_remote, lookup, candidates, REGISTER; a
                 checked job spec: Job; placement: Placement; steps picked and reused:
                 Selection, Address, Choice, add_selection_arguments, StepRules, Decision, DONE,
                 deterministic, link_step
@@ -117,7 +117,7 @@ if TYPE_CHECKING:
         load_component,
         variables,
     )
-    from mlops.runtime.uris import AssetMap, candidates, is_remote, lookup
+    from mlops.runtime.uris import REGISTER, AssetMap, candidates, is_remote, lookup
     from mlops.runtime.values import (
         DATA_TYPES,
         OutputSpec,
@@ -162,7 +162,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("Task", "TaskSource", "Workdir", "code_path", "command_task",
                      "experiment_name", "include_paths", "load_component", "variables"),
                     "tasks"),
-    **dict.fromkeys(("AssetMap", "candidates", "is_remote", "lookup"), "uris"),
+    **dict.fromkeys(("AssetMap", "REGISTER", "candidates", "is_remote", "lookup"), "uris"),
     **dict.fromkeys(("DATA_TYPES", "OutputSpec", "Value", "fill_scope", "input_value",
                      "job_inputs", "job_outputs", "output_spec", "render_literal"), "values"),
     "guarding": "watchdog",
@@ -176,7 +176,7 @@ __all__ = [  # grouped by stage, as the docstring says
     "command_task", "spark_task", "load_component", "experiment_name", "code_path",
     "include_paths", "variables", "Workdir", "Value", "OutputSpec", "DATA_TYPES",
     "input_value", "output_spec", "job_inputs", "job_outputs", "fill_scope", "render_literal",
-    "AssetMap", "is_remote", "lookup", "candidates", "Job", "Placement", "Selection",
+    "AssetMap", "REGISTER", "is_remote", "lookup", "candidates", "Job", "Placement", "Selection",
     "Address", "Choice", "add_selection_arguments", "StepRules", "Decision", "DONE",
     "deterministic", "link_step",
     # snapshot

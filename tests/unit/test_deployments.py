@@ -56,6 +56,21 @@ def test_an_unmapped_model_is_an_error_that_names_the_line_to_add(tmp_path):
         model_source("azureml:stranger@latest", tmp_path, "d.yml", asset_file=assets)
 
 
+def test_an_unknown_model_is_said_in_the_words_of_azml_not_of_this_repositorys_makefile(
+        tmp_path):
+    """Any user's repository: the fixes are azml's (register, map, --model), never a make
+    variable of this template (found deploying AlienCommunication/mlops-azure-azureml's blue)."""
+    assets = tmp_path / "local-paths.yml"
+    assets.write_text("{}\n")
+    with pytest.raises(LocalRunError) as refused:
+        model_source("azureml:used-car:1", tmp_path, "d.yml", asset_file=assets)
+    message = str(refused.value)
+    assert "azml model create -f <its YAML>" in message and "--model <" in message
+    assert "MODEL_DIR" not in message
+    with pytest.raises(LocalRunError, match="--model /no/such: no such file or folder"):
+        model_source("azureml:used-car:1", tmp_path, "d.yml", override="/no/such")
+
+
 def test_this_projects_own_model_is_served_only_once_registered(tmp_path, monkeypatch):
     """A trained model the registry never took (the pipeline's gate refused it, or nobody
     registered it) is never served by name; a spec with no model serves the newest trained."""
