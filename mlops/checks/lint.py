@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import re
 from dataclasses import dataclass, field
 
@@ -30,10 +31,24 @@ def entry_point_parser(command: str) -> argparse.ArgumentParser | None:
     package = match.group(1).split(".")[0] if match else ""
     if not match or "." not in match.group(1) or package not in project().entry_packages:
         return None
+    light = _config_module(package)  # the package's parsers without importing its entry points
+    configs = getattr(light, "ENTRY_CONFIGS", {})
+    entry = match.group(1).split(".", 1)[1]
+    if entry in configs:
+        return light.build_parser(configs[entry])
     module = importlib.import_module(match.group(1))
     if hasattr(module, "build_parser"):
         return module.build_parser()
-    return importlib.import_module(f"{package}.config").build_parser()
+    return light.build_parser() if light else None
+
+
+def _config_module(package: str):
+    """`<package>.config` where the package has one: ENTRY_CONFIGS (entry module -> its config
+    dataclass) and build_parser(config) read a command line without importing the entry module
+    and what it imports (torch: seconds)."""
+    if importlib.util.find_spec(f"{package}.config") is None:
+        return None
+    return importlib.import_module(f"{package}.config")
 
 
 def check_flags(spec: Spec, key: str, command: str) -> list[Finding]:

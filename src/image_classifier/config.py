@@ -1,6 +1,7 @@
 """Configuration: one dataclass per entry point, whose field names are its CLI flags and its
-component's YAML input names (TrainConfig here; PrepConfig, EvaluateConfig, RegisterConfig and
-ExportConfig beside their steps).
+component's YAML input names: TrainConfig, PrepConfig, EvaluateConfig and ExportConfig here, in a
+module that imports no torch, so that validation reads their command lines in a second
+(ENTRY_CONFIGS); RegisterConfig beside its step, which imports nothing heavy.
 
 Azure ML passes every input as a string on the command line (booleans as ``True``/``False``), so
 the parser is generated from the dataclass and converts each value by the field's type.
@@ -84,6 +85,44 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
+
+
+@dataclass(kw_only=True)
+class PrepConfig:
+    """Check every image and resize it once to the training size."""
+
+    data: str = field(metadata={"help": "ImageFolder with train/ and val/, its parent, or a .zip"})
+    output: str = field(metadata={"help": "folder for the resized ImageFolder and its report"})
+    image_size: int = field(default=224, metadata={"help": "training crop size in pixels"})
+    skip_bad_images: bool = field(
+        default=False, metadata={"help": "skip (and count) unreadable images instead of failing"})
+
+
+@dataclass(kw_only=True)
+class EvaluateConfig:
+    """Evaluate a model folder on the validation split."""
+
+    model: str = field(metadata={"help": "model folder written by the trainer"})
+    data: str = field(metadata={"help": "ImageFolder with train/ and val/ (val/ is evaluated)"})
+    output: str = field(metadata={"help": "folder for metrics.json and confusion_matrix.png"})
+    batch_size: int = field(default=32, metadata={"help": "images per forward pass"})
+
+
+@dataclass(kw_only=True)
+class ExportConfig:
+    """Export a model folder to ONNX, parity-checked against torch; optionally a gated int8
+    model."""
+
+    model_dir: str = field(metadata={"help": "folder holding model.pt"})
+    data: str = field(metadata={"help": "ImageFolder: val/ for parity and the int8 gate, train/ "
+                                        "to calibrate"})
+    tolerance: float = field(default=1e-4, metadata={"help": "max |onnx - torch| logit"})
+    int8: bool = field(default=False, metadata={"help": "also write the gated int8 model"})
+
+
+# the entry points whose command lines validation reads without importing them (torch)
+ENTRY_CONFIGS: dict[str, type] = {"train": TrainConfig, "prep": PrepConfig,
+                                  "evaluate": EvaluateConfig, "export": ExportConfig}
 
 
 def str2bool(value: str) -> bool:

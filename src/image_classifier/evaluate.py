@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +22,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from . import exit_with
+from .config import EvaluateConfig, parse
 from .config import build_parser as config_parser
-from .config import parse
 from .data import DataError, build_datasets
 from .distributed import DistContext
 from .engine import evaluate
@@ -32,16 +32,6 @@ from .loading import collate
 from .tracking import confusion_figure
 
 log = logging.getLogger("image_classifier.evaluate")
-
-
-@dataclass(kw_only=True)
-class EvaluateConfig:
-    """Evaluate a model folder on the validation split."""
-
-    model: str = field(metadata={"help": "model folder written by the trainer"})
-    data: str = field(metadata={"help": "ImageFolder with train/ and val/ (val/ is evaluated)"})
-    output: str = field(metadata={"help": "folder for metrics.json and confusion_matrix.png"})
-    batch_size: int = field(default=32, metadata={"help": "images per forward pass"})
 
 
 @dataclass(frozen=True, kw_only=True)

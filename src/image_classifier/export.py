@@ -19,15 +19,15 @@ import logging
 import random
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from . import checkpoint, exit_with
+from .config import ExportConfig, parse
 from .config import build_parser as config_parser
-from .config import parse
 from .data import DataError, build_datasets
 from .inference import find_model_file, load_model
 from .model import ModelError
@@ -159,18 +159,6 @@ def sample_batch(dataset, transform, count: int = 16) -> torch.Tensor:
     """Real validation images, preprocessed exactly as the scoring script does."""
     pairs = preprocessed(dataset, transform, range(min(count, len(dataset))))
     return torch.from_numpy(np.stack([image for image, _ in pairs]))
-
-
-@dataclass(kw_only=True)
-class ExportConfig:
-    """Export a model folder to ONNX, parity-checked against torch; optionally a gated int8
-    model."""
-
-    model_dir: str = field(metadata={"help": "folder holding model.pt"})
-    data: str = field(metadata={"help": "ImageFolder: val/ for parity and the int8 gate, train/ "
-                                        "to calibrate"})
-    tolerance: float = field(default=1e-4, metadata={"help": "max |onnx - torch| logit"})
-    int8: bool = field(default=False, metadata={"help": "also write the gated int8 model"})
 
 
 def export_model_dir(cfg: ExportConfig) -> Exported:

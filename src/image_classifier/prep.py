@@ -13,14 +13,14 @@ import argparse
 import json
 import logging
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from PIL import Image
 
 from . import exit_with
+from .config import PrepConfig, parse
 from .config import build_parser as config_parser
-from .config import parse
 from .data import DataError, build_datasets, resize_size
 from .images import ImageError
 
@@ -33,17 +33,6 @@ def resize_shorter_side(image: Image.Image, side: int) -> Image.Image:
         return image  # never upsample: training crops do that with the real pixels
     size = (max(side, round(image.width * scale)), max(side, round(image.height * scale)))
     return image.resize(size, Image.Resampling.BICUBIC, reducing_gap=2.0)
-
-
-@dataclass(kw_only=True)
-class PrepConfig:
-    """Check every image and resize it once to the training size."""
-
-    data: str = field(metadata={"help": "ImageFolder with train/ and val/, its parent, or a .zip"})
-    output: str = field(metadata={"help": "folder for the resized ImageFolder and its report"})
-    image_size: int = field(default=224, metadata={"help": "training crop size in pixels"})
-    skip_bad_images: bool = field(
-        default=False, metadata={"help": "skip (and count) unreadable images instead of failing"})
 
 
 @dataclass(frozen=True, kw_only=True)

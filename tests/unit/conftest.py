@@ -2,9 +2,10 @@
 process fails at once and says where it belongs.
 
 Most of a unit test's cost is the first import of a heavy library in its worker: torch and
-torchvision (7 s of CPU), MLflow (3 s), or the house rules' parse of every file (2 s). The tests
-that need one share a worker (HEAVY, an xdist_group each under --dist loadgroup, as make
-test-quick and make test run), so each is paid once per session instead of once per worker;
+torchvision (5 s of CPU), MLflow (3 s), azure-ai-ml (2 s), or the house rules' parse of every
+file (2 s). The tests that need one share a worker (HEAVY, an xdist_group each under --dist
+loadgroup, as make test-quick and make test run), so each is paid once per session instead of
+once per worker;
 the other tests fill the workers around them. A test left out of its group still passes, at the
 cost of the import in a second worker.
 """
@@ -31,19 +32,18 @@ HEAVY = {
         "test_automl_vision::test_weights_come_from_a_local_folder_else_the_model_keeps_its_"
         "initialisation",
         "test_config::test_every_steps_help_prints",
-        # validation reads a trainer's flags from its parser: it imports the entry point
-        "test_specs",
     ),
     # the house rules parse every file of the repository (each process once: support.syntax)
     "house": ("test_imports", "test_tiers"),
-    "mlflow": (
-        "test_tracking", "test_tracking_rest", "test_makefile",
-        "test_workspace::test_an_mlflow_registration_is_fetched_from_the_state_store_from_any_"
-        "folder",
-        "test_kept_verdicts::test_mlflows_registry_is_asked_again_only_once_its_store_or_the_"
-        "workspace_changed",
-        "test_workspace_hostile::test_a_damaged_mlflow_store_is_one_line_naming_it",
-        "test_workspace_hostile::test_an_mlflow_version_whose_files_are_gone_is_never_taken_in",
+    # azure-ai-ml (2 s) and MLflow (3 s, azure-ai-ml with it where the workspace reads its
+    # registry): most tests that load either load both, and automl's load scikit-learn
+    "sdk": (
+        "test_tracking", "test_tracking_rest", "test_tracking_server", "test_makefile",
+        "test_kept_verdicts", "test_workspace", "test_workspace_hostile", "test_automl",
+        "test_azml", "test_batch_verbs", "test_deployments", "test_endpoint_rules",
+        "test_hostile_specs", "test_prepare_references", "test_registry", "test_run_folders",
+        "test_runtime_rules", "test_sdk_findings", "test_specs", "test_automl_vision",
+        "test_reuse_keys",
     ),
 }
 

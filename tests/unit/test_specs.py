@@ -96,6 +96,32 @@ def test_what_the_tooling_knows_of_this_project_comes_from_its_config_section():
     assert entry_point_parser("python -m someone_else.train --epochs 1") is None
 
 
+
+def test_entry_flags_are_read_from_the_config_module_without_importing_the_entry(monkeypatch):
+    """Validation reads a step's flags from `<package>.config.ENTRY_CONFIGS` where the package
+    lists it, never importing the entry module (torch: seconds); an entry it does not list is
+    imported for its own build_parser."""
+    import importlib
+
+    from image_classifier.config import ENTRY_CONFIGS
+    from mlops.checks.lint import entry_point_parser
+
+    real, imported = importlib.import_module, []
+
+    def watch(name, *args):
+        imported.append(name)
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", watch)
+    for entry, config in ENTRY_CONFIGS.items():
+        parser = entry_point_parser(f"python -m image_classifier.{entry} --x 1")
+        assert {f"--{name}" for name in config.__dataclass_fields__} <= {
+            opt for action in parser._actions for opt in action.option_strings}
+    assert not [name for name in imported if name != "image_classifier.config"]
+    register = entry_point_parser("python -m image_classifier.register")
+    assert imported[-1] == "image_classifier.register"
+    assert "--model_name" in {opt for action in register._actions for opt in action.option_strings}
+
 def test_the_lock_file_agrees_with_every_pin_in_pyproject():
     """constraints.txt (make lock) holds each pin of pyproject.toml and mlops/pyproject.toml (the
     azml tool) at the same version: a pin bumped without `make lock` would make `make setup`
