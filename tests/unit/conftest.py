@@ -5,9 +5,8 @@ Most of a unit test's cost is the first import of a heavy library in its worker:
 torchvision (5 s of CPU), MLflow (3 s), azure-ai-ml (2 s), or the house rules' parse of every
 file (2 s). The tests that need one share a worker (HEAVY, an xdist_group each under --dist
 loadgroup, as make test-quick and make test run), so each is paid once per session instead of
-once per worker;
-the other tests fill the workers around them. A test left out of its group still passes, at the
-cost of the import in a second worker.
+once per worker; the other tests fill the workers around them. A test left out of its group
+still passes, at the cost of the import in a second worker.
 """
 
 from __future__ import annotations
