@@ -1,5 +1,5 @@
-"""One client connection of the endpoint's front (front.py): its requests, read in order by h11
-with nginx's refusals on top (front_wire.py), and their answers. Deadlines: a request's head
+"""One client connection of the endpoint's front (front.py): its requests, read in order by llhttp
+with nginx's refusals on top (front_inbound.py), and their answers. Deadlines: a request's head
 must arrive within FRONT_HEAD_TIMEOUT_S of its first byte, its body within FRONT_BODY_TIMEOUT_S
 (else 408); a connection idle between requests closes after FRONT_IDLE_TIMEOUT_S. A refusal is
 answered and the connection closed, after reading and dropping at most LINGER_BYTES (or
@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import socket
 
-import h11
-
 if __package__:
     from mlops.endpoints import front_pool
     from mlops.endpoints import front_wire as wire
+    from mlops.endpoints.front_inbound import END, NEED_DATA, PAUSED, REQUEST, Inbound
     from mlops.endpoints.front_rules import Route
 else:  # started by its path (front.py): this folder is first on sys.path
     import front_pool  # type: ignore[no-redef]
     import front_wire as wire  # type: ignore[no-redef]
+    from front_inbound import END, NEED_DATA, PAUSED, REQUEST, Inbound  # type: ignore[no-redef]
     from front_rules import Route  # type: ignore[no-redef]
 
 LINGER_S, LINGER_BYTES = 1.0, 256 * 1024  # what a refused client may still send: then closed
@@ -28,10 +28,10 @@ STOP_GRACE_S = 1.0  # how long a connection accepted before a stop may take to s
 
 
 class Client(asyncio.Protocol):
-    """One client connection: its requests, read by h11 in order, and their answers."""
+    """One client connection: its requests, read by llhttp in order, and their answers."""
 
     def __init__(self, front):  # front.Front: its router, pools, log and connections
-        self.front, self.wire = front, wire.Inbound()
+        self.front, self.wire = front, Inbound()
         self.transport: asyncio.Transport | None = None
         self.phase = "idle"  # idle (no byte of a request yet), head, body, busy, closing
         self.timer: asyncio.TimerHandle | None = None
@@ -39,8 +39,7 @@ class Client(asyncio.Protocol):
         self.dropped = 0
         self.held, self.paused = 0, False  # bytes that came while busy; reading paused
         self.ended = False  # the client closed its side
-        self.request: h11.Request | None = None
-        self.items: list[tuple[bytes, bytes]] = []
+        self.request: wire.Forward | None = None  # the one in flight
         self.route: Route | None = None
         self.body: wire.Body | None = None
 
@@ -113,20 +112,20 @@ class Client(asyncio.Protocol):
         self.refuse(wire.Refused(408, f"the request's {late} did not arrive in time"))
 
     def _advance(self) -> None:
+        inbound = self.wire
         try:
             while True:
-                event = self.wire.next_event()
-                kind = type(event)
-                if kind is h11.Data:
-                    self.body.add(event.data)
-                elif kind is h11.Request:
-                    self._begin(event)
-                elif kind is h11.EndOfMessage:
+                event = inbound.next_event()
+                if type(event) is bytes:
+                    self.body.add(event)
+                elif event is REQUEST:
+                    self._begin()
+                elif event is END:
                     self._dispatch()
                     return
-                elif event is h11.NEED_DATA or event is h11.PAUSED:
+                elif event is NEED_DATA or event is PAUSED:
                     return
-                else:  # the client closed its side before a whole request
+                else:  # the client closed its side between requests
                     self.transport.close()
                     return
         except wire.Refused as refused:
@@ -134,22 +133,25 @@ class Client(asyncio.Protocol):
         finally:
             self._deadline()
 
-    def _begin(self, request: h11.Request) -> None:
+    def _begin(self) -> None:
         """A request's head is in: Azure's rules that need no body, then the body's limit."""
         self.phase = "body"
-        self.items, fields = wire.fields_of(request)  # those that must be unique, are
-        state = self.front.router.current()
-        self.front.router.authorize(fields, state)
-        route = self.front.router.route(fields, state)
-        self.body = self.wire.body_for(fields, route.slot.max_body)
-        self.request, self.route = request, route
-        if self.wire.conn.they_are_waiting_for_100_continue:
-            self.transport.write(self.wire.conn.send(h11.InformationalResponse(
-                status_code=100, headers=[], reason=b"Continue")))
+        inbound, router = self.wire, self.front.router
+        state = router.current()
+        router.authorize(inbound.fields, state)
+        route = router.route(inbound.fields, state)
+        if inbound.left > route.slot.max_body:
+            raise wire.too_large(route.slot.max_body)
+        self.body, self.route = wire.Body(route.slot.max_body), route
+        if inbound.expects_continue:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _dispatch(self) -> None:
         self.phase, self.held = "busy", 0
-        sent = wire.upstream_request(self.request, self.items, self.body.size)
+        inbound = self.wire
+        self.request = sent = wire.upstream_request(
+            inbound.method, inbound.target, inbound.items, length=self.body.size,
+            connection=inbound.fields.get(b"connection", b""))
         self.front.spawn(self.front.answer(self, sent, self.route, self.body))
 
     def reply(self, answer: front_pool.Answer, deployment: str) -> None:
@@ -164,7 +166,7 @@ class Client(asyncio.Protocol):
             headers.append((b"connection", b"close"))
         out = self.wire.reply(status, headers, answer.body, reason=reason)
         self.request = self.route = self.body = None
-        if not out:  # h11 would not write it: the connection cannot go on
+        if not out:  # answered already: the connection cannot go on
             self.phase = "closing"
             self.transport.abort()
             return
@@ -177,7 +179,7 @@ class Client(asyncio.Protocol):
             self.paused = False
             self.transport.resume_reading()
         self.wait_next()
-        if self.wire.head:  # pipelined: the next request is already here
+        if self.wire.buf:  # pipelined: the next request is already here
             self.phase = "head"
             self._advance()
 
@@ -193,5 +195,5 @@ class Client(asyncio.Protocol):
             self.paused = False
             self.transport.resume_reading()
         self._arm("closing", LINGER_S, self.transport.close)
-        target = self.request.target.decode("latin-1") if self.request else "-"
+        target = (self.wire.target or b"-").decode("latin-1")
         self.front.log(f"{target} refused {refused.status}: {refused.message}")

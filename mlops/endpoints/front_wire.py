@@ -1,11 +1,9 @@
-"""HTTP/1.1 as the local endpoint's front reads and writes it: h11 (the sans-I/O HTTP/1.1 library
-under uvicorn and httpx) parses every byte a client sends, and this module adds what nginx
-refuses and h11 lets through; the answer to a whole request is written here (Inbound.reply),
-as h11 writes it, from fields a parser checked; refusals are h11's. No sockets here (front.py
-holds them): every rule is a function of bytes, tested with bytes alone.
+"""HTTP/1.1 rules of the local endpoint's front (front_inbound.py reads clients' requests with
+llhttp; front_pool.py reads deployments' answers with it): what nginx refuses, the request as a
+deployment's server gets it, the answer as the endpoint gives it, and the body's spool. No
+sockets here: every rule is a function of bytes, tested with bytes alone.
 
-Refused as nginx refuses them, read from the head as it came (h11 joins folded lines and merges
-equal Content-Length values before anyone sees them):
+Refused as nginx refuses them (nginx 1.25's ngx_http_parse.c and ngx_http_request.c):
   - a field line that starts with a space or tab (obsolete line folding): 400;
   - a second Host, Content-Length, Transfer-Encoding, Authorization or Expect (nginx's unique
     fields), or a second azureml-model-deployment (two routes for one request): 400;
@@ -13,10 +11,8 @@ equal Content-Length values before anyone sees them):
   - Transfer-Encoding in an HTTP/1.0 request, or beside Content-Length: 400; any coding but
     `chunked` alone: 501;
   - a method of anything but capitals, `_` and `-`: 400; TRACE or CONNECT: 405; an HTTP
-    version other than 1.x: 505;
-  - a chunk line or trailer ended by a bare LF (h11 would wait for a CR LF): 400.
-Empty lines before a request line are skipped, as nginx skips them. Every refusal closes the
-connection.
+    version other than 1.x: 505; an HTTP/1.1 request without Host: 400.
+Every refusal closes the connection.
 """
 
 from __future__ import annotations
@@ -27,8 +23,6 @@ import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-import h11
 
 HEAD_S = float(os.environ.get("FRONT_HEAD_TIMEOUT_S", "10"))
 BODY_S = float(os.environ.get("FRONT_BODY_TIMEOUT_S", "60"))
@@ -51,7 +45,6 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te"
                         b"proxy-authenticate", b"proxy-authorization"})
 METHOD = re.compile(rb"[A-Z_-]+")
 DIGITS = re.compile(rb"[0-9]+")
-HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head
 FOLDED = re.compile(rb"\n[ \t]")
 BARE_LF = re.compile(rb"(?<!\r)\n")
 
@@ -76,16 +69,15 @@ def too_large(limit: int) -> Refused:
 
 def nginx_refusal(head: bytes) -> Refused | None:
     """What nginx refuses in a request's head (`head`: its bytes as they came, to the blank
-    line) that h11 lets through; None when nothing is."""
+    line); None when nothing is. Read where llhttp refused the head, to answer as nginx."""
     line, _, rest = head.partition(b"\n")
     method, _, rest_of_line = line.rstrip(b"\r").partition(b" ")
     version = rest_of_line.rpartition(b" ")[2]
     if not METHOD.fullmatch(method):
         return Refused(400, "invalid method")
-    if method in (b"TRACE", b"CONNECT"):
-        return Refused(405, f"{method.decode()} is not allowed")
-    if version.startswith(b"HTTP/") and not version.startswith(b"HTTP/1."):
-        return Refused(505, f"HTTP version {version.decode('latin-1')} is not supported")
+    refused = line_refusal(method, version)
+    if refused is not None:
+        return refused
     fields = b"\n" + rest.lower()  # each field line starts after a LF
     if FOLDED.search(fields):
         return Refused(400, "obsolete line folding (a field line that starts with a space)")
@@ -94,142 +86,37 @@ def nginx_refusal(head: bytes) -> Refused | None:
     twice = [name.decode() for name in UNIQUE_FIELDS if len(values[name]) > 1]
     if twice:
         return Refused(400, f"duplicate {twice[0]} field")
-    length, coding = values[b"content-length"], values[b"transfer-encoding"]
+    length = values[b"content-length"]
     if length and not DIGITS.fullmatch(length[0]):
         return Refused(400, "invalid Content-Length")
-    if coding and version == b"HTTP/1.0":
-        return Refused(400, "Transfer-Encoding in an HTTP/1.0 request")
-    if coding and coding[0] != b"chunked":
-        return Refused(501, f"unknown Transfer-Encoding {coding[0].decode('latin-1')!r}")
-    if coding and length:
-        return Refused(400, "both Content-Length and Transfer-Encoding")
+    return field_refusal(version, {name: found[0] for name, found in values.items() if found},
+                         host_needed=False)
+
+
+def line_refusal(method: bytes, version: bytes) -> Refused | None:
+    """nginx's refusals of a request line's method and version (each a token already)."""
+    if method == b"TRACE" or method == b"CONNECT":
+        return Refused(405, f"{method.decode()} is not allowed")
+    if version.startswith(b"HTTP/") and not version.startswith(b"HTTP/1."):
+        return Refused(505, f"HTTP version {version.decode('latin-1')} is not supported")
     return None
 
 
-class Inbound:
-    """One client connection's requests, as h11 reads them with nginx's refusals on top, and
-    the answers written for them."""
-
-    def __init__(self) -> None:
-        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-        self.head = bytearray()  # the request's bytes as they came, until its head is read
-        self.reading_head = True
-        self.chunked = False
-        self.keep = False  # the request lets the connection serve the next one (h11's rule)
-        self.replied = False  # answered by reply(), not through h11
-
-    def feed(self, data: bytes) -> None:
-        """Bytes from the client (b"": it closed its side)."""
-        if self.reading_head and data:
-            if not self.head and self.conn.their_state is h11.IDLE:
-                data = data.lstrip(b"\r\n")  # nginx skips empty lines before a request line
-                if not data:
-                    return
-            if len(self.head) <= MAX_HEAD:
-                self.head += data
-        self.conn.receive_data(data)
-
-    def next_event(self):
-        """The next thing h11 read: a Request (checked), Data, EndOfMessage, NEED_DATA,
-        PAUSED or ConnectionClosed; Refused for what h11 or nginx's rules refuse."""
-        try:
-            event = self.conn.next_event()
-        except h11.RemoteProtocolError as err:
-            raise self._refusal(err) from None
-        if type(event) is h11.Request:
-            self._check(event)
-        elif event is h11.NEED_DATA and self.chunked and \
-                self.conn.their_state is h11.SEND_BODY and \
-                BARE_LF.search(self.conn.trailing_data[0]):
-            raise Refused(400, "a chunk line ended by LF alone, not CR LF")
-        return event
-
-    def body_for(self, fields: dict[bytes, bytes], limit: int) -> Body:
-        """Where the request's body goes (`fields`: its fields by lower-case name); 413 at once
-        when its announced length is over `limit` (a chunked body's cap applies to its bytes
-        as they come)."""
-        if int(fields.get(b"content-length", 0)) > limit:
-            raise too_large(limit)
-        return Body(limit)
-
-    def _head_bytes(self) -> bytes | None:
-        end = HEAD_END.search(self.head)
-        return bytes(self.head[:end.end()]) if end else None
-
-    def _check(self, request: h11.Request) -> None:
-        head = self._head_bytes()
-        self.reading_head = False
-        self.head = bytearray()
-        if head is None or len(head) > MAX_HEAD:  # h11 bounds only a head still incomplete
-            raise Refused(431, f"request head over {MAX_HEAD} bytes")
-        refused = nginx_refusal(head)
-        if refused is not None:
-            raise refused
-        self.chunked = any(name == b"transfer-encoding" for name, _ in request.headers)
-        self.keep = request.http_version == b"1.1" and b"close" not in {
-            token.strip().lower() for name, value in request.headers if name == b"connection"
-            for token in value.split(b",")}
-
-    def _refusal(self, err: h11.RemoteProtocolError) -> Refused:
-        head = self._head_bytes() if self.reading_head else None
-        return (head and nginx_refusal(head)) or Refused(err.error_status_hint, str(err))
-
-    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, *,
-                reason: bytes = b"") -> bytes:
-        """The answer's bytes (b"" when the connection can no longer answer)."""
-        try:
-            out = self.conn.send(h11.Response(status_code=status, headers=headers,
-                                              reason=reason or REASONS.get(status, b"")))
-            if body:
-                out += self.conn.send(h11.Data(data=body))
-            return out + self.conn.send(h11.EndOfMessage())
-        except h11.LocalProtocolError:
-            return b""
-
-    def reply(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, *,
-              reason: bytes) -> bytes:
-        """The answer to a request read whole, its length among `headers` (b"" when the
-        connection cannot answer): written here, not through h11, from fields a parser
-        already checked (llhttp's, of the deployment's answer) and the front's own, as h11
-        writes them: Connection: close where the request does not keep the connection."""
-        if self.replied or self.conn.our_state is not h11.SEND_RESPONSE or \
-                self.conn.their_state not in (h11.DONE, h11.MUST_CLOSE):
-            return b""
-        self.replied = True
-        if not self.keep and not any(name.lower() == b"connection" for name, _ in headers):
-            headers = [*headers, (b"Connection", b"close")]
-        lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason or REASONS.get(status, b""))]
-        lines += [b"%s: %s\r\n" % field for field in headers]
-        lines += [b"\r\n", body]
-        return b"".join(lines)
-
-    def refuse(self, refused: Refused) -> bytes:
-        kind, body = refused.body()
-        return self.respond(refused.status, [(b"content-type", kind), (b"connection", b"close"),
-                                             (b"content-length", b"%d" % len(body))], body)
-
-    def next_cycle(self) -> bool:
-        """Ready for the connection's next request (False: it closes now)."""
-        pending, _ = self.conn.trailing_data
-        if self.replied and self.keep:  # h11 did not see the answer: a new h11 for the next
-            self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-            if pending:  # (b"" would tell h11 the client closed)
-                self.conn.receive_data(pending)
-        elif self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
-            return False
-        else:
-            self.conn.start_next_cycle()
-        self.head, self.reading_head, self.chunked = bytearray(), True, False
-        self.keep = self.replied = False
-        if pending:  # pipelined: the next request is already here
-            self.head += pending[:MAX_HEAD + 1]
-        return True
-
-
-def fields_of(message) -> tuple[list[tuple[bytes, bytes]], dict[bytes, bytes]]:
-    """A request's or answer's fields as they came, and by lower-case name."""
-    items = message.headers.raw_items()
-    return items, {name.lower(): value for name, value in items}
+def field_refusal(version: bytes, fields: dict[bytes, bytes], *,
+                  host_needed: bool = True) -> Refused | None:
+    """nginx's refusals of a request's framing fields (`fields`: by lower-case name, each
+    once), and of an HTTP/1.1 request without Host."""
+    coding = fields.get(b"transfer-encoding")
+    if coding is not None:
+        if version == b"HTTP/1.0":
+            return Refused(400, "Transfer-Encoding in an HTTP/1.0 request")
+        if coding.strip(b" \t").lower() != b"chunked":
+            return Refused(501, f"unknown Transfer-Encoding {coding.decode('latin-1')!r}")
+        if b"content-length" in fields:
+            return Refused(400, "both Content-Length and Transfer-Encoding")
+    if host_needed and version == b"HTTP/1.1" and b"host" not in fields:
+        return Refused(400, "an HTTP/1.1 request without a Host field")
+    return None
 
 
 @dataclass(frozen=True)
@@ -241,8 +128,8 @@ class Forward:
     headers: list[tuple[bytes, bytes]]
 
     def head(self, host: bytes) -> bytes:
-        """Its head's bytes, written from fields h11 already checked (`host`: the Host field
-        when the client, in HTTP/1.0, sent none)."""
+        """Its head's bytes, written from fields llhttp already checked (`host`: the Host
+        field when the client, in HTTP/1.0, sent none)."""
         lines = [b"%s %s HTTP/1.1\r\n" % (self.method, self.target)]
         if not any(name.lower() == b"host" for name, _ in self.headers):
             lines.append(b"Host: %s\r\n" % host)
@@ -251,18 +138,17 @@ class Forward:
         return b"".join(lines)
 
 
-def upstream_request(request: h11.Request, items: list[tuple[bytes, bytes]],
-                     length: int) -> Forward:
-    """The request as the deployment's server gets it (`items`: its fields as they came): the
-    connection's own fields dropped (and those its Connection field names), the body's
-    length."""
+def upstream_request(method: bytes, target: bytes, items: list[tuple[bytes, bytes]], *,
+                     length: int, connection: bytes = b"") -> Forward:
+    """The request as the deployment's server gets it (`items`: its fields as they came;
+    `connection`: its Connection field): the connection's own fields dropped (and those its
+    Connection field names), the body's length."""
     hop = HOP_BY_HOP
-    for name, value in items:
-        if name.lower() == b"connection":
-            hop = hop | {token.strip().lower() for token in value.split(b",")}
+    if connection:
+        hop = hop | {token.strip().lower() for token in connection.split(b",")}
     headers = [(name, value) for name, value in items if name.lower() not in hop]
     headers.append((b"Content-Length", b"%d" % length))
-    return Forward(request.method, request.target, headers)
+    return Forward(method, target, headers)
 
 
 def relabeled(status: int, reason: bytes, headers, *, deployment: str

@@ -1,7 +1,8 @@
-"""The front's HTTP layer (mlops/endpoints/front_wire.py) against hostile byte streams, with no
-socket: each stream gets the answer nginx gives it (nginx 1.25's ngx_http_parse.c and
-ngx_http_request.c: duplicate unique fields, Content-Length, Transfer-Encoding and chunk rules),
-whether it arrives at once or a byte at a time."""
+"""The front's HTTP layer (mlops/endpoints/front_inbound.py: llhttp with nginx's rules from
+front_wire.py) against hostile byte streams, with no socket: each stream gets the answer nginx
+gives it (nginx 1.25's ngx_http_parse.c and ngx_http_request.c: duplicate unique fields,
+Content-Length, Transfer-Encoding and chunk rules), whether it arrives at once or a byte at a
+time."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import h11
 import pytest
 
 from mlops.endpoints import front_wire as wire
+from mlops.endpoints.front_inbound import END, NEED_DATA, PAUSED, REQUEST, Inbound
 
 LIMIT = 1000
 OK = 200  # a whole request, ready for the deployment
@@ -84,22 +86,32 @@ STREAMS = [
 
 def answer(stream: bytes, *, by_byte: bool = False):
     """What the front does with `stream`: OK, the status it refuses with, or WAITS."""
-    inbound, body = wire.Inbound(), None
+    inbound, body = Inbound(), None
     pieces = [stream[i:i + 1] for i in range(len(stream))] if by_byte else [stream]
     try:
         for piece in pieces:
             inbound.feed(piece)
-            while (event := inbound.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
-                if type(event) is h11.Request:
-                    body = inbound.body_for(wire.fields_of(event)[1], LIMIT)
-                elif type(event) is h11.Data:
-                    body.add(event.data)
-                elif type(event) is h11.EndOfMessage:
+            while (event := inbound.next_event()) not in (NEED_DATA, PAUSED):
+                if event is REQUEST:
+                    if inbound.left > LIMIT:
+                        raise wire.too_large(LIMIT)
+                    body = wire.Body(LIMIT)
+                elif type(event) is bytes:
+                    body.add(event)
+                elif event is END:
                     return OK
     except wire.Refused as refused:
         assert inbound.refuse(refused).startswith(b"HTTP/1.1 %d " % refused.status)
         return refused.status
     return WAITS
+
+
+def events(inbound: Inbound) -> list:
+    """What the inbound hands out until it needs more or waits for an answer."""
+    out = []
+    while (event := inbound.next_event()) not in (NEED_DATA, PAUSED):
+        out.append(event)
+    return out
 
 
 @pytest.mark.parametrize(("what", "stream", "nginx"), STREAMS, ids=[s[0] for s in STREAMS])
@@ -114,7 +126,7 @@ def test_a_stream_sent_a_byte_at_a_time_gets_the_same_answer(what, stream, nginx
 
 
 def test_a_refusal_says_why_and_closes_the_connection():
-    inbound = wire.Inbound()
+    inbound = Inbound()
     inbound.feed(post(HOST, b"Content-Length: 2", CHUNKED))
     with pytest.raises(wire.Refused) as refused:
         inbound.next_event()
@@ -123,18 +135,78 @@ def test_a_refusal_says_why_and_closes_the_connection():
     assert b"both Content-Length and Transfer-Encoding" in out
 
 
-def test_pipelined_requests_are_read_one_after_the_other():
-    inbound = wire.Inbound()
-    inbound.feed(post(HOST, b"Content-Length: 1") + b"a" + post(HOST, b"Content-Length: 1")
-                 + b"b")
-    assert type(inbound.next_event()) is h11.Request
-    assert bytes(inbound.next_event().data) == b"a"
-    assert type(inbound.next_event()) is h11.EndOfMessage
-    assert inbound.next_event() is h11.PAUSED  # the next waits for this one's answer
-    inbound.respond(200, [(b"content-length", b"0")], b"")
-    assert inbound.next_cycle() and inbound.head  # the next request is already here
-    assert type(inbound.next_event()) is h11.Request
-    assert bytes(inbound.next_event().data) == b"b"
+@pytest.mark.parametrize("chunked", [False, True])
+def test_pipelined_requests_are_read_one_after_the_other(chunked):
+    """The parser never reads ahead into the next request: it waits, as it came, for the
+    first one's answer (and nginx's rules read its head as it came)."""
+    first = post(HOST, CHUNKED) + b"1\r\na\r\n0\r\n\r\n" if chunked else \
+        post(HOST, b"Content-Length: 1") + b"a"
+    second = post(HOST, b"Content-Length: 1") + b"b"
+    inbound = Inbound()
+    inbound.feed(first + second + b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert events(inbound) == [REQUEST, b"a", END]
+    assert inbound.next_event() is PAUSED and bytes(inbound.buf).startswith(second)
+    assert inbound.reply(200, [(b"content-length", b"0")], b"", reason=b"OK")
+    assert inbound.next_cycle() and inbound.buf  # the next request is already here
+    assert events(inbound) == [REQUEST, b"b", END]
+    assert inbound.reply(200, [(b"content-length", b"0")], b"", reason=b"OK")
+    assert inbound.next_cycle()
+    assert events(inbound) == [REQUEST, END] and inbound.method == b"GET"
+
+
+def test_a_pipelined_head_is_checked_as_it_came():
+    inbound = Inbound()
+    inbound.feed(post(HOST, CHUNKED) + b"0\r\n\r\n" + b"POST /x HTTP/1.1\nHost: x\n"
+                 b" folded: 1\nContent-Length: 0\n\n")
+    assert events(inbound) == [REQUEST, END]
+    inbound.reply(200, [(b"content-length", b"0")], b"", reason=b"OK")
+    assert inbound.next_cycle()
+    with pytest.raises(wire.Refused) as refused:
+        inbound.next_event()
+    assert refused.value.status == 400 and "folding" in refused.value.message
+
+
+def test_a_chunked_bodys_end_split_across_reads_is_not_read_past():
+    inbound = Inbound()
+    for piece in (post(HOST, CHUNKED) + b"1\r\na\r\n0\r\n", b"\r\nGET / HTTP/1.1\r\n",
+                  b"Host: x\r\n\r\n"):
+        inbound.feed(piece)
+    assert events(inbound) == [REQUEST, b"a", END]
+    assert bytes(inbound.buf) == b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def test_a_method_llhttp_does_not_know_is_read_as_nginx_reads_it():
+    inbound = Inbound()
+    inbound.feed(post(HOST, b"Content-Length: 0", method=b"FROB"))
+    assert events(inbound) == [REQUEST, END] and inbound.method == b"FROB"
+    forward = wire.upstream_request(inbound.method, inbound.target, inbound.items, length=0)
+    assert forward.head(b"h").startswith(b"FROB /score HTTP/1.1\r\n")
+
+
+@pytest.mark.parametrize(("stream", "expects"), [
+    (post(HOST, b"Content-Length: 2", b"Expect: 100-continue"), True),
+    (post(HOST, b"Content-Length: 2", b"Expect: 100-continue") + b"{}", False),  # here already
+    (post(HOST, b"Content-Length: 2", b"Expect: 100-continue", version=b"1.0"), False),
+    (post(HOST, b"Content-Length: 0", b"Expect: 100-continue"), False),
+])
+def test_100_continue_is_owed_as_h11_owes_it(stream, expects):
+    inbound = Inbound()
+    inbound.feed(stream)
+    assert inbound.next_event() is REQUEST and inbound.expects_continue == expects
+
+
+def test_a_client_that_closes_mid_request_is_refused_and_between_requests_closes_quietly():
+    for stream in (b"POST /score HTTP/1.1\r\nHo", post(HOST, b"Content-Length: 5") + b"ab"):
+        inbound = Inbound()
+        inbound.feed(stream)
+        with pytest.raises(wire.Refused) as refused:
+            inbound.feed(b"")
+            events(inbound)
+        assert refused.value.status == 400
+    inbound = Inbound()
+    inbound.feed(b"\r\n")
+    inbound.feed(b"")
+    assert inbound.next_event() == "closed"
 
 
 def test_a_big_body_waits_in_a_file_and_reads_back_whole(monkeypatch):
@@ -151,12 +223,13 @@ def test_a_big_body_waits_in_a_file_and_reads_back_whole(monkeypatch):
 
 
 def test_the_deployment_gets_no_hop_by_hop_field_and_the_bodys_length():
-    request = h11.Request(method=b"POST", target=b"/score", headers=[
-        (b"host", b"x"), (b"connection", b"keep-alive, x-hop"), (b"x-hop", b"1"),
-        (b"transfer-encoding", b"chunked"), (b"expect", b"100-continue"), (b"x-kept", b"1")])
-    items, _ = wire.fields_of(request)
-    sent = wire.upstream_request(request, items, 7).headers
-    assert sent == [(b"host", b"x"), (b"x-kept", b"1"), (b"Content-Length", b"7")]
+    inbound = Inbound()
+    inbound.feed(post(HOST, b"Connection: keep-alive, x-hop", b"X-Hop: 1", b"Connection: x-two",
+                      b"X-Two: 2", CHUNKED, b"Expect: 100-continue", b"X-Kept: 1"))
+    assert inbound.next_event() is REQUEST
+    sent = wire.upstream_request(inbound.method, inbound.target, inbound.items, length=7,
+                                 connection=inbound.fields[b"connection"]).headers
+    assert sent == [(b"Host", b"x"), (b"X-Kept", b"1"), (b"Content-Length", b"7")]
 
 
 def test_a_deployments_answer_other_than_200_is_a_424_naming_its_status():
@@ -174,16 +247,15 @@ def test_a_deployments_answer_other_than_200_is_a_424_naming_its_status():
 @pytest.mark.parametrize(("fields", "version", "keeps"), [
     ((), b"1.1", True),
     ((b"Connection: keep-alive, Close",), b"1.1", False),
+    ((b"Connection: keep-alive", b"Connection: close"), b"1.1", False),
     ((), b"1.0", False),
 ])
 def test_an_answer_is_written_as_h11_writes_it_and_keeps_the_connection_by_its_rule(
         fields, version, keeps):
-    inbound = wire.Inbound()
+    inbound = Inbound()
     stream = post(HOST, b"Content-Length: 1", *fields, version=version) + b"a"
     inbound.feed(stream + post(HOST, b"Content-Length: 1") + b"b")
-    assert type(inbound.next_event()) is h11.Request
-    assert type(inbound.next_event()) is h11.Data
-    assert type(inbound.next_event()) is h11.EndOfMessage
+    assert events(inbound) == [REQUEST, b"a", END]
     ours = inbound.reply(200, [(b"x-a", b"1"), (b"content-length", b"2")], b"{}", reason=b"OK")
     assert inbound.reply(200, [(b"content-length", b"0")], b"", reason=b"OK") == b""  # once
     h11s = h11.Connection(h11.SERVER)
@@ -194,12 +266,5 @@ def test_an_answer_is_written_as_h11_writes_it_and_keeps_the_connection_by_its_r
         h11.Response(status_code=200, headers=[(b"x-a", b"1"), (b"content-length", b"2")],
                      reason=b"OK"), h11.Data(data=b"{}"), h11.EndOfMessage()))
     assert inbound.next_cycle() == keeps
-    if keeps:  # the pipelined request, read by a new h11 connection, then one sent after it
-        assert type(inbound.next_event()) is h11.Request
-        assert bytes(inbound.next_event().data) == b"b"
-        assert type(inbound.next_event()) is h11.EndOfMessage
-        assert inbound.reply(200, [(b"content-length", b"0")], b"", reason=b"OK")
-        assert inbound.next_cycle() and inbound.next_event() is h11.NEED_DATA
-        inbound.feed(post(HOST, b"Content-Length: 1") + b"c")
-        assert type(inbound.next_event()) is h11.Request
-        assert bytes(inbound.next_event().data) == b"c"
+    if keeps:  # the pipelined request, then one sent after it
+        assert events(inbound) == [REQUEST, b"b", END]
