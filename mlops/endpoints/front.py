@@ -14,9 +14,9 @@ request, in Azure's order (front_rules.py):
   5. the deployment's answer within request_timeout_ms (408 past it); a status other than 200
      becomes 424 with ms-azureml-model-error-statuscode/-reason; `azureml-model-deployment`
      names who answered.
-Clients' requests are read by h11, with nginx's refusals on top (front_wire.py); each
-deployment's server is reached over kept-alive connections, its answers read by httptools
-(front_pool.py); connections are accepted while descriptors last (front_listen.py); the loop
+Clients' requests are read by llhttp (httptools), one at a time, with nginx's refusals on
+top (front_inbound.py); each deployment's server is reached over kept-alive connections, its
+answers read by httptools (front_pool.py); connections are accepted while descriptors last (front_listen.py); the loop
 is uvloop's where it has a build. Slow clients are held here (head and body deadlines,
 answered 408), so a stalled client never holds one of a server's threads. SIGTERM or SIGINT:
 it stops accepting, answers every request it accepted, then exits; SIGHUP: endpoint.json is
@@ -66,16 +66,19 @@ class Front:
         self.pools: dict[int, front_pool.Pool] = {}
         self.done = asyncio.Event()
         self.listener: front_listen.Listener | None = None
-        self.lines: list[str] = []
+        self.lines: list = []  # the log's lines to come: each a str, or a request answered
 
-    def log(self, line: str) -> None:
-        """A line of the access log, written within a fraction of a second."""
+    def log(self, line) -> None:
+        """A line of the log (a str, or the fields of the line for a request answered,
+        formatted off the request's path), written within a fraction of a second."""
         if not self.lines:
             asyncio.get_running_loop().call_later(0.2, self._flush)
         self.lines.append(line)
 
     def _flush(self) -> None:
-        sys.stdout.write("".join(f"{line}\n" for line in self.lines))
+        sys.stdout.write("".join(line + "\n" if type(line) is str else
+                                 "{} {} -> {} {} {:.0f} ms\n".format(*line)
+                                 for line in self.lines))
         sys.stdout.flush()
         self.lines.clear()
 
@@ -122,9 +125,8 @@ class Front:
                 self.spawn(self.mirrored(route.mirror, request, body))
         if client.phase == "busy":
             client.reply(answer, route.slot.name)
-        self.log(f"{request.method.decode()} {request.target.decode('latin-1')} -> "
-                 f"{route.slot.name} {answer.status} "
-                 f"{1000 * (time.monotonic() - started):.0f} ms")
+        self.log((request.method.decode(), request.target.decode("latin-1"), route.slot.name,
+                  answer.status, 1000 * (time.monotonic() - started)))
 
     async def mirrored(self, slot: Slot, request: wire.Forward, body: wire.Body) -> None:
         """A copy for the mirror deployment; its answer (or failure) is dropped, as Azure's."""

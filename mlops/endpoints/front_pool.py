@@ -1,7 +1,7 @@
 """The front's connections to each deployment's server: kept alive and reused (no connect per
 request), one request at a time on each. The server's answers are read by httptools (llhttp,
-Node.js's parser, as uvicorn binds it; h11 here cost a third of the front's CPU a request);
-the request's head is written from the fields h11 already checked on the client's side.
+Node.js's parser, as uvicorn binds it); the request's head is written from the fields llhttp
+already checked on the client's side (front_inbound.py).
 
 A connection goes back to its deployment's pool once both sides are done with an exchange; one
 that sat idle longer than KEEP_S (below gunicorn's 2 s keep-alive, so the server never closes it

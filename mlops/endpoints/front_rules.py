@@ -6,6 +6,7 @@ and the last good state kept (said once in the front's log).
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from dataclasses import dataclass
@@ -45,6 +46,23 @@ class Route:
     mirror: Slot | None = None
 
 
+@dataclass(frozen=True)
+class Draws:
+    """What traffic draws from, worked out once per state, not per request: the deployments
+    with a positive weight, their weights, the mirrors and their percentages."""
+
+    names: list[str]
+    weights: list[int]
+    mirrors: list[tuple[Slot, int]]
+
+    @classmethod
+    def of(cls, state: EndpointState) -> Draws:
+        live = [(n, p) for n, p in state.traffic.items() if p > 0 and n in state.deployments]
+        return cls([n for n, _ in live], [p for _, p in live],
+                   [(state.deployments[n], p) for n, p in state.mirror_traffic.items()
+                    if n in state.deployments])
+
+
 def say(line: str) -> None:
     print(f"front: {line}", file=sys.stderr, flush=True)
 
@@ -54,9 +72,11 @@ class Router:
 
     def __init__(self, folder: Path, state: EndpointState):
         self.file = folder / STATE_FILE
+        self.path = str(self.file)
         self.state = state
         self.seen = self._stamp()
         self.pending: dict[str, int] = {}
+        self.draws = Draws.of(state)
 
     @classmethod
     def open(cls, folder: Path) -> Router:
@@ -69,7 +89,7 @@ class Router:
 
     def _stamp(self) -> tuple[int, int, int] | None:
         try:
-            stat = self.file.stat()
+            stat = os.stat(self.path)
         except OSError:
             return None
         return stat.st_mtime_ns, stat.st_ino, stat.st_size
@@ -89,7 +109,7 @@ class Router:
             say(f"{err}; keeping the last good state")
             return self.state
         if state is not None:
-            self.state = state
+            self.state, self.draws = state, Draws.of(state)
         return self.state
 
     def reread(self) -> None:
@@ -116,14 +136,13 @@ class Router:
             if named not in state.deployments:
                 raise wire.Refused(404, f"endpoint {state.name} has no deployment {named!r}")
             return Route(state.deployments[named])
-        live = [(n, p) for n, p in state.traffic.items() if p > 0 and n in state.deployments]
-        if not live:
+        draws = self.draws if state is self.state else Draws.of(state)
+        if not draws.names:
             raise wire.Refused(404, f"endpoint {state.name} doesn't have any valid deployment "
                                     "with positive weight")
-        name = live[0][0] if len(live) == 1 else \
-            random.choices([n for n, _ in live], [p for _, p in live])[0]
-        mirror = next((state.deployments[n] for n, p in state.mirror_traffic.items()
-                       if n in state.deployments and random.random() * 100 < p), None)
+        name = draws.names[0] if len(draws.names) == 1 else \
+            random.choices(draws.names, draws.weights)[0]
+        mirror = next((slot for slot, p in draws.mirrors if random.random() * 100 < p), None)
         return Route(state.deployments[name], mirror)
 
     def admitted(self, slot: Slot) -> Admission:
