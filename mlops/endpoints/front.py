@@ -16,9 +16,10 @@ request, in Azure's order (front_rules.py):
      names who answered.
 Clients' requests are read by llhttp (httptools), one at a time, with nginx's refusals on
 top (front_inbound.py); each deployment's server is reached over kept-alive connections, its
-answers read by httptools (front_pool.py); connections are accepted while descriptors last (front_listen.py); the loop
-is uvloop's where it has a build. Slow clients are held here (head and body deadlines,
-answered 408), so a stalled client never holds one of a server's threads. SIGTERM or SIGINT:
+answers read by httptools (front_pool.py); connections are accepted while descriptors last
+(front_listen.py); the loop is uvloop's where it has a build. Slow clients are held here
+(head and body deadlines, answered 408), so a stalled client never holds one of a server's
+threads. SIGTERM or SIGINT:
 it stops accepting, answers every request it accepted, then exits; SIGHUP: endpoint.json is
 read again.
 """
