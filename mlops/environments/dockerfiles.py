@@ -56,12 +56,15 @@ class CondaFile:
     path: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Installs:
-    """What a Dockerfile's final stage is built FROM and installs, in order."""
+    """What a Dockerfile's final stage is built FROM and installs, in order; its RUN commands
+    (those of the stages it is built on first) and the ENV values it ends with."""
 
     image: str | None  # None: none, or named through a variable not known here
     steps: list[PipInstall | CondaFile] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    envs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -69,6 +72,7 @@ class _Stage:
     image: str | None
     name: str | None
     commands: list[str] = field(default_factory=list)
+    envs: dict[str, str] = field(default_factory=dict)  # ENV values at its last instruction
 
 
 def read_installs(text: str) -> Installs:
@@ -76,15 +80,17 @@ def read_installs(text: str) -> Installs:
     when it is built FROM one of them)."""
     stages = _stages(text)
     if not stages:
-        return Installs(None)
+        return Installs(image=None)
     chain, image = [stages[-1]], stages[-1].image
     named = {stage.name: stage for stage in stages if stage.name}
     while image in named and named[image] not in chain:
         chain.insert(0, named[image])
         image = named[image].image
-    steps = [step for stage in chain for command in stage.commands
-             for step in command_installs(command)]
-    return Installs(image if image and "$" not in image else None, steps)
+    commands = [command for stage in chain for command in stage.commands]
+    envs = {name: value for stage in chain for name, value in stage.envs.items()}
+    return Installs(image=image if image and "$" not in image else None, commands=commands,
+                    steps=[step for command in commands for step in command_installs(command)],
+                    envs=envs)
 
 
 def _stages(text: str) -> list[_Stage]:
@@ -100,6 +106,8 @@ def _stages(text: str) -> list[_Stage]:
             words = [w for w in value.split() if not w.startswith("--")]
             alias = words[2] if len(words) > 2 and words[1].lower() == "as" else None
             stages.append(_Stage(_substituted(words[0], variables) if words else None, alias))
+        elif instruction == "ENV" and stages:
+            stages[-1].envs = dict(contexts[index].envs)
         elif instruction == "RUN" and stages:
             command, index = _run_command(structure, index)
             stages[-1].commands.append(_substituted(command, variables))

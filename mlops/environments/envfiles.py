@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from mlops.environments import steps
+from mlops.environments.docker_python import build_python
 from mlops.environments.dockerfiles import CondaFile, PipInstall, read_installs
 from mlops.errors import LocalRunError
 from mlops.specs import SpecData, read_yaml
@@ -162,6 +163,7 @@ def read_dockerfile(context: Path, dockerfile: str, plan: EnvPlan) -> str | None
             _pip_step(install, context, plan)
     if not found.steps:
         plan.notice = f"{path} installs nothing with plain pip or a conda file"
+    plan.python = plan.python or build_python(found.image, found.commands, found.envs)
     return found.image
 
 

@@ -36,6 +36,7 @@ from typing import NamedTuple
 import yaml
 
 from mlops.environments import curated
+from mlops.environments.docker_python import image_python
 from mlops.environments.envfiles import (
     EnvPlan,
     image_key,
@@ -191,7 +192,8 @@ def from_definition(definition: SpecData, base: Path, label: str, env_map: EnvMa
             plan.notice += f", on {image}, which has no local stand-in: running in .venv"
     elif definition.get("image"):
         image = str(definition["image"])
-        return from_map(image_key(image), label, env_map, curated_tag(image))
+        plan = from_map(image_key(image), label, env_map, curated_tag(image))
+        plan.python = plan.python or image_python(image)
     return plan
 
 
