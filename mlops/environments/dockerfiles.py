@@ -67,7 +67,7 @@ class Installs:
     envs: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Stage:
     image: str | None
     name: str | None
@@ -105,7 +105,8 @@ def _stages(text: str) -> list[_Stage]:
         if instruction == "FROM":
             words = [w for w in value.split() if not w.startswith("--")]
             alias = words[2] if len(words) > 2 and words[1].lower() == "as" else None
-            stages.append(_Stage(_substituted(words[0], variables) if words else None, alias))
+            stages.append(_Stage(image=_substituted(words[0], variables) if words else None,
+                                 name=alias))
         elif instruction == "ENV" and stages:
             stages[-1].envs = dict(contexts[index].envs)
         elif instruction == "RUN" and stages:
