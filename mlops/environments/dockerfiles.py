@@ -140,7 +140,8 @@ def _run_command(structure: list, index: int) -> tuple[str, int]:
 
 def _substituted(text: str, variables: dict[str, str]) -> str:
     """`$NAME`, `${NAME}` and `${NAME:-default}` replaced by the ARG or ENV value the line sees
-    (the shell that runs it sees them as variables), else the default; others kept as written."""
+    (the shell that runs it sees them as variables), else the default; others kept as written,
+    and what a shell keeps as written too: inside single quotes, after a backslash."""
 
     def value(match: re.Match) -> str:
         name = match.group(1) or match.group(3)
@@ -148,7 +149,25 @@ def _substituted(text: str, variables: dict[str, str]) -> str:
             return variables[name]
         return match.group(2) if match.group(2) is not None else match.group(0)
 
-    return VARIABLE.sub(value, text)
+    return "".join(part if literal else VARIABLE.sub(value, part)
+                   for part, literal in _quoted_parts(text))
+
+
+def _quoted_parts(text: str) -> list[tuple[str, bool]]:
+    """The text in runs, each marked literal (single-quoted outside double quotes, or a
+    backslash and what it escapes) or not."""
+    parts: list[tuple[str, bool]] = []
+    start, index, double = 0, 0, False
+    while index < len(text):
+        char = text[index]
+        if char == "\\" or (char == "'" and not double):
+            end = index + 2 if char == "\\" else text.find("'", index + 1) + 1 or len(text)
+            parts += [(text[start:index], False), (text[index:end], True)]
+            start = index = end
+            continue
+        double ^= char == '"'
+        index += 1
+    return [*parts, (text[start:], False)]
 
 
 def shell_commands(command: str) -> list[list[str]]:

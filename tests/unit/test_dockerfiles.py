@@ -93,6 +93,13 @@ def test_variables_take_the_value_the_line_sees_else_their_default_and_a_last_li
     assert found.steps == [PipInstall(packages=("x==1", "y==3", "z==$U"))]
 
 
+def test_a_variable_is_kept_as_written_where_the_shell_keeps_it():
+    """Docker hands a RUN line to the shell, which expands variables outside single quotes and
+    not after a backslash."""
+    found = read_installs("FROM a\nARG V=1\nRUN pip install \"x==$V\" 'y==$V' z==\\$V w==${V}\n")
+    assert found.steps == [PipInstall(packages=("x==1", "y==$V", "z==$V", "w==1"))]
+
+
 def test_the_plan_keeps_each_install_apart_with_its_flags(tmp_path):
     context = tmp_path / "ctx"
     context.mkdir()
