@@ -216,10 +216,11 @@ class Registry:
         have = ", ".join(a.shown for a in held)
         spec = held[-1].spec
         repo = next((f for f in (spec, *spec.parents) if (f / ".git").exists()), None)
-        where = (f"; in a git checkout, `git -C {repo} log -S 'version: {ref.version}' -- "
-                 f"{spec.relative_to(repo)}` finds the commit that published it: add a "
-                 "checkout of that commit to the registry's folders (a list) in the asset map"
-                 ) if repo is not None else \
+        where = (f"; in a git checkout, `git -C {repo} log --reverse --format='%h %cs %s' -S "
+                 f"'version: {ref.version}' -- {spec.relative_to(repo)}` lists the commits that "
+                 "added and replaced it, oldest first: the first published it; add a checkout "
+                 "of that commit (git worktree add <folder> <commit>) to the registry's folders "
+                 "(a list) in the asset map") if repo is not None else \
             ": add a folder that holds it to the registry's folders (a list) in the asset map"
         return (f"{ref.kind.noun} {ref.name} version {ref.version} is not in registry "
                 f"{ref.registry}'s folder {self.folders} (it holds {have}){where}")

@@ -209,8 +209,9 @@ def test_a_registry_may_map_to_several_folders_the_first_wins(tmp_path):
     assert assets.registry_asset(f"{REG}/components/rai_create/versions/0.21.0").spec == \
         old / "spec.yaml"
     assert assets.registry_asset(f"{REG}/components/rai_create@latest").version == "0.22.0"
-    with pytest.raises(LocalRunError, match=r"holds 0\.21\.0, 0\.22\.0\).*git -C .* log -S "
-                                            r"'version: 0\.20\.0'"):
+    with pytest.raises(LocalRunError, match=r"holds 0\.21\.0, 0\.22\.0\).*git -C .* log "
+                                            r"--reverse .*-S 'version: 0\.20\.0'.*"
+                                            r"the first published it"):
         assets.registry_asset(f"{REG}/components/rai_create/versions/0.20.0")
 
 
