@@ -6,7 +6,8 @@ calls) and served by werkzeug in this process. `mlflow server` itself (a CLI pro
 uvicorn in another, with a job-execution consumer by default) was measured ready in 10-20 s on
 2 cores against 3-6 s for this; its app is the same. The same port also answers HTTPS (each
 connection sniffed: local_tls.py) and Azure's run-history calls on a run (run_history.py), which
-jobs make on their tracking URI's host with `https://`.
+jobs make on their tracking URI's host with `https://`; a model version created from a local
+folder is registered as Azure's registry does it (model_uploads.py).
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ if __name__ == "__main__":  # run by path: the project root in place of this fil
 from mlops.project import sqlite_file
 from mlops.runtime.local_tls import LocalTls, Sniffing
 from mlops.runtime.mlflow_store import creating
+from mlops.runtime.model_uploads import local_sources
 from mlops.runtime.run_history import routes
 
 IDLE_ENV = "AZML_TRACKING_IDLE_S"
 IDLE_S = 900.0
-PROTOCOL = 2  # what a record means; a server of another protocol is replaced
+PROTOCOL = 3  # what a record means; a server of another protocol is replaced
 POLL_S = 5.0
 KEPT: list = []  # a forked server's inherited streams
 # MLflow 1.x clients (the newest for Python 3.7 is 1.30) call the model registry under
@@ -213,11 +215,11 @@ def dual_server(listener: int, app, tls: str):
     return server
 
 
-def wire(app, watch: Watch) -> None:
+def wire(app, watch: Watch, artifacts: str) -> None:
     """The server's layers around MLflow's app: WSGI ones, not Flask's before_request, which a
     server forked from a process whose copy of the app has served requests (the test suite)
     may no longer add."""
-    app.wsgi_app = watched(routes(stable_routes(app.wsgi_app)), watch)
+    app.wsgi_app = watched(routes(stable_routes(local_sources(app.wsgi_app, artifacts))), watch)
 
 
 def watched(wsgi_app, watch: Watch):
@@ -236,7 +238,7 @@ def main(args: list[str]) -> None:
 
     watch = Watch(Path(folder), idle_seconds())
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    wire(app, watch)
+    wire(app, watch, artifacts)
     open_stores(store, artifacts)
     server = dual_server(int(listener), app, tls)
     threading.Thread(target=watch.run, daemon=True).start()

@@ -165,3 +165,53 @@ def test_jobs_trust_the_authority_of_the_server_they_track_to(served, tmp_path):
     handle.tls = types.SimpleNamespace(ca=tmp_path / "ca.pem")
     assert Tracking(handle, uri=store).trusted_ca() == str(tmp_path / "ca.pem")
     assert Tracking(uri=store).trusted_ca() is None  # no server: jobs track to the store itself
+
+
+@pytest.fixture
+def uploading(served, tmp_path):
+    """MLflow's app behind the layer that registers a model from a local folder as Azure's
+    registry does (model_uploads.py), on 127.0.0.1 in a thread; its URI and artifact root."""
+    from mlflow.server import app
+    from werkzeug.serving import make_server
+
+    from mlops.runtime.model_uploads import local_sources
+
+    root = tmp_path / "artifacts root"
+    server = make_server("127.0.0.1", 0, local_sources(app.wsgi_app, str(root)), threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.socket.getsockname()[1]}", root
+    server.shutdown()
+
+
+def test_a_model_version_from_a_local_folder_is_uploaded_and_registered(uploading, tmp_path):
+    """MlflowClient().create_model_version(name, source="file://<folder>") with no run, as
+    Azure's example trainers call it: Azure's registry uploads the folder and registers the
+    copy; MLflow's own server refuses every local source outside a run's artifacts."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    uri, root = uploading
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    folder = tmp_path / "saved model" / "housing_1"
+    (folder / "data").mkdir(parents=True)
+    (folder / "MLmodel").write_text("flavors: {}\n")
+    (folder / "data" / "model.pkl").write_bytes(b"\x80\x04N.")
+    client.create_registered_model("housing_1")
+    version = client.create_model_version("housing_1", source=f"file://{folder}",
+                                          tags={"k": "v"})
+    copy = Path(version.source)
+    assert copy.is_relative_to(root / "LocalUpload") and copy.name == "housing_1"
+    assert (copy / "data" / "model.pkl").read_bytes() == b"\x80\x04N."
+    assert (version.version, version.tags) == ("1", {"k": "v"})
+    assert client.get_model_version("housing_1", "1").source == str(copy)
+    uploads = sorted((root / "LocalUpload").iterdir())
+    (folder / "MLmodel").unlink()
+    with pytest.raises(MlflowException, match="must be a directory containing an mlflow MLmodel"):
+        client.create_model_version("housing_1", source=f"file://{folder}")
+    (folder / "MLmodel").write_text("flavors: {}\n")
+    with pytest.raises(MlflowException, match="RESOURCE_DOES_NOT_EXIST|not found"):
+        client.create_model_version("unregistered", source=f"file://{folder}")
+    assert sorted((root / "LocalUpload").iterdir()) == uploads  # nothing left of either
+    with pytest.raises(MlflowException, match="Invalid model version source"):  # MLflow's rule
+        client.create_model_version("housing_1", source=f"file://{folder}", run_id="0" * 32)

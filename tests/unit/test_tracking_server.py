@@ -116,7 +116,7 @@ def test_the_servers_layers_go_on_an_app_that_has_served_already(tmp_path):
     assert Client(app).get("/health").status_code == 200  # Flask's setup is now finished
     watch = Watch(tmp_path, 60.0)
     watch.last_request = 0.0
-    wire(app, watch)
+    wire(app, watch, str(tmp_path / "mlruns"))
     assert Client(app).get("/health").status_code == 200
     assert watch.last_request > 0.0
 
