@@ -25,13 +25,13 @@ shared: errors, specs (loading, kinds, line numbers), project (the repository, i
                   signals), environ (a process's variables), service (a server left running),
                   devices, watchdog, readonly_inputs, failures, mlflow_runs (a job's MLflow runs)
                   over mlflow_rest (the warm tracking server's API) or mlflow_store (the store
-                  itself), mlflow_server and mlflow_serve (that server, kept warm per store), uris
-                  (the asset map), reuse (step reuse: keyparts, keydiff and earlier say why a step
-                  ran), selection (--from, --only), job (a checked job spec, its run folder and
-                  run.json), run_setup (the one set-up of a run: signals, lock, name, run.json),
-                  minibatch and minibatch_worker (the mini-batch driver of batch deployments and
-                  parallel nodes), mltable and mltable_worker (tables read by Azure's mltable
-                  package)
+                  itself), mlflow_server and mlflow_serve (that server, kept warm per store;
+                  run_history and model_uploads: the Azure calls it answers), uris (the asset map),
+                  reuse (step reuse: keyparts, keydiff and earlier say why a step ran), selection
+                  (--from, --only), job (a checked job spec, its run folder and run.json), run_setup
+                  (the one set-up of a run: signals, lock, name, run.json), minibatch and
+                  minibatch_worker (the mini-batch driver of batch deployments and parallel nodes),
+                  mltable and mltable_worker (tables read by Azure's mltable package)
   automl/         translate (an AutoML job or node -> the command that runs it), standin/ (the
                   tabular stand-in: FLAML in its own environment), vision/ (Azure's image runner)
   checks/         validation (schema, azure-ai-ml and lint layers), prepare (a job spec as
