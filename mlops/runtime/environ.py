@@ -23,9 +23,13 @@ from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.tasks import Task
 from mlops.runtime.trust_store import VARIABLE as TRUSTED_CA
 
+# what Azure sets itself, and what would make this shell's modules importable in the job, which
+# Azure's image does not have (PYTHONPATH=src in a user's shell: a job that fails on Azure for
+# want of a module would pass here)
 DROPPED_ENV = re.compile(r"^(MLFLOW_|AZUREML_|AZURE_ML_|OMPI_COMM_WORLD_|MLOPS_DEBUG|TF_CONFIG$|"
                          r"MLOPS_LOCAL_CA$|RANK$|LOCAL_RANK$|WORLD_SIZE$|NODE_RANK$|MASTER_ADDR$|"
-                         r"MASTER_PORT$|LOCAL_WORLD_SIZE$)")
+                         r"MASTER_PORT$|LOCAL_WORLD_SIZE$|PYTHONPATH$|PYTHONHOME$|PYTHONUSERBASE$|"
+                         r"PYTHONSTARTUP$|PYTHONPLATLIBDIR$)")
 
 
 def process_env(task: Task, activation: Activation, *, inputs: dict[str, str | None],

@@ -130,3 +130,23 @@ def test_mini_batch_sizes_are_counts_or_sizes():
     assert batch_size("10kb", True, "x") == 10240 and batch_size("1MB", True, "x") == 1 << 20
     with pytest.raises(LocalRunError, match="mini_batch_size"):
         batch_size("ten", False, "x")
+
+
+def test_a_job_sees_azures_variables_not_this_shells_python_path(monkeypatch, tmp_path):
+    """What Azure sets itself, and what would make this shell's modules importable (a user's
+    `PYTHONPATH=src`), never reach a job from the shell; the rest of the shell does."""
+    from types import SimpleNamespace
+
+    from mlops.environments.activation import Activation
+    from mlops.runtime.environ import process_env
+
+    for name in ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONSTARTUP", "AZUREML_RUN_ID",
+                 "MLFLOW_RUN_ID", "RANK"):
+        monkeypatch.setenv(name, "from-the-shell")
+    monkeypatch.setenv("MY_SETTING", "kept")
+    task = SimpleNamespace(inputs={}, folder=tmp_path, read_only=[], outputs={},
+                           assets=(None, {}), env_vars={"PYTHONPATH": "the-specs-own"})
+    env = process_env(task, Activation(variables={}, top_site=tmp_path, label="x"), inputs={},
+                      outputs={})
+    assert "from-the-shell" not in env.values() and env["MY_SETTING"] == "kept"
+    assert env["PYTHONPATH"] == "the-specs-own"  # environment_variables: still the spec's
