@@ -60,3 +60,23 @@ def test_auto_precision_on_cpus(tmp_path, monkeypatch):
     assert precision.grad_scaler("bf16", cpu) is None
     assert precision.resolve_channels_last("auto", "fp32", cpu) is True
     assert precision.resolve_channels_last("False", "bf16", cpu) is False
+
+
+def test_a_scoring_load_takes_the_checkpoints_tensors_else_copies_them_as_before():
+    inference = lazy("image_classifier.inference")
+    torch.manual_seed(0)
+    trained = classifier.build_model("squeezenet1_1", 3, weights="none", image_size=64).eval()
+    state = trained.state_dict()
+    ckpt = {"arch": "squeezenet1_1", "classes": ["a", "b", "c"], "image_size": 64}
+    images = torch.randn(2, 3, 64, 64)
+    fast = inference.rebuild({**ckpt, "model": state}).eval()  # built on meta, given the tensors
+    assert all(p.data_ptr() == state[k].data_ptr() for k, p in fast.named_parameters())
+    assert torch.equal(fast(images), trained(images))
+    for odd in ({k: v.half() if v.is_floating_point() else v for k, v in state.items()},
+                {k: v.contiguous(memory_format=torch.channels_last) if v.dim() == 4 else v
+                 for k, v in state.items()}):  # copied into fp32, contiguous tensors as before
+        copied = inference.rebuild({**ckpt, "model": odd}).eval()
+        assert all(p.dtype == torch.float32 and p.is_contiguous() for p in copied.parameters())
+        assert all(p.data_ptr() != odd[k].data_ptr() for k, p in copied.named_parameters())
+    with pytest.raises(RuntimeError, match="Missing key"):  # a checkpoint that does not fit
+        inference.rebuild({**ckpt, "model": {k: v for k, v in state.items() if "0" not in k}})
