@@ -27,6 +27,7 @@ from mlops.endpoints.models import ModelLayout, lay_out
 from mlops.errors import LocalRunError
 from mlops.runtime import (
     Batches,
+    BatchHooks,
     Driven,
     Limits,
     Listing,
@@ -34,6 +35,7 @@ from mlops.runtime import (
     Retry,
     Runtime,
     Status,
+    Tally,
     Task,
     batch_processes,
     drive_batches,
@@ -130,7 +132,8 @@ def plan(source: Path, root: Path, *, tabular: bool, size: int, limits: Limits
 def run_batch(deployment: Deployment, source: Path, rt: Runtime, *,
               tabular: bool = False) -> int:
     """The scoring processes start first; the input is read (listed, a zip extracted, a table
-    read) while they import the scoring script and load the model."""
+    read) while they import the scoring script and load the model, and the rows and metrics
+    are written while they exit."""
     settings = batch_settings(deployment.spec.data)
     check_input(source.resolve(), tabular=tabular)
     (rt.root / "outputs").mkdir(parents=True, exist_ok=True)
@@ -151,27 +154,39 @@ def run_batch(deployment: Deployment, source: Path, rt: Runtime, *,
               f"{deployment.model.describe()} -> AZUREML_MODEL_DIR={layout.root}")
         return work.batches
 
-    driven = drive_batches(task, rt, planned, echo=False, announce=lambda _: print(
-        f"  environment: {rt.environments.labels.get(task.where, '.venv')}"))
-    return summarize(rt, driven, settings=settings, name=task.name, work=read[0])
+    rows, where = rows_file(rt.root, settings), task.where
+    driven = drive_batches(task, rt, planned, echo=False, hooks=BatchHooks(
+        announce=lambda _: print(f"  environment: {rt.environments.labels.get(where, '.venv')}"),
+        settled=lambda run_id, tally, seconds: settle(rt, run_id, tally, seconds, rows=rows)))
+    return summarize(rt, driven, name=task.name, work=read[0], rows=rows)
 
 
-def summarize(rt: Runtime, driven: Driven, *, settings: SpecData, name: str,
-              work: Work) -> int:
+def rows_file(root: Path, settings: SpecData) -> Path | None:
+    """Where append_row puts every mini-batch's rows (None: summary_only)."""
+    if str(settings.get("output_action", "append_row")).lower() != "append_row":
+        return None
+    return root / "outputs" / str(settings.get("output_file_name") or "predictions.csv")
+
+
+def settle(rt: Runtime, run_id: str, tally: Tally, seconds: float, *, rows: Path | None
+           ) -> None:
+    """What needs only the results, done while the scoring processes exit: the rows into
+    output_file_name (append_row), the rate and the failed files into the run's metrics."""
+    if rows is not None:
+        write_rows(rt.root / "work", rows)
+    rt.tracking.log_metric(run_id, "images_per_s", tally.items / max(seconds, 1e-6))
+    rt.tracking.log_metric(run_id, "failed_files", tally.failed)
+
+
+def summarize(rt: Runtime, driven: Driven, *, name: str, work: Work, rows: Path | None) -> int:
     tally, result = driven.tally, driven.result
-    output = None
-    if str(settings.get("output_action", "append_row")).lower() == "append_row":
-        rows = str(settings.get("output_file_name") or "predictions.csv")
-        output = write_rows(rt.root / "work", rt.root / "outputs" / rows)
     rate = tally.items / max(driven.seconds, 1e-6)
-    rt.tracking.log_metric(result.run_id, "images_per_s", rate)
-    rt.tracking.log_metric(result.run_id, "failed_files", tally.failed)
     not_files = f", {work.skipped} not files (not scored)" if work.skipped else ""
     print(f"\n{name}: {result.status}: {tally.scored} of {tally.items} {work.unit} scored, "
           f"{tally.failed} failed{not_files}, {driven.seconds:.1f} s ({rate:.1f} "
           f"{work.unit}/s)")
-    if output:
-        print(f"  rows: {output}")
+    if rows is not None:
+        print(f"  rows: {rows}")
     errors = sorted((rt.root / "outputs").glob("errors_*.csv"))
     if errors:
         print(f"  unreadable files: {', '.join(map(str, errors))}")

@@ -25,7 +25,7 @@ stage each name serves:
                 restore_signal_handlers, check_interrupt, interruptible, signals_held;
                 guarding (the watchdog of a sweep or pipeline run); the mini-batch driver:
                 Batches, Listing, list_files, Limits, Retry, Tally, Driven, drive_batches,
-                batch_processes, worker_command, write_rows, read_table, row_batches
+                BatchHooks, batch_processes, worker_command, write_rows, read_table, row_batches
   collect       Status, RunStatus, TaskRecord, STATUS_FILE (status.json); RunRecord, JobStatus
                 and the run folder's run.json: run_folder, locked, job_name, read_record,
                 write_record, update_record, end_record; outputs: slot, publish; MLflow:
@@ -88,6 +88,7 @@ if TYPE_CHECKING:
         worker_command,
         write_rows,
     )
+    from mlops.runtime.minibatch import Hooks as BatchHooks
     from mlops.runtime.minibatch import drive as drive_batches
     from mlops.runtime.minibatch import processes as batch_processes
     from mlops.runtime.mlflow_runs import Tracking
@@ -149,6 +150,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("Batches", "Driven", "Limits", "Listing", "Retry", "Tally", "list_files",
                      "worker_command", "write_rows"), "minibatch"),
     "drive_batches": "minibatch:drive", "batch_processes": "minibatch:processes",
+    "BatchHooks": "minibatch:Hooks",
     "Tracking": "mlflow_runs", "Server": "mlflow_server",
     "read_table": "mltable", "row_batches": "mltable",
     "Placement": "placement",
@@ -186,8 +188,8 @@ __all__ = [  # grouped by stage, as the docstring says
     # launch
     "usable_cores", "free_port", "install_signal_handlers", "restore_signal_handlers",
     "check_interrupt", "interruptible", "signals_held", "guarding", "Batches", "Listing",
-    "list_files", "Limits", "Retry", "Tally", "Driven", "drive_batches", "batch_processes",
-    "worker_command", "write_rows", "read_table", "row_batches",
+    "list_files", "Limits", "Retry", "Tally", "Driven", "drive_batches", "BatchHooks",
+    "batch_processes", "worker_command", "write_rows", "read_table", "row_batches",
     # collect
     "Status", "RunStatus", "TaskRecord", "STATUS_FILE", "RunRecord", "JobStatus",
     "run_folder", "locked", "job_name", "read_record", "write_record", "update_record",

@@ -19,7 +19,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlops.runtime import engine, launch
@@ -167,44 +167,72 @@ def queue(batches: list, work: Path) -> int:
     return len(batches)
 
 
-def outcomes(work: Path) -> list[dict[str, object]]:
-    return [json.loads(p.read_text()) for p in sorted((work / "results").glob("*.json"))]
+@dataclass(kw_only=True)
+class Results:
+    """The outcomes the processes have written so far, each read once: a poll lists the
+    folder and reads only what is new, so watching costs the same at the last mini-batch
+    as at the first (the scoring processes need the cores)."""
+
+    folder: Path
+    seen: set[str] = field(default_factory=set)
+    done: int = 0  # mini-batches
+    scored: int = 0  # items handed to run()
+    failed: int = 0  # items run() returned no row for
+    failed_batches: int = 0
+
+    def read(self) -> Results:
+        for name in sorted(set(os.listdir(self.folder)) - self.seen):
+            self.seen.add(name)  # each name is written whole (renamed into place), once
+            if name.endswith(".json"):  # a mini-batch's counts, written after its rows
+                outcome = json.loads((self.folder / name).read_text())
+                self.done += 1
+                self.scored += outcome["items"]
+                self.failed += outcome["items"] - outcome["returned"]
+                self.failed_batches += bool(outcome.get("error"))
+        return self
 
 
 def tally(work: Path, items: int) -> Tally:
-    done = outcomes(work)
-    failed = sum(o["items"] - o["returned"] for o in done) + items - \
-        sum(o["items"] for o in done)
-    return Tally(items, failed, sum(1 for o in done if o.get("error")))
+    """Items never handed to run() (the run stopped first) count as failed, as on Azure."""
+    results = Results(folder=work / "results").read()
+    return Tally(items, results.failed + items - results.scored, results.failed_batches)
+
+
+POLL_S = 0.05  # how often the driver looks for results (a process's end wakes it at once)
+
+
+def over_limit(results: Results, limits: Limits) -> str:
+    """Why the run stops for its errors ("": it goes on), as Azure's thresholds say."""
+    if 0 <= limits.error_threshold < results.failed:
+        return (f"error_threshold {limits.error_threshold} exceeded ({results.failed} failed "
+                "files): stopping")
+    if 0 <= limits.mini_batch_error_threshold < results.failed_batches:
+        return (f"mini_batch_error_threshold {limits.mini_batch_error_threshold} exceeded "
+                f"({results.failed_batches} failed mini-batches): stopping")
+    return ""
 
 
 def watch(running: engine.Running, total: int, items: int, limits: Limits) -> Status:
     """Progress until every mini-batch is done, the processes end, or errors pass a limit."""
     started, shown, tty = time.monotonic(), (-1, 0.0), sys.stdout.isatty()
+    results = Results(folder=running.task.folder / "work" / "results")
     while True:
         launch.check_interrupt()
-        done = outcomes(running.task.folder / "work")
-        scored = sum(o["items"] for o in done)
-        failed = sum(o["items"] - o["returned"] for o in done)
+        scored, failed = results.read().scored, results.failed
         elapsed = time.monotonic() - started
-        if scored != shown[0] and (tty or elapsed - shown[1] >= 5 or len(done) == total):
+        if scored != shown[0] and (tty or elapsed - shown[1] >= 5 or results.done == total):
             line = f"{scored}/{items} files, {scored / max(elapsed, 1e-6):.1f}/s, {failed} failed"
             print(f"\r{line}" if tty else line, end="" if tty else "\n", flush=True)
             shown = (scored, elapsed)
-        if 0 <= limits.error_threshold < failed:
-            print(f"\nerror_threshold {limits.error_threshold} exceeded ({failed} failed "
-                  "files): stopping")
+        stop = over_limit(results, limits)
+        if stop:
+            print(f"\n{stop}")
             return Status.FAILED
-        failed_batches = sum(1 for o in done if o.get("error"))
-        if 0 <= limits.mini_batch_error_threshold < failed_batches:
-            print(f"\nmini_batch_error_threshold {limits.mini_batch_error_threshold} exceeded "
-                  f"({failed_batches} failed mini-batches): stopping")
-            return Status.FAILED
-        if len(done) == total:
+        if results.done == total:
             return Status.COMPLETED
         if running.launch.poll() is not None:
             return Status.FAILED  # the processes ended with work left (init() failed, a crash)
-        running.launch.nap(0.1)
+        running.launch.nap(POLL_S)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,13 +247,24 @@ class Batches:
 Plan = Callable[[], Batches]
 
 
+@dataclass(frozen=True)
+class Hooks:
+    """What the caller of a drive is told: `announce`, once the work is known (the processes
+    started); `settled`, once every mini-batch is done or the run stopped, with the run's id,
+    the tally and the seconds the work took, while the processes exit, so what needs only
+    the results (the rows, the run's metrics) does not wait for them."""
+
+    announce: Callable[[engine.Running], None] | None = None
+    settled: Callable[[str, Tally, float], None] | None = None
+
+
 def drive(task: Task, rt: engine.Runtime, work: Batches | Plan, *, label: str = "",
-          echo: bool = True, announce: Callable[[engine.Running], None] | None = None) -> Driven:
+          echo: bool = True, hooks: Hooks = Hooks()) -> Driven:
     """Start the task's processes, queue the mini-batches, watch them, collect the outcome.
     `work`: the mini-batches, or what reads the input into them, called once the processes
     have started: they import the script and run init() meanwhile, and the first of them
-    scores the first mini-batch as soon as both are ready. `announce` is told once the work is
-    known. An error while reading the input ends the run (FAILED) and is raised."""
+    scores the first mini-batch as soon as both are ready. An error while reading the input
+    ends the run (FAILED) and is raised."""
     folder = task.folder / "work"
     open_queue(folder)
     running = engine.start(task, rt, echo=echo, label=label)
@@ -233,8 +272,8 @@ def drive(task: Task, rt: engine.Runtime, work: Batches | Plan, *, label: str = 
     try:
         work = work() if callable(work) else work
         total = queue(work.batches, folder)
-        if announce is not None:
-            announce(running)
+        if hooks.announce is not None:
+            hooks.announce(running)
         status = watch(running, total, work.items, work.limits)
     except BaseException as err:
         running.launch.stop()
@@ -242,13 +281,16 @@ def drive(task: Task, rt: engine.Runtime, work: Batches | Plan, *, label: str = 
                       else Status.FAILED)
         raise
     seconds = time.monotonic() - started
-    if running.launch.poll() is None:
-        if status == Status.FAILED:
-            running.launch.stop()
-        else:
-            running.launch.wait()
-    result = engine.finish(running, rt, status)
-    return Driven(result, tally(folder, work.items), seconds)
+    if status == Status.FAILED and running.launch.poll() is None:
+        running.launch.stop()
+    counted = tally(folder, work.items)  # final: every mini-batch done, or no process left
+    try:
+        if hooks.settled is not None:
+            hooks.settled(running.run_id, counted, seconds)
+    finally:  # the processes' end (their last words in the log), then the run's
+        running.launch.wait()
+        result = engine.finish(running, rt, status)
+    return Driven(result, counted, seconds)
 
 
 def write_rows(work: Path, target: Path) -> Path:

@@ -4,7 +4,9 @@ written whole, and stops once the queue is complete and empty."""
 
 from __future__ import annotations
 
+import json
 import threading
+from types import SimpleNamespace
 
 from support import until
 
@@ -44,3 +46,59 @@ def test_an_earlier_attempts_queue_is_dropped(tmp_path):
     minibatch.queue([], tmp_path)  # an empty queue, complete: the worker ends
     thread.join(timeout=30)
     assert found == [None]
+
+
+def test_the_driver_reads_each_result_once_and_stops_past_azures_thresholds(tmp_path):
+    results = minibatch.Results(folder=tmp_path)
+    assert results.read().done == 0
+
+    def outcome(name: str, items: int, returned: int, error: str = "") -> None:
+        (tmp_path / f"{name}.txt").write_text("row\n" * returned)
+        (tmp_path / f"{name}.json.tmp").write_text("{")  # a worker's file not yet in place
+        (tmp_path / f"{name}.json").write_text(json.dumps(
+            {"items": items, "returned": returned, "error": error}))
+
+    outcome("000000", 8, 8)
+    outcome("000001", 8, 6)
+    assert (results.read().done, results.scored, results.failed) == (2, 16, 2)
+    (tmp_path / "000000.json").write_text("read once: never again")
+    outcome("000002", 8, 0, "ValueError: no")
+    read = results.read()
+    assert (read.done, read.scored, read.failed, read.failed_batches) == (3, 24, 10, 1)
+    assert minibatch.over_limit(read, minibatch.Limits()) == ""  # -1: never
+    assert minibatch.over_limit(read, minibatch.Limits(error_threshold=10)) == ""
+    assert "error_threshold 9 exceeded (10 failed files)" in \
+        minibatch.over_limit(read, minibatch.Limits(error_threshold=9))
+    assert "mini_batch_error_threshold 0 exceeded (1 failed mini-batches)" in \
+        minibatch.over_limit(read, minibatch.Limits(mini_batch_error_threshold=0))
+
+
+def test_the_rows_and_metrics_are_settled_while_the_processes_exit(tmp_path, monkeypatch):
+    events: list[str] = []
+
+    class Launch:  # one process: it scores the mini-batch, then exits only once waited for
+        def poll(self):
+            return 0 if "waited" in events else None
+
+        def nap(self, seconds):
+            (tmp_path / "work" / "results" / "000000.json").write_text(
+                json.dumps({"items": 2, "returned": 1, "error": ""}))
+
+        def wait(self):
+            events.append("waited")
+            return 0
+
+    running = SimpleNamespace(task=SimpleNamespace(folder=tmp_path), launch=Launch(),
+                              run_id="run-1")
+    monkeypatch.setattr(minibatch.engine, "start", lambda *a, **k: running)
+    monkeypatch.setattr(minibatch.engine, "finish",
+                        lambda run, rt, status: events.append(f"finished {status}") or status)
+    hooks = minibatch.Hooks(
+        announce=lambda run: events.append("announced"),
+        settled=lambda run_id, tally, seconds: events.append(
+            f"settled {run_id} {tally.scored}/{tally.items}, {tally.failed} failed"))
+    driven = minibatch.drive(SimpleNamespace(folder=tmp_path), None, minibatch.Batches(
+        batches=[["a.jpg", "b.jpg"]], items=2, limits=minibatch.Limits()), hooks=hooks)
+    assert events == ["announced", "settled run-1 1/2, 1 failed", "waited",
+                      f"finished {minibatch.Status.COMPLETED}"]
+    assert driven.tally == minibatch.Tally(2, 1, 0)
