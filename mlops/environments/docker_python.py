@@ -110,9 +110,8 @@ def _conda(args: list[str], build: _Build) -> None:
     name = _option(args, ("-n", "--name"))
     if prefix:
         build.envs[_folder(prefix)] = asked[-1]
-    elif name:
-        for root in ("/opt/conda", "/opt/miniconda", "/root/miniconda3", "/opt/miniconda3"):
-            build.envs[f"{root}/envs/{name}"] = asked[-1]
+    elif name:  # under whichever conda root: a PATH entry ending in envs/<name>
+        build.envs[f"envs/{name}"] = asked[-1]
     elif args[0] == "install":
         build.python = asked[-1]
 

@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 from mlops.runtime.mlflow_rest import local_folder
-from mlops.runtime.run_history import Environ, Json, WsgiApp
+from mlops.runtime.run_history import Environ, Json, WsgiApp, json_answer
 
 CREATE = ("/api/2.0/mlflow/model-versions/create", "/ajax-api/2.0/mlflow/model-versions/create")
 LOCAL = "file://"
@@ -59,7 +59,7 @@ def local_sources(inner: WsgiApp, artifacts: str) -> WsgiApp:
         except Refused as refused:
             status, answer = refused.status, {"error_code": refused.code,
                                               "message": str(refused)}
-        return respond(start_response, status, answer)
+        return json_answer(start_response, status, answer)
     return routed
 
 
@@ -139,12 +139,3 @@ def create_version(body: Json, source: Path) -> Json:
                       code=err.error_code) from None
     return json.loads(message_to_json(CreateModelVersion.Response(
         model_version=version.to_proto())))
-
-
-def respond(start_response, status: int, body: Json) -> list[bytes]:
-    from werkzeug.http import HTTP_STATUS_CODES
-
-    data = json.dumps(body).encode()
-    start_response(f"{status} {HTTP_STATUS_CODES.get(status, '')}".rstrip(),
-                   [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
-    return [data]

@@ -165,12 +165,17 @@ def error_body(refused: Refused) -> Json:
 
 
 def respond(start_response, status: int, body: Json) -> list[bytes]:
+    return json_answer(start_response, status, body,
+                       content_type="application/json; charset=utf-8",
+                       extra=[("Allow", "GET, PATCH")] if status == 405 else [])
+
+
+def json_answer(start_response, status: int, body: Json, *, content_type: str = "application/json",
+                extra: list[tuple[str, str]] | None = None) -> list[bytes]:
+    """A WSGI answer of `body` as JSON, with its length (and `extra` headers)."""
     from werkzeug.http import HTTP_STATUS_CODES
 
     data = json.dumps(body).encode()
-    headers = [("Content-Type", "application/json; charset=utf-8"),
-               ("Content-Length", str(len(data)))]
-    if status == 405:
-        headers.append(("Allow", "GET, PATCH"))
+    headers = [("Content-Type", content_type), ("Content-Length", str(len(data))), *(extra or [])]
     start_response(f"{status} {HTTP_STATUS_CODES.get(status, '')}".rstrip(), headers)
     return [data]
