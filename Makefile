@@ -331,7 +331,8 @@ test: $(STAMP) ## Run the unit tests and one real end-to-end proof of each behav
 		--durations=15 $(PYTEST_ARGS)
 
 test-quick: $(STAMP) ## Run tests/unit alone: no process, server or training (under 20 s)
-	$(PY) -m pytest tests/unit -n $(QUICK_WORKERS) --dist loadgroup --durations=5 $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit -n $(QUICK_WORKERS) --dist loadgroup --no-loadscope-reorder \
+		--durations=5 $(PYTEST_ARGS)
 
 test-e2e: $(STAMP) ## Run the rest of tests/e2e, after make test (CI runs both; minutes)
 	$(PY) -m pytest tests/e2e -n $(TEST_WORKERS) --dist loadgroup -m $(call q,$(E2E_MARKS)) \

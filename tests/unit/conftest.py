@@ -34,26 +34,45 @@ HEAVY = {
     ),
     # the house rules parse every file of the repository (each process once: support.syntax)
     "house": ("test_imports", "test_tiers"),
-    # MLflow (3 s; azure-ai-ml with it where the workspace reads its registry)
+    # MLflow (3 s, with pandas, scipy and pyarrow; scikit-learn's metrics share those): the
+    # tests that import it, one each from modules that are azure-ai-ml's otherwise
     "mlflow": (
         "test_tracking", "test_tracking_rest", "test_tracking_server", "test_makefile",
-        "test_kept_verdicts", "test_workspace", "test_workspace_hostile",
+        "test_kept_verdicts::test_mlflows_registry_is_asked_again_only_once_its_store_or_the_"
+        "workspace_changed",
+        "test_workspace::test_an_mlflow_registration_is_fetched_from_the_state_store_from_any_"
+        "folder",
+        "test_workspace_hostile::test_a_damaged_mlflow_store_is_one_line_naming_it",
+        "test_workspace_hostile::test_an_mlflow_version_whose_files_are_gone_is_never_taken_in",
+        "test_automl::test_azures_classification_metrics_carry_azures_names_and_definitions",
+        "test_automl::test_azures_regression_errors_are_normalized_by_the_targets_range",
+        "test_automl::test_without_validation_settings_azures_rule_by_rows_picks_folds_or_a_"
+        "holdout",
+        "test_automl::test_a_forecasting_frequency_in_azures_older_pandas_spelling_is_read",
+        "test_automl::test_a_hostile_column_name_reaches_the_stand_in_as_one_value",
     ),
-    # azure-ai-ml (2 s; automl's tests load scikit-learn too): apart from MLflow's, so that
-    # the two largest groups take a worker each
+    # azure-ai-ml (2 s; the workspace lists an upload's files with it): apart from MLflow's,
+    # so that the two largest groups take a worker each
     "sdk": (
         "test_automl", "test_azml", "test_batch_verbs", "test_deployments",
         "test_endpoint_rules", "test_hostile_specs", "test_prepare_references", "test_registry",
         "test_run_folders", "test_runtime_rules", "test_sdk_findings", "test_specs",
-        "test_automl_vision", "test_reuse_keys",
+        "test_automl_vision", "test_reuse_keys", "test_kept_verdicts", "test_workspace",
+        "test_workspace_hostile",
     ),
 }
+# the groups by their CPU on 2 cores, costliest first (MLOPS_TEST_TIMES, docs/development.md)
+COSTLIEST = ("sdk", "mlflow", "torch", "house")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items) -> None:
     """Each unit test HEAVY names gets its group's xdist_group mark (before tests/conftest.py
-    hands the groups to xdist)."""
+    hands the groups to xdist), and the groups come first, in COSTLIEST's order: make
+    test-quick hands them out in that order (--no-loadscope-reorder), so that each of the two
+    workers of a 2-core machine starts on one of the two costliest groups and the rest fills
+    in around them (by number of tests, xdist's default, one worker got MLflow's and torch's
+    groups: 19 s of CPU against the other's 15)."""
     group_of = {name: group for group, names in HEAVY.items() for name in names}
     for item in items:
         path = Path(item.path)
@@ -63,6 +82,10 @@ def pytest_collection_modifyitems(items) -> None:
         group = group_of.get(test) or group_of.get(path.stem)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+    rank = {group: n for n, group in enumerate(COSTLIEST)}
+    items.sort(key=lambda item: min((rank.get(str(m.args[0]), len(rank)) for m in
+                                     item.iter_markers("xdist_group") if m.args),
+                                    default=len(rank)))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -77,6 +100,17 @@ def processes_started_once() -> None:
     if importlib.util.find_spec("cuda") and importlib.util.find_spec("cuda.pathfinder"):
         importlib.import_module("cuda.pathfinder")
     platform.processor()
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread(request) -> None:
+    """torch's tests run on one thread: their tensors are tiny, and a second OpenMP thread only
+    spins on the core the other xdist worker needs (test_builders, test_models and test_data:
+    8.9 -> 6.7 s of CPU, 10.7 -> 7.0 s of wall on 2 busy cores). Set before each of them, so a
+    test that sets its own count (Service(threads=2)) does not leave it to the next."""
+    mark = request.node.get_closest_marker("xdist_group")
+    if mark is not None and mark.args and mark.args[0] == "torch":
+        importlib.import_module("torch").set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -266,9 +266,8 @@ def test_mlflows_registry_is_asked_again_only_once_its_store_or_the_workspace_ch
     client = SimpleNamespace(search_model_versions=lambda query: asked.append(query) or [])
     monkeypatch.setattr(mlflow_models, "_client", lambda: client)
     workspace = Workspace(tmp_path / "workspace")
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "model.pt").write_text("weights")
+    model = tmp_path / "model.pt"  # a file: its upload is listed without azure-ai-ml
+    model.write_text("weights")
     workspace.create(Draft(kind=AssetKind.MODEL, name="clf", source=model))
     for _ in range(2):
         mlflow_models.take_in(workspace, "clf")
