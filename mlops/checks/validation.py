@@ -86,8 +86,9 @@ def schema_layer(spec: Spec) -> list[Finding]:
         key = ".".join(path)
         if len(message) > MAX_MESSAGE:  # jsonschema quotes the whole value: a list of 100,000
             message = message[:MAX_MESSAGE - 20] + " ... (cut short)"
-        found.append(spec.finding(key, f"schema: {message}", "see the field list in mlops/"
-                                  f"schemas/{spec.kind}.schema.json (editors autocomplete it)"))
+        found.append(spec.finding(key, f"schema: {message}", "see the field list in https://"
+                                  f"azuremlschemas.azureedge.net/latest/{spec.kind}.schema.json"
+                                  " (an editor autocompletes it from the $schema line)"))
     return found
 
 

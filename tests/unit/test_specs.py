@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlops.checks.validation import KINDS, validate
+from mlops.checks.validation import KINDS, schema_layer, validate
 from mlops.specs import JOB_TYPES, ROOT, discover, load_spec, schema_kind
 
 INVALID = sorted((ROOT / "tests" / "invalid_specs").glob("*.yml"))
@@ -293,3 +293,15 @@ def test_every_job_kind_azure_ai_ml_loads_is_known_and_the_five_local_ones_run()
         reason = not_runnable(Spec(path=Path("x.yml"), data={"type": type_}, role="job"))
         assert bool(reason) == (type_ not in ("command", "sweep", "pipeline", "spark",
                                               "automl")), type_
+
+
+def test_a_schema_error_names_azures_published_schema_not_a_path_of_this_repository(tmp_path):
+    """azml validates any user's repository: the field list it points at is Azure's schema of
+    the kind, which exists wherever the spec is."""
+    spec = tmp_path / "job.yml"
+    spec.write_text("$schema: https://azuremlschemas.azureedge.net/latest/commandJob.schema.json\n"
+                    "command: echo hi\nenvironment: azureml:env@latest\ncomand: typo\n")
+    found = schema_layer(load_spec(spec))
+    assert [f.key for f in found] == ["comand"]
+    assert found[0].fix.startswith("see the field list in https://azuremlschemas.azureedge.net/"
+                                   "latest/commandJob.schema.json")
