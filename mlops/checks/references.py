@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlops.environments.envspec import EnvMap, require_environment
+from mlops.errors import LocalRunError
 from mlops.runtime import AssetMap, input_value, load_component
 from mlops.specs import Spec, SpecData
-from mlops.workspace.references import submitted_name
+from mlops.workspace.records import AssetKind
+from mlops.workspace.references import submitted_name, versionless_refusal
 
 AUTOML_DATA = ("training_data", "validation_data", "test_data")
 
@@ -67,23 +69,35 @@ def check_references(spec: Spec, assets: AssetMap, env_file: Path | None = None)
 def check_definition(data: SpecData, base: Path, refs: Refs, where: str) -> None:
     """A job's, a node's or an inline component's own names: its mapping inputs, an AutoML
     job's data, its environment (a parallel task's too)."""
+    task = data.get("task")  # the environment first, inputs next: azure-ai-ml's order
+    for key, value in (("environment", data.get("environment")),
+                       ("task.environment", task.get("environment") if isinstance(task, dict)
+                        else None)):
+        if isinstance(value, str) and submitted_name(value) is not None:
+            versioned(value, AssetKind.ENVIRONMENT, refs.key(where, key))
+            require_environment(value, base, refs.env_map, refs.key(where, key))
     inputs = data.get("inputs")
     for name, value in (inputs.items() if isinstance(inputs, dict) else []):
         check_input(value, base, refs, refs.key(where, f"inputs.{name}"))
     for key in AUTOML_DATA if data.get("type") == "automl" else ():
         check_input(data.get(key), base, refs, refs.key(where, key))
-    task = data.get("task")
-    for key, value in (("environment", data.get("environment")),
-                       ("task.environment", task.get("environment") if isinstance(task, dict)
-                        else None)):
-        if isinstance(value, str) and submitted_name(value) is not None:
-            require_environment(value, base, refs.env_map, refs.key(where, key))
 
 
 def check_input(value, base: Path, refs: Refs, key: str) -> None:
     """A mapping input whose `path:` is a short name, resolved as the run binds it."""
     if isinstance(value, dict) and submitted_name(value.get("path")) is not None:
+        model = str(value.get("type", "")).lower() in ("mlflow_model", "custom_model")
+        versioned(value["path"], AssetKind.MODEL if model else AssetKind.DATA, key)
         input_value(value, key, base, refs.assets)
+
+
+def versioned(reference: str, kind: AssetKind, key: str) -> None:
+    """A short name with a version or a label, as az ml job create needs to resolve it; a
+    LocalRunError in azure-ai-ml's words for one with neither, even where a name alone finds it
+    here (the local workspace's latest, a mapped name)."""
+    refusal = versionless_refusal(reference, kind)
+    if refusal:
+        raise LocalRunError(f"{key}: {refusal}")
 
 
 def check_nodes(jobs, base: Path, refs: Refs, where: str) -> None:
@@ -111,6 +125,7 @@ def check_component(ref, base: Path, refs: Refs, where: str) -> None:
         return
     if isinstance(ref, str) and ref.startswith("azureml:"):
         if submitted_name(ref) is not None:
+            versioned(ref, AssetKind.COMPONENT, refs.key(where))
             load_component(ref, base, refs.assets, refs.key(where))
         return
     component = load_component(ref, base, refs.assets, refs.key(where))

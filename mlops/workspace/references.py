@@ -85,6 +85,23 @@ def azure_refusal(reference: str, kind: AssetKind) -> str:
             f"{ref.version}, and Azure refuses the job when the workspace holds no such version")
 
 
+def versionless_refusal(reference: str, kind: AssetKind) -> str:
+    """How az ml job create refuses a short name with neither a version nor a label, whether or
+    not the workspace holds it ("" for any other reference). azure-ai-ml's get_asset_arm_id
+    turns each name into an asset id and asks the name for its version; its job schemas strip
+    `azureml:` from an environment and a component (not from an input's path) before, and pass
+    a curated `AzureML-` environment on for the service to expand."""
+    ref = submitted_name(reference)
+    if ref is None or ref.version is not None or ref.label is not None:
+        return ""
+    if kind == AssetKind.ENVIRONMENT and ref.name.startswith("AzureML-"):
+        return ""
+    asset = ref.name if kind in (AssetKind.ENVIRONMENT, AssetKind.COMPONENT) else reference
+    return (f"az ml job create refuses {reference}: 'Failed to extract version when parsing "
+            f"asset {asset} of type {kind.value} as arm id. Version must be provided.' Name a "
+            f"version (azureml:{ref.name}:<version>) or a label (azureml:{ref.name}@latest)")
+
+
 def registered(reference: str, kind: AssetKind,
                workspace: Workspace | None = None) -> AssetVersion | None:
     """The version `reference` names among the workspace's assets of `kind` (or of the kind

@@ -194,3 +194,37 @@ def test_a_sweeps_inputs_and_its_trials_environment_are_resolved(repo, started):
     nothing_left()
     create(spec(repo, SWEEP.format(environment=INLINE_ENV, path="data")))
     assert len(started) == 1
+
+
+def test_a_name_without_a_version_or_label_is_refused_even_where_the_workspace_holds_it(
+        repo, started):
+    """azure-ai-ml turns each short name into an asset id and needs its version (get_asset_arm_id:
+    'Version must be provided'); a name alone finding the local workspace's latest is not what
+    Azure does. Its job schemas strip `azureml:` from an environment and a component first."""
+    workspace = Workspace(workspace_root())
+    workspace.create(Draft(kind=AssetKind.DATA, name="fowl", source=repo / "data",
+                           type="uri_folder"))
+    (repo / "train-env.yml").write_text(f"name: train-env\nversion: '2'\nimage: {IMAGE}\n")
+    refused = {
+        COMMAND.format(environment=INLINE_ENV, path="azureml:fowl"):
+            "inputs.data: az ml job create refuses azureml:fowl: 'Failed to extract version "
+            "when parsing asset azureml:fowl of type data as arm id. Version must be provided.'",
+        COMMAND.format(environment="azureml:train-env", path="azureml:fowl"):  # its order
+            "environment: az ml job create refuses azureml:train-env: 'Failed to extract "
+            "version when parsing asset train-env of type environments as arm id.",
+        COMMAND.format(environment=INLINE_ENV, path="azureml:fowl").replace(
+            "type: uri_folder", "type: mlflow_model"): "asset azureml:fowl of type models as",
+        PIPELINE.format(component="azureml:train", path="data"):
+            "jobs.train.component: az ml job create refuses azureml:train: 'Failed to extract "
+            "version when parsing asset train of type components as arm id.",
+    }
+    for text, message in refused.items():
+        with pytest.raises(LocalRunError) as caught:
+            create(spec(repo, text))
+        assert message in str(caught.value)
+        assert "Name a version (azureml:" in str(caught.value)
+    nothing_left()
+    create(spec(repo, COMMAND.format(environment="azureml:AzureML-sklearn-1.5", path="data")))
+    create(spec(repo, COMMAND.format(environment="azureml:train-env:2",
+                                     path="azureml:fowl@latest")))
+    assert len(started) == 2
