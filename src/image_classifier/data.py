@@ -10,16 +10,15 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 from torchvision import datasets, transforms
 from torchvision.datasets.folder import IMG_EXTENSIONS
-from torchvision.transforms.functional import _compute_resized_output_size
 
 from .config import TrainConfig
 from .distributed import DistContext
 from .images import ImageError
 from .loading import ImageLoader, Problem, check, check_threads, collate
+from .preprocess import ResizeCenterCrop, resize_size
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +30,6 @@ _IGNORED_CHILDREN = {"__MACOSX"}
 
 class DataError(ValueError):
     """A problem with the user's data; the message names the path and what to do."""
-
-
-def resize_size(image_size: int) -> int:
-    """Eval resize before the center crop, in the torchvision reference ratio (256 for 224)."""
-    return int(round(image_size * 256 / 224))
 
 
 def _has_splits(folder: Path) -> bool:
@@ -130,33 +124,9 @@ def resolve_data_root(data: str | os.PathLike, cache_root: Path | None = None) -
     )
 
 
-class ResizeCenterCrop:
-    """torchvision's Resize(resize) then CenterCrop(crop), in one resampling of only the pixels
-    the crop keeps (Pillow's resize `box`): the same filter taps at the same source positions,
-    so the result equals the two-step one to within one level of rounding, at about half the
-    CPU. Preprocessing is what a CPU endpoint spends besides the model, on every image."""
-
-    def __init__(self, resize: int, crop: int):
-        self.resize, self.crop = resize, crop
-        self.two_step = transforms.Compose([transforms.Resize(resize), transforms.CenterCrop(crop)])
-
-    def __call__(self, image):
-        if not isinstance(image, Image.Image):
-            return self.two_step(image)
-        width, height = image.size
-        new_h, new_w = _compute_resized_output_size((height, width), [self.resize])
-        if self.crop > min(new_h, new_w):  # CenterCrop pads: leave that to torchvision
-            return self.two_step(image)
-        top, left = int(round((new_h - self.crop) / 2.0)), int(round((new_w - self.crop) / 2.0))
-        if (new_w, new_h) == (width, height):
-            return image.crop((left, top, left + self.crop, top + self.crop))
-        sx, sy = width / new_w, height / new_h
-        box = (left * sx, top * sy, (left + self.crop) * sx, (top + self.crop) * sy)
-        return image.resize((self.crop, self.crop), Image.BILINEAR, box=box)
-
-
 def build_transforms(image_size: int, train: bool, mean=IMAGENET_MEAN, std=IMAGENET_STD):
-    """Train: random resized crop + flip; eval: resize + center crop. Both normalize."""
+    """Train: random resized crop + flip; eval: resize + center crop (as preprocess.Preprocess
+    does without torch). Both normalize."""
     if train:
         geometry = [transforms.RandomResizedCrop(image_size), transforms.RandomHorizontalFlip()]
     else:
