@@ -31,9 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench_common import compute_bound  # noqa: E402
 
-from image_classifier import checkpoint  # noqa: E402
+from image_classifier import checkpoint, usable_cores  # noqa: E402
 from image_classifier.data import IMAGENET_MEAN, IMAGENET_STD, build_datasets  # noqa: E402
-from image_classifier.distributed import usable_cores  # noqa: E402
 from image_classifier.model import build_model  # noqa: E402
 from mlops import batch  # noqa: E402
 

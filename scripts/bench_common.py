@@ -7,12 +7,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
+import numpy as np
 
-from image_classifier.distributed import usable_cores
+from image_classifier import usable_cores
 
 
-def images_per_second(forward: Callable, inputs: torch.Tensor, seconds: float,
+def images_per_second(forward: Callable, inputs: np.ndarray, seconds: float,
                       lanes: int = 1) -> float:
     """Images/s of `forward(inputs)` repeated for `seconds` by `lanes` threads at once, after
     one warm-up pass (which pays for lazy initialisation: oneDNN primitives, ONNX Runtime's
@@ -20,13 +20,11 @@ def images_per_second(forward: Callable, inputs: torch.Tensor, seconds: float,
     runs = [0] * lanes
 
     def lane(index: int, deadline: float) -> None:
-        with torch.inference_mode():
-            while time.perf_counter() < deadline:
-                forward(inputs)
-                runs[index] += 1
+        while time.perf_counter() < deadline:
+            forward(inputs)
+            runs[index] += 1
 
-    with torch.inference_mode():
-        forward(inputs)
+    forward(inputs)
     started = time.perf_counter()
     threads = [threading.Thread(target=lane, args=(i, started + seconds)) for i in range(lanes)]
     for thread in threads:
@@ -36,7 +34,7 @@ def images_per_second(forward: Callable, inputs: torch.Tensor, seconds: float,
     return sum(runs) * len(inputs) / (time.perf_counter() - started)
 
 
-def compute_bound(model_dir: Path, backend: str, batches: list[torch.Tensor],
+def compute_bound(model_dir: Path, backend: str, batches: list[np.ndarray],
                   seconds: float) -> tuple[float, str]:
     """Images/s of the model alone (no HTTP, no decoding): the best of one pass on every core and
     one single-threaded pass per core at once (how the server's lanes and the batch processes
@@ -50,5 +48,8 @@ def compute_bound(model_dir: Path, backend: str, batches: list[torch.Tensor],
             rate = images_per_second(forward, inputs, seconds, lanes)
             best = max(best, (rate, f"{lanes} pass(es) x {threads} thread(s), "
                                     f"batch {len(inputs)}"))
-    torch.set_num_threads(cores)
+    if backend == "torch":
+        from image_classifier.inference import set_threads
+
+        set_threads(cores)
     return best

@@ -31,12 +31,12 @@ sys.path.insert(0, str(ROOT))
 from bench_common import compute_bound  # noqa: E402
 from bench_load import concurrent_load  # noqa: E402
 
-from image_classifier import checkpoint  # noqa: E402
+from image_classifier import checkpoint, usable_cores  # noqa: E402
 from image_classifier.data import IMAGENET_MEAN, IMAGENET_STD, build_datasets  # noqa: E402
-from image_classifier.distributed import usable_cores  # noqa: E402
 from image_classifier.export import export_onnx, quantize_int8  # noqa: E402
 from image_classifier.model import build_model  # noqa: E402
-from image_classifier.predict import ONNX_FILE  # noqa: E402
+from image_classifier.model_files import ONNX_FILE  # noqa: E402
+from image_classifier.preprocess import Preprocess  # noqa: E402
 from mlops.endpoints import online  # noqa: E402
 from mlops.runtime.service import stop_service  # noqa: E402
 
@@ -48,7 +48,7 @@ def make_model_dir(folder: Path, val_batch: torch.Tensor, bundle) -> Path:
             "image_size": 224, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
             "epoch": 0, "best_val_acc": 0.0}
     checkpoint.write_model_dir(best, folder)
-    print(f"onnx parity: {export_onnx(model, val_batch, folder / ONNX_FILE):.2e}")
+    print(f"onnx parity: {export_onnx(model, val_batch, folder / ONNX_FILE, metadata=best):.2e}")
     report = quantize_int8(folder, bundle, bundle.val.transform, keep=True)
     print(f"int8 gate (untrained model, for reference): agreement {report.agreement:.3f}")
     return folder
@@ -137,12 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = make_model_dir(Path(tmp) / "model", val_batch, bundle)
         rates = {}
         for backend in BACKENDS:
-            batches = [val_batch.repeat(4, 1, 1, 1)[:size] for size in (1, 8, 32)]
+            batches = [val_batch.repeat(4, 1, 1, 1)[:size].numpy() for size in (1, 8, 32)]
             rates[backend], how = compute_bound(model_dir, backend, batches, seconds=3)
             print(f"compute-bound ({backend} in-process, best: {how}): "
                   f"{rates[backend]:.1f} images/s")
         client_s = upstream_client_seconds(Path(bundle.val.samples[0][0]), bundle.val.transform)
-        prep_s = preprocessing_seconds(jpegs, bundle.val.transform)
+        prep_s = preprocessing_seconds(jpegs, Preprocess(224, IMAGENET_MEAN, IMAGENET_STD))
         print(f"server-side preprocessing per image (headers, decode, resize, normalize): "
               f"{prep_s * 1e3:.1f} ms of CPU")
         print(f"upstream client cost per image (decode, preprocess, float JSON): "

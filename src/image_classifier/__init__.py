@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
 __version__ = "0.1.0"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as a container's limit sets it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def exit_with(main: Callable[[], int | None]) -> NoReturn:

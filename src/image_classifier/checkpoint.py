@@ -9,7 +9,6 @@ beside it (model.pt, model.onnx, model.int8.onnx), which the ONNX backends check
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -17,18 +16,22 @@ from pathlib import Path
 
 import torch
 
+from .model_files import (  # noqa: F401 - the folder's names, read here too
+    METADATA_FILE,
+    MODEL_FILE,
+    DamagedFile,
+    check_file,
+    file_digest,
+    record_file,
+    write_metadata,
+)
+
 CHECKPOINT_DIR = "checkpoints"
 LAST = "last.pt"
 BEST = "best.pt"
-MODEL_FILE = "model.pt"
-METADATA_FILE = "model.json"
 # Keys a scoring script needs; the rest (optimizer, scheduler, ...) only matters for resuming.
 SERVING_KEYS = ("model", "arch", "classes", "image_size", "mean", "std", "epoch", "best_val_acc")
 DIGEST = "digest"
-
-
-class DamagedFile(ValueError):
-    """A checkpoint or model file that does not hold what was written to it."""
 
 
 def _feed(digest, value, key: str = "") -> None:
@@ -50,14 +53,6 @@ def _feed(digest, value, key: str = "") -> None:
 def payload_digest(payload: dict[str, object]) -> str:
     digest = hashlib.sha256()
     _feed(digest, {k: v for k, v in payload.items() if k != DIGEST})
-    return digest.hexdigest()
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
     return digest.hexdigest()
 
 
@@ -125,34 +120,8 @@ def write_model_dir(best: dict[str, object], model_dir: str | os.PathLike) -> Pa
     metadata = {key: best[key] for key in SERVING_KEYS if key != "model"}
     metadata["mean"], metadata["std"] = list(best["mean"]), list(best["std"])
     metadata["files"] = {MODEL_FILE: file_digest(folder / MODEL_FILE)}
-    _write_metadata(folder, metadata)
+    write_metadata(folder, metadata)
     return folder
-
-
-def _write_metadata(folder: Path, metadata: dict[str, object]) -> None:
-    tmp = folder / f".{METADATA_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(metadata, indent=2) + "\n")
-    os.replace(tmp, folder / METADATA_FILE)
-
-
-def record_file(folder: Path, name: str) -> None:
-    """model.json notes the sha256 of a model file written beside it (an ONNX export)."""
-    if not (folder / METADATA_FILE).is_file():
-        return  # a bare export of a model folder without metadata
-    metadata = json.loads((folder / METADATA_FILE).read_text())
-    metadata.setdefault("files", {})[name] = file_digest(folder / name)
-    _write_metadata(folder, metadata)
-
-
-def check_file(folder: Path, name: str) -> None:
-    """Refuse a model file whose bytes differ from what model.json recorded for it."""
-    try:
-        recorded = json.loads((folder / METADATA_FILE).read_text()).get("files", {}).get(name)
-    except (OSError, ValueError) as err:
-        raise DamagedFile(f"{folder / METADATA_FILE} cannot be read ({err})") from None
-    if recorded and recorded != file_digest(folder / name):
-        raise DamagedFile(f"{folder / name} is damaged: its sha256 differs from the one "
-                          f"{METADATA_FILE} recorded when it was written")
 
 
 @dataclass(kw_only=True)

@@ -36,11 +36,6 @@ class DistContext:
         return int(os.environ.get("LOCAL_WORLD_SIZE", 1))
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, as a container's limit sets it)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def setup() -> DistContext:
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))

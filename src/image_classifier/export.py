@@ -31,7 +31,7 @@ from .config import build_parser as config_parser
 from .data import DataError, build_datasets
 from .inference import find_model_file, load_model
 from .model import ModelError
-from .predict import INT8_FILE, ONNX_FILE
+from .model_files import GRAPH_METADATA, INT8_FILE, ONNX_FILE, graph_metadata
 
 log = logging.getLogger("image_classifier.export")
 AGREEMENT = 0.99
@@ -43,8 +43,10 @@ class ParityError(ModelError):
 
 
 def export_onnx(model: torch.nn.Module, batch: torch.Tensor, path: Path,
-                tolerance: float = 1e-4) -> float:
-    """Export with a dynamic batch axis; return the max |onnxruntime - torch| on `batch`."""
+                tolerance: float = 1e-4, metadata: dict[str, object] | None = None) -> float:
+    """Export with a dynamic batch axis; return the max |onnxruntime - torch| on `batch`.
+    `metadata` (model.json's classes, image_size, mean, std) goes into the graph, where a
+    scorer checks model.json against it without torch (predict.check_consistent)."""
     import onnxruntime
 
     model = model.eval().float()
@@ -52,6 +54,8 @@ def export_onnx(model: torch.nn.Module, batch: torch.Tensor, path: Path,
     program = torch.onnx.export(model, (batch[:2],), dynamo=True, input_names=["input"],
                                 output_names=["logits"], dynamic_shapes=({0: batch_dim},),
                                 verbose=False)
+    if metadata is not None:
+        program.model.metadata_props[GRAPH_METADATA] = graph_metadata(metadata)
     program.save(str(path))
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     with torch.inference_mode():
@@ -170,7 +174,7 @@ def export_model_dir(cfg: ExportConfig) -> Exported:
                         f"{loaded.classes}")
     path = folder / ONNX_FILE
     difference = export_onnx(loaded.model, sample_batch(bundle.val, loaded.transform), path,
-                             cfg.tolerance)
+                             cfg.tolerance, metadata=loaded.metadata)
     checkpoint.record_file(folder, ONNX_FILE)
     report = quantize_int8(folder, bundle, loaded.transform) if cfg.int8 else None
     if report and report.kept:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
+import numpy as np
 import torch
 
 from . import checkpoint
 from .data import build_transforms
 from .model import build_model
+from .model_files import find_model_file
 
 
 @dataclass(kw_only=True)
@@ -20,22 +21,6 @@ class LoadedModel:
     image_size: int
     transform: object
     metadata: dict[str, object]
-
-
-def find_model_file(root: str | os.PathLike) -> Path:
-    """model.pt at ``root`` or below it (a registered model nests the folder one or more levels)."""
-    root = Path(root)
-    if root.is_file():
-        return root
-    direct = root / checkpoint.MODEL_FILE
-    if direct.is_file():
-        return direct
-    found = sorted(root.rglob(checkpoint.MODEL_FILE))
-    if not found:
-        raise FileNotFoundError(f"{root}: no {checkpoint.MODEL_FILE} found. Point at the model "
-                                "folder the trainer wrote (<output_dir>/model or the job's model "
-                                "output).")
-    return found[0]
 
 
 def _fits(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> bool:
@@ -77,3 +62,16 @@ def load_model(root: str | os.PathLike) -> LoadedModel:
     metadata = {k: v for k, v in ckpt.items() if k != "model"}
     return LoadedModel(model=model, classes=list(ckpt["classes"]), image_size=ckpt["image_size"],
                        transform=transform, metadata=metadata)
+
+
+def probabilities(model: torch.nn.Module, batch: np.ndarray) -> np.ndarray:
+    """Softmax over the model's logits for an N x 3 x S x S float32 array (preprocess.py's):
+    torch.from_numpy shares the array's memory, so the torch backend is fed without a copy."""
+    with torch.inference_mode():
+        return torch.softmax(model(torch.from_numpy(batch)).float(), dim=1).numpy()
+
+
+def set_threads(threads: int) -> None:
+    """Threads of each torch forward pass in this process (0: torch's default, every core)."""
+    if threads:
+        torch.set_num_threads(threads)

@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 from torch.utils.data import default_collate
 
-from .distributed import usable_cores
+from . import usable_cores
 from .images import Limits, open_image
 
 log = logging.getLogger(__name__)

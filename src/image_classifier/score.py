@@ -14,7 +14,8 @@ nests too deeply is a 400; images are checked from their headers (format, width,
 ratio, and the pixels a request would decode) before any is decoded; every decoder error is a
 4xx (src/image_classifier/images.py, the decoder training uses too). init() loads model.pt with
 weights_only=True, or model.onnx / model.int8.onnx with onnxruntime (SCORE_BACKEND=auto|torch|
-onnx|int8; auto serves the int8 model when export kept it, else fp32 ONNX, else torch).
+onnx|int8; auto serves the int8 model when export kept it, else fp32 ONNX, else torch); with an
+ONNX model the worker never imports torch (predict.py), so it starts in well under a second.
 Its settings (score_config.py) are read once, in init().
 The inference server loads this file by path: imports are absolute (code: ../src is the root).
 """
@@ -29,11 +30,10 @@ import sys
 import time
 
 import numpy as np
-import torch
 
-from image_classifier.distributed import usable_cores
+from image_classifier import usable_cores
 from image_classifier.images import ImageError, Limits, inspect, open_image
-from image_classifier.predict import Batcher, Service, predict, predict_tensor
+from image_classifier.predict import Batcher, Service, predict, predict_array
 from image_classifier.score_config import ScoreConfig
 
 LIMITS = Limits()
@@ -111,7 +111,7 @@ def _base64_images(items) -> list[bytes]:
     return decoded
 
 
-def _tensor(data, size: int) -> torch.Tensor:
+def _array(data, size: int) -> np.ndarray:
     """{"data": N x 3 x S x S}: checked for shape, count and finite numbers before any work."""
     if not isinstance(data, list) or not data:
         raise RequestError(400, f"'data' must be a non-empty N x 3 x {size} x {size} list")
@@ -129,10 +129,10 @@ def _tensor(data, size: int) -> torch.Tensor:
                                 "normalized as in training")
     if not np.isfinite(array).all():
         raise RequestError(400, "'data' holds NaN or infinite values")
-    return torch.from_numpy(array)
+    return array
 
 
-def parse(request) -> list[bytes] | torch.Tensor:
+def parse(request) -> list[bytes] | np.ndarray:
     """The request -> image bytes to decode, or an already preprocessed batch."""
     if request.method != "POST":
         raise RequestError(405, f"use POST. {USAGE}")
@@ -156,7 +156,7 @@ def parse(request) -> list[bytes] | torch.Tensor:
     if isinstance(payload, dict) and "images" in payload:
         return _base64_images(payload["images"])
     if isinstance(payload, dict) and "data" in payload:
-        return _tensor(payload["data"], _service.image_size)
+        return _array(payload["data"], _service.image_size)
     raise RequestError(400, f"expected a JSON object with 'images' or 'data'. {USAGE}")
 
 
@@ -200,8 +200,8 @@ def run(request):
     started = time.perf_counter()
     try:
         parsed = parse(request)
-        if isinstance(parsed, torch.Tensor):
-            predictions = predict_tensor(_service, parsed, _batcher)
+        if isinstance(parsed, np.ndarray):
+            predictions = predict_array(_service, parsed, _batcher)
         else:
             predictions = predict(_service, decode(parsed), _batcher)
     except RequestError as err:

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from . import checkpoint, distributed, exit_with
+from . import checkpoint, distributed, exit_with, usable_cores
 from .checkpoint import DamagedFile, ResumeError, TrainState, make_checkpoint, restore
 from .config import TrainConfig, parse_config
 from .data import (
@@ -63,7 +63,7 @@ def default_num_workers(ctx: distributed.DistContext) -> int:
     inline vs 31 img/s with one worker), while draft decoding costs only a few ms an image."""
     if ctx.device.type != "cuda":
         return 0
-    return min(8, max(1, distributed.usable_cores() // ctx.local_world_size - 1))
+    return min(8, max(1, usable_cores() // ctx.local_world_size - 1))
 
 
 def cache_mb(cfg: TrainConfig, workers: int) -> int:
@@ -140,12 +140,13 @@ def export(model, best: dict[str, object], *, bundle: DataBundle, model_dir, int
     """model.onnx beside model.pt, checked against torch on real validation images; with int8,
     the gated int8 model too (export.py)."""
     from .export import export_onnx, quantize_int8, sample_batch
-    from .predict import INT8_FILE, ONNX_FILE
+    from .model_files import INT8_FILE, ONNX_FILE
 
     model.load_state_dict(best["model"])
     transform = build_transforms(best["image_size"], train=False)
     model = model.cpu().to(memory_format=torch.contiguous_format)
-    difference = export_onnx(model, sample_batch(bundle.val, transform), model_dir / ONNX_FILE)
+    difference = export_onnx(model, sample_batch(bundle.val, transform), model_dir / ONNX_FILE,
+                             metadata=best)
     checkpoint.record_file(model_dir, ONNX_FILE)
     log.info("wrote %s; parity max |onnxruntime - torch| = %.2e", model_dir / ONNX_FILE,
              difference)

@@ -46,28 +46,37 @@ def test_a_model_file_with_flipped_bytes_is_refused_by_name(model_copy, file, ba
 def test_reversed_class_names_in_model_json_are_refused_for_onnx(model_copy):
     meta = json.loads((model_copy / "model.json").read_text())
     edit_metadata(model_copy, classes=meta["classes"][::-1])
-    with pytest.raises(checkpoint.DamagedFile, match="disagrees with .*model.pt in classes"):
+    with pytest.raises(checkpoint.DamagedFile, match="disagrees with .*model.onnx in classes"):
         Service(model_copy, "onnx")
 
 
 @pytest.mark.proof
-def test_a_class_count_or_size_the_weights_lack_is_refused(model_copy):
+def test_a_class_count_or_size_the_graph_lacks_is_refused(model_copy):
     meta = json.loads((model_copy / "model.json").read_text())
     edit_metadata(model_copy, classes=[*meta["classes"], "extra"],
                   image_size=meta["image_size"] + 16)
-    with pytest.raises(checkpoint.DamagedFile, match="model.pt in classes, image_size"):
+    with pytest.raises(checkpoint.DamagedFile, match="model.onnx in classes, image_size"):
         Service(model_copy, "onnx")
 
 
 @pytest.mark.proof
 def test_without_weights_beside_it_the_onnx_graph_itself_is_checked(model_copy):
+    """By the metadata export wrote into it; a graph without that, by its input and output."""
+    import onnx
+
     meta = json.loads((model_copy / "model.json").read_text())
     meta.update(classes=[*meta["classes"], "extra"], image_size=meta["image_size"] + 16)
     (model_copy / "model.pt").unlink()
     session = _session(model_copy / "model.onnx", 1)
+    with pytest.raises(checkpoint.DamagedFile, match="model.onnx in classes, image_size"):
+        check_consistent(model_copy, meta, session, model_copy / "model.onnx")
+    graph = onnx.load(str(model_copy / "model.onnx"))
+    del graph.metadata_props[:]
+    onnx.save(graph, str(model_copy / "bare.onnx"))
     with pytest.raises(checkpoint.DamagedFile, match=r"3 classes, the graph outputs 2; "
                                                     r"image_size \d+, the graph takes"):
-        check_consistent(model_copy, meta, session, model_copy / "model.onnx")
+        check_consistent(model_copy, meta, _session(model_copy / "bare.onnx", 1),
+                         model_copy / "bare.onnx")
 
 
 def test_the_local_endpoint_refuses_to_start_on_a_damaged_model(model_copy, tmp_path,

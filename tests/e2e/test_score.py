@@ -91,7 +91,7 @@ def test_run_returns_labels_and_probabilities_for_several_images(service, tiny_d
 def test_the_notebook_tensor_a_raw_body_and_multipart_agree(service, tiny_data):
     path = images_of(tiny_data, 1)[0]
     reference = answer(service.run(request(json.dumps({"images": [b64(path.read_bytes())]}))))
-    tensor = service._service.transform(Image.open(path).convert("RGB")).unsqueeze(0)
+    tensor = service._service.preprocess.batch([Image.open(path).convert("RGB")])
     notebook = answer(service.run(request(json.dumps({"data": tensor.tolist()}))))
     raw = answer(service.run(request(path.read_bytes(), "image/jpeg")))
     builder = EnvironBuilder(method="POST", data={"a": (io.BytesIO(path.read_bytes()), "a.jpg"),

@@ -26,7 +26,7 @@ UNIT = Path(__file__).resolve().parent
 # group -> the modules (test_x) or tests (test_x::test_y, every parameter of it) that import it
 HEAVY = {
     "torch": (
-        "test_batching", "test_builders", "test_checkpoint_integrity", "test_data", "test_models",
+        "test_builders", "test_checkpoint_integrity", "test_data", "test_models", "test_preprocess",
         "test_archives::test_the_trainers_zip_input_is_refused_as_a_bomb_too",
         "test_automl_vision::test_weights_come_from_a_local_folder_else_the_model_keeps_its_"
         "initialisation",

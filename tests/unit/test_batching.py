@@ -10,8 +10,7 @@ from support import lazy, until
 
 from image_classifier.score_config import ScoreConfig
 
-# torch and the scoring module (torchvision's transforms) load with the first test (support.lazy)
-torch = lazy("torch")
+# the scoring module (NumPy and Pillow) loads with the first test (support.lazy)
 predict = lazy("image_classifier.predict")
 
 
@@ -27,7 +26,7 @@ class Recorder:
         self.meeting = threading.Barrier(meet, timeout=10) if meet else None
         self.lock = threading.Lock()
 
-    def probabilities(self, batch: torch.Tensor, alone: bool = False) -> np.ndarray:
+    def probabilities(self, batch: np.ndarray, alone: bool = False) -> np.ndarray:
         ids = [int(v) for v in batch[:, 0]]
         with self.lock:
             self.passes.append((threading.current_thread().name, ids))
@@ -38,18 +37,18 @@ class Recorder:
             self.meeting.wait()  # BrokenBarrierError if the passes never ran side by side
         if self.fail_on in ids:
             raise RuntimeError("forward pass failed")
-        return batch.numpy().copy()
+        return batch.copy()
 
 
-def ids(*values: int) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float32).reshape(-1, 1)
+def ids(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.float32).reshape(-1, 1)
 
 
 def idle(batcher: predict.Batcher) -> None:
     until(lambda: batcher.idle == batcher.lanes, 10, "every lane idle")
 
 
-def in_threads(batcher: predict.Batcher, service: Recorder, batches: list[torch.Tensor],
+def in_threads(batcher: predict.Batcher, service: Recorder, batches: list[np.ndarray],
                hold: threading.Event | None = None, ready=None) -> list:
     """The first request starts a pass (held there when `hold`), the others queue behind it,
     then, once `ready()` holds too, the hold is let go; each request's result (or error), in

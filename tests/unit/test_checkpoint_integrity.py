@@ -59,3 +59,23 @@ def test_model_json_records_the_model_file_and_a_changed_file_is_refused(tmp_pat
     (folder / "model.pt").write_bytes((folder / "model.pt").read_bytes() + b"\0")
     with pytest.raises(checkpoint.DamagedFile, match="model.pt is damaged: its sha256"):
         checkpoint.check_file(folder, "model.pt")
+
+
+def test_a_graph_exported_without_metadata_is_checked_against_the_weights(tmp_path):
+    """An ONNX graph from an export that did not write model.json into it: model.json is
+    checked against model.pt beside it (reading it imports torch, as before)."""
+    from tiny_onnx import tiny_graph
+
+    from image_classifier.predict import _session, check_consistent
+
+    best = {"model": {"w": torch.ones(4)}, "arch": "resnet18", "classes": ["a", "b"],
+            "image_size": 32, "mean": [0.5] * 3, "std": [0.2] * 3, "epoch": 1,
+            "best_val_acc": 0.5}
+    folder = checkpoint.write_model_dir(best, tmp_path / "model")
+    tiny_graph(folder / "model.onnx", None)
+    session = _session(folder / "model.onnx", 1)
+    meta = json.loads((folder / "model.json").read_text())
+    check_consistent(folder, meta, session, folder / "model.onnx")
+    with pytest.raises(checkpoint.DamagedFile, match="disagrees with .*model.pt in classes"):
+        check_consistent(folder, {**meta, "classes": ["b", "a"]}, session,
+                         folder / "model.onnx")

@@ -1,0 +1,96 @@
+"""A model folder's files, without torch: their names, where the folder is, their digests.
+
+The trainer writes model.pt and model.json (export adds model.onnx and model.int8.onnx);
+model.json records the sha256 of each model file beside it, which every loader checks before
+use. The ONNX scoring path reads a folder through this module alone, so a worker serving an ONNX
+model never imports torch (checkpoint.py, which reads and writes model.pt, builds on it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+MODEL_FILE = "model.pt"
+METADATA_FILE = "model.json"
+ONNX_FILE = "model.onnx"
+INT8_FILE = "model.int8.onnx"
+
+
+class DamagedFile(ValueError):
+    """A checkpoint or model file that does not hold what was written to it."""
+
+
+def find_model_file(root: str | os.PathLike) -> Path:
+    """model.pt at ``root`` or below it (a registered model nests the folder one or more levels)."""
+    root = Path(root)
+    if root.is_file():
+        return root
+    direct = root / MODEL_FILE
+    if direct.is_file():
+        return direct
+    found = sorted(root.rglob(MODEL_FILE))
+    if not found:
+        raise FileNotFoundError(f"{root}: no {MODEL_FILE} found. Point at the model "
+                                "folder the trainer wrote (<output_dir>/model or the job's model "
+                                "output).")
+    return found[0]
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_metadata(folder: Path) -> dict[str, object]:
+    """model.json, or DamagedFile naming it when it cannot be read."""
+    try:
+        metadata = json.loads((folder / METADATA_FILE).read_text())
+    except (OSError, ValueError) as err:
+        raise DamagedFile(f"{folder / METADATA_FILE} cannot be read ({err})") from None
+    if not isinstance(metadata, dict):
+        raise DamagedFile(f"{folder / METADATA_FILE} is not a JSON object")
+    return metadata
+
+
+def write_metadata(folder: Path, metadata: dict[str, object]) -> None:
+    tmp = folder / f".{METADATA_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(metadata, indent=2) + "\n")
+    os.replace(tmp, folder / METADATA_FILE)
+
+
+def record_file(folder: Path, name: str) -> None:
+    """model.json notes the sha256 of a model file written beside it (an ONNX export)."""
+    if not (folder / METADATA_FILE).is_file():
+        return  # a bare export of a model folder without metadata
+    metadata = json.loads((folder / METADATA_FILE).read_text())
+    metadata.setdefault("files", {})[name] = file_digest(folder / name)
+    write_metadata(folder, metadata)
+
+
+def check_file(folder: Path, name: str) -> None:
+    """Refuse a model file whose bytes differ from what model.json recorded for it."""
+    recorded = read_metadata(folder).get("files", {}).get(name)
+    if recorded and recorded != file_digest(folder / name):
+        raise DamagedFile(f"{folder / name} is damaged: its sha256 differs from the one "
+                          f"{METADATA_FILE} recorded when it was written")
+
+
+# An exported ONNX graph carries what model.json says of it (metadata_props["model.json"]), so
+# a scorer checks model.json against the graph without reading model.pt (and so without torch).
+GRAPH_METADATA = METADATA_FILE
+GRAPH_KEYS = ("classes", "image_size", "mean", "std")
+
+
+def graph_metadata(metadata: dict[str, object]) -> str:
+    """The JSON an export writes into the graph: model.json's keys that the graph depends on."""
+    return json.dumps({key: _plain(metadata[key]) for key in GRAPH_KEYS})
+
+
+def _plain(value):
+    return [_plain(item) for item in value] if isinstance(value, list | tuple) else value
