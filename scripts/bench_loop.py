@@ -147,7 +147,8 @@ def batch_case(repo: Path, data: Path, env: dict[str, str], runs: int) -> list[s
     count = sum(1 for p in source.rglob("*") if p.is_file())
     folder = model_dir(repo / "model")
     val = build_datasets(str(data), 224).val
-    rate, how = compute_bound(folder, "torch", [torch.stack([val[i][0] for i in range(16)])], 5)
+    images = torch.stack([val[i][0] for i in range(16)]).numpy()
+    rate, how = compute_bound(folder, "torch", [images], 5)
     spec = deployment(repo, 2, 8)
     lines = [f"compute-bound (torch fp32 in-process, best: {how}): {rate:.1f} images/s"]
     for attempt in range(runs + 1):  # the first warms the tracking server and the verdict
