@@ -420,6 +420,28 @@ def test_the_scoring_scripts_log_lines_reach_the_server_log(server):
     assert post(server, SAMPLE.read_text())[0] == 200
     until(lambda: "scored 1 image(s)" in log_path.read_text(), 10, "the scored line in the log")
     assert "loaded torch model" in log_path.read_text()
+    # the probe that shows an ONNX model's worker without torch sees it where it is loaded
+    assert "libtorch" in Path(f"/proc/{_worker(server.pid)}/maps").read_text()
+
+
+def test_an_onnx_model_is_served_by_a_worker_that_never_loads_torch(model_dir, tmp_path,
+                                                                     monkeypatch):
+    """model.onnx beside model.pt (the trainer's --export_onnx): blue serves it with no setting,
+    and its worker process maps no torch library."""
+    monkeypatch.delenv("SCORE_BACKEND", raising=False)
+    endpoints = use_root(monkeypatch, tmp_path / "endpoints")
+    endpoints.start(ROOT / "endpoints" / "blue.yml", "--model", str(model_dir))
+    slot = endpoints.state().deployments["blue"]
+    try:
+        served = Served(url=f"http://127.0.0.1:{endpoints.port}", headers=endpoints.headers(),
+                        pid=slot.pid, log=slot.log, direct=f"http://127.0.0.1:{slot.port}")
+        status, body = post(served, SAMPLE.read_text())
+        maps = Path(f"/proc/{_worker(slot.pid)}/maps").read_text()
+        assert status == 200 and body["predictions"][0]["label"] in ("chickens", "turkeys")
+        assert "loaded onnx model" in slot.log.read_text()
+        assert "onnxruntime" in maps and "libtorch" not in maps and "torchvision" not in maps
+    finally:
+        endpoints.stop()
 
 
 @pytest.mark.slow
