@@ -9,7 +9,8 @@ server up, the specs' verdicts and folders' listings kept, the environment cache
 - a 3-step trivial pipeline, every step run (`--force-rerun`) and every step reused, against the
   three scripts run one after another;
 - batch-local end to end (`python -m mlops.batch`: 153 images of hymenoptera's validation split
-  by default, 2 processes, mini-batches of 8, an untrained ResNet-18), against the in-process
+  by default, 2 processes, mini-batches of 8, an untrained ResNet-18, served by torch and by its
+  ONNX export, each against its own rate), against the in-process
   compute-bound rate (scripts/bench_common.py): end to end (process start to exit) and steady
   state (first mini-batch start to last mini-batch end).
 The job and the pipeline are timed twice: with bytecode kept (`.pyc` under a cache folder of the
@@ -136,7 +137,8 @@ def loop_cases(repo: Path, env: dict[str, str], repeat: int) -> dict[str, Timing
 
 
 def batch_case(repo: Path, data: Path, env: dict[str, str], runs: int) -> list[str]:
-    """batch-local end to end and steady state against the compute-bound rate."""
+    """batch-local end to end and steady state against the compute-bound rate, for the torch
+    model (model.pt) and the ONNX one beside it (model.onnx, as `make export-onnx` writes it)."""
     import torch
     from bench_batch import deployment, model_dir
     from bench_common import compute_bound
@@ -145,24 +147,26 @@ def batch_case(repo: Path, data: Path, env: dict[str, str], runs: int) -> list[s
 
     source = data / "val"
     count = sum(1 for p in source.rglob("*") if p.is_file())
-    folder = model_dir(repo / "model")
+    folder = model_dir(repo / "model", str(data))
     val = build_datasets(str(data), 224).val
     images = torch.stack([val[i][0] for i in range(16)]).numpy()
-    rate, how = compute_bound(folder, "torch", [images], 5)
-    spec = deployment(repo, 2, 8)
-    lines = [f"compute-bound (torch fp32 in-process, best: {how}): {rate:.1f} images/s"]
-    for attempt in range(runs + 1):  # the first warms the tracking server and the verdict
-        out = repo / f"batch-{attempt}"
-        took = timed([sys.executable, "-m", "mlops.batch", str(spec), "--input", str(source),
-                      "--model", str(folder), "--run-dir", str(out), "--max-procs", "2"],
-                     cwd=repo, env=env)
-        done = [json.loads(p.read_text()) for p in (out / "work" / "results").glob("*.json")]
-        steady = max(o["ended"] for o in done) - min(o["started"] for o in done)
-        if attempt:
-            lines.append(f"batch-local {attempt}: {count} images in {took.wall:.1f} s "
-                         f"({took.cpu:.1f} CPU s): end to end {count / took.wall / rate:.2f} of "
-                         f"compute-bound, steady state {count / steady / rate:.2f}   targets >= "
-                         "0.6, >= 0.9")
+    lines = []
+    for backend in ("torch", "onnx"):
+        rate, how = compute_bound(folder, backend, [images], 5)
+        spec = deployment(repo, 2, 8, backend)
+        lines.append(f"compute-bound ({backend} in-process, best: {how}): {rate:.1f} images/s")
+        for attempt in range(runs + 1):  # the first warms the tracking server and the verdict
+            out = repo / f"batch-{backend}-{attempt}"
+            took = timed([sys.executable, "-m", "mlops.batch", str(spec), "--input", str(source),
+                          "--model", str(folder), "--run-dir", str(out), "--max-procs", "2"],
+                         cwd=repo, env=env)
+            done = [json.loads(p.read_text()) for p in (out / "work/results").glob("*.json")]
+            steady = max(o["ended"] for o in done) - min(o["started"] for o in done)
+            if attempt:
+                lines.append(f"batch-local {backend} {attempt}: {count} images in "
+                             f"{took.wall:.1f} s ({took.cpu:.1f} CPU s): end to end "
+                             f"{count / took.wall / rate:.2f} of compute-bound, steady state "
+                             f"{count / steady / rate:.2f}   targets >= 0.6, >= 0.9")
     return lines
 
 
