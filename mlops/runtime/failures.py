@@ -5,7 +5,9 @@ error raised inside an installed package of the kinds a package made for another
 gets a note that says so. A job whose environment nothing here defines ran in .venv (an unknown
 image, or a Dockerfile that installs nothing this machine reads on one): a ModuleNotFoundError,
 or a command the shell did not find (`Rscript: command not found`), gets a note naming the
-environment, its image and the line that would define it.
+environment, its image and the line that would define it. A job whose code asks azure-identity
+for a token (DefaultAzureCredential, ManagedIdentityCredential) gets a note that the job's
+identity on Azure ML compute answers it and this machine has none.
 """
 
 from __future__ import annotations
@@ -91,6 +93,30 @@ def service_note(tail: Iterable[str]) -> str:
             f"{why} (docs/workspace.md, run history on the tracking host)")
 
 
+# azure-identity's errors for a token it could not get (CredentialUnavailableError is one kind of
+# ClientAuthenticationError, which a service's 401 raises too: the message names the credential)
+AUTH_ERRORS = {"ClientAuthenticationError", "CredentialUnavailableError"}
+CREDENTIAL = re.compile(r"\b(\w*Credential)\b")
+
+
+def credential_note(tail: Iterable[str]) -> str:
+    """For a log that ends in azure-identity failing to get a token (DefaultAzureCredential,
+    ManagedIdentityCredential, ...): on Azure ML compute the job's identity answers it, and this
+    machine has none, so the step needs Azure ("": the log ends otherwise)."""
+    raised = [(found.group(1), line) for line in tail if (found := RAISED.search(line))]
+    if not raised or raised[-1][0] not in AUTH_ERRORS:
+        return ""
+    credential = CREDENTIAL.search(raised[-1][1].split(":", 1)[1])
+    if credential is None:
+        return ""
+    return (f"note: the job asked Microsoft Entra ID for a token ({credential.group(1)}, "
+            "azure-identity), which on Azure ML compute the job's identity answers (the "
+            "compute's managed identity, or the spec's identity:); this machine has no Azure "
+            "identity, so this step needs Azure: run it there, or set a service principal's "
+            "AZURE_TENANT_ID, AZURE_CLIENT_ID and AZURE_CLIENT_SECRET in this shell, which the "
+            "job sees (EnvironmentCredential reads them)")
+
+
 def explain(environments: Environments, where: str, tail: Iterable[str]) -> list[str]:
     """The notes a failed task's log earns (none when nothing here explains it)."""
     lines = list(tail)
@@ -101,5 +127,5 @@ def explain(environments: Environments, where: str, tail: Iterable[str]) -> list
     undefined = environments.undefined_note(where)
     if undefined and (missing_module(lines) or missing_command(lines)):
         notes.append(undefined)
-    notes += [note for note in [service_note(lines)] if note]
+    notes += [note for note in [service_note(lines), credential_note(lines)] if note]
     return notes

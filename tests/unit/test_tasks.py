@@ -252,3 +252,31 @@ def test_a_failed_call_to_azures_run_history_rest_is_named_with_its_reason():
                                " on the tracking URI's host"), note
         assert reason in note and "\n" not in note, (error, note)
     assert service_note(["ValueError: bad input"]) == ""
+
+
+def test_a_token_azure_identity_could_not_get_is_named_as_azures_identity():
+    """A step that authenticates with azure-identity (a blob upload, an MLClient) gets its token
+    on Azure ML compute from the job's identity; here none answers, and the note says so in one
+    line, naming the credential. A service's own 401 (no credential named) and other errors earn
+    no such note."""
+    from mlops.runtime.failures import credential_note
+
+    frames = ["Traceback (most recent call last):",
+              '  File "/env/site-packages/azure/identity/_credentials/chained.py", line 219']
+    cases = {"azure.core.exceptions.ClientAuthenticationError: DefaultAzureCredential failed to "
+             "retrieve a token from the included credentials.": "DefaultAzureCredential",
+             "azure.identity._exceptions.CredentialUnavailableError: ManagedIdentityCredential "
+             "authentication unavailable, no response from the IMDS endpoint.":
+             "ManagedIdentityCredential"}
+    for raised, credential in cases.items():
+        tail = [*frames, raised, "\tEnvironmentCredential: EnvironmentCredential authentication "
+                "unavailable. Environment variables are not fully configured."]
+        note = credential_note(tail)
+        assert note.startswith(f"note: the job asked Microsoft Entra ID for a token ({credential}"
+                               ", azure-identity)"), note
+        assert "needs Azure" in note and "AZURE_CLIENT_SECRET" in note and "\n" not in note
+    refused = ("azure.core.exceptions.ClientAuthenticationError: (AuthenticationFailed) Server "
+               "failed to authenticate the request")
+    assert credential_note([*frames, refused]) == ""
+    assert credential_note(["ValueError: bad input"]) == ""
+    assert credential_note([]) == ""
