@@ -71,7 +71,7 @@ def endpoint_spec(name: str) -> SpecData:
     """The endpoint as created (its spec, with its defaults), or az's not-found."""
     return _read(endpoint_folder(name) / ENDPOINT,
                  f"batch endpoint {name!r} was not found here: azml batch-endpoint create -f "
-                 "<endpoint spec> creates it")
+                 "<endpoint spec> (or --name) creates it")
 
 
 def _sdk():
@@ -81,16 +81,20 @@ def _sdk():
     return entities
 
 
-def create_endpoint(spec: Path, *, name: str | None = None, sets: list[str] | None = None
-                    ) -> View:
-    """`az ml batch-endpoint create|update -f [--name] [--set]`: recorded (an existing one is
-    overwritten with the new settings; its default deployment kept unless the spec names
-    one)."""
-    data = apply_sets(dict(load_spec(spec).data), parse_sets(sets or [], spec), spec)
+def create_endpoint(spec: Path | None, *, name: str | None = None,
+                    sets: list[str] | None = None) -> View:
+    """`az ml batch-endpoint create|update -f [--name] [--set]`, or `create --name` alone
+    (azure-ai-ml's defaults: aad_token auth): recorded (an existing one is overwritten with the
+    new settings; its default deployment kept unless the spec names one)."""
+    if spec is None and not name:
+        raise LocalRunError("batch-endpoint create: give --file <endpoint spec> or --name")
+    where = spec if spec is not None else Path(str(name))
+    data = dict(load_spec(spec).data) if spec is not None else {}
+    data = apply_sets(data, parse_sets(sets or [], where), where)
     endpoint = checked_name(str(name or data.get("name") or ""), "batch endpoint")
     data["name"] = endpoint
     data.pop("$schema", None)
-    _checked(data, spec)
+    _checked(data, spec or f"batch endpoint {endpoint}")
     folder = endpoint_folder(endpoint)
     with endpoint_lock(folder, "batch-endpoint create"):
         if (folder / ENDPOINT).is_file() and not _default(data):

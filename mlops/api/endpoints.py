@@ -63,12 +63,15 @@ def _record(name: str) -> Created:
     return Created(data["spec"], int(data["port"]), str(data.get("auth") or ""))
 
 
-def create_endpoint(spec: Path, *, name: str | None = None, port: int | None = None,
+def create_endpoint(spec: Path | None, *, name: str | None = None, port: int | None = None,
                     auth: str = "") -> View:
-    """`az ml online-endpoint create -f`: recorded; an existing endpoint's spec is updated (its
-    port and running deployments are kept), as create_or_update does. Local only: `port`
-    (else a free one), `auth` "none"."""
-    data = dict(load_spec(spec).data)
+    """`az ml online-endpoint create -f` (or `--name` alone: azure-ai-ml's defaults, a managed
+    endpoint with key auth): recorded; an existing endpoint's spec is updated (its port and
+    running deployments are kept), as create_or_update does. Local only: `port` (else a free
+    one), `auth` "none"."""
+    if spec is None and not name:
+        raise LocalRunError("online-endpoint create: give --file <endpoint spec> or --name")
+    data = dict(load_spec(spec).data) if spec is not None else {}
     endpoint = checked_name(str(name or data.get("name") or ""), "endpoint")
     data["name"] = endpoint
     logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
@@ -77,7 +80,7 @@ def create_endpoint(spec: Path, *, name: str | None = None, port: int | None = N
     try:
         load_online_endpoint(source=spec, params_override=[{"name": endpoint}])
     except Exception as err:  # noqa: BLE001 - azure-ai-ml's refusal, in its words
-        raise LocalRunError(f"{spec}: {err}") from None
+        raise LocalRunError(f"{spec or 'online-endpoint create'}: {err}") from None
     folder = endpoint_folder(endpoint)
     with endpoint_lock(folder, "online-endpoint create"):
         state = live_state(folder)
@@ -85,8 +88,9 @@ def create_endpoint(spec: Path, *, name: str | None = None, port: int | None = N
             port = state.port  # it serves there: kept
         elif port is None:
             port = _record(endpoint).port if (folder / CREATED).is_file() else free_port()
+        source = str(spec.resolve()) if spec is not None else ""
         (folder / CREATED).write_text(yaml.safe_dump({"spec": data, "port": port, "auth": auth,
-                                                      "source": str(spec.resolve())}))
+                                                      "source": source}))
     return endpoint_view(endpoint)
 
 

@@ -151,10 +151,10 @@ class Session:
         return [asset_view(r) for r in registry.archive(selection, archived)]
 
     # online endpoints -------------------------------------------------------------------
-    def create_endpoint(self, spec: Path, *, name: str | None = None, port: int | None = None,
-                        auth: str = "") -> View:
-        """`az ml online-endpoint create -f`: recorded; nothing starts until a deployment
-        (local only: the front's `port`, `auth` "none")."""
+    def create_endpoint(self, spec: Path | None, *, name: str | None = None,
+                        port: int | None = None, auth: str = "") -> View:
+        """`az ml online-endpoint create -f` (or --name alone): recorded; nothing starts until
+        a deployment (local only: the front's `port`, `auth` "none")."""
         return endpoints.create_endpoint(spec, name=name, port=port, auth=auth)
 
     def show_endpoint(self, name: str) -> View:
@@ -193,9 +193,10 @@ class Session:
         endpoints.delete_deployment(endpoint, name)
 
     # batch endpoints ------------------------------------------------------------------
-    def create_batch_endpoint(self, spec: Path, *, name: str | None = None,
+    def create_batch_endpoint(self, spec: Path | None, *, name: str | None = None,
                               sets: list[str] | None = None) -> View:
-        """`az ml batch-endpoint create|update -f`: recorded; nothing runs until invoked."""
+        """`az ml batch-endpoint create|update -f` (create: or --name alone): recorded; nothing
+        runs until invoked."""
         return batch_endpoints.create_endpoint(spec, name=name, sets=sets)
 
     def update_batch_endpoint(self, name: str, sets: list[str]) -> View:

@@ -28,7 +28,7 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
                         metavar="{create,update,show,list,delete,invoke,list-jobs}")
     for name in ("create", "update"):
         each = verb.add(endpoint, name, _create_endpoint, f"{name} a batch endpoint")
-        each.add_argument("-f", "--file", required=name == "create", type=Path)
+        each.add_argument("-f", "--file", type=Path)
         each.add_argument("-n", "--name", required=name == "update")
         each.add_argument("--no-wait", action="store_true")
         _sets(each)
@@ -96,7 +96,7 @@ def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> Non
 
 
 def _create_endpoint(session: Session, args: argparse.Namespace) -> object:
-    if args.file is None:
+    if args.file is None and args.verb == "update":
         return session.update_batch_endpoint(args.name, set_values(args.sets))
     return session.create_batch_endpoint(args.file, name=args.name, sets=set_values(args.sets))
 

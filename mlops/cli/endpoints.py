@@ -17,7 +17,7 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
         dest="verb", required=True,
         metavar="{create,show,list,update,invoke,get-credentials,delete}")
     create = verb.add(endpoint, "create", _create_endpoint, "create (or update) an endpoint")
-    create.add_argument("-f", "--file", required=True, type=Path)
+    create.add_argument("-f", "--file", type=Path, help="(or --name alone: key auth)")
     create.add_argument("-n", "--name")
     create.add_argument("--local", action="store_true", help="(Docker: not here)")
     create.add_argument("--port", type=int, help="local only: the port its front listens on "

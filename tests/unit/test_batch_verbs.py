@@ -116,6 +116,20 @@ def test_unknown_endpoints_and_deployments_are_az_s_exit_3_and_bad_input_exit_2(
     assert run(["batch-endpoint", "create", "-f", str(ENDPOINT), "-n", "1bad"]) == 2
 
 
+def test_an_endpoint_is_created_from_its_name_alone_as_az_creates_it(repo, capsys):
+    """`az ml batch-endpoint create --name N` and `az ml online-endpoint create --name N` (no
+    --file: azure-ai-ml's defaults, aad_token and key auth); neither file nor name is exit 2."""
+    made = azml(capsys, "batch-endpoint", "create", "--name", "loans")
+    assert (made["name"], made["auth_mode"]) == ("loans", "aad_token")
+    assert azml(capsys, "batch-endpoint", "show", "-n", "loans", "--query", "name") == "loans"
+    online = azml(capsys, "online-endpoint", "create", "--name", "loans-online")
+    assert (online["name"], online["auth_mode"]) == ("loans-online", "key")
+    assert run(["batch-endpoint", "create"]) == 2
+    assert "give --file <endpoint spec> or --name" in capsys.readouterr().err
+    assert run(["online-endpoint", "create"]) == 2
+    assert "give --file <endpoint spec> or --name" in capsys.readouterr().err
+
+
 def test_a_batch_job_shows_as_az_ml_job_show_prints_a_batch_endpoint_s_job(repo, tmp_path):
     request = BatchRequest(deployment=FLAKY, input=str(tmp_path), endpoint="fowl-b",
                            job_name="batchjob-1")
