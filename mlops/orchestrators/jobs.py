@@ -22,6 +22,7 @@ from mlops.runtime import (
     experiment_name,
     guarded_run,
     job_outputs,
+    run_artifacts,
     run_folder,
     run_in_folder,
     run_task,
@@ -124,7 +125,7 @@ def remember(job: Job, folder: Path) -> int:
     paths = {name: str(slot(name, spec, folder)) for name, spec in declared.items()}
     try:
         record_job(Workspace(workspace_root()), [str(job.data.get("name") or ""), folder.name],
-                   folder, paths)
+                   folder, paths, artifacts=run_artifacts(folder))
     except OSError as err:
         print(f"error: {job.name} completed, but the local workspace could not record it: "
               f"{err}", file=sys.stderr)

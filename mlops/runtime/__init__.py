@@ -29,7 +29,8 @@ stage each name serves:
   collect       Status, RunStatus, TaskRecord, STATUS_FILE (status.json); RunRecord, JobStatus
                 and the run folder's run.json: run_folder, locked, job_name, read_record,
                 write_record, update_record, end_record; outputs: slot, publish; MLflow:
-                Tracking (a run's MLflow runs), Server (the warm tracking server); the one
+                Tracking (a run's MLflow runs), Server (the warm tracking server),
+                run_artifacts (a job's default artifacts output); the one
                 run set-up of jobs and batch jobs (run_setup.py): RunSetup, guarded_run,
                 run_in_folder, claim_job_name, and what run.json records: Identity,
                 BATCH_JOB, folder_job_name
@@ -93,6 +94,7 @@ if TYPE_CHECKING:
     from mlops.runtime.minibatch import processes as batch_processes
     from mlops.runtime.mlflow_runs import Tracking
     from mlops.runtime.mlflow_server import Server
+    from mlops.runtime.mlflow_store import run_artifacts
     from mlops.runtime.mltable import read_table, row_batches
     from mlops.runtime.placement import Placement
     from mlops.runtime.records import STATUS as STATUS_FILE
@@ -151,7 +153,7 @@ _WHERE: dict[str, str] = {
                      "worker_command", "write_rows"), "minibatch"),
     "drive_batches": "minibatch:drive", "batch_processes": "minibatch:processes",
     "BatchHooks": "minibatch:Hooks",
-    "Tracking": "mlflow_runs", "Server": "mlflow_server",
+    "Tracking": "mlflow_runs", "Server": "mlflow_server", "run_artifacts": "mlflow_store",
     "read_table": "mltable", "row_batches": "mltable",
     "Placement": "placement",
     "STATUS_FILE": "records:STATUS",
@@ -193,7 +195,8 @@ __all__ = [  # grouped by stage, as the docstring says
     # collect
     "Status", "RunStatus", "TaskRecord", "STATUS_FILE", "RunRecord", "JobStatus",
     "run_folder", "locked", "job_name", "read_record", "write_record", "update_record",
-    "end_record", "slot", "publish", "Tracking", "Server", "RunSetup", "guarded_run",
+    "end_record", "slot", "publish", "Tracking", "Server", "run_artifacts", "RunSetup",
+    "guarded_run",
     "run_in_folder", "claim_job_name", "Identity", "BATCH_JOB", "folder_job_name",
 ]
 

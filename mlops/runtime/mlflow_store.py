@@ -11,8 +11,9 @@ import fcntl
 import os
 from pathlib import Path
 
-from mlops.project import sqlite_file
+from mlops.project import sqlite_file, tracking_uri
 from mlops.runtime.mlflow_rest import RunView
+from mlops.runtime.records import TaskRecord
 
 
 def artifact_root(uri: str) -> Path:
@@ -21,6 +22,18 @@ def artifact_root(uri: str) -> Path:
     default, ./mlruns, would scatter one store's artifacts over every working directory)."""
     path = sqlite_file(uri)
     return path.parent / "mlruns" if path else Path("mlruns").resolve()
+
+
+def run_artifacts(folder: Path) -> Path | None:
+    """The default `artifacts` output on Azure of the job run in `folder` (azureml://jobs/
+    <name>/outputs/artifacts): its MLflow run's artifacts, where the runner uploaded outputs/,
+    logs/ and the job's log and the job logged its own (a model); None where its status.json
+    names no run or the local store holds no such folder."""
+    task = TaskRecord.read(folder)
+    run_id = task.mlflow_run_id if task else None
+    found = sorted(artifact_root(tracking_uri()).glob(f"*/{run_id}/artifacts")) if run_id \
+        else []
+    return found[0] if found else None
 
 
 @contextlib.contextmanager

@@ -29,7 +29,10 @@ from mlops.workspace.records import (
 )
 from mlops.workspace.store import Draft, Workspace, workspace_root
 
-JobEntry = dict[str, object]  # a job record: folder, outputs, completed
+JobEntry = dict[str, object]  # a job record: folder, outputs, completed[, artifacts]
+# every job's default output on Azure: the run's artifacts (outputs/, logs/, user_logs/ and what
+# the job logged through MLflow), `azureml://jobs/<name>/outputs/artifacts/paths/<path>`
+ARTIFACTS = "artifacts"
 MAX_FILE_NAME = 255  # bytes, on every file system a laptop has
 
 
@@ -79,6 +82,9 @@ def _wrong(entry: object) -> str:
             isinstance(k, str) and isinstance(v, str) and Path(v).is_absolute()
             for k, v in outputs.items()):
         return "its 'outputs' is not a mapping of output names to absolute paths"
+    artifacts = entry.get(ARTIFACTS, "/")
+    if not isinstance(artifacts, str) or not Path(artifacts).is_absolute():
+        return f"its {ARTIFACTS!r} is not an absolute path"
     return ""
 
 
@@ -113,17 +119,22 @@ def claim_name(workspace: Workspace, name: str, run_folder: Path) -> None:
 
 
 def record_job(workspace: Workspace, job_names: list[str], run_folder: Path,
-               outputs: dict[str, str]) -> None:
-    """A completed job's outputs, by its spec's name and its run folder's name."""
+               outputs: dict[str, str], artifacts: Path | None = None) -> None:
+    """A completed job's outputs, by its spec's name and its run folder's name; `artifacts`:
+    the folder of its default `artifacts` output (its MLflow run's artifacts)."""
     index = _index(workspace)
     index.mkdir(parents=True, exist_ok=True)
+    entry: JobEntry = {"folder": str(run_folder), "outputs": outputs, "completed": True}
+    if artifacts is not None:
+        entry[ARTIFACTS] = str(artifacts)
     for name in dict.fromkeys(n for n in job_names if _valid(n)):
-        _write(index, name, {"folder": str(run_folder), "outputs": outputs, "completed": True})
+        _write(index, name, entry)
 
 
 def job_output(workspace: Workspace, job: str, output: str, subpath: str | None) -> Path:
     """The local path of `azureml://jobs/<job>/outputs/<output>[/paths/<subpath>]`: within
-    that output, whatever the subpath says."""
+    that output, whatever the subpath says; `artifacts`, unless the job declares an output of
+    that name, is its default one (its MLflow run's artifacts)."""
     names.job_name(job)
     entry = _entry(_record_file(_index(workspace), job))
     if entry is None:
@@ -133,10 +144,15 @@ def job_output(workspace: Workspace, job: str, output: str, subpath: str | None)
     if not entry["completed"]:
         raise LocalRunError(f"azureml://jobs/{job}: the local job of that name has not "
                             f"completed (its run: {entry['folder']})")
-    outputs = entry["outputs"]
+    outputs = {**entry["outputs"]}
+    if output == ARTIFACTS and ARTIFACTS not in outputs and ARTIFACTS in entry:
+        outputs[ARTIFACTS] = str(entry[ARTIFACTS])  # a declared output of that name wins
     if output not in outputs:
+        unrecorded = (" (its default artifacts were not recorded: its MLflow run's artifacts "
+                      "are not a local folder, or it ran before azml recorded them)"
+                      if output == ARTIFACTS else "")
         raise LocalRunError(f"azureml://jobs/{job}: it has no output {output!r} (it has "
-                            f"{', '.join(sorted(outputs)) or 'none'})")
+                            f"{', '.join(sorted(outputs)) or 'none'}){unrecorded}")
     local = Path(outputs[output])
     if not subpath:
         return local

@@ -158,3 +158,20 @@ def test_a_batch_run_folder_is_new_or_holds_only_the_start_its_invoke_recorded(r
         batch_folder(request, "flaky")
     new = batch_folder(BatchRequest(deployment=FLAKY, input="."), "flaky")
     assert new.parent == project().runs_dir.resolve() and not new.exists()
+
+
+def test_a_completed_jobs_artifacts_are_its_mlflow_runs_artifact_folder(repo, monkeypatch):
+    """What a completed job records as its default `artifacts` output: the artifact folder of
+    the MLflow run its status.json names, beside the local store (none: no such folder)."""
+    from mlops.runtime import run_artifacts as artifacts_folder
+    from mlops.runtime.records import Status, TaskRecord
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run_folder = repo / ".azml" / "runs" / "j"
+    run_folder.mkdir(parents=True)
+    assert artifacts_folder(run_folder) is None
+    TaskRecord(status=Status.COMPLETED, mlflow_run_id="abc123").write(run_folder)
+    assert artifacts_folder(run_folder) is None
+    artifacts = repo / ".azml" / "mlruns" / "3" / "abc123" / "artifacts"
+    artifacts.mkdir(parents=True)
+    assert artifacts_folder(run_folder) == artifacts

@@ -227,6 +227,29 @@ def test_a_job_output_resolves_by_the_jobs_name(workspace, tmp_path):
         local_path("azureml://jobs/nobody/outputs/o", AssetKind.DATA, workspace)
 
 
+def test_a_jobs_default_artifacts_output_is_its_mlflow_runs_artifacts(workspace, tmp_path):
+    """`azureml://jobs/<name>/outputs/artifacts/paths/outputs/model.pkl` (az ml model create
+    --path, Azure's docs for a model a job logged) is the job's run artifacts; an output the job
+    declares under that name wins; a job recorded without them says why."""
+    artifacts = tmp_path / "mlruns" / "1" / "abc" / "artifacts"
+    (artifacts / "outputs").mkdir(parents=True)
+    (artifacts / "outputs" / "model.pkl").write_bytes(b"m")
+    workspace_jobs.record_job(workspace, ["trained"], tmp_path / "run", {}, artifacts=artifacts)
+    uri = "azureml://jobs/trained/outputs/artifacts"
+    assert local_path(f"{uri}/paths/outputs/model.pkl", AssetKind.MODEL, workspace) == \
+        artifacts / "outputs" / "model.pkl"
+    assert local_path(uri, AssetKind.DATA, workspace) == artifacts
+    declared = tmp_path / "declared"
+    declared.mkdir()
+    workspace_jobs.record_job(workspace, ["own"], tmp_path / "r2", {"artifacts": str(declared)},
+                              artifacts=artifacts)
+    assert local_path("azureml://jobs/own/outputs/artifacts", AssetKind.DATA,
+                      workspace) == declared
+    workspace_jobs.record_job(workspace, ["older"], tmp_path / "r3", {})
+    with pytest.raises(LocalRunError, match="default artifacts were not recorded"):
+        local_path("azureml://jobs/older/outputs/artifacts", AssetKind.DATA, workspace)
+
+
 def test_named_outputs_register_as_their_kind(workspace, tmp_path):
     out = folder_with(tmp_path / "model", "m")
     declared = {"model": {"type": "custom_model", "name": "clf", "version": 5},
