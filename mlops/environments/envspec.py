@@ -52,8 +52,11 @@ from mlops.specs import SpecData, read_yaml
 CATALOG = Path(__file__).resolve().parent / "catalog"  # ships with the tool (mlops/pyproject)
 ENV_MAP = CATALOG / "local-envs.yml"
 CURATED = CATALOG / "curated-envs.yml"  # generated: scripts/gen_curated_envs.py
-# a curated environment's image is published as mcr.microsoft.com/azureml/curated/<name>:<tag>
+# a curated environment's image is published as mcr.microsoft.com/azureml/curated/<name>:<tag>;
+# the prebuilt inference images as mcr.microsoft.com/azureml/<name>:<tag>, the curated
+# environment of that name (Azure's "prebuilt Docker images for inference")
 CURATED_IMAGES = "image:mcr.microsoft.com/azureml/curated/"
+AZUREML_IMAGES = "image:mcr.microsoft.com/azureml/"
 REGISTRY_ENVS = "azureml://registries/azureml/environments/"
 CURATED_PREFIX = "AzureML-"  # azure-ai-ml sends such a name on unresolved: the service expands it
 
@@ -133,10 +136,14 @@ class EnvMap(dict):
 
 def from_map(key: str, label: str, env_map: EnvMap, version: str | None = None) -> EnvPlan:
     """A curated, registry or image-only environment, through catalog/local-envs.yml over the
-    curated catalogue (exact keys first, a curated image by its environment's name, then the
-    longest key ending in `/` that prefixes this one); a curated one at the `version` named."""
+    curated catalogue (exact keys first, a curated image, or a prebuilt one of Azure ML's whose
+    name is a curated environment's, by that environment's name, then the longest key ending in
+    `/` that prefixes this one); a curated one at the `version` named."""
     if key.lower().startswith(CURATED_IMAGES) and env_map.get(key) is None:
         key = REGISTRY_ENVS + key[len(CURATED_IMAGES):]  # the image of that curated name
+    elif key.lower().startswith(AZUREML_IMAGES) and env_map.get(key) is None and \
+            env_map.get(REGISTRY_ENVS + key[len(AZUREML_IMAGES):]) is not None:
+        key = REGISTRY_ENVS + key[len(AZUREML_IMAGES):]  # a prebuilt image of a curated name
     entry, notice, as_of = env_map.get(key), None, None
     if key.lower() not in env_map.own:  # a hand-written entry has no version history
         chosen = curated.choose(key, version, label)

@@ -159,6 +159,22 @@ def test_a_curated_version_is_that_versions_image_and_one_the_records_lack_is_na
     assert "mlflow==2.9.2" in image.requirements and image.notice is None
 
 
+def test_a_prebuilt_azure_ml_image_is_the_curated_environment_of_its_name(tmp_path):
+    """`image: mcr.microsoft.com/azureml/minimal-ubuntu20.04-py38-cpu-inference:latest` alone
+    (a prebuilt inference image) runs on that curated environment's Python and packages, as
+    Azure runs it: not on .venv's, whose pandas the image lacks. A base image no curated
+    environment is named after stays as the map has it."""
+    minimal = plan_for({"image": "mcr.microsoft.com/azureml/minimal-ubuntu20.04-py38-cpu-"
+                        "inference:latest"}, tmp_path, EnvMap(), "step")
+    assert minimal.python == "3.8.13" and minimal.undefined == ""
+    assert any(line.startswith("azureml-inference-server-http==")
+               for line in minimal.requirements)
+    assert not any(line.startswith("pandas") for line in minimal.requirements)
+    base = plan_for({"image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04:latest"},
+                    tmp_path, EnvMap(), "step")
+    assert (base.python, base.requirements) == (None, ["pip", "setuptools", "wheel"])
+
+
 def test_a_definition_az_ml_could_not_register_is_passed_over(tmp_path):
     """A spec kept to show a refusal (its conda file missing) was never registered: the one
     further up that could be stands in for the name."""
