@@ -63,6 +63,9 @@ def _record(name: str) -> Created:
     return Created(data["spec"], int(data["port"]), str(data.get("auth") or ""))
 
 
+SCHEMAS = "https://azuremlschemas.azureedge.net/latest/"
+
+
 def create_endpoint(spec: Path | None, *, name: str | None = None, port: int | None = None,
                     auth: str = "") -> View:
     """`az ml online-endpoint create -f` (or `--name` alone: azure-ai-ml's defaults, a managed
@@ -78,9 +81,12 @@ def create_endpoint(spec: Path | None, *, name: str | None = None, port: int | N
     from azure.ai.ml import load_online_endpoint
 
     try:
-        load_online_endpoint(source=spec, params_override=[{"name": endpoint}])
+        loaded = load_online_endpoint(source=spec, params_override=[{"name": endpoint}])
     except Exception as err:  # noqa: BLE001 - azure-ai-ml's refusal, in its words
         raise LocalRunError(f"{spec or 'online-endpoint create'}: {err}") from None
+    if not data.get("$schema"):  # optional in a spec: the kind azure-ai-ml loaded it as
+        kind = type(loaded).__name__  # ManagedOnlineEndpoint or KubernetesOnlineEndpoint
+        data["$schema"] = f"{SCHEMAS}{kind[0].lower()}{kind[1:]}.schema.json"
     folder = endpoint_folder(endpoint)
     with endpoint_lock(folder, "online-endpoint create"):
         state = live_state(folder)

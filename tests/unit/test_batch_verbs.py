@@ -130,6 +130,24 @@ def test_an_endpoint_is_created_from_its_name_alone_as_az_creates_it(repo, capsy
     assert "give --file <endpoint spec> or --name" in capsys.readouterr().err
 
 
+def test_an_online_endpoint_without_schema_is_recorded_as_the_kind_azure_loaded(repo, capsys):
+    """$schema is optional in a spec (and absent with --name alone); the recorded endpoint,
+    which its deployments start from, names the kind azure-ai-ml loaded it as (a deployment
+    into it was refused: 'not an online endpoint spec')."""
+    from mlops.api.endpoints import _record
+    from mlops.specs import schema_kind
+
+    (repo / "ep.yml").write_text("name: plain-ep\nauth_mode: key\n")
+    azml(capsys, "online-endpoint", "create", "-f", str(repo / "ep.yml"))
+    azml(capsys, "online-endpoint", "create", "--name", "named-ep")
+    (repo / "k8s.yml").write_text("name: k8s-ep\ncompute: azureml:aks\n")
+    azml(capsys, "online-endpoint", "create", "-f", str(repo / "k8s.yml"))
+    kinds = [schema_kind(_record(name).spec["$schema"]) for name in
+             ("plain-ep", "named-ep", "k8s-ep")]
+    assert kinds == ["managedOnlineEndpoint", "managedOnlineEndpoint",
+                     "kubernetesOnlineEndpoint"]
+
+
 def test_a_batch_job_shows_as_az_ml_job_show_prints_a_batch_endpoint_s_job(repo, tmp_path):
     request = BatchRequest(deployment=FLAKY, input=str(tmp_path), endpoint="fowl-b",
                            job_name="batchjob-1")
