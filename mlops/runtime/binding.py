@@ -63,6 +63,11 @@ def _clear(slot_path: Path) -> None:
         shutil.rmtree(slot_path)
 
 
+# modes whose data Azure downloads to the node: the job's own copy, which it may write (a
+# mirror of links would let its writes reach the user's files)
+COPIED_MODES = {"download", "eval_download"}
+
+
 def bind_inputs(inputs: dict[str, Value], folder: Path) -> dict[str, str | None]:
     """Data inputs are laid out under inputs/; literals pass through as their text."""
     values = {}
@@ -75,7 +80,7 @@ def bind_inputs(inputs: dict[str, Value], folder: Path) -> dict[str, str | None]
         source = value.path
         if source.is_dir() and value.type != "uri_file":
             place.parent.mkdir(parents=True, exist_ok=True)
-            if str(value.mode or "").lower() == "download":
+            if str(value.mode or "").lower() in COPIED_MODES:
                 shutil.copytree(source, place, symlinks=True)
             else:
                 mirror(source, place)
@@ -85,7 +90,7 @@ def bind_inputs(inputs: dict[str, Value], folder: Path) -> dict[str, str | None]
             target = place / source.name
             if source.is_dir():
                 target.symlink_to(source, target_is_directory=True)
-            elif str(value.mode or "").lower() == "download" and source.is_file():
+            elif str(value.mode or "").lower() in COPIED_MODES and source.is_file():
                 shutil.copy2(source, target)
             elif source.is_file():
                 _link(source, target)

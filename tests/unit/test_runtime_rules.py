@@ -125,6 +125,31 @@ def test_read_only_places_follow_the_input_mode(tmp_path):
         str(task / "inputs/whole")]  # not tmp_path itself: the job's own folder is inside it
 
 
+def test_downloaded_inputs_are_the_jobs_own_copies(tmp_path):
+    """`download` and `eval_download` (an MLTable's files, downloaded): Azure downloads the
+    data to the node, so the job may write it; here it gets a copy, never links through which
+    its writes would reach the user's files. A mounted input is a folder of links (read-only:
+    readonly_inputs.py)."""
+    from mlops.runtime.binding import bind_inputs
+    from mlops.runtime.values import Value
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "MLTable").write_text("paths:\n  - file: ./rows.csv\n")
+    (data / "rows.csv").write_text("a\n1\n")
+    inputs = {"eval": Value(path=data, type="mltable", mode="eval_download"),
+              "file": Value(path=data / "rows.csv", type="uri_file", mode="eval_download"),
+              "mounted": Value(path=data, type="mltable", mode="eval_mount")}
+    bound = bind_inputs(inputs, tmp_path / "run")
+    original = data / "rows.csv"
+    assert not Path(bound["eval"], "rows.csv").samefile(original)
+    assert not Path(bound["file"]).samefile(original)
+    Path(bound["eval"], "rows.csv").write_text("changed\n")
+    Path(bound["file"]).write_text("changed\n")
+    assert original.read_text() == "a\n1\n"
+    assert Path(bound["mounted"], "rows.csv").samefile(original)  # a link, read-only
+
+
 def test_mini_batch_sizes_are_counts_or_sizes():
     assert batch_size("5", False, "x") == 5 and batch_size(None, False, "x") == 10
     assert batch_size("10kb", True, "x") == 10240 and batch_size("1MB", True, "x") == 1 << 20
