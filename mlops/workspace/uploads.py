@@ -13,7 +13,9 @@ listed and opens it to hash and upload it. So, of what a folder can hold:
   fails (UnicodeDecodeError);
 - a link to a folder that holds it: the walk follows it into itself (a loop).
 Each is refused here with its path, and how to keep it out (remove it, or list it in the
-folder's .amlignore); nothing is skipped silently, since Azure skips none of them.
+folder's .amlignore); nothing is skipped silently, since Azure skips none of them. The one thing
+left out is the local runtime's own state folder (outside_state): Azure keeps runs and assets in
+its service, not in the code folder.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import stat
 from pathlib import Path
 
 from mlops.errors import LocalRunError
-from mlops.project import installed, remember, remembered
+from mlops.project import installed, remember, remembered, state_dir
 
 UNWALKED = {".git", ".venv", "node_modules", "__pycache__"}  # large, and never a code loop
 KEEP_OUT = "remove it, or list it in an .amlignore file in"
@@ -85,9 +87,23 @@ def upload_files(source: Path, what: str, *, ignore: bool = True) -> list[tuple[
         listed = sdk_listing(source, what, ignore)
         if key is not None:
             remember("uploads", key, listed)
+    listed = outside_state(source, listed)
     for _, relative in listed:
         _refuse(source / relative, source, what)
     return [(Path(file), relative) for file, relative in listed]
+
+
+def outside_state(source: Path, listed: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`listed` less the local runtime's state folder (its runs, MLflow store and workspace:
+    `.azml/` by default) where it lies inside `source`: on Azure those are the service's, in no
+    code folder, and a job's copy of them would hold every earlier run's (each step of a
+    pipeline whose code is the repository copied the ones before it)."""
+    state, root = os.path.realpath(state_dir()), os.path.realpath(source)
+    if state == root or not state.startswith(root.rstrip(os.sep) + os.sep):
+        return listed
+    inside = Path(os.path.relpath(state, root)).as_posix() + "/"
+    return [(file, relative) for file, relative in listed
+            if not (Path(relative).as_posix() + "/").startswith(inside)]
 
 
 def sdk_listing(source: Path, what: str, ignore: bool) -> list[tuple[str, str]]:

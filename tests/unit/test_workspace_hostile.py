@@ -145,6 +145,25 @@ def test_a_job_output_is_registered_whole_whatever_its_ignore_file_says(tmp_path
     assert {r for _, r in upload_files(folder, "x")} == {".gitignore"}
 
 
+def test_the_local_runtimes_state_folder_is_never_part_of_an_upload(repo, monkeypatch):
+    """`code: .` at a repository's root: the runs, MLflow store and workspace the local runtime
+    keeps in `.azml/` are no part of the snapshot (on Azure they are the service's); each job's
+    copy held every earlier run's. A folder of that name is kept where the state lies
+    elsewhere, and the state folder's own contents can still be registered."""
+    (repo / "train.py").write_text("print(1)\n")
+    runs = repo / ".azml" / "runs" / "a" / "wd"
+    runs.mkdir(parents=True)
+    (runs / "train.py").write_text("print(1)\n")
+    (repo / ".azml" / "mlflow.db").write_text("db")
+    assert {r for _, r in upload_files(repo, "code")} == {"azml.toml", "train.py"}
+    assert {r for _, r in upload_files(repo / ".azml" / "runs", "x")} == {"a/wd/train.py"}
+    monkeypatch.setenv("AZML_STATE_DIR", str(repo.parent / "elsewhere"))
+    from mlops.project import forget
+
+    forget()
+    assert ".azml/mlflow.db" in {r for _, r in upload_files(repo, "code")}
+
+
 def test_a_workspace_that_cannot_be_written_is_the_machines_error(workspace, tmp_path,
                                                                   monkeypatch):
     source = tmp_path / "a"
