@@ -229,7 +229,7 @@ def test_a_job_output_resolves_by_the_jobs_name(workspace, tmp_path):
 
 def test_a_jobs_default_artifacts_output_is_its_mlflow_runs_artifacts(workspace, tmp_path):
     """`azureml://jobs/<name>/outputs/artifacts/paths/outputs/model.pkl` (az ml model create
-    --path, Azure's docs for a model a job logged) is the job's run artifacts; an output the job
+    --path on a file the job wrote) is the job's run artifacts; an output the job
     declares under that name wins; a job recorded without them says why."""
     artifacts = tmp_path / "mlruns" / "1" / "abc" / "artifacts"
     (artifacts / "outputs").mkdir(parents=True)
