@@ -30,7 +30,7 @@ import asyncio
 import signal
 import socket
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 if __package__:
@@ -68,23 +68,26 @@ class Front:
         self.done = asyncio.Event()
         self.listener: front_listen.Listener | None = None
         self.lines: list = []  # the log's lines to come: each a str, or a request answered
+        self.mirrors = 0  # copies to a mirror deployment in flight
+        self.loop = asyncio.get_running_loop()
 
     def log(self, line) -> None:
         """A line of the log (a str, or the fields of the line for a request answered,
         formatted off the request's path), written within a fraction of a second."""
         if not self.lines:
-            asyncio.get_running_loop().call_later(0.2, self._flush)
+            self.loop.call_later(0.2, self._flush)
         self.lines.append(line)
 
     def _flush(self) -> None:
         sys.stdout.write("".join(line + "\n" if type(line) is str else
-                                 "{} {} -> {} {} {:.0f} ms\n".format(*line)
+                                 "{} {} -> {} {} {:.0f} ms\n".format(
+                                     line[0].decode(), line[1].decode("latin-1"), *line[2:])
                                  for line in self.lines))
         sys.stdout.flush()
         self.lines.clear()
 
     def spawn(self, work) -> None:
-        task = asyncio.get_running_loop().create_task(work)
+        task = self.loop.create_task(work)
         self.background.add(task)
         task.add_done_callback(self._finished)
 
@@ -94,50 +97,60 @@ class Front:
             say(f"error: {task.exception()!r}")
         self.check_done()
 
-    async def forward(self, slot: Slot, request: wire.Forward,
-                      body: wire.Body) -> front_pool.Answer:
-        with self.router.admitted(slot):
-            pool = self.pools.get(slot.port) or self.pools.setdefault(
-                slot.port, front_pool.Pool(slot.port))
-            try:
-                return await pool.exchange(request, body, slot.timeout_ms / 1000 or None)
-            except TimeoutError:
-                raise wire.Refused(408, f"{slot.name} took longer than its request_timeout_ms"
-                                        f" ({slot.timeout_ms})") from None
-            except OSError as err:
-                raise wire.Refused(502, f"deployment {slot.name} did not answer: {err}"
-                                   ) from None
+    def forward(self, slot: Slot, request: wire.Forward, body: wire.Body,
+                done: Callable[[front_pool.Answer | wire.Refused], None]) -> None:
+        """Pass the request on to the slot's server: done(its answer, or the refusal that
+        stands for its failure) once it is over; Refused (429) at once past the slot's
+        pending requests."""
+        self.router.enter(slot)
+        pool = self.pools.get(slot.port) or self.pools.setdefault(
+            slot.port, front_pool.Pool(slot.port))
 
-    async def answer(self, client: Client, request: wire.Forward, route: Route,
-                     body: wire.Body) -> None:
-        started = time.monotonic()
-        try:
-            answer = await self.forward(route.slot, request, body)
-        except Exception as err:  # noqa: BLE001 - every request is answered, whatever failed
-            refused = err if isinstance(err, wire.Refused) else wire.Refused(
-                502, f"the front could not pass the request on: {err!r}")
+        def over(result: front_pool.Answer | BaseException) -> None:
+            self.router.leave(slot)
+            done(result if type(result) is front_pool.Answer else failure(slot, result))
+
+        pool.exchange(request, body, slot.timeout_ms / 1000 or None, over)
+
+    def answer(self, client: Client, request: wire.Forward, route: Route,
+               body: wire.Body) -> None:
+        """The client's request passed on and answered; then its copy to the mirror."""
+        started = self.loop.time()
+
+        def over(result: front_pool.Answer | wire.Refused) -> None:
             if client.phase == "busy":
-                client.refuse(refused)
-            return
-        finally:
+                if type(result) is front_pool.Answer:
+                    client.reply(result, route.slot.name)
+                else:
+                    client.refuse(result)
             if route.mirror is None:
                 body.close()
             else:
-                self.spawn(self.mirrored(route.mirror, request, body))
-        if client.phase == "busy":
-            client.reply(answer, route.slot.name)
-        self.log((request.method.decode(), request.target.decode("latin-1"), route.slot.name,
-                  answer.status, 1000 * (time.monotonic() - started)))
+                self.mirror(route.mirror, request, body)
+            if type(result) is front_pool.Answer:
+                self.log((request.method, request.target, route.slot.name, result.status,
+                          1000 * (self.loop.time() - started)))
 
-    async def mirrored(self, slot: Slot, request: wire.Forward, body: wire.Body) -> None:
-        """A copy for the mirror deployment; its answer (or failure) is dropped, as Azure's."""
         try:
-            await self.forward(slot, request, body)
-            self.log(f"mirror -> {slot.name}")
+            self.forward(route.slot, request, body, over)
         except wire.Refused as refused:
-            self.log(f"mirror -> {slot.name} dropped: {refused.message}")
-        finally:
+            over(refused)
+
+    def mirror(self, slot: Slot, request: wire.Forward, body: wire.Body) -> None:
+        """A copy for the mirror deployment; its answer (or failure) is dropped, as Azure's."""
+        self.mirrors += 1
+
+        def over(result: front_pool.Answer | wire.Refused) -> None:
+            self.mirrors -= 1
             body.close()
+            self.log(f"mirror -> {slot.name}" if type(result) is front_pool.Answer else
+                     f"mirror -> {slot.name} dropped: {result.message}")
+            self.check_done()
+
+        try:
+            self.forward(slot, request, body, over)
+        except wire.Refused as refused:
+            over(refused)
 
     # ---- connections ----
 
@@ -147,7 +160,7 @@ class Front:
 
     async def _open(self, conn: socket.socket) -> None:
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(lambda: Client(self), conn)
+            await self.loop.connect_accepted_socket(lambda: Client(self), conn)
         except OSError:
             conn.close()
         finally:
@@ -187,8 +200,21 @@ class Front:
         self.check_done()
 
     def check_done(self) -> None:
-        if self.stopping and not self.clients and not self.opening and not self.background:
+        if self.stopping and not (self.clients or self.opening or self.background or
+                                  self.mirrors):
             self.done.set()
+
+
+def failure(slot: Slot, err: BaseException) -> wire.Refused:
+    """What the client is answered when the exchange with the slot's server failed."""
+    if isinstance(err, wire.Refused):
+        return err
+    if isinstance(err, TimeoutError):
+        return wire.Refused(408, f"{slot.name} took longer than its request_timeout_ms"
+                                 f" ({slot.timeout_ms})")
+    if isinstance(err, OSError):
+        return wire.Refused(502, f"deployment {slot.name} did not answer: {err}")
+    return wire.Refused(502, f"the front could not pass the request on: {err!r}")
 
 
 def listen(port: int) -> socket.socket:

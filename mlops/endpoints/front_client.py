@@ -25,6 +25,8 @@ else:  # started by its path (front.py): this folder is first on sys.path
 
 LINGER_S, LINGER_BYTES = 1.0, 256 * 1024  # what a refused client may still send: then closed
 STOP_GRACE_S = 1.0  # how long a connection accepted before a stop may take to send a request
+INF = float("inf")
+EARLY_S = 0.0005  # a timer that fires this early (the loop's clock is in ms) is on time
 
 
 class Client(asyncio.Protocol):
@@ -34,8 +36,11 @@ class Client(asyncio.Protocol):
         self.front, self.wire = front, Inbound()
         self.transport: asyncio.Transport | None = None
         self.phase = "idle"  # idle (no byte of a request yet), head, body, busy, closing
-        self.timer: asyncio.TimerHandle | None = None
-        self.timed = ""  # the phase the timer was armed for
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.timer: asyncio.TimerHandle | None = None  # the connection's one timer
+        self.timer_at = INF  # when it fires
+        self.due = INF  # when the phase in `timed` must be over
+        self.timed = ""  # the phase the deadline was set for
         self.dropped = 0
         self.held, self.paused = 0, False  # bytes that came while busy; reading paused
         self.ended = False  # the client closed its side
@@ -44,13 +49,16 @@ class Client(asyncio.Protocol):
         self.body: wire.Body | None = None
 
     def connection_made(self, transport) -> None:
-        self.transport = transport
+        self.transport, self.loop = transport, asyncio.get_running_loop()
         transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.front.clients[self] = None
         self.wait_next()
 
     def connection_lost(self, exc) -> None:
         self._arm("closing", None)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if self.phase != "busy" and self.body is not None:
             self.body.close()
         self.phase = "closing"
@@ -82,13 +90,29 @@ class Client(asyncio.Protocol):
             self._advance()
         return True  # still open for the answer
 
-    def _arm(self, phase: str, seconds: float | None, then=None) -> None:
-        """The connection's one timer, for `phase` (None: no timer)."""
-        if self.timer is not None:
-            self.timer.cancel()
+    def _arm(self, phase: str, seconds: float | None) -> None:
+        """`phase` must be over within `seconds` (None: no limit). The timer is set again
+        only when this deadline is nearer than it: one that fires early sets itself again."""
         self.timed = phase
-        self.timer = None if seconds is None else \
-            asyncio.get_running_loop().call_later(seconds, then)
+        if seconds is None:
+            self.due = INF
+            return
+        self.due = due = self.loop.time() + seconds
+        if self.timer_at > due or self.timer is None:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer, self.timer_at = self.loop.call_at(due, self._tick), due
+
+    def _tick(self) -> None:
+        self.timer = None
+        if self.due == INF:
+            return
+        if self.due - self.loop.time() > EARLY_S:
+            self.timer, self.timer_at = self.loop.call_at(self.due, self._tick), self.due
+        elif self.timed in ("head", "body"):
+            self._late()
+        else:  # idle between requests, or lingering after a refusal
+            self.transport.close()
 
     def _deadline(self) -> None:
         """A head or a body must arrive in time: armed when one is still to come after the
@@ -98,14 +122,12 @@ class Client(asyncio.Protocol):
         if self.phase == "busy":
             self._arm("busy", None)
         else:
-            self._arm(self.phase, wire.HEAD_S if self.phase == "head" else wire.BODY_S,
-                      self._late)
+            self._arm(self.phase, wire.HEAD_S if self.phase == "head" else wire.BODY_S)
 
     def wait_next(self) -> None:
         """Wait for the next request: idle connections close quietly in time."""
         self.phase = "idle"
-        self._arm("idle", STOP_GRACE_S if self.front.stopping else wire.IDLE_S,
-                  self.transport.close)
+        self._arm("idle", STOP_GRACE_S if self.front.stopping else wire.IDLE_S)
 
     def _late(self) -> None:
         late = "head" if self.phase == "head" else "body"
@@ -152,7 +174,7 @@ class Client(asyncio.Protocol):
         self.request = sent = wire.upstream_request(
             inbound.method, inbound.target, inbound.items, length=self.body.size,
             connection=inbound.fields.get(b"connection", b""))
-        self.front.spawn(self.front.answer(self, sent, self.route, self.body))
+        self.front.answer(self, sent, self.route, self.body)
 
     def reply(self, answer: front_pool.Answer, deployment: str) -> None:
         status, reason, headers = wire.relabeled(answer.status, answer.reason, answer.headers,
@@ -194,6 +216,6 @@ class Client(asyncio.Protocol):
         if self.paused:
             self.paused = False
             self.transport.resume_reading()
-        self._arm("closing", LINGER_S, self.transport.close)
+        self._arm("closing", LINGER_S)
         target = (self.wire.target or b"-").decode("latin-1")
         self.front.log(f"{target} refused {refused.status}: {refused.message}")

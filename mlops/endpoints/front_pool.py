@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httptools
@@ -31,6 +31,9 @@ else:  # started by its path (front.py): this folder is first on sys.path
 HOST = "127.0.0.1"
 KEEP_S = 1.0
 MAX_IDLE = 64  # idle connections kept per deployment
+FRAMING = (b"content-length", b"transfer-encoding")
+INF = float("inf")
+EARLY_S = 0.0005  # a timer that fires this early (the loop's clock is in ms) is on time
 MAX_ANSWER = int(os.environ.get("FRONT_MAX_ANSWER_BYTES", str(256 * 2**20)))
 
 
@@ -51,27 +54,36 @@ class Answer:
 
 
 class Upstream(asyncio.Protocol):
-    """One keep-alive connection to a deployment's server; httptools reads its answers (the
-    on_* methods are the parser's callbacks)."""
+    """One keep-alive connection to a deployment's server, one exchange at a time: send()
+    writes a request and calls its `done` once, with the whole answer or the error, after
+    the parser is through with the bytes at hand. httptools reads the answers (the on_*
+    methods are the parser's callbacks). One timer per connection, armed again only when an
+    exchange's deadline is nearer than the timer."""
 
     def __init__(self, port: int) -> None:
         self.host = b"%s:%d" % (HOST.encode(), port)  # the Host field when the client sent none
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
-        self.waiter: asyncio.Future | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.done: Callable[[Answer | BaseException], None] | None = None  # the exchange's
+        self.result: Answer | BaseException | None = None  # known, not handed on yet
         self.writable: asyncio.Future | None = None  # set while the kernel's buffer is full
+        self.streaming: asyncio.Task | None = None  # writing a spooled body
         self.reading = Reading()
         self.lost = False
         self.idle_since = 0.0
+        self.due = INF  # the exchange's deadline on the loop's clock
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = INF
 
     def connection_made(self, transport) -> None:
-        self.transport = transport
+        self.transport, self.loop = transport, asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        if self.waiter is None or self.reading.whole:  # a server that talks out of turn
+        if self.done is None or self.reading.whole:  # a server that talks out of turn
             self.reading.clean = False
             self.transport.abort()
             return
@@ -79,33 +91,50 @@ class Upstream(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as err:
-            self._fail(Broken(f"the server's answer is not HTTP/1.1 ({err})"))
+            self._settle(Broken(f"the server's answer is not HTTP/1.1 ({err})"))
             self.transport.abort()
+        if self.result is not None:
+            self._hand_on()
 
     def eof_received(self) -> bool:
         if self.reading.until_close and not self.reading.whole:  # its end is the close
             self._answered()
+            self._hand_on()
         return False
 
     def connection_lost(self, exc) -> None:
         self.lost = True
-        self._fail(Broken(f"the server closed the connection ({exc or 'EOF'})",
-                          silent=not self.reading.heard))
+        self._settle(Broken(f"the server closed the connection ({exc or 'EOF'})",
+                            silent=not self.reading.heard))
+        self._hand_on()
         if self.writable is not None and not self.writable.done():
             self.writable.set_result(None)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def pause_writing(self) -> None:
-        self.writable = asyncio.get_running_loop().create_future()
+        self.writable = self.loop.create_future()
 
     def resume_writing(self) -> None:
         if self.writable is not None and not self.writable.done():
             self.writable.set_result(None)
         self.writable = None
 
-    def _fail(self, error: BaseException) -> None:
-        self.reading.clean = False
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(error)
+    def _settle(self, result: Answer | BaseException) -> None:
+        """The exchange's outcome, the first one known (handed on by _hand_on)."""
+        if isinstance(result, BaseException):
+            self.reading.clean = False
+        if self.done is not None and self.result is None:
+            self.result = result
+
+    def _hand_on(self) -> None:
+        done, result = self.done, self.result
+        if done is None or result is None:
+            return
+        self.done = self.result = None
+        self.due = INF
+        done(result)
 
     # ---- the parser's callbacks ----
 
@@ -129,8 +158,7 @@ class Upstream(asyncio.Protocol):
             reading.clean = False
             self._answered()
         elif status not in (204, 304) and not any(
-                name.lower() in (b"content-length", b"transfer-encoding")
-                for name, _ in reading.headers):
+                name.lower() in FRAMING for name, _ in reading.headers):
             reading.until_close = True  # framed by the close: never reused
 
     def on_body(self, data: bytes) -> None:
@@ -139,7 +167,7 @@ class Upstream(asyncio.Protocol):
             return
         reading.size += len(data)
         if reading.size > MAX_ANSWER:
-            self._fail(Broken(f"the server's answer is over {MAX_ANSWER} bytes"))
+            self._settle(Broken(f"the server's answer is over {MAX_ANSWER} bytes"))
             self.transport.abort()
             raise Broken("too long")  # stops the parser
         reading.parts.append(data)
@@ -152,54 +180,82 @@ class Upstream(asyncio.Protocol):
     def _answered(self) -> None:
         reading = self.reading
         reading.whole = True
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(Answer(status=reading.status, reason=reading.reason,
-                                          headers=reading.headers,
-                                          body=b"".join(reading.parts)))
+        parts = reading.parts
+        self._settle(Answer(status=reading.status, reason=reading.reason,
+                            headers=reading.headers,
+                            body=parts[0] if len(parts) == 1 else b"".join(parts)))
 
-    def _timed_out(self) -> None:
-        self._fail(TimeoutError())
-        self.transport.abort()
+    # ---- an exchange ----
+
+    def send(self, request: wire.Forward, body: wire.Body, deadline: float | None,
+             done: Callable[[Answer | BaseException], None]) -> None:
+        """Send the request and its body; done(the server's whole answer, or the error:
+        TimeoutError once the loop's clock passes `deadline`), called once."""
+        if self.lost:
+            done(Broken("the server closed the connection", silent=True))
+            return
+        self.done, self.result = done, None
+        self.reading = Reading(head_only=request.method == b"HEAD")
+        if deadline is not None:
+            self._arm(deadline)
+        whole = body.whole()
+        if whole is not None:  # head and body in one segment
+            self.transport.write(request.head(self.host) + whole)
+        else:
+            self.streaming = self.loop.create_task(self._stream(request.head(self.host), body))
 
     async def exchange(self, request: wire.Forward, body: wire.Body,
                        deadline: float | None) -> Answer:
-        """Send the request and its body; the server's whole answer (TimeoutError once the
-        loop's clock passes `deadline`)."""
-        if self.lost:
-            raise Broken("the server closed the connection", silent=True)
-        loop = asyncio.get_running_loop()
-        self.waiter = loop.create_future()
-        self.reading = Reading(head_only=request.method == b"HEAD")
-        timer = None if deadline is None else loop.call_at(deadline, self._timed_out)
-        try:
-            await self._send(request, body)
-            return await self.waiter
-        finally:
-            self.waiter = None
-            if timer is not None:
-                timer.cancel()
+        """send() as a coroutine: the answer, or its error raised."""
+        future = asyncio.get_running_loop().create_future()
+        self.send(request, body, deadline, lambda result: future.set_exception(result)
+                  if isinstance(result, BaseException) else future.set_result(result))
+        return await future
 
-    async def _send(self, request: wire.Forward, body: wire.Body) -> None:
-        pending = request.head(self.host)  # sent with the body's first piece: one segment
-        for piece in body.chunks():
-            if self.waiter.done():  # answered (or failed) before the body was all sent
+    def _arm(self, deadline: float) -> None:
+        self.due = deadline
+        if self.timer is None or self.timer_at > deadline:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer, self.timer_at = self.loop.call_at(deadline, self._tick), deadline
+
+    def _tick(self) -> None:
+        self.timer = None
+        if self.done is None or self.due == INF:
+            return
+        if self.due - self.loop.time() > EARLY_S:  # a later exchange's deadline
+            self._arm(self.due)
+            return
+        self._settle(TimeoutError())
+        self.transport.abort()
+        self._hand_on()
+
+    async def _stream(self, head: bytes, body: wire.Body) -> None:
+        """A spooled body, piece by piece as the kernel takes it (the head with the first)."""
+        try:
+            for piece in body.chunks():
+                if self.result is not None or self.done is None:  # answered (or failed)
+                    self.reading.clean = False
+                    return
+                self.transport.write(head + piece if head else piece)
+                head = b""
+                if self.writable is not None:
+                    await self.writable
+            if self.result is not None or self.done is None or self.lost:
                 self.reading.clean = False
-                return
-            self.transport.write(pending + piece if pending else piece)
-            pending = b""
-            if self.writable is not None:
-                await self.writable
-        if self.waiter.done() or self.lost:
-            self.reading.clean = False
-        elif pending:
-            self.transport.write(pending)
+            elif head:
+                self.transport.write(head)
+        except OSError as err:  # the spool could not be read
+            self._settle(err)
+            self.transport.abort()
+            self._hand_on()
 
     def reusable(self) -> bool:
         """Whether it can take the next request (and is made ready for it)."""
         reading = self.reading
         if self.lost or not (reading.whole and reading.clean and reading.kept):
             return False
-        self.idle_since = time.monotonic()
+        self.idle_since = self.loop.time()
         return True
 
     def close(self) -> None:
@@ -231,9 +287,11 @@ class Pool:
     def __init__(self, port: int):
         self.port = port
         self.idle: list[Upstream] = []
+        self.loop = asyncio.get_running_loop()
+        self.connecting: set[asyncio.Task] = set()
 
     def _reuse(self) -> Upstream | None:
-        now = time.monotonic()
+        now = self.loop.time()
         while self.idle:
             upstream = self.idle.pop()
             if not upstream.lost and now - upstream.idle_since < KEEP_S:
@@ -241,40 +299,57 @@ class Pool:
             upstream.close()
         return None
 
-    async def _connect(self, deadline: float | None) -> Upstream:
-        loop = asyncio.get_running_loop()
-        connecting = loop.create_connection(lambda: Upstream(self.port), HOST, self.port)
-        left = None if deadline is None else max(0.0, deadline - loop.time())
-        _, upstream = await asyncio.wait_for(connecting, left)
-        return upstream
-
-    async def _once(self, upstream: Upstream, request: wire.Forward, body: wire.Body,
-                    deadline: float | None) -> Answer:
-        try:
-            answer = await upstream.exchange(request, body, deadline)
-        except BaseException:
-            upstream.close()
-            raise
-        if upstream.reusable() and len(self.idle) < MAX_IDLE:
+    def _back(self, upstream: Upstream, result: Answer | BaseException) -> None:
+        """An exchange is over: its connection back to the pool, or closed."""
+        if type(result) is Answer and upstream.reusable() and len(self.idle) < MAX_IDLE:
             self.idle.append(upstream)
         else:
             upstream.close()
-        return answer
 
-    async def exchange(self, request: wire.Forward, body: wire.Body,
-                       timeout: float | None) -> Answer:
-        """The server's answer within `timeout` seconds (None: no limit); TimeoutError past
-        it, Broken or OSError when the server cannot answer."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+    def exchange(self, request: wire.Forward, body: wire.Body, timeout: float | None,
+                 done: Callable[[Answer | BaseException], None]) -> None:
+        """done(the server's answer within `timeout` seconds (None: no limit); TimeoutError
+        past it, Broken or OSError when the server cannot answer), called once. A request a
+        reused connection's server closed on before a byte of answer goes on a new one."""
+        deadline = None if timeout is None else self.loop.time() + timeout
         upstream = self._reuse()
-        if upstream is not None:
-            try:
-                return await self._once(upstream, request, body, deadline)
-            except Broken as err:
-                if not err.silent:
-                    raise
-        return await self._once(await self._connect(deadline), request, body, deadline)
+        if upstream is None:
+            self._fresh(request, body, deadline, done)
+            return
+
+        def over(result: Answer | BaseException) -> None:
+            self._back(upstream, result)
+            if isinstance(result, Broken) and result.silent:
+                self._fresh(request, body, deadline, done)
+            else:
+                done(result)
+
+        upstream.send(request, body, deadline, over)
+
+    def _fresh(self, request: wire.Forward, body: wire.Body, deadline: float | None,
+               done: Callable[[Answer | BaseException], None]) -> None:
+        """The exchange on a new connection."""
+        task = self.loop.create_task(self._connected(request, body, deadline, done))
+        self.connecting.add(task)
+        task.add_done_callback(self.connecting.discard)
+
+    async def _connected(self, request: wire.Forward, body: wire.Body,
+                         deadline: float | None,
+                         done: Callable[[Answer | BaseException], None]) -> None:
+        try:
+            connecting = self.loop.create_connection(lambda: Upstream(self.port), HOST,
+                                                     self.port)
+            left = None if deadline is None else max(0.0, deadline - self.loop.time())
+            _, upstream = await asyncio.wait_for(connecting, left)
+        except (OSError, TimeoutError) as err:
+            done(err)
+            return
+
+        def over(result: Answer | BaseException) -> None:
+            self._back(upstream, result)
+            done(result)
+
+        upstream.send(request, body, deadline, over)
 
     def close(self) -> None:
         for upstream in self.idle:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import random
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,23 +147,23 @@ class Router:
         mirror = next((slot for slot, p in draws.mirrors if random.random() * 100 < p), None)
         return Route(state.deployments[name], mirror)
 
-    def admitted(self, slot: Slot) -> Admission:
-        """`with router.admitted(slot):` one of the deployment's pending requests (429 when it
-        has its most)."""
-        return Admission(self.pending, slot)
-
-
-class Admission:
-    def __init__(self, pending: dict[str, int], slot: Slot):
-        self.pending, self.slot = pending, slot
-
-    def __enter__(self) -> None:
-        slot = self.slot
-        if self.pending.get(slot.name, 0) >= slot.max_pending:
+    def enter(self, slot: Slot) -> None:
+        """One more of the deployment's pending requests (429 when it has its most)."""
+        pending = self.pending.get(slot.name, 0)
+        if pending >= slot.max_pending:
             raise wire.Refused(429, f"too many pending requests for {slot.name}: at most "
                                     f"{slot.max_pending} at once (2 * max_concurrent_requests_"
                                     "per_instance * instance_count)")
-        self.pending[slot.name] = self.pending.get(slot.name, 0) + 1
+        self.pending[slot.name] = pending + 1
 
-    def __exit__(self, *exc) -> None:
-        self.pending[self.slot.name] -= 1
+    def leave(self, slot: Slot) -> None:
+        self.pending[slot.name] -= 1
+
+    @contextmanager
+    def admitted(self, slot: Slot) -> Iterator[None]:
+        """`with router.admitted(slot):` one of the deployment's pending requests."""
+        self.enter(slot)
+        try:
+            yield
+        finally:
+            self.leave(slot)

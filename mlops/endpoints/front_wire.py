@@ -187,6 +187,14 @@ class Body:
         else:
             self.parts.append(data)
 
+    def whole(self) -> bytes | None:
+        """The body as one piece while it is held in memory (None: it is in a file)."""
+        if self.file is not None:
+            return None
+        if len(self.parts) != 1:
+            self.parts = [b"".join(self.parts)]
+        return self.parts[0]
+
     def chunks(self) -> Iterator[bytes]:
         """The body in pieces, from its start (again at each call)."""
         if self.file is None:
