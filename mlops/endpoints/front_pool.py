@@ -45,7 +45,7 @@ class Broken(ConnectionError):
         self.silent = silent  # not one byte of an answer came
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Answer:
     status: int
     reason: bytes
@@ -157,9 +157,12 @@ class Upstream(asyncio.Protocol):
         if reading.head_only:  # an answer to HEAD: whole at its head, whatever it announces
             reading.clean = False
             self._answered()
-        elif status not in (204, 304) and not any(
-                name.lower() in FRAMING for name, _ in reading.headers):
-            reading.until_close = True  # framed by the close: never reused
+        elif status != 204 and status != 304:
+            for name, _ in reading.headers:
+                if name.lower() in FRAMING:
+                    break
+            else:
+                reading.until_close = True  # framed by the close: never reused
 
     def on_body(self, data: bytes) -> None:
         reading = self.reading
@@ -263,7 +266,7 @@ class Upstream(asyncio.Protocol):
             self.transport.close()
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Reading:
     """What has come of the server's answer to the request in flight."""
 

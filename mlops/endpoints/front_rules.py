@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,27 +43,32 @@ UNAUTHORIZED = {AuthMode.KEY: ("key_auth_bad_header_forbidden", "key_auth_access
                                      "aad_token_auth_access_denied")}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Route:
     slot: Slot
     mirror: Slot | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Draws:
-    """What traffic draws from, worked out once per state, not per request: the deployments
-    with a positive weight, their weights, the mirrors and their percentages."""
+    """What a request's rules read, worked out once per state, not per request: the
+    deployments with a positive weight, their weights, the mirrors and their percentages, a
+    route to each deployment, and the keys as bytes (key auth)."""
 
     names: list[str]
     weights: list[int]
     mirrors: list[tuple[Slot, int]]
+    routes: dict[str, Route]
+    keys: tuple[bytes, ...]
 
     @classmethod
     def of(cls, state: EndpointState) -> Draws:
         live = [(n, p) for n, p in state.traffic.items() if p > 0 and n in state.deployments]
-        return cls([n for n, _ in live], [p for _, p in live],
-                   [(state.deployments[n], p) for n, p in state.mirror_traffic.items()
-                    if n in state.deployments])
+        return cls(names=[n for n, _ in live], weights=[p for _, p in live],
+                   mirrors=[(state.deployments[n], p) for n, p in state.mirror_traffic.items()
+                            if n in state.deployments],
+                   routes={n: Route(slot) for n, slot in state.deployments.items()},
+                   keys=tuple(key.encode() for key in state.keys.values() if key.isascii()))
 
 
 def say(line: str) -> None:
@@ -125,15 +131,31 @@ class Router:
         if state.auth_mode == AuthMode.NONE:
             return
         missing, wrong = UNAUTHORIZED[state.auth_mode]
-        scheme, _, bearer = fields.get(b"authorization", b"").decode("latin-1").partition(" ")
-        if scheme.lower() != "bearer" or not bearer.strip():
-            raise wire.Refused(401, missing, text=True)
-        if not state.accepts(bearer.strip()):
+        value = fields.get(b"authorization", b"")
+        if value.isascii():  # read as bytes (llhttp lets no other space through): sooner
+            scheme, _, token = value.partition(b" ")
+            token = token.strip()
+            if scheme.lower() != b"bearer" or not token:
+                raise wire.Refused(401, missing, text=True)
+            if state.auth_mode == AuthMode.KEY:
+                for key in (self.draws if state is self.state else Draws.of(state)).keys:
+                    if secrets.compare_digest(token, key):
+                        return
+                raise wire.Refused(401, wrong, text=True)
+            bearer = token.decode()
+        else:
+            scheme, _, bearer = value.decode("latin-1").partition(" ")
+            bearer = bearer.strip()
+            if scheme.lower() != "bearer" or not bearer:
+                raise wire.Refused(401, missing, text=True)
+        if not state.accepts(bearer):
             raise wire.Refused(401, wrong, text=True)
 
     def route(self, fields: dict[bytes, bytes], state: EndpointState | None = None) -> Route:
         state = state or self.current()
-        named = fields.get(b"azureml-model-deployment", b"").decode("latin-1").strip()
+        named = fields.get(b"azureml-model-deployment")
+        if named is not None:
+            named = named.decode("latin-1").strip()
         if named:  # straight to it, whatever the weights; never mirrored
             if named not in state.deployments:
                 raise wire.Refused(404, f"endpoint {state.name} has no deployment {named!r}")
@@ -144,8 +166,12 @@ class Router:
                                     "with positive weight")
         name = draws.names[0] if len(draws.names) == 1 else \
             random.choices(draws.names, draws.weights)[0]
-        mirror = next((slot for slot, p in draws.mirrors if random.random() * 100 < p), None)
-        return Route(state.deployments[name], mirror)
+        if draws.mirrors:
+            mirror = next((slot for slot, p in draws.mirrors if random.random() * 100 < p),
+                          None)
+            if mirror is not None:
+                return Route(state.deployments[name], mirror)
+        return draws.routes[name]
 
     def enter(self, slot: Slot) -> None:
         """One more of the deployment's pending requests (429 when it has its most)."""

@@ -130,12 +130,15 @@ class Forward:
     def head(self, host: bytes) -> bytes:
         """Its head's bytes, written from fields llhttp already checked (`host`: the Host
         field when the client, in HTTP/1.0, sent none)."""
-        lines = [b"%s %s HTTP/1.1\r\n" % (self.method, self.target)]
-        if not any(name.lower() == b"host" for name, _ in self.headers):
-            lines.append(b"Host: %s\r\n" % host)
-        lines += [b"%s: %s\r\n" % field for field in self.headers]
+        lines = [b"%s %s HTTP/1.1" % (self.method, self.target)]
+        for name, _ in self.headers:
+            if name.lower() == b"host":
+                break
+        else:
+            lines.append(b"Host: " + host)
+        lines += [name + b": " + value for name, value in self.headers]
         lines.append(b"\r\n")
-        return b"".join(lines)
+        return b"\r\n".join(lines)
 
 
 def upstream_request(method: bytes, target: bytes, items: list[tuple[bytes, bytes]], *,
