@@ -134,6 +134,8 @@ class Inbound:
         self._check(head)
         if self.stage == HEAD:
             self.stage = BODY
+            if not self.chunked and self.left <= len(buf):  # the whole body is here
+                self._read_body()
 
     def _read_again(self, head: bytes, err: Exception) -> None:
         """A head llhttp refused: nginx's answer where its rules refuse it as it came; else
@@ -160,9 +162,10 @@ class Inbound:
         line = head[:head.find(b"\n")].rstrip(b"\r")
         self.method = line[:line.find(b" ")]
         self.version = version = line[line.rfind(b" ") + 1:]
-        refused = wire.line_refusal(self.method, version)
-        if refused is not None:
-            raise refused
+        if version != b"HTTP/1.1" or self.method in (b"TRACE", b"CONNECT"):
+            refused = wire.line_refusal(self.method, version)
+            if refused is not None:
+                raise refused
         fields = self.fields
         for name, value in self.items:
             low = name.lower()
@@ -211,12 +214,12 @@ class Inbound:
         if self.replied or self.stage != DONE:
             return b""
         self.replied = True
-        lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason or wire.REASONS.get(status, b""))]
-        lines += [b"%s: %s\r\n" % field for field in headers]
+        lines = [b"HTTP/1.1 %d %s" % (status, reason or wire.REASONS.get(status, b""))]
+        lines += [name + b": " + value for name, value in headers]
         if not self.keep and not any(name.lower() == b"connection" for name, _ in headers):
-            lines.append(b"Connection: close\r\n")
-        lines += [b"\r\n", body]
-        return b"".join(lines)
+            lines.append(b"Connection: close")
+        lines += [b"", body]
+        return b"\r\n".join(lines)
 
     def refuse(self, refused: wire.Refused) -> bytes:
         """The refusal's bytes; the connection closes after it (b"" when answered already)."""

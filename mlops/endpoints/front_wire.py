@@ -149,7 +149,7 @@ def upstream_request(method: bytes, target: bytes, items: list[tuple[bytes, byte
     hop = HOP_BY_HOP
     if connection:
         hop = hop | {token.strip().lower() for token in connection.split(b",")}
-    headers = [(name, value) for name, value in items if name.lower() not in hop]
+    headers = [field for field in items if field[0].lower() not in hop]
     headers.append((b"Content-Length", b"%d" % length))
     return Forward(method, target, headers)
 
@@ -159,7 +159,7 @@ def relabeled(status: int, reason: bytes, headers, *, deployment: str
     """The deployment's answer as the endpoint gives it (Azure's rule): a status other than
     200 becomes 424 with the server's status and reason in ms-azureml-model-error-*, and
     azureml-model-deployment names who answered. The length is set by the caller."""
-    kept = [(name, value) for name, value in headers if name.lower() not in HOP_BY_HOP]
+    kept = [field for field in headers if field[0].lower() not in HOP_BY_HOP]
     kept.append((b"azureml-model-deployment", deployment.encode()))
     if status != 200:
         kept += [(b"ms-azureml-model-error-statuscode", b"%d" % status),
