@@ -15,13 +15,13 @@ request, in Azure's order (front_rules.py):
      becomes 424 with ms-azureml-model-error-statuscode/-reason; `azureml-model-deployment`
      names who answered.
 Clients' requests are read by llhttp (httptools), one at a time, with nginx's refusals on
-top (front_inbound.py); each deployment's server is reached over kept-alive connections, its
-answers read by httptools (front_pool.py); connections are accepted while descriptors last
+top (front_inbound.py); each deployment's server is reached over kept-alive connections
+(front_pool.py), its answers read by httptools (front_upstream.py); a request is passed on and
+answered by callbacks, no task per request. Connections are accepted while descriptors last
 (front_listen.py); the loop is uvloop's where it has a build. Slow clients are held here
 (head and body deadlines, answered 408), so a stalled client never holds one of a server's
-threads. SIGTERM or SIGINT:
-it stops accepting, answers every request it accepted, then exits; SIGHUP: endpoint.json is
-read again.
+threads. SIGTERM or SIGINT: it stops accepting, answers every request it accepted, then exits;
+SIGHUP: endpoint.json is read again.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ if __package__:
     from mlops.endpoints.endpoint_state import DamagedState, Slot
     from mlops.endpoints.front_client import Client
     from mlops.endpoints.front_rules import Route, Router, say
+    from mlops.endpoints.front_upstream import Answer
 else:  # started by its path: this folder is first on sys.path
     import front_listen  # type: ignore[no-redef]
     import front_pool  # type: ignore[no-redef]
@@ -46,6 +47,7 @@ else:  # started by its path: this folder is first on sys.path
     from endpoint_state import DamagedState, Slot  # type: ignore[no-redef]
     from front_client import Client  # type: ignore[no-redef]
     from front_rules import Route, Router, say  # type: ignore[no-redef]
+    from front_upstream import Answer  # type: ignore[no-redef]
 
 HOST = "127.0.0.1"
 try:  # libuv's event loop: less of the front's CPU a request than asyncio's own
@@ -98,7 +100,7 @@ class Front:
         self.check_done()
 
     def forward(self, slot: Slot, request: wire.Forward, body: wire.Body,
-                done: Callable[[front_pool.Answer | wire.Refused], None]) -> None:
+                done: Callable[[Answer | wire.Refused], None]) -> None:
         """Pass the request on to the slot's server: done(its answer, or the refusal that
         stands for its failure) once it is over; Refused (429) at once past the slot's
         pending requests."""
@@ -106,9 +108,9 @@ class Front:
         pool = self.pools.get(slot.port) or self.pools.setdefault(
             slot.port, front_pool.Pool(slot.port))
 
-        def over(result: front_pool.Answer | BaseException) -> None:
+        def over(result: Answer | BaseException) -> None:
             self.router.leave(slot)
-            done(result if type(result) is front_pool.Answer else failure(slot, result))
+            done(result if type(result) is Answer else failure(slot, result))
 
         pool.exchange(request, body, slot.timeout_ms / 1000 or None, over)
 
@@ -117,9 +119,9 @@ class Front:
         """The client's request passed on and answered; then its copy to the mirror."""
         started = self.loop.time()
 
-        def over(result: front_pool.Answer | wire.Refused) -> None:
+        def over(result: Answer | wire.Refused) -> None:
             if client.phase == "busy":
-                if type(result) is front_pool.Answer:
+                if type(result) is Answer:
                     client.reply(result, route.slot.name)
                 else:
                     client.refuse(result)
@@ -127,7 +129,7 @@ class Front:
                 body.close()
             else:
                 self.mirror(route.mirror, request, body)
-            if type(result) is front_pool.Answer:
+            if type(result) is Answer:
                 self.log((request.method, request.target, route.slot.name, result.status,
                           1000 * (self.loop.time() - started)))
 
@@ -140,10 +142,10 @@ class Front:
         """A copy for the mirror deployment; its answer (or failure) is dropped, as Azure's."""
         self.mirrors += 1
 
-        def over(result: front_pool.Answer | wire.Refused) -> None:
+        def over(result: Answer | wire.Refused) -> None:
             self.mirrors -= 1
             body.close()
-            self.log(f"mirror -> {slot.name}" if type(result) is front_pool.Answer else
+            self.log(f"mirror -> {slot.name}" if type(result) is Answer else
                      f"mirror -> {slot.name} dropped: {result.message}")
             self.check_done()
 

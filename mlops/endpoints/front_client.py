@@ -13,15 +13,15 @@ import asyncio
 import socket
 
 if __package__:
-    from mlops.endpoints import front_pool
     from mlops.endpoints import front_wire as wire
     from mlops.endpoints.front_inbound import END, NEED_DATA, PAUSED, REQUEST, Inbound
     from mlops.endpoints.front_rules import Route
+    from mlops.endpoints.front_upstream import Answer
 else:  # started by its path (front.py): this folder is first on sys.path
-    import front_pool  # type: ignore[no-redef]
     import front_wire as wire  # type: ignore[no-redef]
     from front_inbound import END, NEED_DATA, PAUSED, REQUEST, Inbound  # type: ignore[no-redef]
     from front_rules import Route  # type: ignore[no-redef]
+    from front_upstream import Answer  # type: ignore[no-redef]
 
 LINGER_S, LINGER_BYTES = 1.0, 256 * 1024  # what a refused client may still send: then closed
 STOP_GRACE_S = 1.0  # how long a connection accepted before a stop may take to send a request
@@ -176,7 +176,7 @@ class Client(asyncio.Protocol):
             connection=inbound.fields.get(b"connection", b""))
         self.front.answer(self, sent, self.route, self.body)
 
-    def reply(self, answer: front_pool.Answer, deployment: str) -> None:
+    def reply(self, answer: Answer, deployment: str) -> None:
         status, reason, headers = wire.relabeled(answer.status, answer.reason, answer.headers,
                                                  deployment=deployment)
         length = len(answer.body)

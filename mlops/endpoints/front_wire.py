@@ -1,7 +1,7 @@
-"""HTTP/1.1 rules of the local endpoint's front (front_inbound.py reads clients' requests with
-llhttp; front_pool.py reads deployments' answers with it): what nginx refuses, the request as a
-deployment's server gets it, the answer as the endpoint gives it, and the body's spool. No
-sockets here: every rule is a function of bytes, tested with bytes alone.
+"""HTTP/1.1 rules of the local endpoint's front (front_inbound.py reads clients' requests
+with llhttp; front_upstream.py reads deployments' answers with it): what nginx refuses, the
+request as a deployment's server gets it, the answer as the endpoint gives it, and the body's
+spool. No sockets here: every rule is a function of bytes, tested with bytes alone.
 
 Refused as nginx refuses them (nginx 1.25's ngx_http_parse.c and ngx_http_request.c):
   - a field line that starts with a space or tab (obsolete line folding): 400;

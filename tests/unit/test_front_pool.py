@@ -1,4 +1,4 @@
-"""The front's connections to a deployment's server (mlops/endpoints/front_pool.py), with no
+"""The front's connections to a deployment's server (mlops/endpoints/front_upstream.py), with no
 socket: the request's bytes as the server gets them, and each shape of answer read whole, byte
 by byte as well, with whether the connection may take the next request."""
 
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from mlops.endpoints import front_pool
+from mlops.endpoints import front_upstream
 from mlops.endpoints import front_wire as wire
 
 
@@ -33,12 +33,12 @@ class Wire(asyncio.Transport):
 
 
 def exchange(answer: bytes, *, method: bytes = b"POST", by_byte: bool = False,
-             eof: bool = False) -> tuple[front_pool.Answer | Exception, bool, bytes]:
+             eof: bool = False) -> tuple[front_upstream.Answer | Exception, bool, bytes]:
     """The answer the front reads from `answer` (or the error), whether the connection is
     reusable after it, and the bytes the server got."""
 
     async def run():
-        upstream, transport = front_pool.Upstream(5001), Wire()
+        upstream, transport = front_upstream.Upstream(5001), Wire()
         upstream.connection_made(transport)
         body = wire.Body(100)
         body.add(b"{}")
@@ -108,14 +108,14 @@ def test_an_answer_to_head_is_whole_at_its_head_and_its_connection_dropped():
 ])
 def test_a_broken_answer_is_an_error_and_the_connection_dropped(what, answer, eof):
     error, reusable, _ = exchange(answer, eof=eof)
-    assert isinstance(error, front_pool.Broken) and not reusable, what
+    assert isinstance(error, front_upstream.Broken) and not reusable, what
     assert error.silent == (answer == b""), what
 
 
 def test_an_answer_past_the_cap_is_an_error(monkeypatch):
-    monkeypatch.setattr(front_pool, "MAX_ANSWER", 4)
+    monkeypatch.setattr(front_upstream, "MAX_ANSWER", 4)
     error, reusable, _ = exchange(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n123456789")
-    assert isinstance(error, front_pool.Broken) and "over 4 bytes" in str(error)
+    assert isinstance(error, front_upstream.Broken) and "over 4 bytes" in str(error)
     assert not reusable
 
 
