@@ -129,8 +129,8 @@ class Upstream(asyncio.Protocol):
 
     def _hand_on(self) -> None:
         done, result = self.done, self.result
-        if done is None or result is None:
-            return
+        if done is None or result is None or self.streaming is not None:
+            return  # (a body still being sent: handed on when it ends, by _streamed)
         self.done = self.result = None
         self.due = INF
         done(result)
@@ -205,6 +205,12 @@ class Upstream(asyncio.Protocol):
             self.transport.write(request.head(self.host) + whole)
         else:
             self.streaming = self.loop.create_task(self._stream(request.head(self.host), body))
+            self.streaming.add_done_callback(self._streamed)
+
+    def _streamed(self, _task: asyncio.Task) -> None:
+        """A spooled body was sent (or given up): no one else reads its file from now."""
+        self.streaming = None
+        self._hand_on()
 
     async def exchange(self, request: wire.Forward, body: wire.Body,
                        deadline: float | None) -> Answer:
@@ -247,7 +253,7 @@ class Upstream(asyncio.Protocol):
                 self.reading.clean = False
             elif head:
                 self.transport.write(head)
-        except OSError as err:  # the spool could not be read
+        except (OSError, ValueError) as err:  # the spool could not be read
             self._settle(err)
             self.transport.abort()
             self._hand_on()

@@ -122,3 +122,31 @@ def test_an_answer_past_the_cap_is_an_error(monkeypatch):
 def test_a_request_without_host_gets_the_servers():
     head = wire.Forward(b"GET", b"/", [(b"X-A", b"1")]).head(b"127.0.0.1:5001")
     assert head == b"GET / HTTP/1.1\r\nHost: 127.0.0.1:5001\r\nX-A: 1\r\n\r\n"
+
+
+def test_an_answer_that_comes_while_a_spooled_body_is_sent_is_handed_on_when_it_ends(
+        monkeypatch):
+    monkeypatch.setattr(wire, "SPOOL_MEMORY", 4)  # the body waits in a file
+
+    async def run():
+        upstream, transport = front_upstream.Upstream(5001), Wire()
+        upstream.connection_made(transport)
+        body = wire.Body(100)
+        for piece in (b"abcdef", b"ghijkl"):
+            body.add(piece)
+        got = []
+        upstream.pause_writing()  # the kernel's buffer is full after the first write
+        upstream.send(wire.Forward(b"POST", b"/", [(b"Host", b"x")]), body, None, got.append)
+        await asyncio.sleep(0)
+        upstream.data_received(OK)
+        await asyncio.sleep(0)
+        waited = list(got)  # the file is still being read: nothing handed on yet
+        upstream.resume_writing()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        body.close()
+        return waited, got, transport.sent
+
+    waited, got, sent = asyncio.run(run())
+    assert waited == [] and [answer.body for answer in got] == [b"{}"]
+    assert sent == b"POST / HTTP/1.1\r\nHost: x\r\n\r\nabcdefghijkl"
