@@ -1,0 +1,104 @@
+"""One client connection of the front (mlops/endpoints/front_client.py) with no socket: its one
+timer still closes an idle connection, refuses a head that never ends with a 408, is not set
+again by a request that arrives whole and is answered, and closes the connection no sooner than
+the last request's idle deadline."""
+
+from __future__ import annotations
+
+import asyncio
+
+from mlops.endpoints import front_wire as wire
+from mlops.endpoints.endpoint_state import AuthMode, EndpointState, Slot
+from mlops.endpoints.front import Front
+from mlops.endpoints.front_client import Client
+from mlops.endpoints.front_rules import Router
+from mlops.endpoints.front_upstream import Answer
+
+
+class Wire(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent, self.closed = b"", None  # closed: when, on the loop's clock
+
+    def write(self, data) -> None:
+        self.sent += bytes(data)
+
+    def close(self) -> None:
+        self.closed = asyncio.get_running_loop().time()
+
+    def abort(self) -> None:
+        self.close()
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def get_extra_info(self, name, default=None):
+        return default if name != "socket" else Socket()
+
+
+class Socket:
+    def setsockopt(self, *args) -> None:
+        pass
+
+
+def connections(tmp_path, count: int, then) -> list[tuple[Client, Wire]]:
+    """`count` connections of a front over tmp_path's endpoint (no auth), after `then`."""
+    slot = Slot(name="blue", port=1, pid=1, folder="/nowhere", spec="", model="",
+                environment="", max_body=100, timeout_ms=1000, max_pending=2)
+    EndpointState(name="e", auth_mode=AuthMode.NONE, deployments={"blue": slot},
+                  traffic={"blue": 100}).write(tmp_path)
+
+    async def run():
+        front = Front(Router.open(tmp_path))
+        front.answer = lambda client, request, route, body: client.reply(
+            Answer(status=200, reason=b"OK", headers=[], body=b"{}"), route.slot.name)
+        made = [(Client(front), Wire()) for _ in range(count)]
+        for client, transport in made:
+            client.connection_made(transport)
+        await then(made)
+        return made
+
+    return asyncio.run(run())
+
+
+async def until(condition) -> None:
+    """Poll on the loop for `condition` (5 s at most)."""
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("not in 5 s")
+
+
+def test_an_idle_connection_closes_and_a_head_that_never_ends_gets_a_408(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setattr(wire, "IDLE_S", 0.02)
+    monkeypatch.setattr(wire, "HEAD_S", 0.04)
+
+    async def then(made):
+        (_, idle), (stalled, transport) = made
+        stalled.data_received(b"POST /score HTTP/1.1\r\nHo")
+        await until(lambda: idle.closed and transport.sent)
+
+    (_, idle), (_, stalled) = connections(tmp_path, 2, then)
+    assert idle.sent == b"" and stalled.sent.startswith(b"HTTP/1.1 408 ")
+
+
+def test_requests_answered_at_once_set_no_timer_and_the_last_one_decides_the_close(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(wire, "IDLE_S", 0.05)
+    request = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+
+    async def then(made):
+        client, transport = made[0]
+        first, loop = client.timer, asyncio.get_running_loop()
+        for _ in range(3):
+            client.data_received(request)
+        await until(lambda: loop.time() > client.timer_at - wire.IDLE_S + 0.01)
+        client.data_received(request)  # its idle deadline is past the timer's
+        assert client.timer is first and client.phase == "idle" and client.due > first.when()
+        assert transport.sent.count(b"HTTP/1.1 200 OK\r\n") == 4
+        await until(lambda: transport.closed)
+        assert transport.closed >= client.due - 0.001  # the timer was set again for it
+
+    connections(tmp_path, 1, then)
