@@ -109,10 +109,16 @@ class Front:
             slot.port, front_pool.Pool(slot.port))
 
         def over(result: Answer | BaseException) -> None:
-            self.router.leave(slot)
-            done(result if type(result) is Answer else failure(slot, result))
+            if pending:  # once, whatever calls it
+                pending.clear()
+                self.router.leave(slot)
+                done(result if type(result) is Answer else failure(slot, result))
 
-        pool.exchange(request, body, slot.timeout_ms / 1000 or None, over)
+        pending = [request]
+        try:
+            pool.exchange(request, body, slot.timeout_ms / 1000 or None, over)
+        except Exception as err:  # noqa: BLE001 - every request is answered, whatever failed
+            over(err)
 
     def answer(self, client: Client, request: wire.Forward, route: Route,
                body: wire.Body) -> None:

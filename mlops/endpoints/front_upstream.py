@@ -193,7 +193,7 @@ class Upstream(asyncio.Protocol):
              done: Callable[[Answer | BaseException], None]) -> None:
         """Send the request and its body; done(the server's whole answer, or the error:
         TimeoutError once the loop's clock passes `deadline`), called once."""
-        if self.lost:
+        if self.lost or self.transport.is_closing():
             done(Broken("the server closed the connection", silent=True))
             return
         self.done, self.result = done, None

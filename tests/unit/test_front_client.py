@@ -1,7 +1,7 @@
 """One client connection of the front (mlops/endpoints/front_client.py) with no socket: its one
 timer still closes an idle connection, refuses a head that never ends with a 408, is not set
 again by a request that arrives whole and is answered, and closes the connection no sooner than
-the last request's idle deadline."""
+the last request's idle deadline; a request the pool fails to take is answered once."""
 
 from __future__ import annotations
 
@@ -100,5 +100,24 @@ def test_requests_answered_at_once_set_no_timer_and_the_last_one_decides_the_clo
         assert transport.sent.count(b"HTTP/1.1 200 OK\r\n") == 4
         await until(lambda: transport.closed)
         assert transport.closed >= client.due - 0.001  # the timer was set again for it
+
+    connections(tmp_path, 1, then)
+
+
+def test_a_request_the_pool_fails_to_take_is_answered_502_once_and_leaves_no_pending(tmp_path):
+    class Failing:
+        def exchange(self, request, body, timeout, done):
+            done(ConnectionError("late"))  # an answer, then the failure the call raises
+            raise RuntimeError("the transport is closed")
+
+    async def then(made):
+        front = made[0][0].front
+        slot = front.router.state.deployments["blue"]
+        front.pools[slot.port] = Failing()
+        got = []
+        front.forward(slot, wire.Forward(b"POST", b"/", []), wire.Body(10), got.append)
+        assert [(refused.status, "did not answer" in refused.message) for refused in got] == [
+            (502, True)]
+        assert front.router.pending == {"blue": 0}
 
     connections(tmp_path, 1, then)

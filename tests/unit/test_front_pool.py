@@ -28,6 +28,9 @@ class Wire(asyncio.Transport):
     def close(self) -> None:
         self.dropped = True
 
+    def is_closing(self) -> bool:
+        return self.dropped
+
     def get_extra_info(self, name, default=None):
         return default
 
