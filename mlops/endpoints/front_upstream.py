@@ -140,6 +140,8 @@ class Upstream(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if self.reading.whole:  # a second answer to one request: the connection is spoiled
             self.reading.clean = False
+            raise Broken("a second answer to one request")  # stops the parser: none of it
+            # reaches the first answer's fields
 
     def on_status(self, reason: bytes) -> None:
         self.reading.reason += reason

@@ -96,6 +96,12 @@ def test_an_answer_that_leaves_the_connection_unfit_is_read_and_the_connection_d
     assert answer.body == body and not reusable, what
 
 
+def test_a_second_answer_in_the_same_read_leaves_the_first_as_it_was():
+    answer, reusable, _ = exchange(OK + b"HTTP/1.1 200 OK\r\nX-B: 1\r\nContent-Length: 0\r\n\r\n")
+    assert answer.headers == [(b"Content-Type", b"application/json"), (b"Content-Length", b"2")]
+    assert answer.body == b"{}" and not reusable
+
+
 def test_an_answer_to_head_is_whole_at_its_head_and_its_connection_dropped():
     answer, reusable, sent = exchange(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n",
                                       method=b"HEAD")
