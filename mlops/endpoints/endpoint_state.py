@@ -143,6 +143,8 @@ class EndpointState:
         """Whether `bearer` (the Authorization header's token) opens the endpoint."""
         if self.auth_mode == AuthMode.NONE:
             return True
+        if not bearer.isascii():  # no key or token is (compare_digest refuses such text)
+            return False
         if self.auth_mode == AuthMode.KEY:
             return any(secrets.compare_digest(bearer, key) for key in self.keys.values())
         now = time.time() if now is None else now

@@ -103,6 +103,7 @@ def test_both_keys_open_a_key_endpoint_and_nothing_else_does():
     assert state.accepts(state.keys["primaryKey"]) and state.accepts(state.keys["secondaryKey"])
     assert not state.accepts("") and not state.accepts(state.keys["primaryKey"] + "x")
     assert not state.accepts(state.tokens[-1].accessToken)  # a token is not a key
+    assert not state.accepts("\xe9t\xe9")  # no key or token is anything but ASCII
 
 
 def test_a_token_opens_a_token_endpoint_until_it_expires():
@@ -184,6 +185,8 @@ def test_the_front_answers_401_as_azure_does(tmp_path):
     assert refusal(lambda: front.authorize(head("Authorization: Basic abc")))[0] == 401
     assert refusal(lambda: front.authorize(head("Authorization: Bearer nope"))) == (
         401, "key_auth_access_denied")
+    assert refusal(lambda: front.authorize({b"authorization": b"Bearer \xe9t\xe9"})) == (
+        401, "key_auth_access_denied")  # latin-1 text: a wrong key, not a dropped connection
     front.authorize(head(f"Authorization: Bearer {state.keys['secondaryKey']}"))
 
 
