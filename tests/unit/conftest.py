@@ -49,7 +49,6 @@ HEAVY = {
         "test_automl::test_without_validation_settings_azures_rule_by_rows_picks_folds_or_a_"
         "holdout",
         "test_automl::test_a_forecasting_frequency_in_azures_older_pandas_spelling_is_read",
-        "test_automl::test_a_hostile_column_name_reaches_the_stand_in_as_one_value",
     ),
     # azure-ai-ml (2 s; the workspace lists an upload's files with it): apart from MLflow's,
     # so that the two largest groups take a worker each

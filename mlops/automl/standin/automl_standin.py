@@ -26,10 +26,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import algorithms
-import search
-import tracking
-
 # .venv's azureml-mlflow announces an `azureml` tracking scheme this environment lacks
 warnings.filterwarnings("ignore", message="Failure attempting to register")
 FLAML_TASKS = {"classification": "classification", "regression": "regression",
@@ -90,6 +86,11 @@ def differences(config: StandinConfig, chosen: dict[str, str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # scikit-learn, FLAML and pandas load here: build_parser and the config take none of them
+    import algorithms
+    import search
+    import tracking
+
     config = StandinConfig(**vars(build_parser().parse_args(argv)))
     chosen = algorithms.estimators(config.task, names(config.allowed_training_algorithms),
                                    names(config.blocked_training_algorithms))
