@@ -145,7 +145,7 @@ class Router:
             bearer = token.decode()
         else:
             scheme, _, bearer = value.decode("latin-1").partition(" ")
-            bearer = bearer.strip()
+            bearer = bearer.strip(" \t")  # HTTP's own spaces: a no-break space is the token's
             if scheme.lower() != "bearer" or not bearer:
                 raise wire.Refused(401, missing, text=True)
         if not state.accepts(bearer):
@@ -155,7 +155,7 @@ class Router:
         state = state or self.current()
         named = fields.get(b"azureml-model-deployment")
         if named is not None:
-            named = named.decode("latin-1").strip()
+            named = named.decode("latin-1").strip(" \t")
         if named:  # straight to it, whatever the weights; never mirrored
             if named not in state.deployments:
                 raise wire.Refused(404, f"endpoint {state.name} has no deployment {named!r}")

@@ -187,6 +187,9 @@ def test_the_front_answers_401_as_azure_does(tmp_path):
         401, "key_auth_access_denied")
     assert refusal(lambda: front.authorize({b"authorization": b"Bearer \xe9t\xe9"})) == (
         401, "key_auth_access_denied")  # latin-1 text: a wrong key, not a dropped connection
+    key = state.keys["secondaryKey"].encode()
+    assert refusal(lambda: front.authorize({b"authorization": b"Bearer " + key + b"\xa0"})) == (
+        401, "key_auth_access_denied")  # a no-break space is no HTTP space: part of the token
     front.authorize(head(f"Authorization: Bearer {state.keys['secondaryKey']}"))
 
 
