@@ -89,8 +89,4 @@ GRAPH_KEYS = ("classes", "image_size", "mean", "std")
 
 def graph_metadata(metadata: dict[str, object]) -> str:
     """The JSON an export writes into the graph: model.json's keys that the graph depends on."""
-    return json.dumps({key: _plain(metadata[key]) for key in GRAPH_KEYS})
-
-
-def _plain(value):
-    return [_plain(item) for item in value] if isinstance(value, list | tuple) else value
+    return json.dumps({key: metadata[key] for key in GRAPH_KEYS})  # tuples as JSON lists

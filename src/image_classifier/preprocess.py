@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from PIL import Image
@@ -69,13 +70,23 @@ class Preprocess:
     mean: Sequence[float]
     std: Sequence[float]
 
+    @cached_property
+    def _geometry(self) -> ResizeCenterCrop:
+        return ResizeCenterCrop(resize_size(self.image_size), self.image_size)
+
+    @cached_property
+    def _scale(self) -> tuple[np.ndarray, np.ndarray]:
+        """mean and std as float32 C x 1 x 1, made once, not per image."""
+        return (np.asarray(self.mean, dtype=np.float32).reshape(-1, 1, 1),
+                np.asarray(self.std, dtype=np.float32).reshape(-1, 1, 1))
+
     def __call__(self, image: Image.Image) -> np.ndarray:
-        geometry = ResizeCenterCrop(resize_size(self.image_size), self.image_size)
-        pixels = np.asarray(geometry(to_rgb(image)))
+        pixels = np.asarray(self._geometry(to_rgb(image)))
         chw = pixels.transpose(2, 0, 1).astype(np.float32, order="C")  # one copy, laid out CHW
         chw /= np.float32(255)
-        chw -= np.asarray(self.mean, dtype=np.float32).reshape(-1, 1, 1)
-        chw /= np.asarray(self.std, dtype=np.float32).reshape(-1, 1, 1)
+        mean, std = self._scale
+        chw -= mean
+        chw /= std
         return chw
 
     def batch(self, images: list[Image.Image]) -> np.ndarray:
