@@ -25,6 +25,7 @@ import hashlib
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from mlops.errors import LocalRunError
@@ -83,11 +84,10 @@ def upload_files(source: Path, what: str, *, ignore: bool = True) -> list[tuple[
     check_loops(source, what)
     key = listing_key(source, ignore)
     listed = remembered("uploads", key) if key is not None else None
-    if listed is None:
-        listed = sdk_listing(source, what, ignore)
+    if listed is None:  # kept without the state folder, which the key leaves out too
+        listed = outside_state(source, sdk_listing(source, what, ignore))
         if key is not None:
             remember("uploads", key, listed)
-    listed = outside_state(source, listed)
     for _, relative in listed:
         _refuse(source / relative, source, what)
     return [(Path(file), relative) for file, relative in listed]
@@ -140,11 +140,20 @@ def listing_key(source: Path, ignore: bool) -> list[object] | None:
         walk = [[os.path.relpath(parent, source), os.path.realpath(parent), sorted(names),
                  {n: os.path.realpath(os.path.join(parent, n)) for n in names
                   if os.path.islink(os.path.join(parent, n))}]
-                for parent, _, names in os.walk(source, followlinks=True)]
+                for parent, names in _walk_outside_state(source)]
         ignored = [str(rules.resolve()), rules.read_bytes().hex()] if rules else None
     except (OSError, RuntimeError):
         return None
     return [str(source.absolute()), walk, ignored, installed("azure.ai.ml")]
+
+
+def _walk_outside_state(source: Path) -> Iterator[tuple[str, list[str]]]:
+    """(folder, file names) of azure-ai-ml's walk of `source`, less the state folder, whose
+    runs change with every job and would make each listing new (outside_state)."""
+    state = os.path.realpath(state_dir())
+    for parent, dirs, names in os.walk(source, followlinks=True):
+        dirs[:] = [d for d in dirs if os.path.realpath(os.path.join(parent, d)) != state]
+        yield parent, names
 
 
 def not_utf8(path: Path, err: UnicodeDecodeError, what: str) -> str:
