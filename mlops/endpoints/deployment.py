@@ -23,9 +23,10 @@ from mlops.specs import DEPLOYMENT_TYPES, Spec, SpecData, an, load_spec
 
 NOCODE = Path(__file__).with_name("nocode")
 NOCODE_SCRIPTS = {"online-deployment": "mlflow_score.py", "batch-deployment": "mlflow_batch.py"}
-# What Azure's inference images bring whatever the environment lists: the HTTP server (every
-# online image; azureml-assets' inference images install azureml-inference-server-http) and,
-# for no-code MLflow models, MLflow itself (the mlflow-py*-inference images).
+# The inference server every online container starts, which it checks the environment installs
+# (mlops/environments/startup.py): a deployment with its own scoring script and environment
+# lists it, as Azure requires; a no-code MLflow deployment's image brings it and MLflow (the
+# mlflow-py*-inference images: Azure adds them to the model's environment).
 SERVER_PACKAGES = ("azureml-inference-server-http",)
 MLFLOW_PACKAGES = ("mlflow",)
 
@@ -44,10 +45,14 @@ class Deployment:
         return str(self.spec.data.get("name") or self.spec.path.stem)
 
 
-def image_packages(role: str, nocode: bool) -> tuple[str, ...]:
-    """What the deployment's image adds when its environment lacks it."""
-    return (SERVER_PACKAGES if role == "online-deployment" else ()) + \
-        (MLFLOW_PACKAGES if nocode else ())
+def image_packages(role: str) -> tuple[str, ...]:
+    """What a no-code deployment's image adds when the model's environment lacks it."""
+    return (SERVER_PACKAGES if role == "online-deployment" else ()) + MLFLOW_PACKAGES
+
+
+def server_check(role: str) -> tuple[str, ...]:
+    """What the container checks the environment installs before it starts (online only)."""
+    return SERVER_PACKAGES if role == "online-deployment" else ()
 
 
 def load(path: str | Path, role: str, model: str | None = None,
@@ -84,7 +89,7 @@ def _with_code(spec: Spec, source: ModelSource, config: SpecData, role: str) -> 
                       scoring_script=str(config["scoring_script"]),
                       environment=EnvironmentRef(value=spec.data.get("environment"),
                                                  base=spec.path.parent,
-                                                 adds=image_packages(role, False)))
+                                                 requires=server_check(role)))
 
 
 def _no_code(spec: Spec, source: ModelSource, role: str) -> Deployment:
@@ -94,7 +99,7 @@ def _no_code(spec: Spec, source: ModelSource, role: str) -> Deployment:
                             "MLflow model (no MLmodel file): Azure deploys only MLflow models "
                             "without code. Add code_configuration (code, scoring_script) and an "
                             "environment")
-    adds = image_packages(role, True)
+    adds = image_packages(role)
     environment = EnvironmentRef(value=spec.data.get("environment"), base=spec.path.parent,
                                  adds=adds)
     if environment.value is None:

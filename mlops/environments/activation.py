@@ -46,6 +46,7 @@ from mlops.environments.interpreters import (
 from mlops.environments.layers import Stack, layer_record, make_venv
 from mlops.environments.own_python import build_own_environment, resolved_for
 from mlops.environments.requirements import name_of, unfetchable, with_mpi
+from mlops.environments.startup import absent, refuse_absent
 from mlops.environments.steps import is_step_option
 from mlops.errors import LocalRunError
 from mlops.specs import flag
@@ -229,6 +230,8 @@ class Environments:
         lines = [line for line in plan.requirements if line not in remote]
         python = self._interpreter(plan) if python_of(plan) != HERE.minor else HERE
         stack = self._built(plan, BuildRequest(lines, adds, python), where)
+        if plan.complete:  # the image's own check, on what the environment installs
+            refuse_absent(plan.label, absent(stack, [*lines, *adds], ref.requires))
         self._note_use(stack, where)
         return stack
 

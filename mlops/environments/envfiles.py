@@ -55,6 +55,8 @@ class EnvPlan:
     skipped: list[str] = field(default_factory=list)  # conda packages with no PyPI equivalent
     conda: list[str] = field(default_factory=list)  # requirement lines read from conda entries
     variables: dict[str, str] = field(default_factory=dict)  # a conda file's `variables:`
+    complete: bool = False  # `requirements` are the whole package set Azure builds (a conda
+    # file's, a curated environment's from the catalogue), not a stand-in known in part
 
 
 def conda_only_note(line: str) -> str:

@@ -70,6 +70,8 @@ class EnvironmentRef:
     value: str | SpecData | None = None
     base: Path = Path(".")
     adds: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()  # what the image checks the environment installs before it
+    # starts the task (an inference container's server: mlops/environments/startup.py)
     image: str = ""  # what brings `adds`, for messages ("Spark 3.4 runtime")
     fixed: tuple[str, ...] = ()  # what the image fixes whatever the environment names (Spark)
     python: str = ""  # the Python the image runs whatever the environment asks (Spark's)
@@ -145,10 +147,12 @@ def from_map(key: str, label: str, env_map: EnvMap, version: str | None = None) 
             env_map.get(REGISTRY_ENVS + key[len(AZUREML_IMAGES):]) is not None:
         key = REGISTRY_ENVS + key[len(AZUREML_IMAGES):]  # a prebuilt image of a curated name
     entry, notice, as_of = env_map.get(key), None, None
+    catalogued = key.lower() not in env_map.own and entry is not None
     if key.lower() not in env_map.own:  # a hand-written entry has no version history
         chosen = curated.choose(key, version, label)
         if chosen is not None:
             entry, notice, as_of = chosen.entry, chosen.notice, chosen.as_of()
+            catalogued = True
         elif entry is not None and version:
             entry = curated.at_version(key, version) or entry
     if entry is None:
@@ -158,7 +162,8 @@ def from_map(key: str, label: str, env_map: EnvMap, version: str | None = None) 
         return EnvPlan(label=label, notice=f"{label} has no local stand-in (add '{key}:' to "
                                      f"{env_map.named}); running in .venv", undefined=key)
     entry = {"pip": entry} if isinstance(entry, list) else dict(entry)
-    plan = EnvPlan(label=label, python=str(entry["python"]) if entry.get("python") else None)
+    plan = EnvPlan(label=label, python=str(entry["python"]) if entry.get("python") else None,
+                   complete=catalogued)
     for line in entry.get("pip") or []:
         plan.requirements.append(str(line))
     if key.lower() not in env_map.own:  # Azure built this image: a line PyPI has no project
@@ -183,8 +188,10 @@ def from_definition(definition: SpecData, base: Path, label: str, env_map: EnvMa
     build = definition.get("build") or {}
     if isinstance(conda, dict):  # a conda file written inline in the spec
         read_conda_data(conda, base, plan)
+        plan.complete = True
     elif conda:
         read_conda((base / str(conda).removeprefix("file:")).resolve(), plan)
+        plan.complete = True
     elif build.get("path"):
         context = (base / str(build["path"])).resolve()
         image = read_dockerfile(context, str(build.get("dockerfile_path") or "Dockerfile"), plan)

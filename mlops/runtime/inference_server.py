@@ -83,9 +83,11 @@ def main(argv=None) -> None:
     try:
         package = __import__(PACKAGE)
         from azureml_inference_server_http import amlserver
-    except ImportError as err:
-        sys.exit(f"azureml-inference-server-http is not installed in this environment ({err}); "
-                 "Azure's inference image needs it too (add it to the environment)")
+    except ImportError as err:  # Azure's container checks with `pip show` and exits 100
+        print("A required package azureml-inference-server-http is missing. Please install "
+              f"azureml-inference-server-http before trying again ({err})", file=sys.stderr,
+              flush=True)
+        sys.exit(100)
     found = release(package)
     entry = os.environ.get("AZUREML_ENTRY_SCRIPT") or "main.py"
     os.chdir(os.environ.get("AML_APP_ROOT") or os.getcwd())

@@ -91,7 +91,11 @@ def test_a_debugged_server_gets_the_hook_one_worker_and_no_worker_timeout():
         {"WORKER_COUNT": "3", "WORKER_TIMEOUT": "60"}
 
 
-def test_an_environment_without_the_server_is_told_what_to_add(monkeypatch):
+def test_an_environment_without_the_server_stops_as_azures_container_does(monkeypatch, capsys):
+    """Azure's runit/gunicorn/run: its line, then exit 100."""
     monkeypatch.setitem(sys.modules, inference_server.PACKAGE, None)
-    with pytest.raises(SystemExit, match="azureml-inference-server-http is not installed"):
+    with pytest.raises(SystemExit) as stopped:
         inference_server.main(["--port", "1"])
+    assert stopped.value.code == 100
+    assert "A required package azureml-inference-server-http is missing. Please install " \
+        "azureml-inference-server-http before trying again" in capsys.readouterr().err
