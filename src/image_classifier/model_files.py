@@ -39,6 +39,26 @@ def find_model_file(root: str | os.PathLike) -> Path:
     return found[0]
 
 
+def find_model_folder(root: str | os.PathLike) -> Path:
+    """The folder a scorer serves: where model.pt is, else where an exported graph is
+    (model.onnx or model.int8.onnx, with model.json beside it: a model registered as its ONNX
+    export alone), at ``root`` or below it."""
+    root = Path(root)
+    if root.is_file():
+        return root.parent
+    names = (MODEL_FILE, ONNX_FILE, INT8_FILE)
+    for name in names:
+        if (root / name).is_file():
+            return root
+    for name in names:
+        found = sorted(root.rglob(name))
+        if found:
+            return found[0].parent
+    raise FileNotFoundError(f"{root}: no {MODEL_FILE}, {ONNX_FILE} or {INT8_FILE} found. Point "
+                            "at the model folder the trainer wrote (<output_dir>/model or the "
+                            "job's model output).")
+
+
 def file_digest(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

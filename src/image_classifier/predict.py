@@ -29,7 +29,7 @@ from .model_files import (
     ONNX_FILE,
     DamagedFile,
     check_file,
-    find_model_file,
+    find_model_folder,
     read_metadata,
 )
 from .preprocess import Preprocess, resize_size
@@ -52,7 +52,7 @@ class Service:
 
     def __init__(self, model_dir: str | os.PathLike, backend: str = "auto", threads: int = 0):
         """`threads`: per forward pass (0: the library's default, every core)."""
-        folder = find_model_file(model_dir).parent
+        folder = find_model_folder(model_dir)
         self.backend, self.wide_session = choose_backend(folder, backend), None
         meta = self._load_torch(folder, threads) if self.backend == "torch" else \
             self._load_onnx(folder, threads)
@@ -62,6 +62,9 @@ class Service:
         self.preprocess = Preprocess(self.image_size, tuple(meta["mean"]), tuple(meta["std"]))
 
     def _load_torch(self, folder: Path, threads: int) -> dict[str, object]:
+        if not (folder / MODEL_FILE).is_file():
+            raise FileNotFoundError(f"SCORE_BACKEND=torch but {folder} holds only the exported "
+                                    f"graph, no {MODEL_FILE}: use SCORE_BACKEND=auto or onnx")
         from . import inference  # torch: only when it is the backend served
 
         inference.set_threads(threads)

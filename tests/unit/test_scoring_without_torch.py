@@ -128,3 +128,21 @@ def test_a_graph_without_metadata_or_weights_is_checked_by_its_shapes(tmp_path, 
     session = predict._session(folder / "model.onnx", 1)
     with pytest.raises(model_files.DamagedFile, match="2 classes, the graph outputs 3"):
         predict.check_consistent(folder, META, session, folder / "model.onnx")
+
+
+def test_a_model_registered_as_its_onnx_export_alone_is_served(tmp_path, monkeypatch,
+                                                               without_torch):
+    """model.onnx and model.json without model.pt (a model registered from the export alone),
+    nested as a registered model's folder is: served by the ONNX path; the torch backend asked
+    for says what the folder lacks."""
+    folder = model_folder(tmp_path / "azureml-models" / "m" / "1" / "model")
+    (folder / "model.pt").unlink()
+    predict = importlib.import_module("image_classifier.predict")
+    service = predict.Service(tmp_path / "azureml-models" / "m" / "1")
+    assert service.backend == "onnx" and service.model_file == folder / "model.onnx"
+    assert service.probabilities(service.preprocess.batch([Image.new("RGB", (60, 50))])
+                                 ).shape == (1, len(META["classes"]))
+    with pytest.raises(FileNotFoundError, match="holds only the exported graph"):
+        predict.Service(folder, "torch")
+    with pytest.raises(FileNotFoundError, match="no model.pt, model.onnx or model.int8.onnx"):
+        predict.Service(tmp_path / "in")
