@@ -16,7 +16,6 @@ is noted and ignored.
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from mlops.api import batch_endpoints as state
-from mlops.api.jobs import start
+from mlops.api.jobs import runtime_module, start
 from mlops.api.records import JobRecord, all_jobs
 from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.endpoints.batch_deployment import check_input
@@ -157,7 +156,7 @@ def invoke(invocation: Invocation) -> JobRecord:
 
 
 def runner_argv(request: BatchRequest, folder: Path, debug: list[str]) -> list[str]:
-    argv = [sys.executable, "-m", "mlops.batch", str(request.deployment), "--input",
+    argv = [*runtime_module("mlops.batch"), str(request.deployment), "--input",
             request.input, "--run-dir", str(folder), "--job-name", str(request.job_name),
             "--endpoint", request.endpoint, "--max-procs", str(request.max_procs), *debug]
     for flag, value in (("--input-type", request.input_type), ("--model", request.model),

@@ -39,6 +39,13 @@ from mlops.runtime import (
 POLL_S = 0.2
 
 
+def runtime_module(name: str) -> list[str]:
+    """The command line that runs the runtime's module `name` in a process of its own, from the
+    user's folder: `-P`, so that folder is not put first on sys.path, where a repository's own
+    `mlops/` folder (every mlops-v2 template has one) would stand for the runtime's package."""
+    return [sys.executable, "-P", "-m", name]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Submission:
     """`az ml job create -f <spec> [--set ...] [--name ...]`, and how the runner runs it."""
@@ -52,7 +59,7 @@ class Submission:
     max_procs: int = 1
 
     def runner_argv(self, folder: Path) -> list[str]:
-        argv = [sys.executable, "-m", "mlops.run", str(self.spec), "--run-dir", str(folder),
+        argv = [*runtime_module("mlops.run"), str(self.spec), "--run-dir", str(folder),
                 "--max-procs", str(self.max_procs)]
         for value in self.all_sets:
             argv += ["--set", value]

@@ -21,8 +21,8 @@ def azml(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
     env = {k: v for k, v in os.environ.items()
            if k not in ("MLFLOW_TRACKING_URI", "MLOPS_WORKSPACE_DIR", "AZML_STATE_DIR",
                         "MLOPS_STATE_DIR", "MLFLOW_RUN_ID")}
-    done = subprocess.run([sys.executable, "-m", "mlops.azml", *args], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run([str(Path(sys.executable).parent / "azml"), *args], cwd=repo,
+                          env=env, capture_output=True, text=True, timeout=300)
     if check:
         assert done.returncode == 0, done.stderr
     return done
@@ -30,9 +30,13 @@ def azml(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    """A user's repository (git, no settings file): the hello job's spec and code."""
+    """A user's repository (git, no settings file): the hello job's spec and code, and an
+    `mlops/` folder of specs as every mlops-v2 template has (the runtime's processes started
+    from here must not take it for the runtime's package)."""
     folder = tmp_path / "their repo"
     shutil.copytree(HELLO, folder / "cli" / "jobs")
+    (folder / "mlops" / "azureml").mkdir(parents=True)
+    (folder / "mlops" / "azureml" / "README.md").write_text("their pipelines' specs\n")
     (folder / ".git").mkdir()
     return folder
 
@@ -74,7 +78,7 @@ def test_a_job_is_created_in_the_background_followed_downloaded_and_stays_in_its
     again = azml(repo, "job", "create", "-f", "cli/jobs/hello-command.yml", "--name",
                  "hello-1", check=False)
     assert again.returncode == 2 and "taken" in again.stderr
-    assert sorted(p.name for p in repo.iterdir()) == [".azml", ".git", "cli", "got"]
+    assert sorted(p.name for p in repo.iterdir()) == [".azml", ".git", "cli", "got", "mlops"]
     assert {"runs", "mlflow.db", "workspace"} <= {p.name for p in (repo / ".azml").iterdir()}
 
 
