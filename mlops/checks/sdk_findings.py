@@ -24,6 +24,7 @@ DICT_VALUE = "value"
 # what the SDK says of an alternative the value never claimed to be (a registry path, a URL)
 GENERIC = re.compile(r"^(In order to specify|Not a valid (URL|integer|number|string|boolean)|"
                      r"Anonymous assets)")
+MISSING = "Missing data for required field"
 
 
 def _size(errors) -> int:
@@ -38,10 +39,16 @@ def _generic(errors) -> int:
     return sum(bool(GENERIC.match(message)) for _, message in flatten(errors))
 
 
+def _missing(errors) -> int:
+    return sum(message.startswith(MISSING) for _, message in flatten(errors))
+
+
 def _fewest(alternatives: list) -> object:
     """Under a union field, the alternative that failed least is the one the author meant; of
-    equals, the one with the fewest generic complaints."""
-    return min(alternatives, key=lambda errors: (_size(errors), _generic(errors)))
+    equals, the one with the fewest generic complaints, then the fewest keys it wants that the
+    value lacks (an inline environment is not the named one: its missing conda file is why)."""
+    return min(alternatives,
+               key=lambda errors: (_size(errors), _generic(errors), _missing(errors)))
 
 
 def flatten(messages, prefix: tuple = ()) -> list[tuple[tuple, str]]:

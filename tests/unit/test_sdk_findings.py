@@ -78,3 +78,12 @@ def test_the_real_sdk_findings_sit_on_the_line_of_their_key(name):
             parts = parts[:-1]
         assert finding.line == spec.lines[parts] > 1
         assert lines[finding.line - 1].strip().startswith(parts[-1] + ":")
+
+
+def test_of_equal_alternatives_the_one_that_wants_no_missing_key_gives_the_reason():
+    # an inline environment whose conda file is missing (az ml's own union of alternatives)
+    messages = {"environment": [{"_schema": ["In order to specify an existing environments"]},
+                                {"name": ["Missing data for required field."]},
+                                ["No such file or directory: /repo/env/conda.yml"]]}
+    assert flatten(messages) == [(("environment",),
+                                  "No such file or directory: /repo/env/conda.yml")]
