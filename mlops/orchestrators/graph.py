@@ -200,9 +200,10 @@ def bind(binding, decl: SpecData, scope: Scope, key: str) -> Value:
     kind = str((decl or {}).get("type") or "")
     if isinstance(binding, dict):
         path = binding.get("path")
-        if isinstance(path, str) and REF.search(path):
+        if isinstance(path, str) and REF.search(path):  # the binding's type and mode hold
             value = bind(path, decl, scope, key)
-            return replace(value, type=str(binding.get("type") or value.type))
+            return replace(value, type=str(binding.get("type") or value.type),
+                           mode=str(binding.get("mode") or value.mode or "") or None)
         return input_value(binding, key, scope.base, scope.assets)
     if not isinstance(binding, str):
         return input_value(binding, key, scope.base, scope.assets)

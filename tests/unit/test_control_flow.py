@@ -8,7 +8,7 @@ import pytest
 
 from mlops.errors import LocalRunError
 from mlops.orchestrators import control_flow as cf
-from mlops.orchestrators.graph import Scope, build_nodes
+from mlops.orchestrators.graph import Scope, bind, build_nodes
 from mlops.orchestrators.loops import parts, skip_reason
 from mlops.runtime.uris import AssetMap
 from mlops.specs import read_yaml
@@ -163,3 +163,14 @@ def test_an_unregistered_asset_names_azmls_verb_for_it_in_any_repository(tmp_pat
     with pytest.raises(LocalRunError, match=r"azml model create -f <its YAML>"):
         AssetMap(tmp_path / "none.yml").local_path("azureml:clf:3", "job.yml: model", tmp_path,
                                                    kind="model", bare=True)
+
+
+def test_a_node_binding_keeps_its_own_mode_over_the_output_it_reads(tmp_path):
+    here = scope(tmp_path)
+    here.steps["prep"] = {"table": ("mltable", tmp_path / "table")}
+    binding = {"type": "mltable", "mode": "eval_mount",
+               "path": "${{parent.jobs.prep.outputs.table}}"}
+    value = bind(binding, {}, here, "jobs.score.inputs.data")
+    assert (value.path, value.type, value.mode) == (tmp_path / "table", "mltable", "eval_mount")
+    plain = bind({"path": "${{parent.jobs.prep.outputs.table}}"}, {}, here, "k")
+    assert plain.mode is None and plain.type == "mltable"
