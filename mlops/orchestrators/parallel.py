@@ -1,8 +1,9 @@
 """`type: parallel` pipeline nodes, run on the batch driver as Azure's parallel job runs them.
 
-The node's `input_data` (a uri_folder: its files; a uri_file: that file; an mltable: its rows)
-is cut into mini-batches (`mini_batch_size`: a count of files, or a size such as "10kb" of
-table rows), and instance_count x max_concurrency_per_instance processes of the task's
+The node's `input_data` (a uri_folder: its files; a uri_file: that file; an mltable in direct
+mode: its rows; one mounted or downloaded: the files its paths name) is cut into mini-batches
+(`mini_batch_size`: a count of files, or a size such as "10kb" of table rows), and
+instance_count x max_concurrency_per_instance processes of the task's
 environment each import `task.entry_script` from the snapshot of `task.code`, call init() once and
 run() on each mini-batch they claim (mlops/runtime/minibatch.py: a list of file paths, or a
 pandas DataFrame). `program_arguments` (with `${{inputs.x}}`/`${{outputs.x}}` substituted) are the
@@ -41,6 +42,7 @@ from mlops.runtime import (
     list_files,
     read_table,
     row_batches,
+    table_files,
     variables,
     worker_command,
     write_rows,
@@ -51,6 +53,8 @@ INPUT_REF = re.compile(r"^\$\{\{\s*inputs\.([\w.-]+)\s*\}\}$")
 OUTPUT_REF = re.compile(r"^\$\{\{\s*outputs\.([\w.-]+)\s*\}\}$")
 UNITS = {"": 1, "b": 1, "kb": 1024, "mb": 1024 ** 2, "gb": 1024 ** 3}
 ROWS_FILE = "parallel_run_step.txt"
+FILE_MODES = {"ro_mount", "download", "eval_mount", "eval_download"}  # an mltable as files
+FUNCTION_TASKS = ("run_function", "function")  # azure-ai-ml's task types that run a script
 RETRY = Retry(max_retries=3, timeout=60)  # a parallel job's retry_settings defaults
 # what a node may set over its parallel component's values
 NODE_SETTINGS = ("input_data", "mini_batch_size", "max_concurrency_per_instance",
@@ -82,17 +86,34 @@ def table_batches(value: Value, size: int, work: Path, where: str) -> list[SpecD
     return row_batches(frame, max(1, size // per_row), work / "tables")
 
 
-def file_batches(name: str, value: Value, size: int, folder: Path) -> list[list[str]]:
-    """Paths as the job sees them: under its own inputs/<name> (read-only, as mounted)."""
+def tabular(value: Value) -> bool:
+    """run() gets the input's rows (DataFrames) when it is an mltable in `direct` mode (or no
+    mode given); mounted or downloaded, an mltable is the list of the files its paths name, as
+    Azure's parallel job reads its major input (a file list: mltable or uri_folder in ro_mount
+    or download; a table: mltable in direct)."""
+    return value.type == "mltable" and str(value.mode or "direct").lower() not in FILE_MODES
+
+
+def input_files(value: Value, bound: Path, where: str) -> list[str]:
+    """The input's files as the job sees them: under its own inputs/<name> (read-only, as
+    mounted) where they lie in the input (an MLTable's: the files its paths name, in mltable's
+    order)."""
     source = Path(value.path)
-    bound = folder / "inputs" / name
+    if value.type == "mltable":
+        base = os.path.realpath(source if source.is_dir() else source.parent)
+        found = [os.path.realpath(p) for p in table_files(source, where)]
+        return [str(bound / os.path.relpath(p, base)) if p.startswith(base + os.sep) else p
+                for p in found]
     if source.is_file():
-        files = [str(bound / source.name)]
-    else:
-        listing = list_files(source)
-        if listing.skipped:
-            print(listing.notice(), file=sys.stderr)
-        files = [str(bound / os.path.relpath(p, source)) for p in listing.files]
+        return [str(bound / source.name)]
+    listing = list_files(source)
+    if listing.skipped:
+        print(listing.notice(), file=sys.stderr)
+    return [str(bound / os.path.relpath(p, source)) for p in listing.files]
+
+
+def file_batches(files: list[str], size: int) -> list[list[str]]:
+    """The files, `size` to a mini-batch."""
     return [files[i:i + size] for i in range(0, len(files), size)]
 
 
@@ -116,19 +137,30 @@ def key_settings(definition: SpecData) -> SpecData:
             "append_row_to": (definition.get("task") or {}).get("append_row_to")}
 
 
+def entry_script(task_def: SpecData, where: str) -> str:
+    """The script the task runs: its type is `run_function` or `function`, in any case (the
+    task types azure-ai-ml's loader takes for a script, ParallelTaskType less `model`, lowered
+    as it lowers them)."""
+    kind = str(task_def.get("type") or "run_function").strip().lower()
+    if kind not in FUNCTION_TASKS:
+        raise LocalRunError(f"{where}.task.type: {kind!r} is not run here; a parallel task of "
+                            "type run_function (or function) runs its entry_script")
+    if not str(task_def.get("entry_script") or "").strip():
+        raise LocalRunError(f"{where}.task.entry_script: name the script whose init() and "
+                            "run(mini_batch) the task calls")
+    return str(task_def["entry_script"]).strip()
+
+
 def node_task(source: TaskSource, max_procs: int) -> Task:
     """The node as one task: the mini-batch worker around its entry script, in its
     environment."""
     definition, where = source.definition, source.where
     task_def = definition.get("task") or {}
-    if str(task_def.get("type") or "run_function") != "run_function" or \
-            not task_def.get("entry_script"):
-        raise LocalRunError(f"{where}.task: a parallel task is type run_function with an "
-                            "entry_script")
+    script = entry_script(task_def, where)
     requested = int((definition.get("resources") or {}).get("instance_count") or 1) * \
         int(definition.get("max_concurrency_per_instance") or 1)
     command = worker_command(
-        source.folder / "work", str(task_def["entry_script"]),
+        source.folder / "work", script,
         Retry.from_spec(definition.get("retry_settings"), RETRY),
         str(task_def.get("program_arguments") or "").strip())
     env_vars = {**variables(definition.get("environment_variables")),
@@ -148,13 +180,13 @@ def run_node(definition: SpecData, task: Task, rt: Runtime) -> Driven:
     where = task.where
     name = input_name(definition, task.inputs, where)
     value = task.inputs[name]
-    tabular = value.type == "mltable"
-    size = batch_size(definition.get("mini_batch_size"), tabular, where)
+    rows = tabular(value)
+    size = batch_size(definition.get("mini_batch_size"), rows, where)
     work = task.folder / "work"
-    batches = table_batches(value, size, work, where) if tabular else \
-        file_batches(name, value, size, task.folder)
-    items = sum(b["rows"] for b in batches) if tabular else sum(len(b) for b in batches)
-    print(f"step {task.name}: {items} {'rows' if tabular else 'files'} in {len(batches)} "
+    batches = table_batches(value, size, work, where) if rows else \
+        file_batches(input_files(value, task.folder / "inputs" / name, where), size)
+    items = sum(b["rows"] for b in batches) if rows else sum(len(b) for b in batches)
+    print(f"step {task.name}: {items} {'rows' if rows else 'files'} in {len(batches)} "
           f"mini-batch(es), {task.placement.copies} process(es)", flush=True)
     driven = drive_batches(task, rt, Batches(
         batches=batches, items=items, limits=Limits.from_spec(definition)),

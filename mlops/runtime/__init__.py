@@ -25,7 +25,8 @@ stage each name serves:
                 restore_signal_handlers, check_interrupt, interruptible, signals_held;
                 guarding (the watchdog of a sweep or pipeline run); the mini-batch driver:
                 Batches, Listing, list_files, Limits, Retry, Tally, Driven, drive_batches,
-                BatchHooks, batch_processes, worker_command, write_rows, read_table, row_batches
+                BatchHooks, batch_processes, worker_command, write_rows, read_table, row_batches,
+                table_files
   collect       Status, RunStatus, TaskRecord, STATUS_FILE (status.json); RunRecord, JobStatus
                 and the run folder's run.json: run_folder, locked, job_name, read_record,
                 write_record, update_record, end_record; outputs: slot, publish; MLflow:
@@ -95,7 +96,7 @@ if TYPE_CHECKING:
     from mlops.runtime.mlflow_runs import Tracking
     from mlops.runtime.mlflow_server import Server
     from mlops.runtime.mlflow_store import run_artifacts
-    from mlops.runtime.mltable import read_table, row_batches
+    from mlops.runtime.mltable import read_table, row_batches, table_files
     from mlops.runtime.placement import Placement
     from mlops.runtime.records import STATUS as STATUS_FILE
     from mlops.runtime.records import JobStatus, RunRecord, RunStatus, Status, TaskRecord
@@ -154,7 +155,7 @@ _WHERE: dict[str, str] = {
     "drive_batches": "minibatch:drive", "batch_processes": "minibatch:processes",
     "BatchHooks": "minibatch:Hooks",
     "Tracking": "mlflow_runs", "Server": "mlflow_server", "run_artifacts": "mlflow_store",
-    "read_table": "mltable", "row_batches": "mltable",
+    "read_table": "mltable", "row_batches": "mltable", "table_files": "mltable",
     "Placement": "placement",
     "STATUS_FILE": "records:STATUS",
     **dict.fromkeys(("JobStatus", "RunRecord", "RunStatus", "Status", "TaskRecord"), "records"),
@@ -191,7 +192,7 @@ __all__ = [  # grouped by stage, as the docstring says
     "usable_cores", "free_port", "install_signal_handlers", "restore_signal_handlers",
     "check_interrupt", "interruptible", "signals_held", "guarding", "Batches", "Listing",
     "list_files", "Limits", "Retry", "Tally", "Driven", "drive_batches", "BatchHooks",
-    "batch_processes", "worker_command", "write_rows", "read_table", "row_batches",
+    "batch_processes", "worker_command", "write_rows", "read_table", "row_batches", "table_files",
     # collect
     "Status", "RunStatus", "TaskRecord", "STATUS_FILE", "RunRecord", "JobStatus",
     "run_folder", "locked", "job_name", "read_record", "write_record", "update_record",

@@ -28,6 +28,7 @@ from mlops.specs import read_yaml
 READER = ["mltable==1.7.0", "pandas==3.1.1", "pyarrow==25.0.1"]
 WORKER = Path(__file__).with_name("mltable_worker.py")
 TIMEOUT_S = 600
+FILES = "--files"  # the worker lists the table's files instead of reading its rows
 
 
 def remote_paths(spec_file: Path) -> list[str]:
@@ -44,11 +45,8 @@ def remote_paths(spec_file: Path) -> list[str]:
             for value in entry.values() if "://" in str(value)]
 
 
-def read_table(folder: Path, where: str, work: Path):
-    """The MLTable at `folder` (or the MLTable file itself) as one pandas DataFrame; `work`
-    holds the Parquet copy."""
-    import pandas as pd
-
+def local_table(folder: Path, where: str) -> Path:
+    """The MLTable file at `folder` (or `folder` itself), checked: there, readable, local."""
     spec_file = folder / "MLTable" if folder.is_dir() else folder
     if not spec_file.is_file():
         raise LocalRunError(f"{where}: {folder} holds no MLTable file (a tabular input is a "
@@ -57,11 +55,14 @@ def read_table(folder: Path, where: str, work: Path):
     if remote:
         raise LocalRunError(f"{where}: {spec_file}: {remote[0]} is not on this machine (map "
                             "the data and point the MLTable at local files)")
+    return spec_file
+
+
+def run_reader(args: list[str], spec_file: Path, where: str) -> str:
+    """The worker's output for `args`, in the MLTable reader's environment."""
     env = build_own_environment(READER, HERE.minor, HERE, label="the MLTable reader")
-    work.mkdir(parents=True, exist_ok=True)
-    out = work / "table.parquet"
     # -I: the worker's own folder is not on sys.path, where this mltable.py would shadow mltable
-    argv = [str(env / "bin" / "python"), "-I", str(WORKER), str(spec_file.parent), str(out)]
+    argv = [str(env / "bin" / "python"), "-I", str(WORKER), *args]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S,
                               check=False)
@@ -71,8 +72,28 @@ def read_table(folder: Path, where: str, work: Path):
         lines = [line for line in done.stderr.splitlines() if line.strip()] or ["(no output)"]
         raise LocalRunError(f"{where}: Azure's mltable could not read {spec_file}: "
                             f"{lines[-1].removeprefix('error: ')}")
-    print(f"{where}: {spec_file}: {done.stdout.strip()} (read by mltable)", file=sys.stderr)
+    return done.stdout
+
+
+def read_table(folder: Path, where: str, work: Path):
+    """The MLTable at `folder` (or the MLTable file itself) as one pandas DataFrame; `work`
+    holds the Parquet copy."""
+    import pandas as pd
+
+    spec_file = local_table(folder, where)
+    work.mkdir(parents=True, exist_ok=True)
+    out = work / "table.parquet"
+    said = run_reader([str(spec_file.parent), str(out)], spec_file, where)
+    print(f"{where}: {spec_file}: {said.strip()} (read by mltable)", file=sys.stderr)
     return pd.read_parquet(out)
+
+
+def table_files(folder: Path, where: str) -> list[Path]:
+    """The files the MLTable at `folder` names in its `paths:` (file, folder, pattern), as
+    Azure's mltable resolves them, in its order."""
+    spec_file = local_table(folder, where)
+    said = run_reader([FILES, str(spec_file.parent)], spec_file, where)
+    return [Path(line) for line in said.splitlines() if line.strip()]
 
 
 def row_batches(frame, rows: int, folder: Path) -> list[dict[str, object]]:

@@ -1,6 +1,7 @@
 """Read one MLTable with Azure's own `mltable` package and write its rows as Parquet.
 
     python mltable_worker.py <folder holding the MLTable file> <out.parquet>
+    python mltable_worker.py --files <folder holding the MLTable file>   # its files, one a line
 
 Run by mlops/runtime/mltable.py in the MLTable reader's environment (mltable's
 azureml-dataprep and .venv's azureml-mlflow pin different azure-identity releases, so they
@@ -105,8 +106,22 @@ def table_files(folder):
     return files, ENCODINGS.get(encoding.lower(), encoding)
 
 
+def list_files(folder):
+    """Each file the table's paths name, one a line."""
+    try:
+        files = table_files(folder)[0]
+    except Exception as err:  # noqa: BLE001 - mltable's UserErrorException and native errors
+        print("error: " + describe(err, folder), file=sys.stderr, flush=True)
+        return 2
+    print("\n".join(files), flush=True)
+    return 0
+
+
 def main(argv=None):
-    folder, out = (argv or sys.argv[1:])[:2]
+    argv = argv or sys.argv[1:]
+    if argv[0] == "--files":
+        return list_files(argv[1])
+    folder, out = argv[:2]
     try:
         frame = load_table(folder)
     except TableError as err:

@@ -11,10 +11,10 @@ import pytest
 
 from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.errors import LocalRunError
-from mlops.orchestrators.parallel import batch_size
+from mlops.orchestrators.parallel import batch_size, entry_script, tabular
 from mlops.runtime import launch
 from mlops.runtime.uris import lookup
-from mlops.runtime.values import render_command
+from mlops.runtime.values import Value, render_command
 
 
 def test_processes_share_the_cores_unless_told_otherwise(monkeypatch):
@@ -175,3 +175,26 @@ def test_a_job_sees_azures_variables_not_this_shells_python_path(monkeypatch, tm
                       outputs={})
     assert "from-the-shell" not in env.values() and env["MY_SETTING"] == "kept"
     assert env["PYTHONPATH"] == "the-specs-own"  # environment_variables: still the spec's
+
+
+@pytest.mark.parametrize("kind", ["run_function", "function", "RUN_FUNCTION", "Function", None])
+def test_a_parallel_task_runs_its_script_under_every_type_azure_loads_for_one(kind):
+    task = {"entry_script": "score.py", **({"type": kind} if kind else {})}
+    assert entry_script(task, "x") == "score.py"
+
+
+def test_a_parallel_task_without_a_script_or_of_another_type_is_refused_by_name():
+    with pytest.raises(LocalRunError, match="entry_script"):
+        entry_script({"type": "function"}, "x")
+    with pytest.raises(LocalRunError, match="task.type: 'model'"):
+        entry_script({"type": "model", "entry_script": "score.py"}, "x")
+
+
+def test_an_mltable_is_a_table_in_direct_mode_and_a_file_list_mounted_or_downloaded():
+    def table(mode):
+        return tabular(Value(path=Path("t"), type="mltable", mode=mode))
+    assert table("direct") and table(None) and table("DIRECT")
+    assert not any(table(mode) for mode in ("ro_mount", "download", "eval_mount",
+                                             "eval_download"))
+    assert not tabular(Value(path=Path("t"), type="uri_folder", mode="direct"))
+
