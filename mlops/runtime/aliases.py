@@ -55,3 +55,16 @@ def safe_root(folder: Path) -> Path:
           f"into commands unquoted: its commands see it as {link}, a link to it",
           file=sys.stderr, flush=True)
     return link
+
+
+def shell_path(path: str) -> str:
+    """`path` as a command sees it: itself where a shell keeps it whole, else through a link to
+    its folder (an output the asset map sends to a folder with a space), as Azure's own paths
+    never need quoting."""
+    place = Path(path)
+    if is_safe(place):
+        return path
+    if place.is_dir():
+        return str(safe_root(place))
+    linked = safe_root(place.parent) / place.name
+    return str(linked) if is_safe(linked) else path

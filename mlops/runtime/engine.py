@@ -31,7 +31,7 @@ from pathlib import Path
 from mlops.environments.activation import Activation, Environments
 from mlops.errors import LocalRunError
 from mlops.runtime import debugging, launch, placement, reuse, snapshot, watchdog
-from mlops.runtime.aliases import is_safe
+from mlops.runtime.aliases import is_safe, shell_path
 from mlops.runtime.binding import bind_inputs, bind_outputs, fill_artifacts
 from mlops.runtime.environ import process_env, tracking_env
 from mlops.runtime.failures import explain
@@ -124,7 +124,8 @@ def resolve(task: Task, rt: Runtime) -> Resolved:
     task.folder.mkdir(parents=True, exist_ok=True)
     inputs = bind_inputs(task.inputs, task.folder)
     outputs = bind_outputs(task.outputs, task.folder)
-    command = render_command(task.command, {"inputs": inputs, "outputs": outputs}, task.where)
+    command = render_command(task.command, {"inputs": inputs, "outputs": {
+        name: shell_path(path) for name, path in outputs.items()}}, task.where)
     wd = task.folder / task.workdir.name
     code_at = wd / task.workdir.code_under if task.workdir.code_under else wd
     try:

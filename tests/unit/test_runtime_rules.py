@@ -198,3 +198,16 @@ def test_an_mltable_is_a_table_in_direct_mode_and_a_file_list_mounted_or_downloa
                                              "eval_download"))
     assert not tabular(Value(path=Path("t"), type="uri_folder", mode="direct"))
 
+
+def test_a_mapped_output_in_a_folder_with_a_space_reaches_the_command_whole(tmp_path,
+                                                                            monkeypatch):
+    from mlops.runtime import aliases
+
+    monkeypatch.setattr(aliases, "_base", lambda: tmp_path / "links")
+    folder = tmp_path / "my data" / "pred"
+    folder.mkdir(parents=True)
+    seen = aliases.shell_path(str(folder))
+    assert aliases.is_safe(Path(seen)) and Path(seen).resolve() == folder.resolve()
+    file_seen = aliases.shell_path(str(folder / "log.txt"))
+    assert file_seen == str(Path(seen) / "log.txt")
+    assert aliases.shell_path(str(tmp_path)) == str(tmp_path)
