@@ -3,9 +3,9 @@
 The node's `input_data` (a uri_folder: its files; a uri_file: that file; an mltable in direct
 mode: its rows; one mounted or downloaded: the files its paths name) is cut into mini-batches
 (`mini_batch_size`: a count of files, or a size such as "10kb" of table rows), and
-instance_count x max_concurrency_per_instance processes of the task's
-environment each import `task.entry_script` from the snapshot of `task.code`, call init() once and
-run() on each mini-batch they claim (mlops/runtime/minibatch.py: a list of file paths, or a
+instance_count x max_concurrency_per_instance processes of the task's environment each import
+`task.entry_script` from the snapshot of `task.code`, call init() once and run() on each
+mini-batch they claim (mlops/runtime/minibatch.py: a list of file paths, or a
 pandas DataFrame). `program_arguments` (with `${{inputs.x}}`/`${{outputs.x}}` substituted) are the
 script's command line, which Azure's scripts read with argparse's parse_known_args in init().
 retry_settings (max_retries, timeout), error_threshold (failed files or rows, -1: never) and
