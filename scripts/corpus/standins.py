@@ -14,6 +14,7 @@ A stand-in is one generator and its options:
     csv: {rows: 200, columns: {age: int:18-90, income: float, churn: binary,
           city: category:a|b|c, note: text, day: date, id: id}, name: data.csv, folder: true}
     mltable: {rows: 50, columns: {...}}           # a folder: data.csv and its MLTable file
+    parquet: {rows: 50, columns: {...}, name: x.parquet}   # typed; a date column a timestamp
     images: {classes: [cat, dog], per_class: 4, size: 32}   # a folder per class, PNG files
     text: "a line"                                # a file holding that text
     folder: {files: {a.csv: {csv: {...}}, b.txt: {text: x}}}
@@ -26,13 +27,15 @@ import io
 import random
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 
 import yaml
 
 from mlops.errors import LocalRunError
 
-GENERATORS = ("repo", "state", "shared", "csv", "mltable", "images", "text", "folder")
+GENERATORS = ("repo", "state", "shared", "csv", "mltable", "parquet", "images", "text",
+              "folder")
 COLUMN = re.compile(r"^(int|float)(:-?\d+(\.\d+)?--?\d+(\.\d+)?)?$|^(binary|text|date|id)$|"
                     r"^category:[^|]+(\|[^|]+)+$")
 MAX_ROWS = 100_000
@@ -122,7 +125,8 @@ def check_folder(options: dict[str, object], where: str) -> None:
         parse_one(str(name), spec, f"{where}: files[{name}]")
 
 
-CHECKS = {"csv": check_table, "mltable": check_table, "images": check_images,
+CHECKS = {"csv": check_table, "mltable": check_table, "parquet": check_table,
+          "images": check_images,
           "folder": check_folder}
 
 
@@ -213,6 +217,27 @@ def write_mltable(options: dict[str, object], into: Path, rng: random.Random) ->
     return into
 
 
+def write_parquet(options: dict[str, object], into: Path, rng: random.Random) -> Path:
+    """The table as Parquet, each column typed (a `date` one a timestamp) and no pandas
+    metadata in it, so every pandas and pyarrow release reads it alike."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = dict(options["columns"])
+    rows = [[cell(str(kind), row, rng) for kind in columns.values()]
+            for row in range(int(options.get("rows", 100)))]
+    data = {}
+    for index, (name, kind) in enumerate(columns.items()):
+        values = [row[index] for row in rows]
+        if str(kind) == "date":
+            values = [datetime.fromisoformat(str(v)) for v in values]
+        data[str(name)] = pa.array(values)
+    target = into / str(options.get("name", "data.parquet"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(data), target)
+    return into if options.get("folder") else target
+
+
 def write_images(options: dict[str, object], into: Path, rng: random.Random) -> Path:
     from PIL import Image
 
@@ -225,7 +250,8 @@ def write_images(options: dict[str, object], into: Path, rng: random.Random) -> 
     return into
 
 
-WRITERS = {"csv": write_csv, "mltable": write_mltable, "images": write_images}
+WRITERS = {"csv": write_csv, "mltable": write_mltable, "parquet": write_parquet,
+           "images": write_images}
 
 
 def write_map(paths: dict[str, Path], target: Path) -> Path:

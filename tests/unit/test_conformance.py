@@ -123,6 +123,19 @@ def test_a_csv_stand_in_is_deterministic_typed_and_holds_every_label(tmp_path):
     assert again.read_text() == path.read_text()
 
 
+def test_a_parquet_stand_in_is_typed_with_dates_as_timestamps(tmp_path):
+    import pyarrow.parquet as pq
+
+    standin = standins.parse_one("azureml:t", {"parquet": {
+        "rows": 6, "name": "taxi.parquet", "folder": True,
+        "columns": {"when": "date", "n": "int:1-5", "x": "float", "kind": "category:a|b"}}}, "t")
+    roots = standins.Roots(repo=tmp_path / "repo", state=tmp_path / "state")
+    folder = standins.generate(standin, tmp_path / "out", roots)
+    table = pq.read_table(folder / "taxi.parquet")
+    assert table.num_rows == 6 and table.schema.metadata is None
+    assert [str(t) for t in table.schema.types] == ["timestamp[us]", "int64", "double", "string"]
+
+
 def test_stand_ins_of_every_shape_and_their_map(tmp_path):
     repo = tmp_path / "repo"
     (repo / "data").mkdir(parents=True)
