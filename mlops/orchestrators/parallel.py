@@ -172,7 +172,7 @@ def node_task(source: TaskSource, max_procs: int) -> Task:
                 env_vars=env_vars,
                 placement=Placement(copies=batch_processes(requested, max_procs, where)),
                 experiment=source.experiment, tags=dict(source.tags), parent_run=source.parent,
-                address=source.address)
+                address=source.address, assets=source.stand_ins())
 
 
 def run_node(definition: SpecData, task: Task, rt: Runtime) -> Driven:

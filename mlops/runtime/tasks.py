@@ -167,6 +167,10 @@ class TaskSource:
         given = self.definition.get("inputs")
         return job_inputs(given, self.base, self.assets) if self.inputs is None else self.inputs
 
+    def stand_ins(self) -> tuple[str, dict[str, str]]:
+        """What the task's SDK v1 calls are told of the asset map (every task of a spec)."""
+        return stand_ins(self.assets)
+
     def bound_outputs(self) -> dict[str, OutputSpec]:
         if self.outputs is not None:
             return self.outputs
@@ -197,4 +201,4 @@ def command_task(source: TaskSource) -> Task:
         env_vars=variables(data.get("environment_variables")),
         placement=Placement.from_spec(data, where), timeout=time_limit(data, where),
         experiment=source.experiment, tags=dict(source.tags), parent_run=source.parent,
-        address=source.address, assets=stand_ins(source.assets))
+        address=source.address, assets=source.stand_ins())

@@ -211,3 +211,20 @@ def test_a_mapped_output_in_a_folder_with_a_space_reaches_the_command_whole(tmp_
     file_seen = aliases.shell_path(str(folder / "log.txt"))
     assert file_seen == str(Path(seen) / "log.txt")
     assert aliases.shell_path(str(tmp_path)) == str(tmp_path)
+
+
+def test_a_parallel_nodes_workers_are_told_the_asset_maps_stand_ins(tmp_path):
+    from mlops.orchestrators.parallel import node_task
+    from mlops.runtime.tasks import TaskSource
+    from mlops.runtime.uris import AssetMap
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "map.yml").write_text(f"azureml:fare-model: {tmp_path / 'model'}\n")
+    definition = {"task": {"type": "run_function", "entry_script": "score.py", "code": "."},
+                  "input_data": "${{inputs.data}}"}
+    source = TaskSource(definition=definition, base=tmp_path, folder=tmp_path / "run",
+                        assets=AssetMap(tmp_path / "map.yml"), where="p.yml: jobs.score",
+                        name="score", experiment="e", inputs={}, outputs={})
+    task = node_task(source, max_procs=1)
+    assert task.assets == (str(tmp_path / "map.yml"),
+                           {"azureml:fare-model": str(tmp_path / "model")})
