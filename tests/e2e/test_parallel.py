@@ -73,3 +73,21 @@ def test_an_mltables_own_transformations_apply_as_azures_mltable_reads_them(tmp_
     assert len(rows.splitlines()) == 5
     table.write_text("paths:\n  - file: wasbs://data@account.blob.core.windows.net/f.csv\n")
     assert local.main([*argv, "--run-dir", str(tmp_path / "remote")]) != 0
+
+
+@pytest.mark.network  # a cold cache: the MLTable reader's environment from the registry
+def test_a_mounted_mltable_is_the_list_of_files_its_paths_name(tmp_path):
+    """An mltable input in eval_mount is a file list, as on Azure: run() gets the files the
+    MLTable's paths name (not the MLTable file, not the folder's other files); the task is
+    typed `function`, which azure-ai-ml loads as it loads run_function."""
+    import shutil
+
+    copy = shutil.copytree(PARALLEL, tmp_path / "parallel")
+    (copy / "files/MLTable").write_text("paths:\n  - file: ./item_2.txt\n  - file: ./item_5.txt\n")
+    argv = [str(copy / "files-pipeline.yml"), "--run-dir", str(tmp_path / "run"),
+            "--max-procs", "2"]
+    sets = ["jobs.score.inputs.documents.type=mltable", "jobs.score.inputs.documents.mode="
+            "eval_mount", "jobs.score.task.type=function"]
+    assert local.main(argv + [x for s in sets for x in ("--set", s)]) == 0
+    rows = (tmp_path / "run/steps/score/outputs/scores/scores.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in rows] == ["item_2.txt", "item_5.txt"]
