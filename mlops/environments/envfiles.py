@@ -43,6 +43,8 @@ CONDA_ONLY = {
 # what every conda environment has beside its Python: conda's pip, which brings setuptools and
 # wheel (for an old Python, their releases for it: setuptools then still ships pkg_resources)
 CONDA_BASE = ("pip", "setuptools", "wheel")
+# a pip entry naming a requirements or constraints file: -r f, -rf, --requirement f|=f, -c, ...
+FILE_OPTION = re.compile(r"^(-r|-c|--requirement|--constraint)(?:\s+|=|(?<=-[rc]))(\S+)")
 
 
 @dataclass(kw_only=True)
@@ -86,12 +88,46 @@ def _conda_spec(entry: str) -> str | None:
     return pypi + rest
 
 
-def read_conda(path: Path, plan: EnvPlan) -> None:
+def _load_conda(path: Path, plan: EnvPlan) -> SpecData:
     try:
-        data = read_yaml(path.read_text()) or {}
+        return read_yaml(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as err:
         raise LocalRunError(f"{plan.label}: cannot read conda file {path} ({err})") from None
-    read_conda_data(data, path.parent, plan)
+
+
+def read_conda(path: Path, plan: EnvPlan) -> None:
+    """A conda file of a Docker build context, read beside the files its build copied."""
+    read_conda_data(_load_conda(path, plan), path.parent, plan)
+
+
+def read_environment_conda(conda: str | SpecData, base: Path, plan: EnvPlan) -> None:
+    """An environment definition's `conda_file` (a path from `base`, or written inline) as
+    Azure's image build has it: its contents alone (azure-ai-ml sends them as a string), written
+    into the build's own folder, where conda runs pip; a file its pip entries name is not there."""
+    if isinstance(conda, dict):
+        data, folder = conda, base
+    else:
+        path = (base / str(conda).removeprefix("file:")).resolve()
+        data, folder = _load_conda(path, plan), path.parent
+    for entry in data.get("dependencies") or []:
+        for line in entry.get("pip") or [] if isinstance(entry, dict) else []:
+            refuse_file_option(str(line), plan.label)
+    read_conda_data(data, folder, plan)
+
+
+def refuse_file_option(line: str, label: str) -> None:
+    """A pip entry `-r file` or `-c file` (a local path, not a URL) of an environment's conda
+    file: Azure's image build fails on it, as pip cannot open the file there."""
+    match = FILE_OPTION.match(line.split(" #")[0].strip())
+    if match is None or re.match(r"^https?://", match.group(2), re.IGNORECASE):
+        return
+    raise LocalRunError(
+        f"{label}: its conda file's pip entry '{line.strip()}' names a file Azure's image build "
+        f"does not have: the environment carries the conda file's contents alone, and conda "
+        f"runs pip beside that copy, where {match.group(2)} is not, so the build fails (pip: "
+        f"Could not open requirements file). Fix: list those packages in the conda file's pip "
+        f"section, or build the environment from a Docker context (build: path:) that holds "
+        f"the file")
 
 
 def read_conda_data(data: SpecData, base: Path, plan: EnvPlan) -> None:

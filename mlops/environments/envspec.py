@@ -40,9 +40,8 @@ from mlops.environments.docker_python import image_python
 from mlops.environments.envfiles import (
     EnvPlan,
     image_key,
-    read_conda,
-    read_conda_data,
     read_dockerfile,
+    read_environment_conda,
     with_conda_base,
 )
 from mlops.errors import LocalRunError
@@ -186,11 +185,8 @@ def from_definition(definition: SpecData, base: Path, label: str, env_map: EnvMa
     plan = EnvPlan(label=label)
     conda = definition.get("conda_file")
     build = definition.get("build") or {}
-    if isinstance(conda, dict):  # a conda file written inline in the spec
-        read_conda_data(conda, base, plan)
-        plan.complete = True
-    elif conda:
-        read_conda((base / str(conda).removeprefix("file:")).resolve(), plan)
+    if conda:  # a conda file, or one written inline in the spec
+        read_environment_conda(conda, base, plan)
         plan.complete = True
     elif build.get("path"):
         context = (base / str(build["path"])).resolve()

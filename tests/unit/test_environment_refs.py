@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mlops.environments.envspec import EnvMap, plan_for
 from mlops.errors import LocalRunError
@@ -71,6 +72,37 @@ def test_a_conda_files_variables_are_part_of_its_plan(tmp_path):
     plan = plan_for({"image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04",
                      "conda_file": "conda.yml"}, tmp_path, EnvMap(tmp_path / "none.yml"))
     assert plan.variables == {"GREETING": "hi", "RETRIES": "3"}
+
+
+@pytest.mark.parametrize("entry", ["-r requirements.txt", "--requirement=requirements.txt",
+                                   "-rrequirements.txt", "-c requirements.txt"])
+def test_a_conda_files_pip_entry_naming_a_local_file_fails_as_azures_image_build_does(
+        tmp_path, entry):
+    # Azure's build has the conda file's contents alone, not the file beside it here
+    (tmp_path / "requirements.txt").write_text("pandas\n")
+    conda = {"dependencies": ["python=3.11", "pip", {"pip": ["numpy", entry]}]}
+    image = "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04"
+    for definition in ({"image": image, "conda_file": conda},
+                       {"image": image, "conda_file": "conda.yml"}):
+        (tmp_path / "conda.yml").write_text(yaml.safe_dump(conda))
+        with pytest.raises(LocalRunError, match=r"names a file Azure's image build does not "
+                                                r"have.*requirements\.txt is not"):
+            plan_for(definition, tmp_path, EnvMap(tmp_path / "none.yml"))
+
+
+def test_a_conda_files_requirements_url_and_a_docker_contexts_file_are_not_refused(tmp_path):
+    from mlops.environments.envfiles import refuse_file_option
+
+    refuse_file_option("-r https://example.com/pins.txt", "env")  # pip fetches it there too
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "requirements.txt").write_text("pandas\n")
+    (tmp_path / "ctx" / "conda.yml").write_text(
+        "dependencies:\n- python=3.11\n- pip:\n  - -r requirements.txt\n")
+    (tmp_path / "ctx" / "Dockerfile").write_text(
+        "FROM ubuntu:22.04\nCOPY conda.yml requirements.txt /tmp/\n"
+        "RUN conda env create -f /tmp/conda.yml\n")
+    plan = plan_for({"build": {"path": "ctx"}}, tmp_path, EnvMap(tmp_path / "none.yml"))
+    assert "pandas" in plan.requirements  # the build copied it beside the conda file
 
 
 def _env(path: Path, name: str, conda: str, version: str | None = None) -> None:
