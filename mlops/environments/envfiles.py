@@ -112,7 +112,7 @@ def read_environment_conda(conda: str | SpecData, base: Path, plan: EnvPlan) -> 
     for entry in data.get("dependencies") or []:
         for line in entry.get("pip") or [] if isinstance(entry, dict) else []:
             refuse_file_option(str(line), plan.label)
-    read_conda_data(data, folder, plan)
+    read_conda_data(data, folder, plan, phases=True)
 
 
 def refuse_file_option(line: str, label: str) -> None:
@@ -130,17 +130,22 @@ def refuse_file_option(line: str, label: str) -> None:
         f"the file")
 
 
-def read_conda_data(data: SpecData, base: Path, plan: EnvPlan) -> None:
+def read_conda_data(data: SpecData, base: Path, plan: EnvPlan, *, phases: bool = False) -> None:
     """pip entries as they are; conda packages by their PyPI names; python's version noted;
     `variables:`, which conda sets when it activates the environment (as Azure's image runs
-    the job: activated)."""
+    the job: activated). `phases`: as Azure's image build creates an environment's conda file
+    (conda env create): conda installs the conda packages (and pip, setuptools, wheel), then
+    pip installs the pip section into that (`pip install -U -r`), keeping what conda installed
+    where it satisfies and replacing what conflicts: two installs (steps.py), so the pip
+    section's packages come at their newest and an unpinned conda package yields to them."""
     variables = data.get("variables") or {}
     if isinstance(variables, dict):
         plan.variables.update({str(k): "" if v is None else str(v) for k, v in variables.items()})
+    pip = EnvPlan(label=plan.label) if phases else plan  # the pip section's lines
     for entry in data.get("dependencies") or []:
         if isinstance(entry, dict):
             for line in entry.get("pip") or []:
-                read_requirement_line(str(line), base, plan)
+                read_requirement_line(str(line), base, pip)
             continue
         text = str(entry)
         if re.match(r"^(conda-forge::)?python([=<>\s]|$)", text):
@@ -152,14 +157,24 @@ def read_conda_data(data: SpecData, base: Path, plan: EnvPlan) -> None:
             plan.conda.append(requirement)
         elif re.split(r"[\s=<>!~]", text.split("::")[-1], maxsplit=1)[0] != "pip":
             plan.skipped.append(text)
+    own = [line for line in plan.conda if _named(line) not in CONDA_BASE]
+    if pip is not plan and own and pip.requirements:  # conda's install, then pip's
+        with_conda_base(plan)
+        plan.requirements += [steps.step_line(upgrade=True), *pip.requirements]
+        return
+    plan.requirements += pip.requirements if pip is not plan else []  # one install
     with_conda_base(plan)
+
+
+def _named(line: str) -> str:
+    return re.split(r"[\s=<>~!\[;]", line, maxsplit=1)[0].lower()
 
 
 def with_conda_base(plan: EnvPlan, *, image: bool = False) -> None:
     """pip, setuptools and wheel, as every conda environment with pip has them, unless named:
     with the conda file's own packages (its install), or, for an `image` (a curated or mapped
     one), with what it holds before any install of its Dockerfile (steps.py)."""
-    named = {re.split(r"[\s=<>~!\[;]", line, maxsplit=1)[0].lower() for line in plan.requirements}
+    named = {_named(line) for line in plan.requirements}
     base = [name for name in CONDA_BASE if name not in named]
     plan.requirements = steps.into_first(plan.requirements, base) if image else \
         plan.requirements + base

@@ -105,6 +105,23 @@ def test_a_conda_files_requirements_url_and_a_docker_contexts_file_are_not_refus
     assert "pandas" in plan.requirements  # the build copied it beside the conda file
 
 
+def test_a_conda_file_is_conda_s_install_then_pip_s_upgrading_install_into_it(tmp_path):
+    # conda env create: the conda packages first, then pip install -U of the pip section,
+    # which keeps conda's releases where they satisfy and replaces what conflicts
+    from mlops.environments import steps
+
+    conda = {"dependencies": ["python=3.9", "pip", "pandas", "pyarrow",
+                              {"pip": ["azureml-mlflow", "mlflow"]}]}
+    image = "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04"
+    plan = plan_for({"image": image, "conda_file": conda}, tmp_path, EnvMap(tmp_path / "n.yml"))
+    conda_install, pip_install = steps.split(plan.requirements)
+    assert set(conda_install.lines) == {"pip", "pandas", "pyarrow", "setuptools", "wheel"}
+    assert pip_install.lines == ("azureml-mlflow", "mlflow") and pip_install.upgrade
+    only_pip = {"dependencies": ["python=3.9", "pip", {"pip": ["mlflow"]}]}
+    plan = plan_for({"image": image, "conda_file": only_pip}, tmp_path, EnvMap(tmp_path / "n.yml"))
+    assert not steps.has_steps(plan.requirements)  # nothing of conda's own to yield: one set
+
+
 def _env(path: Path, name: str, conda: str, version: str | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"name: {name}\n" + (f"version: {version}\n" if version else "") +
