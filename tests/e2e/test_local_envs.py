@@ -142,8 +142,9 @@ def test_every_environment_form_resolves_to_a_plan(tmp_path):
     conda.write_text("dependencies:\n  - python=3.9\n  - numpy=1.26\n  - conda-forge::pytorch\n"
                      "  - cudatoolkit=11.8\n  - pip:\n    - scikit-learn==1.5.2\n")
     plan = plan_for({"image": "x", "conda_file": "conda.yml"}, tmp_path, env_map)
-    assert plan.requirements == ["numpy==1.26.*", "torch", "scikit-learn==1.5.2", "pip",
-                                 "setuptools", "wheel"]  # conda's pip, in every environment
+    assert plan.requirements == ["numpy==1.26.*", "torch", "pip", "setuptools", "wheel",
+                                 "--install-step --upgrade", "scikit-learn==1.5.2"]
+    # conda's install (with its pip, in every environment), then the pip section's, upgrading
     assert plan.python == "3.9" and plan.skipped == ["cudatoolkit=11.8"]
 
 
