@@ -146,12 +146,13 @@ def steps(case: Case, place: runner.Place, deadline: float, paths: dict[str, Pat
 
 
 def online(case: Case, place: runner.Place, deadline: float, request: str) -> Outcome:
-    start, invoke, stop = runner.online_commands(case, place, runner.free_port(), request)
+    commands = runner.online_commands(case, place, runner.free_port(), request)
     try:
-        return (attempt(start, place, deadline, "start") or
-                attempt(invoke, place, deadline, "invoke") or Outcome(code=0))
+        return (attempt(commands.create, place, deadline, "endpoint") or
+                attempt(commands.deploy, place, deadline, "start") or
+                attempt(commands.invoke, place, deadline, "invoke") or Outcome(code=0))
     finally:
-        runner.execute(stop, place, time.monotonic() + STOP_S)
+        runner.execute(commands.delete, place, time.monotonic() + STOP_S)
 
 
 def attempt(argv: list[str], place: runner.Place, deadline: float, step: str) -> Outcome | None:

@@ -1,14 +1,15 @@
 """How a case runs: the one place that turns a case into the commands a user would type.
 
-Jobs and the assets a repository's workflow creates go through `azml`, az ml's verbs on this
-machine (`azml job run -f`, `azml data|environment|model|component create -f`): a user's
-script changes `az ml` to `azml`. The asset map that stands in for the workspace's data is
-azml's one setting: `asset_map` in an `azml.toml` at the checkout's root, written for each case
-(as a user adds it to their repository). Online and batch deployments go through the runtime's
-front doors (`python -m mlops.serve start|invoke|stop`, `python -m mlops.batch`), which azml has
-no verbs for yet; they are started as a console script starts (`python -P`: the folder they
-run from is not put on sys.path first, so a repository's own `mlops/` folder, which every
-mlops-v2 template has, does not hide the runtime's package).
+Jobs, online deployments and the assets a repository's workflow creates go through `azml`, az
+ml's verbs on this machine (`azml job run -f`, `azml data|environment|model|component create -f`,
+`azml online-endpoint create`, `azml online-deployment create -f --all-traffic`, `azml
+online-endpoint invoke`, `azml online-endpoint delete`): a user's script changes `az ml` to
+`azml`. The asset map that stands in for the workspace's data is azml's one setting:
+`asset_map` in an `azml.toml` at the checkout's root, written for each case (as a user adds it to
+their repository). Batch deployments go through the runtime's front door (`python -m
+mlops.batch`), started as a console script starts (`python -P`: the folder they run from is not
+put on sys.path first, so a repository's own `mlops/` folder, which every mlops-v2 template has,
+does not hide the runtime's package).
 
 Each command runs from the case's folder with the case's variables, in a session of its own,
 writing to the case's log; past its deadline its whole process group is stopped (SIGTERM,
@@ -102,13 +103,48 @@ def write_settings(place: Place) -> Path:
     return settings
 
 
-def online_commands(case: Case, place: Place, port: int,
-                    request: str) -> tuple[list[str], list[str], list[str]]:
-    """start, invoke, stop: `az ml online-deployment create` and `online-endpoint invoke`."""
-    start = door("serve", "start", "--deployment", case.path, "--port", str(port),
-                 "--all-traffic", "1", "--assets", str(place.asset_map))
-    invoke = door("serve", "invoke", "--request", request)
-    return start, invoke, door("serve", "stop")
+@dataclass(frozen=True)
+class Online:
+    """An online case's commands, in order; `delete` runs whatever happened before it."""
+
+    create: list[str]
+    deploy: list[str]
+    invoke: list[str]
+    delete: list[str]
+
+
+def _mapping(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def endpoint_file(deployment: Path, name: str) -> Path | None:
+    """The online endpoint spec beside the deployment that its endpoint_name names, else the
+    only one there: what the repository's workflow creates the endpoint from."""
+    found = [(path, str(data.get("name") or "")) for path in
+             sorted([*deployment.parent.glob("*.yml"), *deployment.parent.glob("*.yaml")])
+             if "onlineendpoint" in str((data := _mapping(path)).get("$schema", "")).lower()]
+    named = [path for path, given in found if given == name]
+    return named[0] if named else (found[0][0] if len(found) == 1 else None)
+
+
+def online_commands(case: Case, place: Place, port: int, request: str) -> Online:
+    """`az ml online-endpoint create`, `online-deployment create --all-traffic`,
+    `online-endpoint invoke`, `online-endpoint delete`, as azml; the endpoint from its spec
+    beside the deployment where there is one, named as the deployment's endpoint_name."""
+    deployment = place.cwd / case.path
+    name = str(_mapping(deployment).get("endpoint_name") or "conformance-endpoint")
+    spec = endpoint_file(deployment, name)
+    given = ["-f", os.path.relpath(spec, place.cwd)] if spec else []
+    return Online(create=azml("online-endpoint", "create", *given, "-n", name, "--port",
+                              str(port), "-o", "none"),
+                  deploy=azml("online-deployment", "create", "-f", case.path, "-e", name,
+                              "--all-traffic", "-o", "none"),
+                  invoke=azml("online-endpoint", "invoke", "-n", name, "-r", request),
+                  delete=azml("online-endpoint", "delete", "-n", name, "--yes"))
 
 
 def batch_command(case: Case, place: Place, input_path: str) -> list[str]:

@@ -249,10 +249,23 @@ def test_the_matrix_has_a_row_per_case_and_its_totals(tmp_path):
 def test_the_runner_speaks_azml_and_starts_front_doors_as_console_scripts(tmp_path):
     place = runner.Place(root=tmp_path, cwd=tmp_path, asset_map=tmp_path / "m.yml", env={},
                          log=tmp_path / "log")
+    (tmp_path / "d.yml").write_text("endpoint_name: my-ep\nmodel: azureml:m:1\n")
     online = manifest.parse_case(entry(kind="online", request="r.json", path="d.yml"), "t")
-    start, invoke, stop = runner.online_commands(online, place, 5005, "r.json")
-    assert start[1:4] == ["-P", "-m", "mlops.serve"] and "5005" in start
-    assert invoke[-2:] == ["--request", "r.json"] and stop[-1] == "stop"
+    commands = runner.online_commands(online, place, 5005, "r.json")
+    assert commands.create[1:] == ["online-endpoint", "create", "-n", "my-ep", "--port", "5005",
+                                   "-o", "none"]  # no endpoint spec beside it: by name
+    assert commands.deploy[1:] == ["online-deployment", "create", "-f", "d.yml", "-e", "my-ep",
+                                   "--all-traffic", "-o", "none"]
+    assert commands.invoke[1:] == ["online-endpoint", "invoke", "-n", "my-ep", "-r", "r.json"]
+    assert commands.delete[1:] == ["online-endpoint", "delete", "-n", "my-ep", "--yes"]
+    schema = "$schema: https://azuremlschemas.azureedge.net/latest/managedOnlineEndpoint." \
+        "schema.json\n"
+    (tmp_path / "other.yml").write_text(schema + "name: not-it\n")
+    (tmp_path / "endpoint.yml").write_text(schema + "name: my-ep\nauth_mode: key\n")
+    assert runner.online_commands(online, place, 5005, "r.json").create[3:5] == \
+        ["-f", "endpoint.yml"]  # the one its endpoint_name names
+    batch = manifest.parse_case(entry(kind="batch", input="in", path="b.yml"), "t")
+    assert runner.batch_command(batch, place, "in")[1:4] == ["-P", "-m", "mlops.batch"]
     job = manifest.parse_case(entry(sets=["inputs.epochs=1"]), "t")
     assert runner.job_command(job, place)[1:] == ["job", "run", "-f", "jobs/job.yml", "--set",
                                                   "inputs.epochs=1"]
