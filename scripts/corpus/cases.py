@@ -140,13 +140,18 @@ def steps(case: Case, place: runner.Place, deadline: float, paths: dict[str, Pat
         return online(case, place, deadline, str(request))
     if case.kind == "batch":
         source = paths.get(case.input) or place.root / case.input
-        return (attempt(runner.batch_command(case, place, str(source)), place, deadline, "batch")
-                or Outcome(code=0))
+        return endpoint(runner.batch_commands(case, place, str(source)), place, deadline)
     return attempt(runner.job_command(case, place), place, deadline, "run") or Outcome(code=0)
 
 
 def online(case: Case, place: runner.Place, deadline: float, request: str) -> Outcome:
-    commands = runner.online_commands(case, place, runner.free_port(), request)
+    return endpoint(runner.online_commands(case, place, runner.free_port(), request), place,
+                    deadline)
+
+
+def endpoint(commands: runner.Endpoint, place: runner.Place, deadline: float) -> Outcome:
+    """Create the endpoint and its deployment, invoke it; the endpoint deleted whatever
+    happened."""
     try:
         return (attempt(commands.create, place, deadline, "endpoint") or
                 attempt(commands.deploy, place, deadline, "start") or

@@ -1,15 +1,15 @@
 """How a case runs: the one place that turns a case into the commands a user would type.
 
-Jobs, online deployments and the assets a repository's workflow creates go through `azml`, az
-ml's verbs on this machine (`azml job run -f`, `azml data|environment|model|component create -f`,
+Jobs, deployments and the assets a repository's workflow creates go through `azml`, az ml's
+verbs on this machine (`azml job run -f`, `azml data|environment|model|component create -f`,
 `azml online-endpoint create`, `azml online-deployment create -f --all-traffic`, `azml
-online-endpoint invoke`, `azml online-endpoint delete`): a user's script changes `az ml` to
-`azml`. The asset map that stands in for the workspace's data is azml's one setting:
-`asset_map` in an `azml.toml` at the checkout's root, written for each case (as a user adds it to
-their repository). Batch deployments go through the runtime's front door (`python -m
-mlops.batch`), started as a console script starts (`python -P`: the folder they run from is not
-put on sys.path first, so a repository's own `mlops/` folder, which every mlops-v2 template has,
-does not hide the runtime's package).
+online-endpoint invoke`, `azml batch-endpoint create`, `azml batch-deployment create -f
+--set-default`, `azml batch-endpoint invoke --input --stream`, and each endpoint's `delete`): a
+user's script changes `az ml` to `azml`. The asset map that stands in for the workspace's data
+is azml's one setting: `asset_map` in an `azml.toml` at the checkout's root, written for each
+case (as a user adds it to their repository). azml is the console script beside this Python,
+so a repository's own `mlops/` folder, which every mlops-v2 template has, never hides the
+runtime's package.
 
 Each command runs from the case's folder with the case's variables, in a session of its own,
 writing to the case's log; past its deadline its whole process group is stopped (SIGTERM,
@@ -57,11 +57,6 @@ class Finished:
     stopped: str = ""  # why it was stopped: "timeout", "log limit"
 
 
-def door(name: str, *args: str) -> list[str]:
-    """The command line of a front door of the local runtime (serve, batch)."""
-    return [sys.executable, "-P", "-m", f"mlops.{name}", *args]
-
-
 def azml(*args: str) -> list[str]:
     """An azml command: the console script beside this Python (the installed tool)."""
     script = Path(sys.executable).parent / "azml"
@@ -104,8 +99,8 @@ def write_settings(place: Place) -> Path:
 
 
 @dataclass(frozen=True)
-class Online:
-    """An online case's commands, in order; `delete` runs whatever happened before it."""
+class Endpoint:
+    """An endpoint case's commands, in order; `delete` runs whatever happened before it."""
 
     create: list[str]
     deploy: list[str]
@@ -121,17 +116,18 @@ def _mapping(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def endpoint_file(deployment: Path, name: str) -> Path | None:
-    """The online endpoint spec beside the deployment that its endpoint_name names, else the
-    only one there: what the repository's workflow creates the endpoint from."""
+def endpoint_file(deployment: Path, name: str, kind: str = "onlineendpoint") -> Path | None:
+    """The endpoint spec (`kind`: what its $schema names) beside the deployment that its
+    endpoint_name names, else the only one there: what the repository's workflow creates the
+    endpoint from."""
     found = [(path, str(data.get("name") or "")) for path in
              sorted([*deployment.parent.glob("*.yml"), *deployment.parent.glob("*.yaml")])
-             if "onlineendpoint" in str((data := _mapping(path)).get("$schema", "")).lower()]
+             if kind in str((data := _mapping(path)).get("$schema", "")).lower()]
     named = [path for path, given in found if given == name]
     return named[0] if named else (found[0][0] if len(found) == 1 else None)
 
 
-def online_commands(case: Case, place: Place, port: int, request: str) -> Online:
+def online_commands(case: Case, place: Place, port: int, request: str) -> Endpoint:
     """`az ml online-endpoint create`, `online-deployment create --all-traffic`,
     `online-endpoint invoke`, `online-endpoint delete`, as azml; the endpoint from its spec
     beside the deployment where there is one, named as the deployment's endpoint_name."""
@@ -139,18 +135,29 @@ def online_commands(case: Case, place: Place, port: int, request: str) -> Online
     name = str(_mapping(deployment).get("endpoint_name") or "conformance-endpoint")
     spec = endpoint_file(deployment, name)
     given = ["-f", os.path.relpath(spec, place.cwd)] if spec else []
-    return Online(create=azml("online-endpoint", "create", *given, "-n", name, "--port",
-                              str(port), "-o", "none"),
-                  deploy=azml("online-deployment", "create", "-f", case.path, "-e", name,
-                              "--all-traffic", "-o", "none"),
-                  invoke=azml("online-endpoint", "invoke", "-n", name, "-r", request),
-                  delete=azml("online-endpoint", "delete", "-n", name, "--yes"))
+    return Endpoint(create=azml("online-endpoint", "create", *given, "-n", name, "--port",
+                                str(port), "-o", "none"),
+                    deploy=azml("online-deployment", "create", "-f", case.path, "-e", name,
+                                "--all-traffic", "-o", "none"),
+                    invoke=azml("online-endpoint", "invoke", "-n", name, "-r", request),
+                    delete=azml("online-endpoint", "delete", "-n", name, "--yes"))
 
 
-def batch_command(case: Case, place: Place, input_path: str) -> list[str]:
+def batch_commands(case: Case, place: Place, input_path: str) -> Endpoint:
+    """`az ml batch-endpoint create`, `batch-deployment create --set-default`, `batch-endpoint
+    invoke --input` followed to its end (`--stream`: exit 1 when the job does not complete, as
+    `az ml job stream`), `batch-endpoint delete`, as azml."""
+    deployment = place.cwd / case.path
+    name = str(_mapping(deployment).get("endpoint_name") or "conformance-batch")
+    spec = endpoint_file(deployment, name, "batchendpoint")
+    given = ["-f", os.path.relpath(spec, place.cwd)] if spec else []
     kind = ["--input-type", case.input_type] if case.input_type == "mltable" else []
-    return door("batch", case.path, "--input", input_path, *kind, "--assets",
-                str(place.asset_map))
+    return Endpoint(create=azml("batch-endpoint", "create", *given, "-n", name, "-o", "none"),
+                    deploy=azml("batch-deployment", "create", "-f", case.path, "-e", name,
+                                "--set-default", "-o", "none"),
+                    invoke=azml("batch-endpoint", "invoke", "-n", name, "--input", input_path,
+                                *kind, "--stream"),
+                    delete=azml("batch-endpoint", "delete", "-n", name, "--yes"))
 
 
 def free_port() -> int:
@@ -164,7 +171,7 @@ def execute(argv: list[str], place: Place, deadline: float) -> Finished:
     started = time.monotonic()
     place.log.parent.mkdir(parents=True, exist_ok=True)
     with open(place.log, "ab") as log:
-        shown = argv[3:] if argv[1:3] == ["-P", "-m"] else [Path(argv[0]).name, *argv[1:]]
+        shown = [Path(argv[0]).name, *argv[1:]]
         log.write(f"\n$ {' '.join(shown)}\n".encode())
         log.flush()
         process = subprocess.Popen(argv, cwd=place.cwd, env=place.env, stdout=log,

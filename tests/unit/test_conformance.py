@@ -246,7 +246,7 @@ def test_the_matrix_has_a_row_per_case_and_its_totals(tmp_path):
     assert matrix.load(tmp_path / "bad.json") == {}
 
 
-def test_the_runner_speaks_azml_and_starts_front_doors_as_console_scripts(tmp_path):
+def test_the_runner_speaks_azml_for_jobs_assets_and_endpoints(tmp_path):
     place = runner.Place(root=tmp_path, cwd=tmp_path, asset_map=tmp_path / "m.yml", env={},
                          log=tmp_path / "log")
     (tmp_path / "d.yml").write_text("endpoint_name: my-ep\nmodel: azureml:m:1\n")
@@ -264,8 +264,19 @@ def test_the_runner_speaks_azml_and_starts_front_doors_as_console_scripts(tmp_pa
     (tmp_path / "endpoint.yml").write_text(schema + "name: my-ep\nauth_mode: key\n")
     assert runner.online_commands(online, place, 5005, "r.json").create[3:5] == \
         ["-f", "endpoint.yml"]  # the one its endpoint_name names
-    batch = manifest.parse_case(entry(kind="batch", input="in", path="b.yml"), "t")
-    assert runner.batch_command(batch, place, "in")[1:4] == ["-P", "-m", "mlops.batch"]
+    (tmp_path / "b.yml").write_text("endpoint_name: my-batch\n")
+    (tmp_path / "batch-endpoint.yml").write_text("$schema: https://azuremlschemas.azureedge.net/"
+                                                 "latest/batchEndpoint.schema.json\nname: x\n")
+    batch = manifest.parse_case(entry(kind="batch", input="in", path="b.yml",
+                                      input_type="mltable"), "t")
+    commands = runner.batch_commands(batch, place, "in")
+    assert commands.create[1:] == ["batch-endpoint", "create", "-f", "batch-endpoint.yml", "-n",
+                                   "my-batch", "-o", "none"]  # the only one beside it
+    assert commands.deploy[1:] == ["batch-deployment", "create", "-f", "b.yml", "-e", "my-batch",
+                                   "--set-default", "-o", "none"]
+    assert commands.invoke[1:] == ["batch-endpoint", "invoke", "-n", "my-batch", "--input", "in",
+                                   "--input-type", "mltable", "--stream"]
+    assert commands.delete[1:] == ["batch-endpoint", "delete", "-n", "my-batch", "--yes"]
     job = manifest.parse_case(entry(sets=["inputs.epochs=1"]), "t")
     assert runner.job_command(job, place)[1:] == ["job", "run", "-f", "jobs/job.yml", "--set",
                                                   "inputs.epochs=1"]
