@@ -98,7 +98,7 @@ def write_settings(place: Place) -> Path:
     return settings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Endpoint:
     """An endpoint case's commands, in order; `delete` runs whatever happened before it."""
 
