@@ -96,7 +96,7 @@ class Upstream(asyncio.Protocol):
             self._hand_on()
 
     def eof_received(self) -> bool:
-        if self.reading.until_close and not self.reading.whole:  # its end is the close
+        if self.reading.until_close():  # its end is the close
             self._answered()
             self._hand_on()
         return False
@@ -158,12 +158,6 @@ class Upstream(asyncio.Protocol):
         if reading.head_only:  # an answer to HEAD: whole at its head, whatever it announces
             reading.clean = False
             self._answered()
-        elif status != 204 and status != 304:
-            for name, _ in reading.headers:
-                if name.lower() in FRAMING:
-                    break
-            else:
-                reading.until_close = True  # framed by the close: never reused
 
     def on_body(self, data: bytes) -> None:
         reading = self.reading
@@ -285,7 +279,13 @@ class Reading:
     size: int = 0
     heard: bool = False  # a byte came back
     interim: bool = False  # the head read is a 1xx answer's
-    until_close: bool = False  # no length, no chunks: the answer ends when the server closes
     whole: bool = False
     kept: bool = False  # the answer, read whole by its length or chunks, keeps the connection
     clean: bool = True  # the request was sent whole and nothing went wrong
+
+    def until_close(self) -> bool:
+        """Whether the final answer's head is in and its end is the server's close: no length,
+        no chunks (never reused: `kept` stays False). Asked at the close only: llhttp ends
+        every other answer itself (a 204's or 304's at its head)."""
+        return self.status != 0 and not self.interim and not self.whole and not any(
+            name.lower() in FRAMING for name, _ in self.headers)
