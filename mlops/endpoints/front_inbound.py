@@ -215,10 +215,10 @@ class Inbound:
             return b""
         self.replied = True
         lines = [b"HTTP/1.1 %d %s" % (status, reason or wire.REASONS.get(status, b""))]
-        lines += [name + b": " + value for name, value in headers]
+        lines += map(b": ".join, headers)
         if not self.keep and not any(name.lower() == b"connection" for name, _ in headers):
             lines.append(b"Connection: close")
-        lines += [b"", body]
+        lines += (b"", body)
         return b"\r\n".join(lines)
 
     def refuse(self, refused: wire.Refused) -> bytes:

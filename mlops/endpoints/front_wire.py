@@ -119,7 +119,7 @@ def field_refusal(version: bytes, fields: dict[bytes, bytes], *,
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Forward:
     """A request as the deployment's server gets it."""
 
@@ -136,8 +136,8 @@ class Forward:
                 break
         else:
             lines.append(b"Host: " + host)
-        lines += [name + b": " + value for name, value in self.headers]
-        lines.append(b"\r\n")
+        lines += map(b": ".join, self.headers)
+        lines += (b"", b"")
         return b"\r\n".join(lines)
 
 
