@@ -107,42 +107,31 @@ class Front:
         self.router.enter(slot)
         pool = self.pools.get(slot.port) or self.pools.setdefault(
             slot.port, front_pool.Pool(slot.port))
-
-        def over(result: Answer | BaseException) -> None:
-            if pending:  # once, whatever calls it
-                pending.clear()
-                self.router.leave(slot)
-                done(result if type(result) is Answer else failure(slot, result))
-
-        pending = [request]
+        passage = Passage(self.router, slot, done)
         try:
-            pool.exchange(request, body, slot.timeout_ms / 1000 or None, over)
+            pool.exchange(request, body, slot.timeout_ms / 1000 or None, passage.over)
         except Exception as err:  # noqa: BLE001 - every request is answered, whatever failed
-            over(err)
+            passage.over(err)
 
     def answer(self, client: Client, request: wire.Forward, route: Route,
                body: wire.Body) -> None:
-        """The client's request passed on and answered; then its copy to the mirror."""
-        started = self.loop.time()
-
-        def over(result: Answer | wire.Refused) -> None:
-            if client.phase == "busy":
-                if type(result) is Answer:
-                    client.reply(result, route.slot.name)
-                else:
-                    client.refuse(result)
-            if route.mirror is None:
-                body.close()
-            else:
-                self.mirror(route.mirror, request, body)
-            if type(result) is Answer:
-                self.log((request.method, request.target, route.slot.name, result.status,
-                          1000 * (self.loop.time() - started)))
-
+        """The client's request passed on and answered (Client.answered); then passed()."""
+        client.started = self.loop.time()
         try:
-            self.forward(route.slot, request, body, over)
+            self.forward(route.slot, request, body, client.answered)
         except wire.Refused as refused:
-            over(refused)
+            client.answered(refused)
+
+    def passed(self, request: wire.Forward, route: Route, body: wire.Body,
+               result: Answer | wire.Refused, *, started: float) -> None:
+        """A client's request was answered: its copy to the mirror, and the log's line."""
+        if route.mirror is None:
+            body.close()
+        else:
+            self.mirror(route.mirror, request, body)
+        if type(result) is Answer:
+            self.log((request.method, request.target, route.slot.name, result.status,
+                      1000 * (self.loop.time() - started)))
 
     def mirror(self, slot: Slot, request: wire.Forward, body: wire.Body) -> None:
         """A copy for the mirror deployment; its answer (or failure) is dropped, as Azure's."""
@@ -211,6 +200,25 @@ class Front:
         if self.stopping and not (self.clients or self.opening or self.background or
                                   self.mirrors):
             self.done.set()
+
+
+class Passage:
+    """A request on its way to a deployment's server and back: over() takes the outcome
+    (once, whatever calls it), leaves the slot's pending requests and hands `done` the
+    answer, or the refusal that stands for the failure."""
+
+    __slots__ = ("router", "slot", "done")
+
+    def __init__(self, router: Router, slot: Slot,
+                 done: Callable[[Answer | wire.Refused], None]):
+        self.router, self.slot, self.done = router, slot, done
+
+    def over(self, result: Answer | BaseException) -> None:
+        done = self.done
+        if done is not None:
+            self.done = None
+            self.router.leave(self.slot)
+            done(result if type(result) is Answer else failure(self.slot, result))
 
 
 def failure(slot: Slot, err: BaseException) -> wire.Refused:

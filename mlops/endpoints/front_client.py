@@ -47,6 +47,7 @@ class Client(asyncio.Protocol):
         self.request: wire.Forward | None = None  # the one in flight
         self.route: Route | None = None
         self.body: wire.Body | None = None
+        self.started = 0.0  # when the one in flight was passed on (the loop's clock)
 
     def connection_made(self, transport) -> None:
         self.transport, self.loop = transport, asyncio.get_running_loop()
@@ -175,6 +176,18 @@ class Client(asyncio.Protocol):
             inbound.method, inbound.target, inbound.items, length=self.body.size,
             connection=inbound.fields.get(b"connection", b""))
         self.front.answer(self, sent, self.route, self.body)
+
+    def answered(self, result: Answer | wire.Refused) -> None:
+        """The deployment's answer to the request in flight, or the refusal that stands for
+        its failure: to the client while it waits; then the front's passed() (with what was
+        in flight: replying may start a pipelined request)."""
+        request, route, body, started = self.request, self.route, self.body, self.started
+        if self.phase == "busy":
+            if type(result) is Answer:
+                self.reply(result, route.slot.name)
+            else:
+                self.refuse(result)
+        self.front.passed(request, route, body, result, started=started)
 
     def reply(self, answer: Answer, deployment: str) -> None:
         status, reason, headers = wire.relabeled(answer.status, answer.reason, answer.headers,
