@@ -103,8 +103,13 @@ class Router:
         return stat.st_mtime_ns, stat.st_ino, stat.st_size
 
     def current(self) -> EndpointState:
-        """The newest good state (the last good one, while the file is damaged or gone)."""
-        stamp = self._stamp()
+        """The newest good state (the last good one, while the file is damaged or gone):
+        endpoint.json is stat'ed for every request, and read again when it changed."""
+        try:
+            stat = os.stat(self.path)
+            stamp = stat.st_mtime_ns, stat.st_ino, stat.st_size
+        except OSError:
+            stamp = None
         if stamp == self.seen:
             return self.state
         self.seen = stamp
