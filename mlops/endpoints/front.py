@@ -81,10 +81,10 @@ class Front:
         self.lines.append(line)
 
     def _flush(self) -> None:
-        sys.stdout.write("".join(line + "\n" if type(line) is str else
-                                 "{} {} -> {} {} {:.0f} ms\n".format(
-                                     line[0].decode(), line[1].decode("latin-1"), *line[2:])
-                                 for line in self.lines))
+        sys.stdout.write("".join([line + "\n" if type(line) is str else
+                                  f"{line[0].decode()} {line[1].decode('latin-1')} -> "
+                                  f"{line[2]} {line[3]} {line[4]} ms\n"
+                                  for line in self.lines]))
         sys.stdout.flush()
         self.lines.clear()
 
@@ -131,7 +131,7 @@ class Front:
             self.mirror(route.mirror, request, body)
         if type(result) is Answer:
             self.log((request.method, request.target, route.slot.name, result.status,
-                      1000 * (self.loop.time() - started)))
+                      round(1000 * (self.loop.time() - started))))
 
     def mirror(self, slot: Slot, request: wire.Forward, body: wire.Body) -> None:
         """A copy for the mirror deployment; its answer (or failure) is dropped, as Azure's."""
