@@ -274,11 +274,12 @@ def move_here(target: dict[str, Locked], no_build: frozenset[str] = frozenset())
     for step in resolved:  # each install's own resolution in turn, as its build ran them
         lines = [f"{name}>={locked.version}{f' ; {locked.marker}' if locked.marker else ''}"
                  for name, locked in sorted(step.locked.items()) if not GPU_STACK.match(name)]
-        kept = [] if step.no_deps else [f"{name}>={locked.version}"  # what earlier installs
-                                        for name, locked in sorted(here.items())]  # put there
-        # stays at its moved release where this install's packages allow it, as pip keeps an
-        # installed package that satisfies (a NumPy 1 under the pandas built for it), even where
-        # this step's own line for it carries a marker this Python does not meet
+        kept = [f"{name}>={here[name].version}" for name in sorted(step.locked)
+                if name in here and not step.no_deps]  # what an earlier install put there and
+        # this one resolves again stays at its moved release where this install allows it, as
+        # pip keeps an installed package that satisfies (a NumPy 1 under the pandas built for
+        # it), even where this step's own line for it carries a marker this Python does not meet;
+        # what this install does not resolve is not its business (pip leaves it as it is)
         here |= compile_set(lines + kept, ["--python", sys.executable], compiled, lowest=True,
                             options=("--no-deps",) if step.no_deps else ()) if lines else {}
     moved = Moved(target, {k: v for k, v in here.items() if not GPU_STACK.match(k)})

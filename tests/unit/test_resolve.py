@@ -388,5 +388,5 @@ def test_a_staged_set_is_moved_here_install_by_install_no_deps_ones_alone(monkey
     moved = resolve.move_here(staged)
     assert [(call["lines"], call["options"]) for call in asked] == [
         (["domonic>=0.9.10"], ("--no-deps",)),
-        (["requests>=2.32.4", "domonic>=0.9.10"], ())]  # what the first put there, kept
+        (["requests>=2.32.4"], ())]  # the second resolves nothing the first put there
     assert set(moved.here) == {"domonic", "requests"} and moved.lines == []
