@@ -23,40 +23,33 @@ class DamagedFile(ValueError):
     """A checkpoint or model file that does not hold what was written to it."""
 
 
-def find_model_file(root: str | os.PathLike) -> Path:
-    """model.pt at ``root`` or below it (a registered model nests the folder one or more levels)."""
-    root = Path(root)
+def _find(root: Path, names: tuple[str, ...]) -> Path:
+    """The first of `names` at ``root``, else below it (a registered model nests the folder one
+    or more levels); ``root`` itself when it is a file."""
     if root.is_file():
         return root
-    direct = root / MODEL_FILE
-    if direct.is_file():
-        return direct
-    found = sorted(root.rglob(MODEL_FILE))
-    if not found:
-        raise FileNotFoundError(f"{root}: no {MODEL_FILE} found. Point at the model "
-                                "folder the trainer wrote (<output_dir>/model or the job's model "
-                                "output).")
-    return found[0]
+    for name in names:
+        if (root / name).is_file():
+            return root / name
+    for name in names:
+        found = sorted(root.rglob(name))
+        if found:
+            return found[0]
+    listed = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    raise FileNotFoundError(f"{root}: no {listed} found. Point at the model folder the trainer "
+                            "wrote (<output_dir>/model or the job's model output).")
+
+
+def find_model_file(root: str | os.PathLike) -> Path:
+    """model.pt at ``root`` or below it (a registered model nests the folder one or more levels)."""
+    return _find(Path(root), (MODEL_FILE,))
 
 
 def find_model_folder(root: str | os.PathLike) -> Path:
     """The folder a scorer serves: where model.pt is, else where an exported graph is
     (model.onnx or model.int8.onnx, with model.json beside it: a model registered as its ONNX
     export alone), at ``root`` or below it."""
-    root = Path(root)
-    if root.is_file():
-        return root.parent
-    names = (MODEL_FILE, ONNX_FILE, INT8_FILE)
-    for name in names:
-        if (root / name).is_file():
-            return root
-    for name in names:
-        found = sorted(root.rglob(name))
-        if found:
-            return found[0].parent
-    raise FileNotFoundError(f"{root}: no {MODEL_FILE}, {ONNX_FILE} or {INT8_FILE} found. Point "
-                            "at the model folder the trainer wrote (<output_dir>/model or the "
-                            "job's model output).")
+    return _find(Path(root), (MODEL_FILE, ONNX_FILE, INT8_FILE)).parent
 
 
 def file_digest(path: Path) -> str:
