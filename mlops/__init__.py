@@ -54,22 +54,12 @@ front doors: azml, run, validate, serve, batch, assets, envs, workflow_lint
 
 from __future__ import annotations
 
-import errno
 import gc
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from mlops.errors import LocalError
-
-MACHINE_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES}
-# what to do about each (the real reason, not always a full disk)
-ADVICE = {errno.ENOSPC: "free some space (or pick another RUN_DIR) and run again",
-          errno.EDQUOT: "free some of your quota (or pick another RUN_DIR) and run again",
-          errno.EROFS: "it is on a read-only file system: point what a run writes elsewhere, "
-                       "MLOPS_STATE_DIR=<a writable folder> (runs, the MLflow store, caches)",
-          errno.EACCES: "you may not write there: point what a run writes elsewhere, "
-                        "MLOPS_STATE_DIR=<a writable folder> (runs, the MLflow store, caches)"}
+from mlops.errors import LocalError, machine_fault
 
 
 def exit_with(main: Callable[[], int | None]) -> NoReturn:
@@ -97,9 +87,9 @@ def exit_code(call: Callable[[], int]) -> int:
         return err.exit_code
     except KeyboardInterrupt as err:
         return 128 + getattr(err, "signum", 2)
-    except OSError as err:  # the machine's fault (a full disk, a folder gone): no traceback
-        if err.errno not in MACHINE_FAULTS:
+    except OSError as err:  # the machine's fault (a full disk, a read-only folder): no traceback
+        fault = machine_fault(err)
+        if fault is None:
             raise
-        print(f"error: {err.filename or 'a file'}: {err.strerror}; {ADVICE[err.errno]}",
-              file=sys.stderr)
-        return 1
+        print(f"error: {fault}", file=sys.stderr)
+        return fault.exit_code

@@ -8,8 +8,14 @@
   do about the machine; every front door prints it and exits MACHINE_ERROR (1).
 
 A job, step, batch run or server that started and then failed is neither: its front door exits
-with its status (1, or the job's own code).
+with its status (1, or the job's own code). An OSError that is the machine's fault (a full disk,
+a quota, a read-only or forbidden folder) becomes a MachineError with what to do
+(`machine_fault`), at every front door alike: `python -m mlops.<name>` and `azml`.
 """
+
+from __future__ import annotations
+
+import errno
 
 INPUT_ERROR = 2
 MACHINE_ERROR = 1
@@ -40,3 +46,22 @@ class NotFound(LocalRunError):
     """What the input names does not exist (a job, an endpoint, an asset): `az`'s exit 3."""
 
     exit_code = NOT_FOUND
+
+
+# what to do about each OSError that is the machine's fault (its real reason, not just a full disk)
+WHERE = "runs and the MLflow store go to AZML_STATE_DIR, caches to MLOPS_CACHE_DIR"
+ADVICE = {errno.ENOSPC: f"free some space there, or write elsewhere ({WHERE}), and run again",
+          errno.EDQUOT: f"free some of your quota, or write elsewhere ({WHERE}), and run again",
+          errno.EROFS: f"it is on a read-only file system: write elsewhere ({WHERE})",
+          errno.EACCES: f"you may not write there: write elsewhere ({WHERE})"}
+
+
+def machine_fault(err: OSError) -> MachineError | None:
+    """The MachineError an OSError stands for when the machine stopped the work (a full disk, a
+    quota, a read-only or forbidden folder), saying what to do; None for any other."""
+    if err.errno not in ADVICE:
+        return None
+    where = err.filename if err.filename is not None else "a file"
+    if err.filename2 is not None:  # a copy or a rename: the second name is the one written
+        where = err.filename2
+    return MachineError(f"{where}: {err.strerror}; {ADVICE[err.errno]}")

@@ -23,7 +23,7 @@ from mlops.api.session import Session
 from mlops.cli import assets, batch, endpoints, jobs
 from mlops.cli.common import Verb, note
 from mlops.cli.output import query, render
-from mlops.errors import LocalError
+from mlops.errors import LocalError, machine_fault
 from mlops.project import keep_state_out_of_git
 
 IGNORED = ("resource_group", "workspace_name", "subscription", "registry_name")
@@ -58,6 +58,12 @@ def run(argv: list[str] | None = None) -> int:
     except LocalError as err:
         print(f"ERROR: {err}", file=sys.stderr)
         return err.exit_code
+    except OSError as err:  # the machine's fault (a full disk, a read-only folder): no traceback
+        fault = machine_fault(err)
+        if fault is None:
+            raise
+        print(f"ERROR: {fault}", file=sys.stderr)
+        return fault.exit_code
     except KeyboardInterrupt:
         return 130
     return 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from .model_files import (  # noqa: F401 - the folder's names, read here too
     check_file,
     file_digest,
     record_file,
+    replacing,
     write_metadata,
 )
 
@@ -56,30 +56,16 @@ def payload_digest(payload: dict[str, object]) -> str:
     return digest.hexdigest()
 
 
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
-
-
 def atomic_save(obj, path: Path) -> None:
-    """Write to a temp file in the same folder, then rename: a crash never leaves half a file.
-    The file gets the usual permissions (mkstemp's are 0600: a server running as another user
-    could not read the model)."""
+    """Write to a temp file in the same folder, then rename: a crash never leaves half a file,
+    and a full disk is reported as one (model_files.replacing)."""
     if isinstance(obj, dict):
         obj = {**obj, DIGEST: payload_digest(obj)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replacing(path) as tmp, open(tmp, "wb") as handle:
+        torch.save(obj, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def load(path: Path) -> dict[str, object]:

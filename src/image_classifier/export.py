@@ -31,7 +31,7 @@ from .config import build_parser as config_parser
 from .data import DataError, build_datasets
 from .inference import find_model_file, load_model
 from .model import ModelError
-from .model_files import GRAPH_METADATA, INT8_FILE, ONNX_FILE, graph_metadata
+from .model_files import GRAPH_METADATA, INT8_FILE, ONNX_FILE, graph_metadata, replacing
 
 log = logging.getLogger("image_classifier.export")
 AGREEMENT = 0.99
@@ -56,16 +56,17 @@ def export_onnx(model: torch.nn.Module, batch: torch.Tensor, path: Path,
                                 verbose=False)
     if metadata is not None:
         program.model.metadata_props[GRAPH_METADATA] = graph_metadata(metadata)
-    program.save(str(path))
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    with torch.inference_mode():
-        expected = model(batch).numpy()
-    actual = session.run(["logits"], {"input": batch.numpy()})[0]
-    difference = float(np.abs(actual - expected).max())
-    if difference > tolerance:
-        path.unlink(missing_ok=True)
-        raise ParityError(f"onnxruntime differs from torch by {difference:.2e} (> {tolerance}); "
-                          f"{path} removed")
+    with replacing(path) as tmp:  # path is written whole, and only once it passes
+        program.save(str(tmp))
+        session = onnxruntime.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
+        with torch.inference_mode():
+            expected = model(batch).numpy()
+        actual = session.run(["logits"], {"input": batch.numpy()})[0]
+        difference = float(np.abs(actual - expected).max())
+        if difference > tolerance:
+            path.unlink(missing_ok=True)
+            raise ParityError(f"onnxruntime differs from torch by {difference:.2e} "
+                              f"(> {tolerance}); no {path.name} is kept")
     return difference
 
 
@@ -140,10 +141,10 @@ def quantize_int8(folder: Path, bundle, transform, *, calibration: int = 128, se
     val = preprocessed(bundle.val, transform, range(len(bundle.val)))
     images, labels = np.stack([i for i, _ in val]), np.array([label for _, label in val])
     target = folder / INT8_FILE
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, replacing(target) as written:
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(folder / ONNX_FILE), str(prepared))
-        quantize_static(str(prepared), str(target), _calibration_reader(calib),
+        quantize_static(str(prepared), str(written), _calibration_reader(calib),
                         quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     fp32, int8 = _top1(folder / ONNX_FILE, images), _top1(target, images)

@@ -11,6 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 MODEL_FILE = "model.pt"
@@ -71,10 +74,45 @@ def read_metadata(folder: Path) -> dict[str, object]:
     return metadata
 
 
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def os_error_under(err: BaseException) -> OSError | None:
+    """The OSError a library's own error stands for (torch's writer reports a full disk as
+    "unexpected pos", with the OSError its write raised as the context), or None."""
+    seen: BaseException | None = err
+    while seen is not None and not isinstance(seen, OSError):
+        seen = seen.__cause__ or seen.__context__
+    return seen
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary file beside `path` for its new contents: it becomes `path` (os.replace, whole
+    or not at all, with the usual permissions, not mkstemp's 0600) when the block ends without
+    an error, and is removed when it raises. A full disk or a read-only folder under a library's
+    own error is raised as the OSError it is, naming `path`."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        under = os_error_under(err) if isinstance(err, Exception) else None
+        if under is not None and under.errno is not None and under is not err:
+            raise OSError(under.errno, under.strerror, str(path)) from err
+        raise
+
+
 def write_metadata(folder: Path, metadata: dict[str, object]) -> None:
-    tmp = folder / f".{METADATA_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(metadata, indent=2) + "\n")
-    os.replace(tmp, folder / METADATA_FILE)
+    with replacing(folder / METADATA_FILE) as tmp:
+        tmp.write_text(json.dumps(metadata, indent=2) + "\n")
 
 
 def record_file(folder: Path, name: str) -> None:

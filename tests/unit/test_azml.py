@@ -4,6 +4,7 @@ mlops/api)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -103,3 +104,22 @@ def test_download_lays_out_artifacts_and_named_outputs_as_az_ml_job_download(rep
     running = a_job("running", JobStatus.RUNNING, pid=os.getpid())
     with pytest.raises(LocalRunError, match="only once it has ended"):
         download(running, target)
+
+
+@pytest.mark.parametrize(("code", "says"), [(errno.ENOSPC, "free some space there"),
+                                            (errno.EROFS, "read-only file system")])
+def test_the_machine_s_fault_is_exit_1_with_what_to_do_not_a_traceback(monkeypatch, capsys,
+                                                                        code, says):
+    def full(*_args, **_kwargs):  # a copy that filled the disk: the name written is the second
+        err = OSError(code, os.strerror(code), "/src/a.py")
+        err.filename2 = "/state/runs/x/wd/a.py"
+        raise err
+
+    monkeypatch.setattr("mlops.cli.Session", full)
+    assert run(["job", "list"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ERROR: /state/runs/x/wd/a.py: ") and says in err
+    assert "AZML_STATE_DIR" in err
+    monkeypatch.setattr("mlops.cli.Session", lambda: (_ for _ in ()).throw(OSError(5, "EIO")))
+    with pytest.raises(OSError):  # not the machine's foreseeable fault: the traceback stays
+        run(["job", "list"])
