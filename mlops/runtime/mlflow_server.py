@@ -20,6 +20,8 @@ One server per sqlite store, in the folder `<store file>.server/` beside it:
                  exclusively while it leaves, so a run never finds a server that is stopping
     start.lock   held while a run finds or starts the server: two runs at once start one
     log.txt      the server's output (MLflow's warnings, a failed start)
+A server that dies while a run holds it is started again on its port by that run's keeper (a
+thread that looks every KEEP_S seconds): the run's jobs were given that port.
 The server serves on 127.0.0.1 only, from a socket the starting run binds and hands over: the
 URI is known at once, and the first requests wait in the socket's backlog while it imports.
 
@@ -40,6 +42,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -54,6 +57,8 @@ from mlops.runtime.mlflow_store import artifact_root
 
 SERVER_MODULE = "mlflow.server.handlers"
 STOP_WAIT_S = 10
+KEEP_S = 0.5  # how often a run that holds the server looks that it still runs
+RESTARTS = 3  # how many times a run starts it again (one that keeps dying: its log says why)
 
 
 def server_folder(store: str) -> Path | None:
@@ -138,6 +143,7 @@ class Server:
         self.started = False  # this run started it (else it found it warm)
         self._lease: int | None = None
         self.tls: LocalTls | None = None  # the certificate it serves, once connected
+        self._kept: threading.Event | None = None  # set: this run's keeper stops (_keep)
 
     def wanted(self) -> Record:
         return Record(pid=0, port=0, store=self.store, artifacts=self.artifacts,
@@ -171,7 +177,38 @@ class Server:
                 os.close(lease)
                 raise
             self._lease = lease
+            self._keep()
         return f"http://127.0.0.1:{self.port}"
+
+    def _keep(self) -> None:
+        """While this run holds the server, one that died (killed, crashed) is started again on
+        its port, which the run's jobs were given as MLFLOW_TRACKING_URI: their MLflow calls
+        retry until it answers, and the sqlite store keeps what they logged before."""
+        self._kept = threading.Event()
+        threading.Thread(target=self._keeping, args=(self._kept,), daemon=True,
+                         name="tracking-server-keeper").start()
+
+    def _keeping(self, stop: threading.Event) -> None:
+        restarts = 0
+        while not stop.wait(KEEP_S):
+            if running(self.folder) is not None:
+                continue
+            if restarts == RESTARTS:
+                print(f"warning: the local tracking server stopped {RESTARTS + 1} times; its "
+                      f"log: {self.folder / 'log.txt'}", file=sys.stderr, flush=True)
+                return
+            restarts += 1
+            try:
+                with _locked(self.folder / "start.lock"):
+                    if running(self.folder) is not None or stop.is_set():
+                        continue
+                    self._start(self.folder, self.wanted(), port=self.port)
+            except OSError as err:  # its port taken meanwhile, the folder gone
+                print(f"warning: the local tracking server stopped and cannot start again on"
+                      f" port {self.port}: {err}", file=sys.stderr, flush=True)
+                return
+            print(f"note: the local tracking server had stopped; started again on port "
+                  f"{self.port} (pid {self.pid})", file=sys.stderr, flush=True)
 
     def _find_or_start(self, folder: Path) -> None:
         wanted, found = self.wanted(), Record.read(folder)
@@ -184,19 +221,21 @@ class Server:
             stop(folder)
         self._start(folder, wanted)
 
-    def _start(self, folder: Path, wanted: Record) -> None:
+    def _start(self, folder: Path, wanted: Record, *, port: int = 0) -> None:
+        """A server of `wanted` on `port` (0: any free one); `port`: again after it died, by
+        the keeper's thread, which never forks (spawn)."""
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", 0))
+        listener.bind(("127.0.0.1", port))
         listener.listen(128)
         alive = _open(folder / "alive")
         try:
             take_alive(alive)
-            with open(folder / "log.txt", "w") as log:
-                self.pid = spawn(self, listener.fileno(), alive, log.fileno())
+            with open(folder / "log.txt", "a" if port else "w") as log:
+                self.pid = spawn(self, listener.fileno(), alive, log.fileno(), fork=not port)
             os.ftruncate(alive, 0)
             os.pwrite(alive, f"{self.pid}\n".encode(), 0)
-            self.port, self.started = listener.getsockname()[1], True
+            self.port, self.started = listener.getsockname()[1], self.started or not port
             Record(**{**asdict(wanted), "pid": self.pid, "port": self.port}).write(folder)
         finally:
             os.close(alive)  # the server's copy holds the lock from here
@@ -211,19 +250,22 @@ class Server:
 
     def close(self) -> None:
         """Let the server go: it stops itself once no run has held it for the idle time."""
+        if self._kept is not None:
+            self._kept.set()
+            self._kept = None
         if self._lease is not None:
             os.close(self._lease)
             self._lease = None
 
 
-def spawn(server: Server, listener: int, alive: int, log: int) -> int:
+def spawn(server: Server, listener: int, alive: int, log: int, *, fork: bool = True) -> int:
     """Start the server process on the listening socket (in a session of its own: a signal to
     the run's terminal does not reach it); its pid. A runner that has MLflow's server code
     loaded already (a process that runs many local runs: the test suite) forks it instead of
     starting a Python that imports it again (about 3.5 s of CPU)."""
     args = [server.store, server.artifacts, str(listener), str(alive), str(server.folder),
             str(server.tls.folder) if server.tls else ""]
-    if SERVER_MODULE in sys.modules:
+    if fork and SERVER_MODULE in sys.modules:
         return fork_server(args, log)
     return subprocess.Popen([sys.executable, mlflow_serve.__file__, *args], cwd=server.folder,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log,

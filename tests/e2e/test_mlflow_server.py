@@ -66,10 +66,26 @@ def test_one_run_starts_it_the_next_finds_it_and_it_stops_once_idle(store):
     third.close()
 
 
+def test_a_server_killed_while_a_run_holds_it_starts_again_on_its_port(store):
+    """A job was given the port as its tracking URI: the run's keeper starts the server again
+    there, and what was logged before is kept."""
+    held = Server(store)
+    uri = held.connect()
+    made = ClientStore(uri).create_run("0", "before", {"kept": "yes"}, 1).run_id
+    killed = held.pid
+    os.kill(killed, signal.SIGKILL)
+    until(lambda: running(server_folder(store)) not in (None, killed), 60,
+          "a new server on the port")
+    assert Record.read(server_folder(store)).port == held.port
+    assert healthy(uri) and ClientStore(uri).get_run(made).tags["kept"] == "yes"
+    held.close()
+
+
 def test_a_server_killed_with_minus_9_or_a_damaged_record_is_replaced(store):
     folder = server_folder(store)
     first = Server(store)
     first.connect()
+    first.close()  # killed while no run holds it: the next run starts another
     os.kill(first.pid, signal.SIGKILL)
     until(lambda: running(folder) is None, 30, "the killed server's lock to go")
     second = Server(store)
@@ -80,7 +96,7 @@ def test_a_server_killed_with_minus_9_or_a_damaged_record_is_replaced(store):
     until(lambda: not Path(f"/proc/{second.pid}").exists() or
           "Z" in Path(f"/proc/{second.pid}/stat").read_text().split()[2], 30,
           "the server of the damaged record to end")
-    for server in (first, second, third):
+    for server in (second, third):
         server.close()
 
 
