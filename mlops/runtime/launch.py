@@ -156,6 +156,15 @@ def _shell_code(code: int | None) -> int | None:
     return 128 - code if code is not None and code < 0 else code
 
 
+def ending(code: int) -> str:
+    """How a process ended, from its shell exit code: "exit 1", "killed by SIGKILL (exit 137)"."""
+    try:
+        name = signal.Signals(code - 128).name if 128 < code < 160 else ""
+    except ValueError:
+        name = ""
+    return f"killed by {name} (exit {code})" if name else f"exit {code}"
+
+
 def mounts(env: dict[str, str]) -> list[str]:
     """The task's rw_mount output folders (mlops/runtime/readonly_inputs.py's MOUNTED)."""
     return [p for p in env.get(readonly_inputs.MOUNTED, "").split(os.pathsep) if p]
@@ -196,6 +205,7 @@ class Launch:
     procs: list[subprocess.Popen] = field(default_factory=list)
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=40))
     first_failure: int | None = None
+    first_failed: int | None = None  # which process (its index in procs) failed first
     reaped: set[int] = field(default_factory=set)
     ended_ms: int | None = None  # when the last process ended
     log_error: OSError | None = None  # the log could not be written (a full disk): echo only
@@ -259,6 +269,7 @@ class Launch:
                 self.reaped.add(popen.pid)  # never signal a group id again: it may be reused
             if code not in (None, 0) and self.first_failure is None:
                 self.first_failure = code
+                self.first_failed = self.procs.index(popen)
         if self.first_failure is not None and any(c is None for c in codes):
             self.stop()  # one process failed: the distributed job fails as a whole
             self.ended_ms = seen_ms

@@ -230,9 +230,18 @@ def watch(running: engine.Running, total: int, items: int, limits: Limits) -> St
             return Status.FAILED
         if results.done == total:
             return Status.COMPLETED
-        if running.launch.poll() is not None:
-            return Status.FAILED  # the processes ended with work left (init() failed, a crash)
+        if running.launch.poll() is not None:  # they ended with work left (init(), a crash)
+            print(f"\n{ended_early(running.launch, total - results.done)}", flush=True)
+            return Status.FAILED
         running.launch.nap(POLL_S)
+
+
+def ended_early(launched: launch.Launch, left: int) -> str:
+    """Why the run stops with mini-batches left: which process ended first, and how."""
+    if launched.first_failed is None:
+        return f"the scoring processes ended with {left} mini-batches left: stopping"
+    return (f"process {launched.first_failed} ended ({launch.ending(launched.first_failure)}) "
+            f"with {left} mini-batches left: stopping")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from support import until
 
-from mlops.runtime import minibatch
+from mlops.runtime import launch, minibatch
 from mlops.runtime.minibatch_worker import next_item
 
 
@@ -102,3 +102,14 @@ def test_the_rows_and_metrics_are_settled_while_the_processes_exit(tmp_path, mon
     assert events == ["announced", "settled run-1 1/2, 1 failed", "waited",
                       f"finished {minibatch.Status.COMPLETED}"]
     assert driven.tally == minibatch.Tally(2, 1, 0)
+
+
+def test_a_run_stopped_by_a_process_that_ended_says_which_and_how():
+    assert launch.ending(1) == "exit 1"
+    assert launch.ending(137) == "killed by SIGKILL (exit 137)"
+    assert launch.ending(255) == "exit 255"  # ssh's, not a signal's
+    killed = SimpleNamespace(first_failed=1, first_failure=137)
+    assert minibatch.ended_early(killed, 12) == (
+        "process 1 ended (killed by SIGKILL (exit 137)) with 12 mini-batches left: stopping")
+    quiet = SimpleNamespace(first_failed=None, first_failure=None)
+    assert "ended with 3 mini-batches left" in minibatch.ended_early(quiet, 3)
