@@ -4,6 +4,7 @@ mlops/runtime/records.py), read whenever asked, never cached."""
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,14 +114,20 @@ def find_job(name: str) -> JobRecord:
 
 def all_jobs() -> list[JobRecord]:
     """Every job the workspace holds whose run folder is still there, newest first; a folder
-    named twice (the spec's name and the folder's) once, by its spec's name."""
+    named twice (the spec's name and the folder's) once, by its spec's name; one whose run.json
+    cannot be read is left out with a warning."""
     workspace = Workspace(workspace_root())
     seen: dict[Path, JobRecord] = {}
     for name in job_names(workspace):
         folder = job_folder(workspace, name)
         if folder is None or not folder.is_dir():
             continue
-        record = JobRecord.at(name, folder)
+        try:
+            record = JobRecord.at(name, folder)
+        except LocalRunError as err:  # one damaged record hides no other job
+            print(f"WARNING: {err}: left out of the list (azml job show -n {name})",
+                  file=sys.stderr)
+            continue
         if folder not in seen or (record.run and record.run.name == name):
             seen[folder] = record
     return sorted(seen.values(), key=lambda r: (r.run and r.run.created_at) or "",

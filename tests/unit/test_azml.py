@@ -123,3 +123,13 @@ def test_the_machine_s_fault_is_exit_1_with_what_to_do_not_a_traceback(monkeypat
     monkeypatch.setattr("mlops.cli.Session", lambda: (_ for _ in ()).throw(OSError(5, "EIO")))
     with pytest.raises(OSError):  # not the machine's foreseeable fault: the traceback stays
         run(["job", "list"])
+
+
+def test_a_damaged_run_json_leaves_that_job_out_of_the_list_not_the_others(repo, capsys):
+    a_job("good", JobStatus.COMPLETED, code=0)
+    a_job("bad", JobStatus.COMPLETED, code=0)
+    (workspace_root().parent / "runs" / "bad" / "run.json").write_text('{"name": ')
+    assert run(["job", "list", "--query", "[].name", "-o", "tsv"]) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == ["good"] and "bad" in err and "left out" in err
+    assert run(["job", "show", "-n", "bad"]) == 2  # said by name where it is asked for
