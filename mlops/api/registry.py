@@ -4,6 +4,7 @@ workspace (mlops/workspace); each returns the versions it registered, found or c
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from mlops.api.drafts import default_type, draft_of, resolve_path
 from mlops.errors import LocalRunError
 from mlops.runtime import AssetMap
 from mlops.workspace import names
-from mlops.workspace.records import AssetKind, AssetVersion
+from mlops.workspace.records import AssetKind, AssetVersion, DamagedRecord
 from mlops.workspace.store import LATEST, Draft, Workspace, workspace_root
 
 
@@ -71,7 +72,8 @@ def _named(kind: AssetKind, name: str) -> str:
 
 def listed(kind: AssetKind | None, name: str | None, archived: bool,
            registry: str | None = None) -> list[AssetVersion]:
-    """Every version of `name`, or the latest version of every name (as `az ml <kind> list`)."""
+    """Every version of `name`, or the latest version of every name (as `az ml <kind> list`);
+    a name with a damaged record is left out of the second with a warning."""
     workspace = _workspace(registry)
     shown = []
     for each in [kind] if kind else list(AssetKind):
@@ -81,7 +83,15 @@ def listed(kind: AssetKind | None, name: str | None, archived: bool,
                 from mlops.workspace.mlflow_models import take_in
 
                 take_in(workspace, one)
-            versions = [v for v in workspace.versions(each, one) if archived or not v.archived]
+            try:
+                versions = [v for v in workspace.versions(each, one)
+                            if archived or not v.archived]
+            except DamagedRecord as err:
+                if name:  # the one asked for: said as the error it is
+                    raise
+                print(f"WARNING: {err}; {each.noun} {one} is left out of the list",
+                      file=sys.stderr)  # one damaged record hides no other name
+                continue
             shown += versions if name else versions[-1:]
     return shown
 
@@ -101,7 +111,8 @@ def _held_names(workspace: Workspace, kind: AssetKind) -> list[str]:
                   file=sys.stderr)
     found = sorted({*found, *(n for n in registered_names() if workspace.holds(kind, n))})
     for one in found:
-        take_in(workspace, one)
+        with contextlib.suppress(DamagedRecord):  # listed() says so, and leaves it out
+            take_in(workspace, one)
     return found
 
 

@@ -373,3 +373,16 @@ def test_an_mlflow_registration_is_fetched_from_the_state_store_from_any_folder(
     fetched = mlflow_models._fetched(reader, "taxi-model", version, tmp_path / "staging")
     assert fetched is not None and (fetched / "MLmodel").is_file()
     assert not (tmp_path / "elsewhere" / "mlflow.db").exists()
+
+
+def test_a_damaged_record_leaves_its_name_out_of_a_list_of_every_name(workspace, tmp_path,
+                                                                     capsys):
+    from mlops.api import registry
+
+    for name in ("good", "bad"):
+        workspace.create(model(name, folder_with(tmp_path / name, name)))
+    (workspace.root / "models" / "bad" / "1" / RECORD).write_text('{"na')
+    assert [v.name for v in registry.listed(AssetKind.MODEL, None, False)] == ["good"]
+    assert "model bad is left out of the list" in capsys.readouterr().err
+    with pytest.raises(DamagedRecord):  # asked for by name: the error it is
+        registry.listed(AssetKind.MODEL, "bad", False)
