@@ -5,6 +5,7 @@ hostile input refused by name."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
@@ -138,11 +139,14 @@ def test_a_record_is_type_checked_on_read_and_named_when_damaged(workspace, tmp_
     record = json.loads((made.folder / RECORD).read_text())
     change(record)
     (made.folder / RECORD).write_text(json.dumps(record))
-    for action in (lambda: actions.listed(None, None, False),
+    for action in (lambda: actions.listed(None, "clf", False),
                    lambda: actions.show(actions.Selection(kind=AssetKind.MODEL, name="clf")),
                    lambda: workspace.create(model("clf", tmp_path / "a"))):
         with pytest.raises(DamagedRecord, match=f"asset.json: damaged asset record .*{wrong}"):
             action()
+    assert actions.listed(None, None, False) == []  # every name: left out, said on stderr
+    assert re.search(f"WARNING: .*asset.json: damaged asset record .*{wrong}.*left out",
+                     capsys.readouterr().err)
 
 
 def test_content_outside_its_folder_is_refused_whatever_the_digest_says(workspace, tmp_path):
