@@ -8,9 +8,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlops.errors import LocalRunError, NotFound
+from mlops.errors import NotFound
 from mlops.runtime import JobStatus, RunRecord, Status, TaskRecord
 from mlops.workspace.jobs import job_folder, job_names
+from mlops.workspace.records import DamagedRecord
 from mlops.workspace.store import Workspace, workspace_root
 
 RUNNER_LOG = "runner.log"  # the runner's output: what `azml job stream` prints
@@ -44,7 +45,8 @@ class JobRecord:
         try:
             run = RunRecord.read(folder)
         except ValueError as err:
-            raise LocalRunError(f"job {name}: {err}: its record cannot be read") from None
+            raise DamagedRecord(f"job {name}: {err}: its record cannot be read; restore it, or "
+                                f"remove {folder} (the job is then gone)") from None
         return cls(name=name, folder=folder, run=run)
 
     def refreshed(self) -> JobRecord:
@@ -124,7 +126,7 @@ def all_jobs() -> list[JobRecord]:
             continue
         try:
             record = JobRecord.at(name, folder)
-        except LocalRunError as err:  # one damaged record hides no other job
+        except DamagedRecord as err:  # one damaged record hides no other job
             print(f"WARNING: {err}: left out of the list (azml job show -n {name})",
                   file=sys.stderr)
             continue
