@@ -238,7 +238,7 @@ def update_traffic(endpoint: str, *, traffic: str | None, mirror: str | None) ->
 def invoke(endpoint: str, request: Path, deployment: str | None) -> str:
     """`az ml online-endpoint invoke`: the answer's text (az prints it as a JSON string)."""
     _created(endpoint)
-    return actions.post(request.read_bytes(), name=endpoint,
+    return actions.post(actions.request_body(request), name=endpoint,
                         deployment=deployment).body.decode(errors="replace")
 
 

@@ -191,13 +191,27 @@ class Answer:
 def invoke(request: Path, *, name: str | None = None, deployment: str | None = None) -> int:
     """POST the request file to the endpoint's /score with its key (or token), to the named
     deployment when one is given, as `az ml online-endpoint invoke` does; the answer printed."""
-    answer = post(request.read_bytes(), name=name, deployment=deployment)
+    answer = post(request_body(request), name=name, deployment=deployment)
     try:
         print(json.dumps(json.loads(answer.body), indent=2))
     except ValueError:
         print(answer.body.decode(errors="replace"))
     print(f"answered by deployment {answer.deployment}", file=sys.stderr)
     return 0
+
+
+def request_body(request: Path) -> bytes:
+    """What `az ml online-endpoint invoke --request-file` sends: azure-ai-ml reads the file with
+    json.loads (a UTF-8 BOM or UTF-16 is fine) and posts it as `json=`, re-encoded by
+    json.dumps, so the scorer sees that text, not the file's bytes; JSON `null` is no body at
+    all. A file that is not JSON is refused before anything is sent, as az ml refuses it."""
+    try:
+        data = json.loads(request.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise LocalRunError(f"{request}: not JSON ({err}): az ml online-endpoint invoke reads "
+                            "the request file as JSON and sends it re-encoded; fix the file, "
+                            "or send other bytes with curl") from None
+    return b"" if data is None else json.dumps(data).encode()
 
 
 def post(body: bytes, *, name: str | None, deployment: str | None) -> Answer:

@@ -259,3 +259,29 @@ def test_the_front_keeps_the_last_good_state_and_says_so_once(tmp_path, damage, 
     assert front.current() == state
     state.write(tmp_path)  # good again: read again
     assert front.current() == state
+
+
+def test_invoke_sends_the_request_files_json_re_encoded_as_az_ml_does(tmp_path, monkeypatch):
+    """azure-ai-ml's invoke json.loads the request file's bytes and posts it as json=: a BOM
+    or a file's own layout never reaches the scorer, JSON null is no body, and a file that is
+    not JSON is refused before anything is sent."""
+    from mlops.api import endpoints
+    from mlops.endpoints import endpoint_actions as actions
+    request = tmp_path / "sample request.json"
+    request.write_bytes(b'\xef\xbb\xbf{"data":[3],\n  "b": "\xc3\xa9"}\n')
+    assert actions.request_body(request) == json.dumps({"data": [3], "b": "\u00e9"}).encode()
+    request.write_bytes('{"data": [1.0]}'.encode("utf-16"))
+    assert actions.request_body(request) == b'{"data": [1.0]}'
+    request.write_bytes(b"null")
+    assert actions.request_body(request) == b""
+    for bad in (b"", b"data=3", b"\xff\xfe\xfd"):
+        request.write_bytes(bad)
+        with pytest.raises(LocalRunError, match="not JSON"):
+            actions.request_body(request)
+    sent = []
+    monkeypatch.setattr(endpoints, "_created", lambda name: None)
+    monkeypatch.setattr(actions, "post", lambda body, **kw: sent.append(body) or
+                        actions.Answer(b'"ok"', "blue"))
+    request.write_bytes(b'\xef\xbb\xbf{"data": [3]}')
+    assert endpoints.invoke("ep", request, None) == '"ok"'
+    assert sent == [b'{"data": [3]}']
