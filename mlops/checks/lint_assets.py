@@ -216,7 +216,8 @@ def check_deployment(spec: Spec, endpoint_names: set[str]) -> list[Finding]:
         script = config.get("scoring_script")
         if not folder.is_dir():
             found.append(spec.finding("code_configuration.code", f"code folder '{code}' does "
-                                      "not exist", "point it at ../src (relative to this spec)"))
+                                      "not exist", "point it at the folder that holds the scoring "
+                                      "script, relative to this spec"))
         elif script and not (folder / script).is_file():
             found.append(spec.finding("code_configuration.scoring_script", f"scoring script "
                                       f"'{script}' is not in {code}", "give the path of the "
@@ -229,8 +230,9 @@ def check_deployment(spec: Spec, endpoint_names: set[str]) -> list[Finding]:
     local_model = isinstance(model, dict) and model.get("path") and not _is_remote(model["path"])
     if local_model and not spec.beside(model["path"]).exists():
         found.append(spec.finding("model.path", f"model path '{model['path']}' does not "
-                                  "exist", "train first (make train-local) or reference a "
-                                  "registered model (azureml:name@version)"))
+                                  "exist", "point it at the model's file or folder, relative to "
+                                  "this spec, or reference a registered model "
+                                  "(azureml:name@version)"))
     return found
 
 

@@ -111,6 +111,23 @@ def test_azure_model_layout_folder_under_its_name_file_directly_in_and_user_file
 
 # ---- the kind of a deployment and what it runs ----
 
+def test_a_missing_code_folder_or_model_path_is_said_for_any_repository(tmp_path):
+    """A user's deployment whose code or model path is missing hears what to change in its own
+    spec, not this repository's layout (../src) or its Makefile (make train-local)."""
+    from mlops.checks import lint_assets
+    spec = tmp_path / "deploy" / "deployment.yml"
+    spec.parent.mkdir()
+    spec.write_text("$schema: https://azuremlschemas.azureedge.net/latest/managedOnline"
+                    "Deployment.schema.json\nname: blue\nendpoint_name: ep\n"
+                    "model: {path: ../../elsewhere/model/}\n"
+                    "code_configuration: {code: ../../elsewhere/scoring/, scoring_script: s.py}\n")
+    found = lint_assets.check_deployment(load_spec(spec), set())
+    said = {f.key: f"{f.problem} {f.fix}" for f in found}
+    assert "../../elsewhere/scoring/" in said["code_configuration.code"]
+    assert "../../elsewhere/model/" in said["model.path"]
+    assert not any("../src" in text or "make " in text for text in said.values())
+
+
 def test_deployments_are_typed_by_their_type_as_azure_ai_ml_does(tmp_path):
     spec = tmp_path / "d.yml"
     for data, role, kind in (({"type": "kubernetes"}, "online-deployment",
