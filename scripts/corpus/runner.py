@@ -119,10 +119,15 @@ def _mapping(path: Path) -> dict:
 def endpoint_file(deployment: Path, name: str, kind: str = "onlineendpoint") -> Path | None:
     """The endpoint spec (`kind`: what its $schema names) beside the deployment that its
     endpoint_name names, else the only one there: what the repository's workflow creates the
-    endpoint from."""
-    found = [(path, str(data.get("name") or "")) for path in
-             sorted([*deployment.parent.glob("*.yml"), *deployment.parent.glob("*.yaml")])
-             if kind in str((data := _mapping(path)).get("$schema", "")).lower()]
+    endpoint from. A spec with no $schema (az ml reads it all the same) counts where its name
+    is the endpoint_name and it is no deployment (it has no endpoint_name of its own)."""
+    found = []
+    for path in sorted([*deployment.parent.glob("*.yml"), *deployment.parent.glob("*.yaml")]):
+        data = _mapping(path)
+        schema = str(data.get("$schema", "")).lower()
+        given = str(data.get("name") or "")
+        if kind in schema or (not schema and given == name and "endpoint_name" not in data):
+            found.append((path, given))
     named = [path for path, given in found if given == name]
     return named[0] if named else (found[0][0] if len(found) == 1 else None)
 

@@ -296,6 +296,22 @@ def test_the_runner_speaks_azml_for_jobs_assets_and_endpoints(tmp_path):
     assert f'asset_map = "{tmp_path / "m.yml"}"' in settings
 
 
+def test_an_endpoint_spec_without_schema_is_found_by_its_name(tmp_path):
+    """az ml online-endpoint create -f reads a spec with no $schema line: the one beside the
+    deployment whose name is its endpoint_name is the user's; a deployment beside it is not."""
+    place = runner.Place(root=tmp_path, cwd=tmp_path, asset_map=tmp_path / "m.yml", env={},
+                         log=tmp_path / "log")
+    (tmp_path / "deployment.yml").write_text("name: blue\nendpoint_name: my-ep\n")
+    (tmp_path / "green.yml").write_text("name: my-ep\nendpoint_name: my-ep\n")
+    online = manifest.parse_case(entry(kind="online", request="r.json",
+                                       path="deployment.yml"), "t")
+    assert "-f" not in runner.online_commands(online, place, 5005, "r.json").create
+    (tmp_path / "endpoint.yml").write_text("name: my-ep\nauth_mode: key\ntraffic: 100\n")
+    (tmp_path / "other.yml").write_text("name: someone-else\nauth_mode: key\n")
+    assert runner.online_commands(online, place, 5005, "r.json").create[3:5] == \
+        ["-f", "endpoint.yml"]
+
+
 def test_a_mirror_is_found_in_each_of_its_layouts(tmp_path):
     for layout in ("o+n/repo/.git", "o+n/repo", "o+n", "o/n.git", "o/n"):
         git_dir = tmp_path / layout.replace("/", "_") / layout
