@@ -81,9 +81,12 @@ def classify(case: Case, outcome: Outcome) -> tuple[Verdict, str]:
     if outcome.stopped:
         return Verdict.DEFECT, f"{got(outcome)}: {error_line(outcome.output)}"
     if outcome.completed:
-        if expect.outcome == "completes":
-            return Verdict.PASSED, expect.reason
-        return Verdict.DEFECT, f"completed, where Azure would not: {expect.reason}"
+        if expect.outcome != "completes":
+            return Verdict.DEFECT, f"completed, where Azure would not: {expect.reason}"
+        if expect.match and not re.search(expect.match, outcome.output, re.MULTILINE):
+            return Verdict.DEFECT, f"completed, but its output lacks {expect.match}: " \
+                f"{error_line(outcome.output)}"  # a scorer that answers its own error with 200
+        return Verdict.PASSED, expect.reason
     line = error_line(outcome.output)
     if expect.outcome == "completes":
         return Verdict.DEFECT, line

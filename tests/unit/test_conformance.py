@@ -191,6 +191,11 @@ def case(outcome="completes", match=""):
     ("fails", "x", Outcome(blocked_by="repo/train", blocked_as_azure=True), Verdict.AZURE),
     ("fails", "x", Outcome(blocked_by="repo/train"), Verdict.DEFECT),
     ("completes", "", Outcome(not_run="too heavy"), Verdict.NOT_RUN),
+    # a scorer that catches its own exception answers 200: the answer must hold what Azure's does
+    ("completes", "result", Outcome(code=0, output='"{\\"result\\": [4.5]}"'),
+     Verdict.PASSED),
+    ("completes", "result", Outcome(code=0, output='"{\\"error\\": \\"BOM\\"}"'),
+     Verdict.DEFECT),
 ])
 def test_classification(expected, match, outcome, verdict):
     assert classify(case(expected, match), outcome)[0] is verdict
