@@ -128,7 +128,7 @@ class Inbound:
         del buf[:found.end()]
         self.scanned = 0
         try:
-            self.parser.feed_data(head)
+            self._parse_head(head)
         except FOUND as err:
             self._read_again(head, err)
         self._check(head)
@@ -153,9 +153,27 @@ class Inbound:
         self.parser, self.events, self.at = httptools.HttpRequestParser(self), [], 0
         self._request()
         try:
-            self.parser.feed_data(fixed)
+            self._parse_head(fixed)
         except FOUND as again:
             raise wire.Refused(400, f"invalid request: {again}") from None
+
+    def _parse_head(self, head: bytes) -> None:
+        """llhttp reads the head. One that asks to switch protocols is read as nginx reads it,
+        an HTTP request like any other (CONNECT: 405): llhttp would end it at its head and leave
+        its body unread, to be read as the next request. So it is read again without its
+        Upgrade field (a hop-by-hop field, never passed on)."""
+        try:
+            self.parser.feed_data(head)
+        except httptools.HttpParserUpgrade:
+            line = head[:head.find(b"\n")].rstrip(b"\r")
+            refused = wire.line_refusal(line[:line.find(b" ")], line[line.rfind(b" ") + 1:])
+            if refused is not None:
+                raise refused from None
+            plain = [field for field in self.items if field[0].lower() != b"upgrade"]
+            self.parser, self.events, self.at = httptools.HttpRequestParser(self), [], 0
+            self._request()
+            self.stage = HEAD  # (its end, which llhttp called at the head, is still to come)
+            self.parser.feed_data(b"\r\n".join([line, *map(b": ".join, plain), b"", b""]))
 
     def _check(self, head: bytes) -> None:
         """nginx's rules that llhttp does not apply, on the fields it read."""
@@ -187,22 +205,24 @@ class Inbound:
             fields.get(b"expect", b"").strip().lower() == b"100-continue"
 
     def _read_body(self) -> None:
+        """Feed the body at hand: a chunked one up to each CR LF CR LF in turn (one inside a
+        chunk's data ends no request: the parser reads on to the next), until the request
+        ends or the bytes at hand do."""
         buf = self.buf
-        if not buf:
-            return
-        if self.chunked:  # up to where its last chunk may end: never into the next request
-            end = (self.tail + buf).find(LAST_CHUNK_END)
-            size = len(buf) if end < 0 else end + len(LAST_CHUNK_END) - len(self.tail)
-        else:
-            size = min(self.left, len(buf))
-            self.left -= size
-        piece = bytes(buf[:size])
-        del buf[:size]
-        self.tail = (self.tail + piece)[-3:] if self.chunked else b""
-        try:
-            self.parser.feed_data(piece)
-        except FOUND as err:
-            raise wire.Refused(400, f"invalid request body: {err}") from None
+        while buf and self.stage == BODY:
+            if self.chunked:  # up to where its last chunk may end: never into the next one
+                end = (self.tail + buf).find(LAST_CHUNK_END)
+                size = len(buf) if end < 0 else end + len(LAST_CHUNK_END) - len(self.tail)
+            else:
+                size = min(self.left, len(buf))
+                self.left -= size
+            piece = bytes(buf[:size])
+            del buf[:size]
+            self.tail = (self.tail + piece)[-3:] if self.chunked else b""
+            try:
+                self.parser.feed_data(piece)
+            except FOUND as err:
+                raise wire.Refused(400, f"invalid request body: {err}") from None
 
     # ---- answering ----
 

@@ -57,6 +57,8 @@ STREAMS = [
     ("chunk size +2", post(HOST, CHUNKED) + b"+2\r\n{}\r\n0\r\n\r\n", 400),
     ("chunk size -1", post(HOST, CHUNKED) + b"-1\r\n" + b"x" * 2000, 400),
     ("chunk size of 30 hex digits", post(HOST, CHUNKED) + b"f" * 30 + b"\r\nxx", 400),
+    ("chunk data holding CR LF CR LF (a multipart body, sent chunked)",
+     post(HOST, CHUNKED) + b"6\r\nab\r\n\r\n\r\n4\r\n\r\n\r\n\r\n0\r\n\r\n", OK),
     ("chunks past the cap", post(HOST, CHUNKED) + b"200\r\n" + b"x" * 512 + b"\r\n200\r\n"
      + b"x" * 512 + b"\r\n", 413),
     ("a chunk line ended by LF alone", post(HOST, CHUNKED) + b"2\n{}\n0\n\n", 400),
@@ -76,6 +78,13 @@ STREAMS = [
     ("HTTP/2.0 in a request line", post(HOST, version=b"2.0"), 505),
     ("a lower-case method", post(HOST, method=b"post"), 400),
     ("TRACE", post(HOST, method=b"TRACE"), 405),
+    ("CONNECT", b"CONNECT x:443 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 405),
+    ("Upgrade: h2c (curl --http2 on http)", post(HOST, b"Connection: Upgrade, HTTP2-Settings",
+                                                 b"Upgrade: h2c", b"HTTP2-Settings: AAMAAABk",
+                                                 b"Content-Length: 2") + b"{}", OK),
+    ("Upgrade: websocket, LF-only lines", post(HOST, b"Connection: upgrade",
+                                                b"Upgrade: websocket", method=b"GET")
+     .replace(b"\r\n", b"\n"), OK),
     ("a NUL in a field value", post(HOST, b"X-A: a\x00b"), 400),
     ("a head over 64 KiB", post(HOST, b"X-A: " + b"a" * 70_000), 431),
     ("a TLS handshake", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40
@@ -164,6 +173,24 @@ def test_a_pipelined_head_is_checked_as_it_came():
     with pytest.raises(wire.Refused) as refused:
         inbound.next_event()
     assert refused.value.status == 400 and "folding" in refused.value.message
+
+
+@pytest.mark.parametrize("framing", [b"Content-Length: 32", CHUNKED])
+def test_a_request_asking_to_upgrade_is_read_whole_as_nginx_reads_it(framing):
+    """llhttp ends a request with `Connection: upgrade` at its head and leaves its body to be
+    read as the next request; nginx reads it as any request (and Upgrade is hop-by-hop)."""
+    hidden = b"GET /admin HTTP/1.1\r\nHost: x\r\n\r\n"
+    body = hidden if framing != CHUNKED else b"20\r\n" + hidden + b"\r\n0\r\n\r\n"
+    inbound = Inbound()
+    inbound.feed(post(HOST, b"Connection: Upgrade", b"Upgrade: x", framing) + body)
+    assert events(inbound) == [REQUEST, hidden, END] and not inbound.buf
+    forward = wire.upstream_request(inbound.method, inbound.target, inbound.items, length=32,
+                                    connection=inbound.fields[b"connection"])
+    assert b"pgrade" not in forward.head(b"h")
+    assert inbound.reply(200, [(b"content-length", b"0")], b"", reason=b"OK")
+    assert inbound.next_cycle()
+    inbound.feed(post(HOST, b"Content-Length: 1") + b"b")
+    assert events(inbound) == [REQUEST, b"b", END]
 
 
 def test_a_chunked_bodys_end_split_across_reads_is_not_read_past():
