@@ -177,6 +177,8 @@ class Inbound:
 
     def _check(self, head: bytes) -> None:
         """nginx's rules that llhttp does not apply, on the fields it read."""
+        if len(head) > wire.MAX_LINE:  # (a shorter head has no line over the limit)
+            wire.check_lines(head)
         line = head[:head.find(b"\n")].rstrip(b"\r")
         self.method = line[:line.find(b" ")]
         self.version = version = line[line.rfind(b" ") + 1:]

@@ -7,6 +7,8 @@ Refused as nginx refuses them (nginx 1.25's ngx_http_parse.c and ngx_http_reques
   - a field line that starts with a space or tab (obsolete line folding): 400;
   - a second Host, Content-Length, Transfer-Encoding, Authorization or Expect (nginx's unique
     fields), or a second azureml-model-deployment (two routes for one request): 400;
+  - a Host that is empty, or holds a space, a control byte, `/` or `..`: 400;
+  - a request line of 8 KiB or more: 414; a field line over 8 KiB: 400;
   - a Content-Length that is not digits alone (`+5`, `6_685`, `5, 5`): 400;
   - Transfer-Encoding in an HTTP/1.0 request, or beside Content-Length: 400; any coding but
     `chunked` alone: 501;
@@ -31,7 +33,8 @@ MAX_HEAD = 64 * 1024
 SPOOL_MEMORY = 1 << 20  # a longer body waits in a temporary file, not in memory
 REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found",
            405: b"Not Allowed",
-           408: b"Request Timeout", 413: b"Payload Too Large", 424: b"Failed Dependency",
+           408: b"Request Timeout", 413: b"Payload Too Large", 414: b"URI Too Long",
+           424: b"Failed Dependency",
            429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
            501: b"Not Implemented", 502: b"Bad Gateway", 503: b"Service Unavailable",
            505: b"HTTP Version Not Supported"}
@@ -47,6 +50,9 @@ METHOD = re.compile(rb"[A-Z_-]+")
 DIGITS = re.compile(rb"[0-9]+")
 FOLDED = re.compile(rb"\n[ \t]")
 BARE_LF = re.compile(rb"(?<!\r)\n")
+BAD_HOST = re.compile(rb"[\x00-\x20\x7f/]|\.\.")
+HOSTS: dict[bytes, bool] = {}  # Host values seen, and whether each is good
+MAX_LINE = 8 * 1024  # nginx's large_client_header_buffers 4 8k: a request or field line
 
 
 class Refused(Exception):
@@ -93,6 +99,17 @@ def nginx_refusal(head: bytes) -> Refused | None:
                          host_needed=False)
 
 
+def check_lines(head: bytes) -> None:
+    """nginx's limits on a head's lines (large_client_header_buffers 4 8k): a request line of
+    MAX_LINE bytes or more is a 414, a field line that long a 400 (nginx's 494, sent as 400
+    "Request Header Or Cookie Too Large")."""
+    lines = head.split(b"\n")
+    if len(lines[0]) >= MAX_LINE:
+        raise Refused(414, f"request line over {MAX_LINE} bytes")
+    if max(map(len, lines)) > MAX_LINE:
+        raise Refused(400, f"a field line over {MAX_LINE} bytes")
+
+
 def line_refusal(method: bytes, version: bytes) -> Refused | None:
     """nginx's refusals of a request line's method and version (each a token already)."""
     if method == b"TRACE" or method == b"CONNECT":
@@ -114,9 +131,27 @@ def field_refusal(version: bytes, fields: dict[bytes, bytes], *,
             return Refused(501, f"unknown Transfer-Encoding {coding.decode('latin-1')!r}")
         if b"content-length" in fields:
             return Refused(400, "both Content-Length and Transfer-Encoding")
-    if host_needed and version == b"HTTP/1.1" and b"host" not in fields:
-        return Refused(400, "an HTTP/1.1 request without a Host field")
+    host = fields.get(b"host")
+    if host is None:
+        if host_needed and version == b"HTTP/1.1":
+            return Refused(400, "an HTTP/1.1 request without a Host field")
+    elif not good_host(host):
+        return Refused(400, f"invalid Host {host.decode('latin-1')!r}")
     return None
+
+
+def good_host(host: bytes) -> bool:
+    """nginx's check of a Host field (ngx_http_validate_host; RFC 9112 3.2 refuses an invalid
+    one with a 400): no space, control byte or `/`, no `..`, and a name before its port.
+    Clients send one Host again and again: known ones are a dict look-up."""
+    known = HOSTS.get(host)
+    if known is None:
+        value = host.rstrip(b" \t")
+        known = BAD_HOST.search(value) is None and value.partition(b":")[0].rstrip(b".") != b""
+        if len(HOSTS) >= 256:
+            HOSTS.clear()
+        HOSTS[host] = known
+    return known
 
 
 @dataclass(slots=True)
