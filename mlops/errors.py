@@ -53,14 +53,17 @@ WHERE = "runs and the MLflow store go to AZML_STATE_DIR, caches to MLOPS_CACHE_D
 ADVICE = {errno.ENOSPC: f"free some space there, or write elsewhere ({WHERE}), and run again",
           errno.EDQUOT: f"free some of your quota, or write elsewhere ({WHERE}), and run again",
           errno.EROFS: f"it is on a read-only file system: write elsewhere ({WHERE})",
-          errno.EACCES: f"you may not write there: write elsewhere ({WHERE})"}
+          errno.EACCES: f"you may not write there: write elsewhere ({WHERE})",
+          errno.EPERM: "it is protected (immutable: `lsattr` shows an i; or another user's in "
+                       f"a sticky folder): make it writable (chattr -i), or write elsewhere "
+                       f"({WHERE})"}
 
 
 def machine_fault(err: OSError) -> MachineError | None:
     """The MachineError an OSError stands for when the machine stopped the work (a full disk, a
     quota, a read-only or forbidden folder), saying what to do; None for any other."""
-    if err.errno not in ADVICE:
-        return None
+    if err.errno not in ADVICE or (err.errno == errno.EPERM and err.filename is None):
+        return None  # (an EPERM without a file is a process's, not the disk's)
     where = err.filename if err.filename is not None else "a file"
     if err.filename2 is not None:  # a copy or a rename: the second name is the one written
         where = err.filename2

@@ -9,6 +9,7 @@ Written whole to a temporary file and renamed over the old one, readable by this
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -121,12 +122,17 @@ class EndpointState:
         data = asdict(self)
         data["auth_mode"] = self.auth_mode.value
         tmp = folder / f".{STATE_FILE}.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            json.dump(data, out, indent=1)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, folder / STATE_FILE)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                json.dump(data, out, indent=1)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, folder / STATE_FILE)
+        except OSError as err:  # a full disk, a protected file: no half-written copy is left,
+            with contextlib.suppress(OSError):  # and the error names the state it was for
+                tmp.unlink()
+            raise OSError(err.errno, err.strerror, str(folder / STATE_FILE)) from err
 
     def ensure_credentials(self, now: float | None = None) -> None:
         """Keys for key auth, kept for the endpoint's life (as Azure keeps them until they are

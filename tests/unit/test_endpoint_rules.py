@@ -3,8 +3,12 @@ tokens, which endpoint a deployment goes to, and the front's routing, auth, limi
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import random
+import resource
+import signal
 import stat
 from pathlib import Path
 
@@ -16,7 +20,7 @@ from mlops.endpoints.deployment import load
 from mlops.endpoints.endpoint_state import AuthMode, DamagedState, EndpointState, Slot, Token
 from mlops.endpoints.front_rules import Router
 from mlops.endpoints.traffic import NewTraffic, add_deployment, parse, set_mirror, set_traffic
-from mlops.errors import LocalRunError
+from mlops.errors import LocalRunError, machine_fault
 from mlops.specs import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "endpoint"
@@ -96,6 +100,29 @@ def test_the_state_file_is_the_users_alone_and_reads_back(tmp_path):
     assert stat.S_IMODE((tmp_path / "endpoint.json").stat().st_mode) == 0o600
     assert EndpointState.read(tmp_path) == state
     assert EndpointState.read(tmp_path / "none") is None
+
+
+def test_a_state_the_disk_refuses_leaves_the_old_one_and_a_one_line_error(tmp_path):
+    """A full disk or a protected endpoint.json (chattr +i: EPERM, even for root) is the
+    machine's fault, said in one line naming endpoint.json; no half-written copy is left."""
+    state = EndpointState(name="e", port=5001)
+    state.write(tmp_path)
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past it: EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16, limit[1]))
+    try:
+        with pytest.raises(OSError) as raised:
+            EndpointState(name="e", port=5002).write(tmp_path)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, previous)
+    assert raised.value.errno == errno.EFBIG
+    assert raised.value.filename == str(tmp_path / "endpoint.json")
+    assert os.listdir(tmp_path) == ["endpoint.json"] and EndpointState.read(tmp_path).port == 5001
+    protected = OSError(errno.EPERM, os.strerror(errno.EPERM), str(tmp_path / "endpoint.json"))
+    assert str(machine_fault(protected)).startswith(f"{tmp_path / 'endpoint.json'}: ")
+    assert "chattr -i" in str(machine_fault(protected))
+    assert machine_fault(PermissionError(errno.EPERM, "kill")) is None  # a process's, not a file's
 
 
 def test_both_keys_open_a_key_endpoint_and_nothing_else_does():
