@@ -163,8 +163,9 @@ class Client(asyncio.Protocol):
         state = router.current()
         router.authorize(inbound.fields, state)
         route = router.route(inbound.fields, state)
-        if inbound.left > route.slot.max_body:
-            raise wire.too_large(route.slot.max_body)
+        inbound.cap = route.slot.max_body
+        if inbound.left > inbound.cap:
+            raise wire.too_large(inbound.cap)
         self.body, self.route = wire.Body(route.slot.max_body), route
         if inbound.expects_continue:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")

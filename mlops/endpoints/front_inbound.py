@@ -52,6 +52,8 @@ class Inbound:
         self.eof = False  # the client closed its side
         self.left = 0  # a Content-Length body's bytes still to come
         self.tail = b""  # the last bytes of a chunked body fed to the parser
+        self.cap = -1  # the body's limit, set once its route is known (-1: none)
+        self.announced: wire.Announced | None = None  # a chunked body's sizes, summed
         self.replied = False
         self._request()
 
@@ -199,6 +201,8 @@ class Inbound:
         if refused is not None:
             raise refused
         self.chunked = b"transfer-encoding" in fields
+        if self.chunked:
+            self.announced = wire.Announced()
         self.left = int(fields.get(b"content-length", 0))
         self.keep = version == b"HTTP/1.1" and (b"connection" not in fields or b"close" not in {
             token.strip().lower() for token in fields[b"connection"].split(b",")})
@@ -225,6 +229,8 @@ class Inbound:
                 self.parser.feed_data(piece)
             except FOUND as err:
                 raise wire.Refused(400, f"invalid request body: {err}") from None
+            if self.chunked and self.announced.add(piece) > self.cap >= 0:
+                raise wire.too_large(self.cap)  # announced: refused before its data comes
 
     # ---- answering ----
 

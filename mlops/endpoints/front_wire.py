@@ -48,6 +48,7 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te"
                         b"proxy-authenticate", b"proxy-authorization"})
 METHOD = re.compile(rb"[A-Z_-]+")
 DIGITS = re.compile(rb"[0-9]+")
+HEX = re.compile(rb"[0-9A-Fa-f]+")
 FOLDED = re.compile(rb"\n[ \t]")
 BARE_LF = re.compile(rb"(?<!\r)\n")
 BAD_HOST = re.compile(rb"[\x00-\x20\x7f/]|\.\.")
@@ -201,6 +202,42 @@ def relabeled(status: int, reason: bytes, headers, *, deployment: str
                  (b"ms-azureml-model-error-reason", reason)]
         status, reason = 424, REASONS[424]
     return status, reason, kept
+
+
+class Announced:
+    """The sizes a chunked body announces, summed as their lines arrive, so that one announced
+    past the cap is refused before its data comes, as nginx refuses it ("client intended to
+    send too large chunked body"). It reads bytes llhttp has already checked (each size line
+    is hex digits, then extensions, then CR LF) and skips each chunk's data by its size: work
+    per chunk, not per byte."""
+
+    __slots__ = ("total", "left", "line", "ended")
+
+    def __init__(self) -> None:
+        self.total = 0  # the sizes announced so far
+        self.left = 0  # bytes of the current chunk's data and its CR LF still to come
+        self.line = b""  # the start of a size line split across reads
+        self.ended = False  # the last chunk came: trailers follow
+
+    def add(self, piece: bytes) -> int:
+        """The body's next bytes (as fed to llhttp); the total announced so far."""
+        at, end = 0, len(piece)
+        while at < end and not self.ended:
+            if self.left:
+                step = min(self.left, end - at)
+                self.left -= step
+                at += step
+                continue
+            stop = piece.find(b"\n", at)
+            if stop < 0:  # (the size is in its first 17 bytes: extensions are not kept)
+                self.line = (self.line + piece[at:])[:64]
+                break
+            found = HEX.match(self.line + piece[at:stop])
+            size = int(found[0], 16) if found else 0  # (llhttp refuses a line without one)
+            self.line, at = b"", stop + 1
+            self.total += size
+            self.left, self.ended = size + 2, size == 0
+        return self.total
 
 
 class Body:

@@ -153,7 +153,18 @@ def test_lf_only_lines_and_a_minus_one_chunk_get_prompt_answers(front):
     answer, closed = front.ask(front.post(b"Transfer-Encoding: chunked", body=b"-1\r\n" +
                                           b"x" * 100_000))
     assert answer.startswith(b"HTTP/1.1 400 ") and closed
+    answer, closed = front.ask(front.post(b"Transfer-Encoding: chunked", body=b"ffffffff\r\nxx"))
+    assert answer.startswith(b"HTTP/1.1 413 ") and closed  # announced past the cap
     assert time.monotonic() - started < 5  # no wait for a deadline
+
+
+@pytest.mark.proof
+def test_a_request_asking_to_upgrade_is_answered_with_its_body_read_as_its_own(front):
+    hidden = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+    answer, _ = front.ask(front.post(b"Connection: Upgrade, HTTP2-Settings", b"Upgrade: h2c",
+                                     b"Content-Length: %d" % len(hidden), body=hidden))
+    assert answer.startswith(b"HTTP/1.1 200 ") and Stub.seen == [hidden]
+    assert "Fatal error" not in front.log()
 
 
 @pytest.mark.proof

@@ -59,6 +59,12 @@ STREAMS = [
     ("chunk size of 30 hex digits", post(HOST, CHUNKED) + b"f" * 30 + b"\r\nxx", 400),
     ("chunk data holding CR LF CR LF (a multipart body, sent chunked)",
      post(HOST, CHUNKED) + b"6\r\nab\r\n\r\n\r\n4\r\n\r\n\r\n\r\n0\r\n\r\n", OK),
+    ("a chunk size past the cap, before its data (nginx: announced)",
+     post(HOST, CHUNKED) + b"ffffffff\r\nxx", 413),
+    ("chunk sizes adding up past the cap, the last one's data not sent",
+     post(HOST, CHUNKED) + b"200;e=1\r\n" + b"x" * 512 + b"\r\n201\r\n", 413),
+    ("chunks adding up to the cap, with data that looks like sizes",
+     post(HOST, CHUNKED) + b"8\r\nff\r\n\r\nab\r\n3e0\r\n" + b"x" * 992 + b"\r\n0\r\n\r\n", OK),
     ("chunks past the cap", post(HOST, CHUNKED) + b"200\r\n" + b"x" * 512 + b"\r\n200\r\n"
      + b"x" * 512 + b"\r\n", 413),
     ("a chunk line ended by LF alone", post(HOST, CHUNKED) + b"2\n{}\n0\n\n", 400),
@@ -117,6 +123,7 @@ def answer(stream: bytes, *, by_byte: bool = False):
             inbound.feed(piece)
             while (event := inbound.next_event()) not in (NEED_DATA, PAUSED):
                 if event is REQUEST:
+                    inbound.cap = LIMIT
                     if inbound.left > LIMIT:
                         raise wire.too_large(LIMIT)
                     body = wire.Body(LIMIT)
