@@ -6,7 +6,9 @@ checked on the client's side (front_inbound.py).
 An exchange is driven by callbacks, not a task: send() writes the request (head and a body held
 in memory in one write; a spooled body piece by piece as the kernel takes it) and calls its
 `done` once, with the whole answer (at most MAX_ANSWER bytes) or the error, as soon as the
-parser is through with the bytes at hand. Its deadline is the deployment's request_timeout_ms:
+parser is through with the bytes at hand (a head over MAX_HEAD bytes is an error, as nginx's
+"upstream sent too big header": headers without end would otherwise fill the front's memory
+until the deadline). Its deadline is the deployment's request_timeout_ms:
 the connection keeps one timer, set again only when an exchange's deadline is nearer than it.
 Reused only when the exchange ended cleanly: the whole request sent, the answer whole and
 framed by its length or chunks (not by a close), keep-alive by HTTP's rules, the request not
@@ -34,6 +36,7 @@ FRAMING = (b"content-length", b"transfer-encoding")
 INF = float("inf")
 EARLY_S = 0.0005  # a timer that fires this early (the loop's clock is in ms) is on time
 MAX_ANSWER = int(os.environ.get("FRONT_MAX_ANSWER_BYTES", str(256 * 2**20)))
+MAX_HEAD = 64 * 1024  # an answer's head (its interim ones included), as a request's is bounded
 
 
 class Broken(ConnectionError):
@@ -86,12 +89,16 @@ class Upstream(asyncio.Protocol):
             self.reading.clean = False
             self.transport.abort()
             return
-        self.reading.heard = True
+        reading = self.reading
+        reading.heard += len(data)
         try:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as err:
             self._settle(Broken(f"the server's answer is not HTTP/1.1 ({err})"))
             self.transport.abort()
+        if reading.status == 0 and reading.heard > MAX_HEAD and self.result is None:
+            self._settle(Broken(f"the server's answer's head is over {MAX_HEAD} bytes"))
+            self.transport.abort()  # (nginx: "upstream sent too big header", a 502)
         if self.result is not None:
             self._hand_on()
 
@@ -277,7 +284,7 @@ class Reading:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     parts: list[bytes] = field(default_factory=list)
     size: int = 0
-    heard: bool = False  # a byte came back
+    heard: int = 0  # bytes that came back
     interim: bool = False  # the head read is a 1xx answer's
     whole: bool = False
     kept: bool = False  # the answer, read whole by its length or chunks, keeps the connection

@@ -128,6 +128,20 @@ def test_an_answer_past_the_cap_is_an_error(monkeypatch):
     assert not reusable
 
 
+@pytest.mark.parametrize("interim", [b"", b"HTTP/1.1 100 Continue\r\n\r\n"])
+def test_an_answer_whose_head_does_not_end_is_an_error_at_the_cap_not_read_on(interim):
+    """Headers without end would fill the front's memory until request_timeout_ms: past
+    MAX_HEAD bytes the connection is dropped (nginx: "upstream sent too big header", 502)."""
+    field = b"X-A: " + b"a" * 1000 + b"\r\n"
+    head = interim + b"HTTP/1.1 200 OK\r\n" + field * (front_upstream.MAX_HEAD // len(field))
+    error, reusable, _ = exchange(head + field * 8)
+    assert isinstance(error, front_upstream.Broken) and "head is over" in str(error)
+    assert not reusable
+    whole = head + b"Content-Length: 2\r\n\r\n{}"  # just under the cap, a whole answer
+    answer, _, _ = exchange(whole.replace(field, b"", 2))
+    assert answer.status == 200 and answer.body == b"{}"
+
+
 def test_a_request_without_host_gets_the_servers():
     head = wire.Forward(b"GET", b"/", [(b"X-A", b"1")]).head(b"127.0.0.1:5001")
     assert head == b"GET / HTTP/1.1\r\nHost: 127.0.0.1:5001\r\nX-A: 1\r\n\r\n"
