@@ -10,6 +10,7 @@ Written whole to a temporary file and renamed over the old one, readable by this
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -166,11 +167,18 @@ class EndpointState:
 
 def _read(path: Path) -> bytes:
     """The file's bytes; ValueError for what is not a regular file (a FIFO would block the
-    reader, a device never end) or is longer than any state written here."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    reader, a device never end; a folder, a socket, a symbolic link that loops) or is longer
+    than any state written here."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise ValueError(f"not a regular file: {err.strerror}") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # (before fdopen, which refuses a folder)
+        os.close(fd)
+        raise ValueError("not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file")
         data = handle.read(MAX_STATE + 1)
     if len(data) > MAX_STATE:
         raise ValueError(f"over {MAX_STATE} bytes")

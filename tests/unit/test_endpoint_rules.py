@@ -9,6 +9,7 @@ import os
 import random
 import resource
 import signal
+import socket
 import stat
 from pathlib import Path
 
@@ -252,10 +253,19 @@ def test_the_front_takes_at_most_max_pending_requests_per_deployment(tmp_path):
         pass
 
 
-def test_a_damaged_state_file_is_named_not_a_traceback(tmp_path, monkeypatch):
+@pytest.mark.parametrize("damage", [
+    lambda path: path.write_text('{"name": "x", "auth_mo'),
+    lambda path: path.mkdir(),  # a folder
+    lambda path: path.symlink_to(path.name),  # a link to itself (ELOOP)
+    lambda path: socket.socket(socket.AF_UNIX).bind(str(path)),  # a socket (ENXIO)
+    lambda path: os.mkfifo(path),
+])
+def test_a_damaged_state_file_is_named_not_a_traceback(tmp_path, monkeypatch, damage):
+    """Whatever stands at endpoint.json, it is damaged state (stop-local then finds the servers
+    from the run folders), not an OSError's traceback at every verb."""
     monkeypatch.setattr(local_endpoint, "ENDPOINTS", tmp_path)
     (tmp_path / "e2e-endpoint").mkdir()
-    (tmp_path / "e2e-endpoint" / "endpoint.json").write_text('{"name": "x", "auth_mo')
+    damage(tmp_path / "e2e-endpoint" / "endpoint.json")
     with pytest.raises(LocalRunError, match="endpoint.json is damaged"):
         local_endpoint.live_state(tmp_path / "e2e-endpoint")
 
