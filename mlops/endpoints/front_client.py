@@ -1,10 +1,11 @@
 """One client connection of the endpoint's front (front.py): its requests, read in order by llhttp
 with nginx's refusals on top (front_inbound.py), and their answers. Deadlines: a request's head
 must arrive within FRONT_HEAD_TIMEOUT_S of its first byte, its body within FRONT_BODY_TIMEOUT_S
-(else 408); a connection idle between requests closes after FRONT_IDLE_TIMEOUT_S. A refusal is
-answered and the connection closed, after reading and dropping at most LINGER_BYTES (or
-LINGER_S) more of what the client sends: closing on unread bytes resets the connection, which
-can lose the answer; an endless body is never drained.
+(else 408); a connection idle between requests closes after FRONT_IDLE_TIMEOUT_S. A refusal of
+a head or a body is answered and the connection closed, after reading and dropping at most
+LINGER_BYTES (or LINGER_S) more of what the client sends: closing on unread bytes resets the
+connection, which can lose the answer; an endless body is never drained. The front's own answer
+to a request read whole (429, or 408 and 502 for the deployment's failure) keeps the connection.
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ class Client(asyncio.Protocol):
             if type(result) is Answer:
                 self.reply(result, route.slot.name)
             else:
-                self.refuse(result)
+                self.reply_own(result)
         self.front.passed(request, route, body, result, started=started)
 
     def reply(self, answer: Answer, deployment: str) -> None:
@@ -198,9 +199,27 @@ class Client(asyncio.Protocol):
             length = int(next((value for name, value in answer.headers
                                if name.lower() == b"content-length"), b"0"))
         headers.append((b"content-length", b"%d" % length))
+        self._send(status, headers, answer.body, reason)
+
+    def reply_own(self, refused: wire.Refused) -> None:
+        """The front's own answer to a request it read whole (429 past the deployment's
+        pending requests; 408 or 502 when its server failed to answer): the connection is
+        kept as it would be after any answer, as nginx keeps it after a 429, 502 or 504 (it
+        closes after 400, 413, 414 and 501, as every refusal of a head does here)."""
+        kind, body = refused.body()
+        headers = [(b"content-type", kind), (b"content-length", b"%d" % len(body))]
+        self.front.log(f"{self.request.target.decode('latin-1')} refused {refused.status}: "
+                       f"{refused.message}")
+        self._send(refused.status, headers, b"" if self.request.method == b"HEAD" else body,
+                   wire.REASONS.get(refused.status, b""))
+
+    def _send(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes,
+              reason: bytes) -> None:
+        """An answer to the request in flight, then the connection's next request (or its
+        close, where the request or a stop ends it)."""
         if self.front.stopping:
             headers.append((b"connection", b"close"))
-        out = self.wire.reply(status, headers, answer.body, reason=reason)
+        out = self.wire.reply(status, headers, body, reason=reason)
         self.request = self.route = self.body = None
         if not out:  # answered already: the connection cannot go on
             self.phase = "closing"

@@ -14,7 +14,8 @@ Refused as nginx refuses them (nginx 1.25's ngx_http_parse.c and ngx_http_reques
     `chunked` alone: 501;
   - a method of anything but capitals, `_` and `-`: 400; TRACE or CONNECT: 405; an HTTP
     version other than 1.x: 505; an HTTP/1.1 request without Host: 400.
-Every refusal closes the connection.
+Every refusal of a request's head or body closes the connection (the front's own answers
+to a request read whole, 429, 408 and 502, keep it, as nginx's 429, 502 and 504 do).
 """
 
 from __future__ import annotations

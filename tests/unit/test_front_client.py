@@ -6,6 +6,7 @@ the last request's idle deadline; a request the pool fails to take is answered o
 from __future__ import annotations
 
 import asyncio
+import re
 
 from mlops.endpoints import front_wire as wire
 from mlops.endpoints.endpoint_state import AuthMode, EndpointState, Slot
@@ -121,3 +122,25 @@ def test_a_request_the_pool_fails_to_take_is_answered_502_once_and_leaves_no_pen
         assert front.router.pending == {"blue": 0}
 
     connections(tmp_path, 1, then)
+
+
+def test_after_a_429_or_a_deployments_failure_the_connection_serves_on(tmp_path):
+    """A request read whole that the front answers itself (429 past max_pending, 408 or 502
+    for the deployment's failure) keeps the connection, as nginx keeps it after a 429, 502 or
+    504; a pipelined request after it is answered. A refused head still closes it."""
+    request = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    outcomes = [wire.Refused(429, "too many"), wire.Refused(408, "late"),
+                wire.Refused(502, "gone"), Answer(status=200, reason=b"OK", headers=[],
+                                                  body=b"{}")]
+
+    async def then(made):
+        client, transport = made[0]
+        client.front.answer = lambda client, request, route, body: client.answered(
+            outcomes.pop(0))
+        client.data_received(request * 4 + b"POST /score HTTP/1.1\r\nHost: x\r\nX\r\n\r\n")
+        await until(lambda: transport.closed)
+
+    (_, transport), = connections(tmp_path, 1, then)
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", transport.sent)
+    assert statuses == [b"429", b"408", b"502", b"200", b"400"], transport.sent
+    assert transport.sent.count(b"connection: close") == 1  # the 400's
