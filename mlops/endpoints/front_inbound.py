@@ -130,9 +130,11 @@ class Inbound:
         del buf[:found.end()]
         self.scanned = 0
         try:
-            self._parse_head(head)
+            self.parser.feed_data(head)
         except FOUND as err:
             self._read_again(head, err)
+        except httptools.HttpParserUpgrade:
+            self._without_upgrade(head)
         self._check(head)
         if self.stage == HEAD:
             self.stage = BODY
@@ -155,27 +157,26 @@ class Inbound:
         self.parser, self.events, self.at = httptools.HttpRequestParser(self), [], 0
         self._request()
         try:
-            self._parse_head(fixed)
+            self.parser.feed_data(fixed)
         except FOUND as again:
             raise wire.Refused(400, f"invalid request: {again}") from None
-
-    def _parse_head(self, head: bytes) -> None:
-        """llhttp reads the head. One that asks to switch protocols is read as nginx reads it,
-        an HTTP request like any other (CONNECT: 405): llhttp would end it at its head and leave
-        its body unread, to be read as the next request. So it is read again without its
-        Upgrade field (a hop-by-hop field, never passed on)."""
-        try:
-            self.parser.feed_data(head)
         except httptools.HttpParserUpgrade:
-            line = head[:head.find(b"\n")].rstrip(b"\r")
-            refused = wire.line_refusal(line[:line.find(b" ")], line[line.rfind(b" ") + 1:])
-            if refused is not None:
-                raise refused from None
-            plain = [field for field in self.items if field[0].lower() != b"upgrade"]
-            self.parser, self.events, self.at = httptools.HttpRequestParser(self), [], 0
-            self._request()
-            self.stage = HEAD  # (its end, which llhttp called at the head, is still to come)
-            self.parser.feed_data(b"\r\n".join([line, *map(b": ".join, plain), b"", b""]))
+            self._without_upgrade(fixed)
+
+    def _without_upgrade(self, head: bytes) -> None:
+        """A head that asks to switch protocols, read as nginx reads it: an HTTP request like
+        any other (CONNECT: 405). llhttp ends such a request at its head and would leave its
+        body to be read as the next request, so the head is read again without its Upgrade
+        field (a hop-by-hop field, never passed on)."""
+        line = head[:head.find(b"\n")].rstrip(b"\r")
+        refused = wire.line_refusal(line[:line.find(b" ")], line[line.rfind(b" ") + 1:])
+        if refused is not None:
+            raise refused
+        plain = [field for field in self.items if field[0].lower() != b"upgrade"]
+        self.parser, self.events, self.at = httptools.HttpRequestParser(self), [], 0
+        self._request()
+        self.stage = HEAD  # (its end, which llhttp called at the head, is still to come)
+        self.parser.feed_data(b"\r\n".join([line, *map(b": ".join, plain), b"", b""]))
 
     def _check(self, head: bytes) -> None:
         """nginx's rules that llhttp does not apply, on the fields it read."""

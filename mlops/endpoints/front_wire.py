@@ -53,7 +53,7 @@ HEX = re.compile(rb"[0-9A-Fa-f]+")
 FOLDED = re.compile(rb"\n[ \t]")
 BARE_LF = re.compile(rb"(?<!\r)\n")
 BAD_HOST = re.compile(rb"[\x00-\x20\x7f/]|\.\.")
-HOSTS: dict[bytes, bool] = {}  # Host values seen, and whether each is good
+HOSTS: dict[bytes, bool] = {}  # Host values found good
 MAX_LINE = 8 * 1024  # nginx's large_client_header_buffers 4 8k: a request or field line
 
 
@@ -137,23 +137,22 @@ def field_refusal(version: bytes, fields: dict[bytes, bytes], *,
     if host is None:
         if host_needed and version == b"HTTP/1.1":
             return Refused(400, "an HTTP/1.1 request without a Host field")
-    elif not good_host(host):
+    elif not (HOSTS.get(host) or good_host(host)):  # (clients send one Host again and again)
         return Refused(400, f"invalid Host {host.decode('latin-1')!r}")
     return None
 
 
 def good_host(host: bytes) -> bool:
     """nginx's check of a Host field (ngx_http_validate_host; RFC 9112 3.2 refuses an invalid
-    one with a 400): no space, control byte or `/`, no `..`, and a name before its port.
-    Clients send one Host again and again: known ones are a dict look-up."""
-    known = HOSTS.get(host)
-    if known is None:
-        value = host.rstrip(b" \t")
-        known = BAD_HOST.search(value) is None and value.partition(b":")[0].rstrip(b".") != b""
+    one with a 400): no space, control byte or `/`, no `..`, and a name before its port. The
+    good ones are kept in HOSTS (a few hundred at most)."""
+    value = host.rstrip(b" \t")
+    good = BAD_HOST.search(value) is None and value.partition(b":")[0].rstrip(b".") != b""
+    if good:
         if len(HOSTS) >= 256:
             HOSTS.clear()
-        HOSTS[host] = known
-    return known
+        HOSTS[host] = True
+    return good
 
 
 @dataclass(slots=True)
