@@ -43,7 +43,9 @@ class Client(asyncio.Protocol):
         self.due = INF  # when the phase in `timed` must be over
         self.timed = ""  # the phase the deadline was set for
         self.dropped = 0
-        self.held, self.paused = 0, False  # bytes that came while busy; reading paused
+        self.paused = False  # reading paused: enough waits unparsed
+        self.blocked = False  # the answers written wait for the client to read them
+        self.deferred = False  # a pipelined request is to be read at the loop's next turn
         self.ended = False  # the client closed its side
         self.request: wire.Forward | None = None  # the one in flight
         self.route: Route | None = None
@@ -75,13 +77,11 @@ class Client(asyncio.Protocol):
         if self.phase == "idle":
             self.phase = "head"
         self.wire.feed(data)
-        if self.phase != "busy":
+        if self.phase != "busy" and not (self.blocked or self.deferred):
             self._advance()
-        elif not self.paused:  # pipelined while a request is answered: held, up to a bound
-            self.held += len(data)
-            if self.held > wire.MAX_HEAD:
-                self.paused = True
-                self.transport.pause_reading()
+        elif not self.paused and len(self.wire.buf) > wire.MAX_HEAD:  # pipelined while a
+            self.paused = True  # request is answered: what waits unparsed is bounded
+            self.transport.pause_reading()
 
     def eof_received(self) -> bool:
         if self.phase in ("closing", "idle"):
@@ -113,8 +113,8 @@ class Client(asyncio.Protocol):
             self.timer, self.timer_at = self.loop.call_at(self.due, self._tick), self.due
         elif self.timed in ("head", "body"):
             self._late()
-        else:  # idle between requests, or lingering after a refusal
-            self.transport.close()
+        else:  # idle between requests, answers unread for BODY_S, lingering after a refusal
+            self.transport.close()  # (what was written is still sent)
 
     def _deadline(self) -> None:
         """A head or a body must arrive in time: armed when one is still to come after the
@@ -147,7 +147,11 @@ class Client(asyncio.Protocol):
                 elif event is END:
                     self._dispatch()
                     return
-                elif event is NEED_DATA or event is PAUSED:
+                elif event is NEED_DATA:
+                    if self.paused:  # (what waited is read: more may come)
+                        self._read_on()
+                    return
+                elif event is PAUSED:
                     return
                 else:  # the client closed its side between requests
                     self.transport.close()
@@ -172,7 +176,7 @@ class Client(asyncio.Protocol):
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _dispatch(self) -> None:
-        self.phase, self.held = "busy", 0
+        self.phase = "busy"
         inbound = self.wire
         self.request = sent = wire.upstream_request(
             inbound.method, inbound.target, inbound.items, length=self.body.size,
@@ -230,11 +234,44 @@ class Client(asyncio.Protocol):
             self.phase = "closing"
             self.transport.close()
             return
-        if self.paused:
+        self._read_on()
+        if self.blocked:  # the answer waits for the client to read it: nothing more is read
+            self.phase = "idle"
+            self._arm("sending", wire.BODY_S)
+        else:
+            self.wait_next()
+            if self.wire.buf:  # pipelined: the next request is here already; read once this
+                self.phase, self.deferred = "head", True  # answer's call returns (answers
+                self.loop.call_soon(self._pipelined)  # given at once, as 429s are, would
+                # otherwise nest a call deep for each request the client pipelines)
+
+    def _pipelined(self) -> None:
+        self.deferred = False
+        if self.phase == "head" and not self.blocked:
+            self._advance()
+
+    def _read_on(self) -> None:
+        """Read again once what waits unparsed is under the bound (at most one head's worth:
+        a client that pipelines without end is read as fast as it is answered) and the client
+        reads its answers."""
+        if self.paused and not self.blocked and len(self.wire.buf) <= wire.MAX_HEAD:
             self.paused = False
             self.transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        """The client reads its answers slower than they come: its next request waits until
+        it has read them (as nginx reads a pipelined request once the answer before it is
+        sent), so a client that never reads cannot fill the front's memory with answers; one
+        that has not caught up in BODY_S is closed, as an idle one is."""
+        self.blocked = True
+
+    def resume_writing(self) -> None:
+        self.blocked = False
+        if self.timed != "sending" or self.phase not in ("head", "idle"):
+            return
+        self._read_on()
         self.wait_next()
-        if self.wire.buf:  # pipelined: the next request is already here
+        if self.wire.buf:
             self.phase = "head"
             self._advance()
 

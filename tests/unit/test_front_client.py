@@ -20,6 +20,7 @@ class Wire(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.sent, self.closed = b"", None  # closed: when, on the loop's clock
+        self.reading = True
 
     def write(self, data) -> None:
         self.sent += bytes(data)
@@ -32,6 +33,12 @@ class Wire(asyncio.Transport):
 
     def can_write_eof(self) -> bool:
         return False
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
 
     def get_extra_info(self, name, default=None):
         return default if name != "socket" else Socket()
@@ -144,3 +151,71 @@ def test_after_a_429_or_a_deployments_failure_the_connection_serves_on(tmp_path)
     statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", transport.sent)
     assert statuses == [b"429", b"408", b"502", b"200", b"400"], transport.sent
     assert transport.sent.count(b"connection: close") == 1  # the 400's
+
+
+def test_a_client_that_does_not_read_its_answers_gets_no_next_one_until_it_does(tmp_path):
+    """Answers wait in the connection's buffer while the client does not read them: past the
+    buffer's mark (pause_writing) no pipelined request is read, as nginx reads one only once
+    the answer before it is sent; when the client catches up (resume_writing) it is."""
+    request = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+
+    async def then(made):
+        client, transport = made[0]
+        written = transport.write
+        transport.write = lambda data: (written(data), client.pause_writing())
+        client.data_received(request * 3)
+        client.data_received(request * 1000)  # held, not read, up to a bound
+        for _ in range(20):  # the loop's turns: what is scheduled runs
+            await asyncio.sleep(0)
+        assert transport.sent.count(b"HTTP/1.1 200 OK") == 1 and client.phase != "busy"
+        transport.write = written
+        client.resume_writing()
+        await until(lambda: transport.sent.count(b"HTTP/1.1 200 OK") == 1003)
+
+    connections(tmp_path, 1, then)
+
+
+def test_pipelined_requests_answered_at_once_do_not_nest_a_call_each(tmp_path):
+    """429s are answered within the call that read the request: the next pipelined request
+    is read on the loop's next turn, not inside that call (1,500 nested calls: RecursionError,
+    the connection reset)."""
+    request = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+
+    async def then(made):
+        client, transport = made[0]
+        client.front.answer = lambda client, request, route, body: client.answered(
+            wire.Refused(429, "too many"))
+        for _ in range(3):
+            client.data_received(request * 500)
+        await until(lambda: transport.sent.count(b"HTTP/1.1 429 ") == 1500)
+        assert transport.closed is None
+
+    connections(tmp_path, 1, then)
+
+
+def test_what_a_client_pipelines_waits_unparsed_up_to_a_bound_however_long_it_goes_on(tmp_path):
+    """Reading pauses while more than a head's worth waits unparsed, and resumes only once
+    answers have taken it under: a client that pipelines without end is read as fast as it
+    is answered (the front's memory grew 580 MB in 5 s)."""
+    request = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    waiting, paused, resumed = [], 0, 0
+
+    async def then(made):
+        nonlocal paused, resumed
+        client, transport = made[0]
+        client.front.answer = lambda client, request, route, body: waiting.append(client)
+        for _ in range(600):
+            if transport.reading:  # a client sends only while it is read
+                client.data_received(request * 100)
+            else:
+                paused += 1
+                assert len(client.wire.buf) > wire.MAX_HEAD
+            assert len(client.wire.buf) <= wire.MAX_HEAD + 100 * len(request)
+            for _ in range(5):  # the loop's turns: the next pipelined request is read
+                await asyncio.sleep(0)
+            was = transport.reading
+            waiting.pop().answered(Answer(status=200, reason=b"OK", headers=[], body=b"{}"))
+            resumed += transport.reading and not was
+        assert paused > 400 and resumed >= 3
+
+    connections(tmp_path, 1, then)
