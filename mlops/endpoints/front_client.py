@@ -234,7 +234,8 @@ class Client(asyncio.Protocol):
             self.phase = "closing"
             self.transport.close()
             return
-        self._read_on()
+        if self.paused:
+            self._read_on()
         if self.blocked:  # the answer waits for the client to read it: nothing more is read
             self.phase = "idle"
             self._arm("sending", wire.BODY_S)
