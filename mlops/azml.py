@@ -10,18 +10,25 @@ docs/azml.md maps every az ml verb to its local twin.
 
 from __future__ import annotations
 
+import sys
+
 from mlops import exit_with
-from mlops.cli import run
 
 
 def main(argv: list[str] | None = None) -> int:
+    from mlops.cli import run  # its imports (most of a second) inside entry()'s Ctrl-C handling
+
     return run(argv)
 
 
 def entry() -> None:
-    """The console script's entry point (`azml`)."""
-    exit_with(main)
+    """The console script's entry point (`azml`): Ctrl-C at any moment, its imports included,
+    ends it with 130 and no traceback, as a shell reports an interrupted command."""
+    try:
+        exit_with(main)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 if __name__ == "__main__":
-    exit_with(main)
+    entry()

@@ -133,3 +133,15 @@ def test_a_damaged_run_json_leaves_that_job_out_of_the_list_not_the_others(repo,
     out, err = capsys.readouterr()
     assert out.split() == ["good"] and "bad" in err and "left out" in err
     assert run(["job", "show", "-n", "bad"]) == 1  # the machine's: said where it is asked for
+
+
+def test_ctrl_c_while_azml_still_imports_is_exit_130_without_a_traceback(monkeypatch):
+    from mlops import azml
+
+    def interrupted(_main):  # the signal lands in `from mlops.cli import run`
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(azml, "exit_with", interrupted)
+    with pytest.raises(SystemExit) as ended:
+        azml.entry()
+    assert ended.value.code == 130
