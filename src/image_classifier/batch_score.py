@@ -30,9 +30,11 @@ _errors: Path | None = None
 
 
 def _line(values: list) -> str:
+    """One CSV row, without its line end; a field holding a line break is quoted (csv quotes
+    what holds a character of its line terminator, so the terminator is written, then cut)."""
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="").writerow(values)
-    return buffer.getvalue()
+    csv.writer(buffer, lineterminator="\r\n").writerow(values)
+    return buffer.getvalue()[:-2]
 
 
 def init() -> None:

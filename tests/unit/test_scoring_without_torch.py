@@ -146,3 +146,13 @@ def test_a_model_registered_as_its_onnx_export_alone_is_served(tmp_path, monkeyp
         predict.Service(folder, "torch")
     with pytest.raises(FileNotFoundError, match="no model.pt, model.onnx or model.int8.onnx"):
         predict.Service(tmp_path / "in")
+
+
+@pytest.mark.parametrize("name", ["a b,c.jpg", 'q"uote.jpg', "new\nline.jpg", "cr\rx.jpg"])
+def test_a_row_is_one_csv_record_whatever_the_file_is_named(name):
+    import csv
+
+    from image_classifier.batch_score import _line
+
+    line = _line([name, "chickens", 0.25])
+    assert list(csv.reader(io.StringIO(line + "\n"))) == [[name, "chickens", "0.25"]]
