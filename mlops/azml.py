@@ -31,4 +31,4 @@ def entry() -> None:
 
 
 if __name__ == "__main__":
-    entry()
+    exit_with(main)
