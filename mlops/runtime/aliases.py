@@ -59,12 +59,18 @@ def safe_root(folder: Path) -> Path:
 
 def shell_path(path: str) -> str:
     """`path` as a command sees it: itself where a shell keeps it whole, else through a link to
-    its folder (an output the asset map sends to a folder with a space), as Azure's own paths
-    never need quoting."""
+    the deepest folder of it whose name a shell would split (an output the asset map sends to a
+    folder with a space), as Azure's own paths never need quoting. The names below that folder
+    stay real names, so `rm -rf` of an output removes the folder itself, not a link to it: an
+    rw_mount output is then made again before the command's next command
+    (mlops/runtime/launch.py), as Azure's mount point outlives its `rm -rf`."""
     place = Path(path)
     if is_safe(place):
         return path
-    if place.is_dir():
-        return str(safe_root(place))
-    linked = safe_root(place.parent) / place.name
+    parts = place.parts
+    last = max(i for i, part in enumerate(parts) if not is_safe(Path(part)))
+    base = Path(*parts[:last + 1])
+    if not base.is_dir():  # a file whose own name a shell would split: nothing keeps it whole
+        return path
+    linked = safe_root(base).joinpath(*parts[len(base.parts):])
     return str(linked) if is_safe(linked) else path

@@ -461,6 +461,18 @@ def test_an_output_emptied_or_removed_by_the_step_stays_as_azures_mount_point(tm
     assert (out / "shell.txt").read_text() == "from-shell\n"
 
 
+def test_an_output_mapped_under_a_space_is_emptied_by_rm_rf_and_stays(tmp_path):
+    """The same step with its output mapped to a datastore folder under a path with a space:
+    the command sees it through a link, and `rm -rf` removes the folder (made again), not the
+    link, so what is written afterwards is the output."""
+    store = tmp_path / "my store"
+    assets = tmp_path / "paths.yml"
+    assets.write_text(f'"azureml://datastores/workspaceblobstore/paths/": "{store}/"\n')
+    assert run(OUTPUTS / "rm-output.yml", tmp_path / "run", "outputs.model.path="
+               "azureml://datastores/workspaceblobstore/paths/model", assets=assets) == 0
+    assert sorted(p.name for p in (store / "model").iterdir()) == ["shell.txt"]
+
+
 def test_an_output_on_an_inputs_datastore_folder_is_written_through_its_own_mount(tmp_path):
     """The input stays read-only; the output, the same datastore path, is read-write."""
     store = shutil.copytree(OUTPUTS / "datastore", tmp_path / "store")

@@ -4,6 +4,7 @@ job may not write, how processes share the cores, and which signals stop a run."
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -211,6 +212,30 @@ def test_a_mapped_output_in_a_folder_with_a_space_reaches_the_command_whole(tmp_
     file_seen = aliases.shell_path(str(folder / "log.txt"))
     assert file_seen == str(Path(seen) / "log.txt")
     assert aliases.shell_path(str(tmp_path)) == str(tmp_path)
+
+
+def test_a_mapped_output_under_a_space_is_seen_as_the_folder_itself_not_a_link_to_it(
+        tmp_path, monkeypatch):
+    """`rm -rf ${{outputs.x}}` must remove the output folder (its rw_mount is then made again,
+    as Azure's mount point stays), not a link to it that nothing makes again: the link is to the
+    deepest folder a shell would split, and the names below it are the real ones."""
+    import shutil
+
+    from mlops.runtime import aliases
+
+    monkeypatch.setattr(aliases, "_base", lambda: tmp_path / "links")
+    folder = tmp_path / "my store" / "shared" / "training_data"
+    folder.mkdir(parents=True)
+    (folder / "old.csv").write_text("x\n")
+    seen = Path(aliases.shell_path(str(folder)))
+    assert aliases.is_safe(seen) and seen.name == "training_data" and not seen.is_symlink()
+    assert Path(os.readlink(seen.parent.parent)) == (tmp_path / "my store").resolve()
+    shutil.rmtree(seen)  # what the shell's rm -rf does through the path the command sees
+    assert not folder.exists()
+    folder.mkdir()  # the launcher's DEBUG trap (launch.keeping_mounts) makes it again
+    assert seen.is_dir() and not (seen / "old.csv").exists()
+    name_split = tmp_path / "my store" / "a b.txt"  # a file's own name: nothing keeps it whole
+    assert aliases.shell_path(str(name_split)) == str(name_split)
 
 
 def test_a_parallel_nodes_workers_are_told_the_asset_maps_stand_ins(tmp_path):
