@@ -57,6 +57,7 @@ RUNTIME = Path(__file__).parents[1] / "runtime"
 # only, Python 3.7's syntax: they run in the environment's own Python)
 HELPERS = ((RUNTIME / "readonly_inputs.py", "_mlops_readonly_inputs.py"),
            (RUNTIME / "minibatch_worker.py", "_mlops_minibatch_worker.py"),
+           (RUNTIME / "entry_script.py", "_mlops_entry_script.py"),
            (RUNTIME / "azureml_run.py", "_mlops_azureml_run.py"),
            (RUNTIME / "mltable_worker.py", "_mlops_mltable_worker.py"),
            (RUNTIME / "inference_server.py", "_mlops_inference_server.py"),

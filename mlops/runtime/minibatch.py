@@ -26,7 +26,7 @@ from mlops.runtime import engine, launch
 from mlops.runtime.records import Status
 from mlops.runtime.tasks import Task
 
-QUEUES = ("todo", "claimed", "results")
+QUEUES = ("todo", "claimed", "results", "agents")  # agents: the workers' processNNN names
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,16 @@ def load_script(path: Path):
     return module
 
 
+def provide_entry_script(work: Path) -> None:
+    """Azure's driver gives entry scripts `azureml_user.parallel_run.EntryScript`: the same
+    names here (entry_script.py, in the top layer as _mlops_entry_script)."""
+    try:
+        import _mlops_entry_script
+    except ImportError:  # run outside a task's environment (its own tests)
+        return
+    _mlops_entry_script.install(work)
+
+
 def claim(work: Path) -> Path | None:
     for item in sorted((work / "todo").glob("*.json")):
         target = work / "claimed" / f"{item.name}.{os.getpid()}"
@@ -155,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     # not take every one before it starts
     item = claim(args.work) if os.environ.get("MLOPS_DEBUG") else None
     take_debugger()
+    provide_entry_script(args.work)
     module = load_script(args.script)
     module.init()
     if item is None:

@@ -29,6 +29,7 @@ def test_file_mini_batches_retry_count_failures_and_append_rows_in_order(tmp_pat
     assert rows == [f"item_{i}.txt,20" for i in range(1, 7)]  # the bad file's batch: no rows
     log = (step / "log.txt").read_text()
     assert "init with weight 2 label chars" in log  # program_arguments reach argparse
+    assert "|INFO|process000|init logged by process000" in log  # azureml_user's EntryScript
     assert log.count("mini-batch attempt") == 2  # max_retries: 1
     assert "ValueError: cannot score item_7.txt" in log
     # unchanged, the node is reused as Azure reuses a parallel step: nothing starts

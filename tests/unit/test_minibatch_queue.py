@@ -113,3 +113,33 @@ def test_a_run_stopped_by_a_process_that_ended_says_which_and_how():
         "process 1 ended (killed by SIGKILL (exit 137)) with 12 mini-batches left: stopping")
     quiet = SimpleNamespace(first_failed=None, first_failure=None)
     assert "ended with 3 mini-batches left" in minibatch.ended_early(quiet, 3)
+
+
+def test_an_entry_script_gets_azures_entry_script_object_from_the_worker(tmp_path, monkeypatch):
+    """`from azureml_user.parallel_run import EntryScript` (Azure's parallel driver provides it):
+    one instance a process, a logger at the job's level, log_dir, agent_name, output_dir."""
+    import logging
+    import sys
+
+    from mlops.environments.activation import HELPERS
+    from mlops.runtime import entry_script
+
+    assert any(name == "_mlops_entry_script.py" for _, name in HELPERS)
+    for name in ("azureml_user", "azureml_user.parallel_run"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(entry_script.EntryScript, "_instance", None)
+    monkeypatch.setenv("AZUREML_PARALLEL_LOGGING_LEVEL", "DEBUG")
+    monkeypatch.setenv("AZUREML_BI_OUTPUT_PATH", str(tmp_path / "out"))
+    work = tmp_path / "work"
+    (work / "agents").mkdir(parents=True)
+    (work / "agents" / "process000").touch()  # another worker's
+    entry_script.install(work)
+    from azureml_user.parallel_run import EntryScript
+
+    first = EntryScript()
+    assert EntryScript() is first and first.agent_name == "process001"
+    assert first.logger.level == logging.DEBUG
+    assert first.log_dir == str(tmp_path / "logs" / "user" / "entry_script_log" / "0")
+    assert first.output_dir == str(tmp_path / "out")
+    for name in ("azureml_user", "azureml_user.parallel_run"):
+        sys.modules.pop(name)
