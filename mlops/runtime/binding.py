@@ -17,6 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
+from mlops.errors import LocalRunError
 from mlops.runtime.records import TaskRecord
 from mlops.runtime.values import OutputSpec, Value
 
@@ -131,6 +132,9 @@ def bind_outputs(outputs: dict[str, OutputSpec], folder: Path) -> dict[str, str]
     paths = {}
     for name, spec in outputs.items():
         path = slot(name, spec, folder)
+        if spec.type == "uri_file" and path.is_dir():
+            raise LocalRunError(f"output {name} is a uri_file, and the path it is bound to is "
+                                f"a folder: {path}; map its URI to a file path")
         empty = spec.type == "uri_file" or spec.mode == "direct"
         (path.parent if empty else path).mkdir(parents=True, exist_ok=True)
         paths[name] = str(path)

@@ -253,3 +253,17 @@ def test_a_parallel_nodes_workers_are_told_the_asset_maps_stand_ins(tmp_path):
     task = node_task(source, max_procs=1)
     assert task.assets == (str(tmp_path / "map.yml"),
                            {"azureml:fare-model": str(tmp_path / "model")})
+
+
+def test_a_uri_file_output_bound_to_a_folder_is_refused_by_name(tmp_path):
+    """An asset map that sends a uri_file output (an append_row_to file) to a folder: the
+    input's error, before anything runs (was an IsADirectoryError traceback at the end)."""
+    from mlops.runtime.binding import bind_outputs
+    from mlops.runtime.values import OutputSpec
+
+    folder = tmp_path / "training_log.txt"
+    folder.mkdir()
+    with pytest.raises(LocalRunError, match="output log is a uri_file.*training_log.txt"):
+        bind_outputs({"log": OutputSpec(type="uri_file", target=folder)}, tmp_path / "task")
+    assert bind_outputs({"log": OutputSpec(type="uri_file", target=tmp_path / "a.txt")},
+                        tmp_path / "task") == {"log": str(tmp_path / "a.txt")}
