@@ -158,7 +158,8 @@ def test_the_runtimes_helpers_in_a_process_parse_as_python_3_7_and_import_the_st
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
     # imported inside the functions that need them, which run where the environment has them
-    outside = imported - set(sys.stdlib_module_names) - {"_mlops_debug", "debugpy", "pandas",
+    outside = imported - set(sys.stdlib_module_names) - {"_mlops_debug", "_mlops_entry_script",
+                                                         "debugpy", "pandas",
                                                          "mltable", "yaml",
                                                          "azureml_inference_server_http"}
     assert not outside, f"{helper.name} imports {outside}"
