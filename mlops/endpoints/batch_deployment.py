@@ -16,6 +16,7 @@ asset).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import zipfile
 from dataclasses import dataclass
@@ -87,12 +88,14 @@ def scoring_task(deployment: Deployment, folder: Path, *, layout: ModelLayout, s
                  max_procs: int) -> Task:
     nodes = int((deployment.spec.data.get("resources") or {}).get("instance_count") or 1)
     requested = nodes * int(settings.get("max_concurrency_per_instance") or 1)
+    level = str(settings.get("logging_level") or "info")
+    # Azure's batch driver gives the scoring script its logging level on the command line, which
+    # its docs read with argparse (how-to-troubleshoot-batch-endpoints: "--logging_level")
     command = worker_command(folder / "work", deployment.scoring_script,
-                                       Retry.from_spec(settings.get("retry_settings"),
-                                                                 RETRY))
+                             Retry.from_spec(settings.get("retry_settings"), RETRY),
+                             f"--logging_level {shlex.quote(level)}")
     env_vars = {**variables(settings.get("environment_variables")), **layout.env(),
-                "AZUREML_BI_OUTPUT_PATH": str(folder / "outputs"),
-                "LOGGING_LEVEL": str(settings.get("logging_level") or "info")}
+                "AZUREML_BI_OUTPUT_PATH": str(folder / "outputs"), "LOGGING_LEVEL": level}
     return Task(name=deployment.name, command=command,
                         where=f"{deployment.spec.path}: environment", folder=folder,
                         code=deployment.code,

@@ -162,3 +162,27 @@ def test_an_online_spec_is_not_a_batch_deployment_and_code_is_needed_unless_mlfl
     ({"dataframe_split": {"data": [[1]]}}, {"dataframe_split": {"data": [[1]]}})])
 def test_azures_input_data_envelope_becomes_mlflows_own_request(body, request_):
     assert as_mlflow_request(body) == request_
+
+
+@pytest.mark.parametrize(("settings", "level"), [({}, "info"), ({"logging_level": "debug"},
+                                                                  "debug")])
+def test_a_batch_scoring_script_is_given_its_logging_level_on_the_command_line(
+        tmp_path, settings, level):
+    """Azure's batch driver passes --logging_level, which its docs read with argparse."""
+    from types import SimpleNamespace
+
+    from mlops.endpoints.batch_deployment import scoring_task
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "m.pkl").write_bytes(b"x")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "score.py").write_text("def init(): pass\ndef run(b): return b\n")
+    (tmp_path / "d.yml").write_text(
+        "name: plain\nendpoint_name: e\ntype: model\nmodel:\n  path: model\n"
+        "code_configuration:\n  code: src\n  scoring_script: score.py\n"
+        "environment:\n  image: python:3.11\ncompute: azureml:cpu\n")
+    spec = deployment.load(tmp_path / "d.yml", "batch-deployment")
+    layout = SimpleNamespace(env=dict, read_only=list)
+    task = scoring_task(spec, tmp_path, layout=layout, settings=settings, max_procs=1)
+    assert task.command.endswith(f" -- --logging_level {level}")
+    assert task.env_vars["LOGGING_LEVEL"] == level
