@@ -59,7 +59,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from mlops.errors import LocalError, machine_fault
+from mlops.errors import LocalError, machine_faults_raised
 
 
 def exit_with(main: Callable[[], int | None]) -> NoReturn:
@@ -80,16 +80,10 @@ def exit_code(call: Callable[[], int]) -> int:
     """The front doors' one exit-code rule: the engine's own code (a job's, a batch run's, a
     server's status); INPUT_ERROR with the message for a spec or input error; 128 + the signal
     number when interrupted; MACHINE_ERROR with what to do when the machine stopped it."""
-    try:
-        return call()
+    try:  # an OSError that is the machine's fault (a full disk): a MachineError, no traceback
+        return machine_faults_raised(call)
     except LocalError as err:  # either kind: its message, its exit code (mlops/errors.py)
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt as err:
         return 128 + getattr(err, "signum", 2)
-    except OSError as err:  # the machine's fault (a full disk, a read-only folder): no traceback
-        fault = machine_fault(err)
-        if fault is None:
-            raise
-        print(f"error: {fault}", file=sys.stderr)
-        return fault.exit_code

@@ -68,3 +68,15 @@ def machine_fault(err: OSError) -> MachineError | None:
     if err.filename2 is not None:  # a copy or a rename: the second name is the one written
         where = err.filename2
     return MachineError(f"{where}: {err.strerror}; {ADVICE[err.errno]}")
+
+
+def machine_faults_raised(call):
+    """call(), with an OSError that is the machine's fault raised as its MachineError (the front
+    doors' LocalError handling then says it); any other OSError as it is."""
+    try:
+        return call()
+    except OSError as err:
+        fault = machine_fault(err)
+        if fault is None:
+            raise
+        raise fault from err

@@ -23,7 +23,7 @@ from mlops.api.session import Session
 from mlops.cli import assets, batch, endpoints, jobs
 from mlops.cli.common import Verb, note
 from mlops.cli.output import query, render
-from mlops.errors import LocalError, machine_fault
+from mlops.errors import LocalError, machine_faults_raised
 from mlops.project import keep_state_out_of_git
 
 IGNORED = ("resource_group", "workspace_name", "subscription", "registry_name")
@@ -51,19 +51,13 @@ def run(argv: list[str] | None = None) -> int:
                                  else " are") + " ignored")
     try:
         keep_state_out_of_git()
-        result = args.handler(Session(), args)
+        result = machine_faults_raised(lambda: args.handler(Session(), args))
         if isinstance(result, int):  # a job run in the foreground: its exit code
             return result
         sys.stdout.write(render(query(result, args.query), args.output))
     except LocalError as err:
         print(f"ERROR: {err}", file=sys.stderr)
         return err.exit_code
-    except OSError as err:  # the machine's fault (a full disk, a read-only folder): no traceback
-        fault = machine_fault(err)
-        if fault is None:
-            raise
-        print(f"ERROR: {fault}", file=sys.stderr)
-        return fault.exit_code
     except KeyboardInterrupt:
         return 130
     return 0
