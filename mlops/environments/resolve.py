@@ -99,9 +99,26 @@ class UvFailed(MachineError):
     not the environment's."""
 
 
+FULL = "No space left on device"
+ABSOLUTE = re.compile(r"`(/[^`]+)`|(?<![\w.~])(/[^\s`'\"():]+)")
+
+
+def _full_at(stderr: str) -> str:
+    """The path whose write found the disk full: the last one uv names on that line."""
+    line = next(line for line in stderr.splitlines() if FULL in line)
+    paths = [a or b for a, b in ABSOLUTE.findall(line.split(FULL)[0])]
+    return paths[-1] if paths else "a file"
+
+
 def uv_failure(stderr: str, doing: str) -> UvFailed:
-    """What stopped uv, in its words, with what to do when it is its cache folder."""
+    """What stopped uv, in its words, with what to do: a full disk (wherever uv was writing:
+    a layer, its cache), or its cache folder."""
     words = tail(stderr)
+    if FULL in stderr:
+        return UvFailed(f"{doing}: the disk is full (writing {_full_at(stderr)}: {FULL}): free "
+                        "space on it, or point MLOPS_CACHE_DIR (the environments) and "
+                        "UV_CACHE_DIR (uv's downloads) at a disk with room, and run again; uv "
+                        f"said:\n{words}")
     if UNWRITABLE.search(stderr) and "cache" in stderr.lower():
         where = CACHE_PATH.search(stderr)
         folder = where.group(1) if where else os.environ.get("UV_CACHE_DIR", "uv's cache")

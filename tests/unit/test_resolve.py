@@ -390,3 +390,28 @@ def test_a_staged_set_is_moved_here_install_by_install_no_deps_ones_alone(monkey
         (["domonic>=0.9.10"], ("--no-deps",)),
         (["requests>=2.32.4"], ())]  # the second resolves nothing the first put there
     assert set(moved.here) == {"domonic", "requests"} and moved.lines == []
+
+
+FULL_DISK = (
+    "error: Failed to install: pyarrow-14.0.2-cp310-cp310-manylinux_2_28_x86_64.whl "
+    "(pyarrow==14.0.2)\n"
+    "  Caused by: Failed to copy to `/cache/envs/py3.10-a9/lib/python3.10/site-packages/"
+    "pyarrow/libarrow.so.1400`\n"
+    "  Caused by: failed to copy file from /home/ana/.cache/uv/archive-v0/yx/pyarrow/"
+    "libarrow.so.1400 to /cache/envs/py3.10-a9/lib/python3.10/site-packages/pyarrow/"
+    ".tmpElJjhw: No space left on device (os error 28)\n")
+
+
+def test_a_full_disk_is_named_where_uv_was_writing_not_blamed_on_its_cache_folder():
+    """uv copying a wheel into a layer found the disk full: the message says the disk is full
+    at the layer's file (not 'uv's cache folder ... cannot be written') and names both caches
+    to move; a full disk under uv's own cache reads the same."""
+    message = str(resolve.uv_failure(FULL_DISK, "environment env: installing its packages"))
+    assert message.startswith("environment env: installing its packages: the disk is full "
+                              "(writing /cache/envs/py3.10-a9/lib/python3.10/site-packages/"
+                              "pyarrow/.tmpElJjhw: No space left on device)")
+    assert "MLOPS_CACHE_DIR" in message and "UV_CACHE_DIR" in message
+    assert "uv's cache folder" not in message
+    bare = resolve.uv_failure("error: No space left on device (os error 28)\n", "resolving")
+    assert "the disk is full (writing a file: No space left on device)" in str(bare)
+    assert isinstance(bare, MachineError)
