@@ -53,18 +53,18 @@ class SparkLine:
 
 
 # Azure's serverless Spark runtimes (the Synapse runtimes' component lists: Spark, Java, Python,
-# and the pandas/numpy/pyarrow/scipy (what pyspark itself imports) and setuptools (pkg_resources,
-# which libraries of their day import) of their Python environment; spark_shipped.py: the rest)
+# and the pandas/numpy/pyarrow/scipy (what pyspark itself imports) of their Python environment;
+# spark_shipped.py: the rest of it, as the job's code imports it)
 LINES = {
     "3.3": SparkLine(version="3.3", java=11, azure_java=8, python="3.10",
                      packages=("pandas==1.5.1", "numpy==1.23.4", "pyarrow==9.0.0",
-                               "scipy==1.9.3", "setuptools==70.2.0")),
+                               "scipy==1.9.3")),
     "3.4": SparkLine(version="3.4", java=11, azure_java=11, python="3.10",
                      packages=("pandas==1.5.3", "numpy==1.23.5", "pyarrow==14.0.2",
-                               "scipy==1.11.4", "setuptools==69.2.0")),
+                               "scipy==1.11.4")),
     "3.5": SparkLine(version="3.5", java=17, azure_java=17, python="3.11",
                      packages=("pandas==2.2.3", "numpy==1.26.4", "pyarrow==19.0.0",
-                               "scipy==1.15.1", "setuptools==75.8.0")),
+                               "scipy==1.15.1")),
 }
 DEFAULT_LINE = "3.4"  # what an attached pool runs unless its own settings say otherwise
 # azure-ai-ml's field names for the conf keys it reads (a spec may use either)

@@ -111,10 +111,20 @@ def imported_modules(folder: Path) -> set[str]:
     return names
 
 
+# the runtime's setuptools: pkg_resources, which the shipped packages of their day import
+# (mlflow-skinny 1.30's autologging does at `import mlflow`); uv's environments have none
+SETUPTOOLS = {"3.3": "setuptools==70.2.0", "3.4": "setuptools==69.2.0",
+              "3.5": "setuptools==75.8.0"}
+
+
 def shipped_for(version: str, folder: Path | None) -> tuple[str, ...]:
-    """The runtime's requirements for what the code under `folder` imports, sorted."""
+    """The runtime's requirements for what the code under `folder` imports, sorted, with the
+    runtime's setuptools beside any of them (or where the code imports it itself)."""
     table = SHIPPED.get(version, {})
     if folder is None or not table:
         return ()
     imported = imported_modules(folder)
-    return tuple(sorted({line for module, line in table.items() if module in imported}))
+    found = {line for module, line in table.items() if module in imported}
+    if found or imported & {"setuptools", "pkg_resources"}:
+        found.add(SETUPTOOLS[version])
+    return tuple(sorted(found))

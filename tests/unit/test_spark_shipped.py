@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mlops.environments.activation import image_adds
 from mlops.runtime.spark import LINES, spark_task
-from mlops.runtime.spark_shipped import SHIPPED, imported_modules, shipped_for
+from mlops.runtime.spark_shipped import SETUPTOOLS, SHIPPED, imported_modules, shipped_for
 from mlops.runtime.tasks import TaskSource
 from mlops.runtime.uris import AssetMap
 
@@ -36,15 +36,20 @@ def test_the_modules_a_code_folder_imports_are_read_without_running_it(tmp_path)
 def test_only_what_the_code_imports_comes_at_the_runtimes_versions(tmp_path):
     folder = code(tmp_path, **{"job.py": "import mlflow\nimport sklearn\nimport azureml.core\n"})
     assert shipped_for("3.4", folder) == (
-        "azureml-core==1.55.0", "mlflow-skinny==2.9.2", "scikit-learn==1.3.2")
+        "azureml-core==1.55.0", "mlflow-skinny==2.9.2", "scikit-learn==1.3.2",
+        "setuptools==69.2.0")
     assert shipped_for("3.3", folder) == (
-        "azureml-core==1.47.0", "mlflow-skinny==1.30.0", "scikit-learn==1.1.3")
+        "azureml-core==1.47.0", "mlflow-skinny==1.30.0", "scikit-learn==1.1.3",
+        "setuptools==70.2.0")
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "pkg.py").write_text("import pkg_resources\n")
+    assert shipped_for("3.5", tmp_path / "own") == ("setuptools==75.8.0",)
     assert shipped_for("3.4", code(tmp_path, **{"other.py": "import json\n"}).parent / "x") == ()
     assert shipped_for("3.4", None) == ()
 
 
 def test_every_spark_line_has_its_shipped_table():
-    assert set(SHIPPED) == set(LINES)
+    assert set(SHIPPED) == set(LINES) == set(SETUPTOOLS)
     for table in SHIPPED.values():
         assert all("==" in line for line in table.values())
 
