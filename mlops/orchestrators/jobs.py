@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mlops.checks.prepare import prepare_job
@@ -124,7 +124,7 @@ def remember(job: Job, folder: Path) -> int:
     declared = job_outputs(outputs, assets)
     paths = {name: str(slot(name, spec, folder)) for name, spec in declared.items()}
     try:
-        record_job(Workspace(workspace_root()), [str(job.data.get("name") or ""), folder.name],
+        record_job(Workspace(workspace_root()), [job.named, folder.name],
                    folder, paths, artifacts=run_artifacts(folder))
     except OSError as err:
         print(f"error: {job.name} completed, but the local workspace could not record it: "
@@ -158,7 +158,9 @@ def run_local(request: JobRequest) -> int:
                                 f"{request.spec} is a {job.spec.kind}")
         check_interrupt()
         folder = run_folder(job, request.run_dir)
-        setup = RunSetup(folder=folder, identity=job.identity(folder),
+        identity = job.identity(folder)
+        job = replace(job, named=identity.name)
+        setup = RunSetup(folder=folder, identity=identity,
                          max_procs=request.max_procs, env_file=request.env_file,
                          debug=request.debug, force_rerun=request.force_rerun,
                          explain=request.explain, selection=request.selection)

@@ -25,6 +25,7 @@ from mlops.project import project
 from mlops.runtime.records import JobStatus, RunRecord
 from mlops.runtime.uris import AssetMap
 from mlops.specs import Spec, SpecData
+from mlops.workspace.names import generated_job_name
 
 LOCK = ".lock"
 BATCH_JOB = "batchJob"  # run.json's kind for a batch endpoint's job (endpoints/batch_run.py)
@@ -36,6 +37,7 @@ class Job:
 
     spec: Spec
     assets: AssetMap
+    named: str = ""  # the job's name, once its run folder is known (identity())
 
     @property
     def data(self) -> SpecData:
@@ -43,14 +45,16 @@ class Job:
 
     @property
     def name(self) -> str:
-        """The display name: the MLflow run's name, a label only (as on Azure)."""
-        return str(self.data.get("display_name") or self.spec.path.stem)
+        """The display name: the MLflow run's name, a label only; Azure's default is the job's
+        name (azure-ai-ml's generate_defaults)."""
+        return str(self.data.get("display_name") or self.named or self.spec.path.stem)
 
     @property
     def slug(self) -> str:
         """The run folder's stem: a shell-safe slug of the display name (or the file's name);
-        Azure generates a job's name, the display name may hold spaces and parentheses."""
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.name).strip("-.")
+        the display name may hold spaces and parentheses."""
+        label = str(self.data.get("display_name") or self.spec.path.stem)
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-.")
         return slug or re.sub(r"[^A-Za-z0-9_.-]+", "-", self.spec.path.stem) or "job"
 
     def identity(self, folder: Path) -> Identity:
@@ -122,12 +126,16 @@ def locked(folder: Path) -> Iterator[None]:
 
 
 def job_name(job: Job, folder: Path) -> str:
-    """The job's name: its spec's `name:` (az ml job create --name sets it), else its run
-    folder's, as a name Azure takes (Azure would generate one: a folder named `x;y` is job
-    `x_y`)."""
+    """The job's name: its spec's `name:` (az ml job create --name sets it); else the one its
+    run folder's run.json holds (a run resumed in its folder keeps its name); else one made as
+    azure-ai-ml makes it for a job without a name (workspace/names.generated_job_name), or
+    its run folder's name made a name Azure takes where that cannot be (`x;y` is `x_y`)."""
     if job.data.get("name"):
         return str(job.data["name"])
-    return folder_job_name(folder)
+    earlier = read_record(folder)
+    if earlier is not None and earlier.name:
+        return earlier.name
+    return generated_job_name() or folder_job_name(folder)
 
 
 def folder_job_name(folder: Path) -> str:

@@ -93,8 +93,14 @@ def time_limit(data: SpecData, where: str) -> float:
 
 
 def experiment_name(data: SpecData) -> str:
-    """Azure's default experiment is the name of the folder the job is submitted from."""
-    return str(data.get("experiment_name") or Path.cwd().name)
+    """The spec's experiment, else Azure's default: the stem of the folder the job is
+    submitted from, spaces removed, or `Default` (azure-ai-ml's generate_defaults, in
+    entities/_job/to_rest_functions.py: `my project.v2` is experiment `myproject`)."""
+    return str(data.get("experiment_name") or default_experiment())
+
+
+def default_experiment() -> str:
+    return Path.cwd().resolve().stem.replace(" ", "") or "Default"
 
 
 def load_component(ref, base: Path, assets: AssetMap, where: str, *,

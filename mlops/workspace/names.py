@@ -93,3 +93,28 @@ def job_name(name: object) -> str:
 
 def version(value: object) -> str:
     return check(value, VERSION, "version")
+
+
+
+def generated_job_name() -> str | None:
+    """A name for a job whose spec gives none, made as Azure's is: azure-ai-ml names it before
+    submitting (entities/_job/to_rest_functions.py: generate_defaults; job_name_generator.py:
+    an adjective, a noun and 10 random characters, `sincere_rose_3k1lcw5bmz`). That module is
+    run from the installed azure-ai-ml by its path (importing the package costs a second);
+    None where it is not found."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("azure.ai.ml")
+    except (ImportError, ValueError):
+        found = None
+    for folder in (found.submodule_search_locations or ()) if found is not None else ():
+        spec = importlib.util.spec_from_file_location(
+            "_azure_job_names", f"{folder}/entities/_job/job_name_generator.py")
+        try:
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return job_name(module.generate_job_name())
+        except (OSError, SyntaxError, AttributeError, InvalidName):
+            continue
+    return None

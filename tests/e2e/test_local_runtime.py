@@ -25,6 +25,7 @@ from mlops import run as local
 from mlops.checks.validation import validate
 from mlops.runtime import launch
 from mlops.runtime.mlflow_runs import Tracking
+from mlops.runtime.tasks import default_experiment
 from mlops.specs import ROOT
 
 TP = ROOT / "tests" / "fixtures" / "thirdparty"
@@ -56,7 +57,7 @@ def test_quoted_references_get_the_argv_azure_gives(tmp_path):
     env = seen["env"]
     assert env["AZURE_ML_INPUT_columns"] == "a b,c" and env["AZURE_ML_INPUT_table"] == table
     assert env["MLFLOW_RUN_ID"] == env["AZUREML_RUN_ID"]
-    assert env["MLFLOW_EXPERIMENT_NAME"] == Path.cwd().name  # Azure's default experiment name
+    assert env["MLFLOW_EXPERIMENT_NAME"] == default_experiment()  # Azure's default experiment name
 
 
 def test_outputs_and_logs_folders_are_created_kept_and_uploaded(tmp_path):
@@ -64,7 +65,7 @@ def test_outputs_and_logs_folders_are_created_kept_and_uploaded(tmp_path):
     wd = tmp_path / "run" / "wd"
     assert (wd / "outputs/note.txt").is_file() and (wd / "logs/trace.log").is_file()
     assert (wd / "scratch.txt").is_file() and not (TP / "src/scratch.txt").exists()
-    (mlflow_run,) = runs(Path.cwd().name)
+    (mlflow_run,) = runs(default_experiment())
     client = MlflowClient()
     uploaded = {a.path for folder in ("outputs", "logs", "user_logs")
                 for a in client.list_artifacts(mlflow_run.info.run_id, folder)}
@@ -77,8 +78,8 @@ def test_inline_pipeline_nodes_with_empty_output_declarations(tmp_path):
     assert run(TP / "inline-pipeline.yml", tmp_path / "run") == 0
     copy = tmp_path / "run/steps/consume/outputs/copy/copy.txt"
     assert copy.read_text().strip() == "hello there"
-    parent = next(r for r in runs(Path.cwd().name) if "mlflow.parentRunId" not in r.data.tags)
-    children = [r for r in runs(Path.cwd().name)
+    parent = next(r for r in runs(default_experiment()) if "mlflow.parentRunId" not in r.data.tags)
+    children = [r for r in runs(default_experiment())
                 if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(r.info.run_name for r in children) == ["consume", "produce"]
 
@@ -118,7 +119,7 @@ def test_pipeline_sweep_node_passes_its_best_trial_downstream(tmp_path, monkeypa
     assert len(summary["trials"]) == 2
     assert summary["best_trial"]["params"] == {"lr": 0.5, "kernel": "rbf"}
     assert "lr=0.5 kernel=rbf threads=2" in (tmp_path / "run/steps/report/log.txt").read_text()
-    trials = [r for r in runs(Path.cwd().name) if "mlops.trial" in r.data.tags]
+    trials = [r for r in runs(default_experiment()) if "mlops.trial" in r.data.tags]
     assert len(trials) == 2 and all("score" in r.data.metrics for r in trials)
     folders = {t["folder"] for t in summary["trials"]}
     assert len(folders) == 2  # every trial in its own folder, own snapshot
@@ -179,7 +180,8 @@ def test_a_dying_launcher_takes_its_workers_with_it(tmp_path):
 def test_a_crash_ends_every_mlflow_run_the_job_opened(tmp_path):
     assert run(TP / "crash.yml", tmp_path / "run") == 1
     statuses = {r.info.run_name: r.info.status for r in runs("thirdparty-crash")}
-    assert statuses == {"crash": "FAILED", "inner": "FAILED"}
+    name = json.loads((tmp_path / "run/run.json").read_text())["name"]  # no display_name:
+    assert statuses == {name: "FAILED", "inner": "FAILED"}  # the run is named as the job
 
 
 @pytest.mark.proof

@@ -4,6 +4,7 @@ copies the machine or loops."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -205,12 +206,39 @@ def test_the_shell_meets_a_removed_mount_before_its_next_command():
 @pytest.mark.parametrize(("folder", "name"), [("x;y", "x_y"), ("my runs ü", "my_runs__"),
                                               ("run-3", "run-3"), (";;", "job")])
 def test_a_run_folders_name_is_a_job_name_azure_takes(tmp_path, folder, name):
-    """A spec without `name:` is named by its run folder, made a name Azure takes (Azure would
-    generate one); the folder is never refused for its name."""
+    """A run folder's name made a job name Azure takes (a batch job's, and an unnamed job's
+    where azure-ai-ml's generator cannot be read); the folder is never refused for its name."""
+    assert job.folder_job_name(tmp_path / folder) == name
+
+
+def test_a_job_without_a_name_is_named_as_azure_ai_ml_names_it_and_keeps_it(tmp_path):
+    """azure-ai-ml names a job without `name:` adjective_noun_<10 characters> before it is
+    submitted (generate_defaults); a run resumed in its folder keeps the name run.json holds."""
     from types import SimpleNamespace
 
-    assert job.job_name(SimpleNamespace(data={}), tmp_path / folder) == name
-    assert job.job_name(SimpleNamespace(data={"name": "given"}), tmp_path / folder) == "given"
+    from mlops.runtime.records import RunRecord
+
+    unnamed = SimpleNamespace(data={})
+    names = {job.job_name(unnamed, tmp_path / "new") for _ in range(5)}
+    assert len(names) == 5 and all(re.fullmatch(r"[a-z]+_[a-z]+_[b-df-hj-np-tv-z0-9]{10}", n)
+                                   for n in names)
+    assert job.job_name(SimpleNamespace(data={"name": "given"}), tmp_path) == "given"
+    RunRecord(kind="command", spec="job.yml", name="sincere_rose_3k1lcw5bmz").write(tmp_path)
+    assert job.job_name(unnamed, tmp_path) == "sincere_rose_3k1lcw5bmz"
+
+
+@pytest.mark.parametrize(("folder", "experiment"), [("my project.v2", "myproject"),
+                                                    ("fowl", "fowl"), (" ", "Default")])
+def test_the_default_experiment_is_the_folders_stem_without_spaces(tmp_path, monkeypatch,
+                                                                    folder, experiment):
+    """azure-ai-ml's default experiment: the submitting folder's stem, spaces removed, else
+    `Default` (generate_defaults)."""
+    from mlops.runtime.tasks import experiment_name
+
+    (tmp_path / folder).mkdir(exist_ok=True)
+    monkeypatch.chdir(tmp_path / folder)
+    assert experiment_name({}) == experiment
+    assert experiment_name({"experiment_name": "given"}) == "given"
 
 
 @pytest.mark.parametrize(("content", "says"), [
