@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from mlops.errors import MachineError
 from mlops.project import SQLITE, sqlite_file, tracking_uri  # noqa: F401 - the store's names
 from mlops.runtime.mlflow_rest import RestError, RestStore
 from mlops.runtime.mlflow_store import ClientStore, artifact_root, creating  # noqa: F401
@@ -23,6 +24,21 @@ from mlops.runtime.records import RunStatus, Status
 # hooks), so 2 s misjudged a crash's nested run as finished on purpose.
 EXIT_WINDOW_MS = 10_000
 PARENT = "mlflow.parentRunId"
+
+
+# what SQLite says of a file that is not (or no longer) a whole database
+DAMAGED = ("file is not a database", "database disk image is malformed")
+
+
+def damaged_store(uri: str, err: Exception) -> MachineError | None:
+    """The machine's error for a local sqlite store SQLite cannot read (overwritten, cut short
+    by a full disk or a crash), None for any other failure."""
+    said, path = next((m for m in DAMAGED if m in str(err)), None), sqlite_file(uri)
+    if said is None or path is None:
+        return None
+    return MachineError(f"the local MLflow store {path} is damaged (SQLite: {said}): move it "
+                        f"aside (mv '{path}' '{path}.damaged') and run again, which makes a new "
+                        "one (sqlite3's .recover may get runs back from the damaged file)")
 
 
 class Tracking:
@@ -57,15 +73,21 @@ class Tracking:
     def _do(self, call: str, *args):
         backend = self.connect()
         try:
-            return getattr(backend, call)(*args)
-        except RestError as err:
-            if err.code != "UNREACHABLE":
-                raise
-            tail = self.server.log_tail() if self.server is not None else ""
-            print(f"warning: the local MLflow server is not running ({err}); the runner uses "
-                  f"the store directly" + (f":\n  {tail}" if tail else ""), file=sys.stderr)
-            self.backend, self.job_uri = ClientStore(self.uri), self.uri
+            try:
+                return getattr(backend, call)(*args)
+            except RestError as err:
+                if err.code != "UNREACHABLE":
+                    raise
+                tail = self.server.log_tail() if self.server is not None else ""
+                print(f"warning: the local MLflow server is not running ({err}); the runner "
+                      f"uses the store directly" + (f":\n  {tail}" if tail else ""),
+                      file=sys.stderr)
+                self.backend, self.job_uri = ClientStore(self.uri), self.uri
             return getattr(self.backend, call)(*args)
+        except Exception as err:  # the server's answer, or sqlalchemy's from the store itself
+            if (damaged := damaged_store(self.uri, err)) is not None:
+                raise damaged from None
+            raise
 
     def serve(self) -> str:
         """The URI jobs track to: the local tracking server's, else the store's."""

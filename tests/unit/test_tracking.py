@@ -1,8 +1,13 @@
 """The runner's MLflow store (mlops/runtime/mlflow_runs.py): runs started together share it."""
 
+import os
+import re
 import threading
 from pathlib import Path
 
+import pytest
+
+from mlops.errors import MachineError
 from mlops.runtime.mlflow_runs import Tracking
 
 
@@ -76,3 +81,18 @@ def test_an_absolute_artifact_path_is_kept_under_the_runs_artifacts(tmp_path):
     mlflow_client.patch(types.SimpleNamespace(LocalArtifactRepository=Repository))
     assert Repository().log_artifacts(str(tmp_path), "/a/b/../model") == "a/model"
     assert Repository().log_artifact(str(tmp_path), artifact_path="/x.txt") == "x.txt"
+
+
+@pytest.mark.parametrize("damage", ["overwritten", "cut short"])
+def test_a_damaged_store_is_the_machines_error_naming_it_and_what_to_do(tmp_path, damage):
+    """An mlflow.db SQLite cannot read (overwritten, cut short by a full disk) stops the run
+    with one line naming the file and how to start afresh, not sqlalchemy's traceback."""
+    store = tmp_path / "state dir" / "mlflow.db"
+    store.parent.mkdir()
+    Tracking(uri=f"sqlite:///{store}").experiment_id("made")  # a whole store first
+    data = store.read_bytes()
+    store.write_bytes(os.urandom(4096) if damage == "overwritten" else data[:len(data) // 3])
+    said = "file is not a database" if damage == "overwritten" else "malformed"
+    with pytest.raises(MachineError, match=rf"{re.escape(str(store))} is damaged \(SQLite: "
+                                           rf".*{said}.*mv '{re.escape(str(store))}'"):
+        Tracking(uri=f"sqlite:///{store}").experiment_id("other")
