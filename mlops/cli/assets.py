@@ -11,11 +11,13 @@ from mlops.cli.common import Verb
 from mlops.errors import LocalRunError
 
 KINDS = ("model", "data", "environment", "component")
+PLURAL = {"data": "data assets"}
 
 
 def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     for kind in KINDS:
-        group = groups.add_parser(kind, help=f"{kind}s in the local workspace").add_subparsers(
+        group = groups.add_parser(kind, help=f"{PLURAL.get(kind, kind + 's')} in the local "
+                                                 "workspace").add_subparsers(
             dest="verb", required=True, metavar="{create,list,show,archive,restore}")
         create = verb.add(group, "create", _create, f"register a {kind} version")
         create.add_argument("-f", "--file", type=Path, help="its YAML spec")
