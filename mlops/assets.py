@@ -46,7 +46,8 @@ def act(session: Session, args: argparse.Namespace) -> object:
     if args.action == "create":
         return session.create_asset(AssetRequest(
             kind=kind, spec=args.file, name=name, version=args.version, path=args.path,
-            type=args.type, description=args.description))
+            type=args.type, description=args.description,
+            overrides=(("version", args.version),) if args.version else ()))
     if args.action == "list":
         return session.list_assets(kind, name=name, archived=args.archived)
     if args.action == "show":

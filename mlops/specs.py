@@ -237,10 +237,12 @@ class SpecError(LocalRunError, ValueError):
 def spec_text(path: Path) -> str:
     """A spec file's text: a regular file (a pipe would wait forever, a device never end), no
     larger than the reader takes, decoded as UTF-8 as azure-ai-ml decodes it."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise SpecError(Finding(path=path, key="",
-                                problem="not a regular file (a pipe, a socket or a device: "
-                                "az ml reads a spec from a file)", fix="point at the YAML file"))
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a pipe, a socket or " \
+            "a device)"
+        raise SpecError(Finding(path=path, key="", problem=f"{kind}: az ml reads a spec from a "
+                                "YAML file", fix="point at the YAML file"))
     if os.stat(path).st_size > yaml_limits.MAX_CHARS:
         raise yaml_limits.YamlTooLarge(f"it is {os.stat(path).st_size / 2**20:.0f} MiB, more "
                                        f"than the {yaml_limits.MAX_CHARS // 2**20} MiB this "

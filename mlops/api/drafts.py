@@ -48,23 +48,39 @@ def kind_of(spec: Spec, hint: str | None) -> AssetKind:
                         "environment, component): say which with KIND=<kind>")
 
 
-def read_asset_spec(path: Path, hint: str | None) -> tuple[Spec, AssetKind]:
+Overrides = tuple[tuple[str, object], ...]  # az's params_override, in its order
+COMMAND_LINE = "(the command line)"  # where a spec made of flags alone says it comes from
+
+
+def read_asset_spec(path: Path | None, hint: str | None,
+                    overrides: Overrides = ()) -> tuple[Spec, AssetKind]:
+    """The spec at `path` with az's overrides applied (--set, then --name, --version, ...), as
+    azure-ai-ml's load_<kind>(source, params_override) loads it; without `path`, the spec the
+    overrides make, its relative paths from the current folder (load_environment(None, ...))."""
+    from mlops.checks.overrides import apply_sets
     from mlops.checks.validation import check
 
     try:
-        spec = load_spec(path)
+        if path is None:
+            spec = Spec(path=Path.cwd() / COMMAND_LINE, data={}, role=str(hint or ""))
+        else:
+            spec = load_spec(path)
         kind = kind_of(spec, hint)
-        if kind == AssetKind.COMPONENT:
+        if path is not None and kind == AssetKind.COMPONENT:
             spec = load_spec(path, role="component")
-        elif hint:  # az ml's verb loads it as its kind whatever the $schema says (load_data)
+        elif path is not None and hint:  # az ml's verb loads it as its kind (load_data)
             spec = load_spec(path, role=kind.value.rstrip("s"))
     except SpecError as err:
         raise LocalRunError(str(err)) from None
+    apply_sets(spec.data, [{key: value} for key, value in overrides], spec.path)
+    path = spec.path
     errors = [f for f in check(spec) if f.is_error]
     if errors:
         raise LocalRunError("\n".join(str(f) for f in errors))
     if not spec.data.get("name"):
         raise LocalRunError(f"{path}: an asset needs a name (Azure refuses one without)")
+    if kind == AssetKind.ENVIRONMENT:
+        _image_or_build(spec.data, path)
     try:
         names.asset_name(kind.value, spec.data["name"], kind.noun)
         if spec.data.get("version") is not None:
@@ -72,6 +88,17 @@ def read_asset_spec(path: Path, hint: str | None) -> tuple[Spec, AssetKind]:
     except names.InvalidName as err:
         raise names.InvalidName(f"{path}: {err}") from None
     return spec, kind
+
+
+def _image_or_build(data: dict[str, object], path: Path) -> None:
+    """azure-ai-ml's Environment.validate, which create_or_update runs before anything is sent:
+    an image or a build context, not both."""
+    if not data.get("image") and not data.get("build"):
+        raise LocalRunError(f"{path}: Docker image or Dockerfile is required for environments "
+                            "(azure-ai-ml): give image: (--image) or build: (--build-context)")
+    if data.get("image") and data.get("build"):
+        raise LocalRunError(f"{path}: Docker image or Dockerfile should be provided not both "
+                            "(azure-ai-ml): keep image: or build:")
 
 
 def resolve_path(path: str, asset_file: Path | None) -> Path:
@@ -82,13 +109,13 @@ def resolve_path(path: str, asset_file: Path | None) -> Path:
 
 
 @contextlib.contextmanager
-def draft_of(path: Path, *, kind: str | None, assets: AssetMap,
-             version: str | None = None) -> Iterator[Draft]:
-    """The draft for the spec at `path` (version: the command line's, over the spec's)."""
-    spec, asset_kind = read_asset_spec(path, kind)
-    data = spec.data
+def draft_of(path: Path | None, *, kind: str | None, assets: AssetMap,
+             overrides: Overrides = ()) -> Iterator[Draft]:
+    """The draft for the spec at `path` with the command line's overrides (read_asset_spec)."""
+    spec, asset_kind = read_asset_spec(path, kind, overrides)
+    path, data = spec.path, spec.data
     draft = Draft(kind=asset_kind, name=str(data["name"]), source=None,
-                  version=str(version or data.get("version") or "") or None,
+                  version=str(data.get("version") or "") or None,
                   type=str(data.get("type") or default_type(asset_kind)),
                   description=str(data.get("description") or ""),
                   tags={str(k): str(v) for k, v in (data.get("tags") or {}).items()},

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlops.api.drafts import default_type, draft_of, resolve_path
+from mlops.api.drafts import Overrides, default_type, draft_of, resolve_path
 from mlops.errors import LocalRunError
 from mlops.runtime import AssetMap
 from mlops.workspace import names
@@ -42,10 +42,11 @@ def _workspace(registry: str | None = None) -> Workspace:
     return Workspace(local_store(registry))
 
 
-def create(spec: Path, *, kind: str | None, version: str | None,
+def create(spec: Path | None, *, kind: str | None, overrides: Overrides,
            asset_file: Path | None, registry: str | None = None) -> AssetVersion:
-    """`az ml <kind> create -f <spec> [--registry-name <r>]`."""
-    with draft_of(spec, kind=kind, assets=AssetMap(asset_file), version=version) as draft:
+    """`az ml <kind> create -f <spec> [--set K=V] [--name ...] [--registry-name <r>]`, or an
+    environment from the command line's flags alone (`spec` None)."""
+    with draft_of(spec, kind=kind, assets=AssetMap(asset_file), overrides=overrides) as draft:
         return create_from(draft, registry=registry)
 
 
@@ -122,13 +123,17 @@ def show(selection: Selection) -> AssetVersion:
     _named(selection.kind, selection.name)
     ref = f"azureml:{selection.name}" + (f":{selection.version}" if selection.version
                                          else f"@{selection.label or LATEST}")
-    workspace = _workspace(selection.registry)
-    record = workspace.find(selection.kind, selection.name, version=selection.version,
-                            label=selection.label) if selection.registry else \
-        registered(ref, selection.kind, workspace)
-    if record is None:
-        from mlops.errors import NotFound
+    from mlops.errors import NotFound
+    from mlops.workspace.store import MissingVersion
 
+    workspace = _workspace(selection.registry)
+    try:
+        record = workspace.find(selection.kind, selection.name, version=selection.version,
+                                label=selection.label) if selection.registry else \
+            registered(ref, selection.kind, workspace)
+    except MissingVersion as err:  # az: the service's 404, exit 3, as for an unknown name
+        raise NotFound(str(err)) from None
+    if record is None:
         raise NotFound(f"{selection.kind.noun} {selection.name} is not in the local "
                        f"{'registry' if selection.registry else 'workspace'} {workspace.root}")
     return record

@@ -34,6 +34,9 @@ class AssetRequest:
     type: str = ""
     description: str = ""
     registry: str | None = None  # --registry-name: into that registry's local store
+    # az's params_override: --set's KEY=VALUE, then what its flags set (--name, --version,
+    # --image, ...), applied to the spec in order (or, without --file, making it: environment)
+    overrides: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,18 +115,22 @@ class Session:
         """`az ml <kind> create -f <spec>`, or `--name --path` (a model or data asset)."""
         from mlops.workspace.store import Draft
 
-        if request.spec is not None:
+        kind = _kind(request.kind) if request.kind else None
+        if request.spec is not None or kind == AssetKind.ENVIRONMENT:
             return asset_view(registry.create(request.spec, kind=request.kind,
-                                             version=request.version,
+                                             overrides=request.overrides,
                                              asset_file=self.asset_file,
                                              registry=request.registry))
-        kind = _kind(request.kind)
         if kind not in (AssetKind.MODEL, AssetKind.DATA) or not request.name or \
                 request.path is None:
-            raise LocalRunError(f"{request.kind} create needs --file <spec>, or (a model or "
-                                "data asset) --name and --path")
+            raise LocalRunError(f"{request.kind} create needs --file <spec>, or --name and "
+                                "--path (a model or data asset), or --name and --image or "
+                                "--build-context (an environment)")
+        given = dict(request.overrides)  # az's Model(name, path, tags, stage, ...): no --set
         draft = Draft(kind=kind, name=request.name, source=None, version=request.version,
-                      type=request.type, description=request.description, origin=request.path)
+                      type=request.type, description=request.description, origin=request.path,
+                      tags={str(k): str(v) for k, v in dict(given.get("tags") or {}).items()},
+                      stage=str(given.get("stage") or ""))
         return asset_view(registry.create_from(draft, path=request.path,
                                               asset_file=self.asset_file,
                                               registry=request.registry))

@@ -6,6 +6,7 @@ import re
 from typing import NamedTuple
 
 from mlops.checks.lint import ENDPOINT_NAME, check_size
+from mlops.environments.envfiles import dockerfile_in
 from mlops.errors import LocalRunError
 from mlops.runtime import AssetMap, is_remote
 from mlops.specs import FLAT_BATCH_KEYS, REF, Finding, Spec, SpecData, SpecError, load_spec
@@ -177,7 +178,8 @@ def check_environment(spec: Spec) -> list[Finding]:
                                   "point conda_file: at a file relative to this spec"))
     build = spec.data.get("build") or {}
     if build.get("path") and not _is_remote(build["path"]):
-        dockerfile = spec.beside(build["path"]) / build.get("dockerfile_path", "Dockerfile")
+        dockerfile = dockerfile_in(spec.beside(build["path"]),
+                                   str(build.get("dockerfile_path") or "Dockerfile"))
         if not dockerfile.is_file():
             found.append(spec.finding("build", f"no Dockerfile at {dockerfile}",
                                       "fix build.path / build.dockerfile_path"))

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from mlops.api.session import AssetRequest, Session
+from mlops.checks.overrides import parse_sets
 from mlops.cli.common import Verb
 from mlops.errors import LocalRunError
 
@@ -20,14 +21,7 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
                                                  "workspace").add_subparsers(
             dest="verb", required=True, metavar="{create,list,show,archive,restore}")
         create = verb.add(group, "create", _create, f"register a {kind} version")
-        create.add_argument("-f", "--file", type=Path, help="its YAML spec")
-        create.add_argument("-n", "--name")
-        create.add_argument("-v", "--version")
-        if kind in ("model", "data"):
-            create.add_argument("-p", "--path", help="its files: a local path, a job's "
-                                "output (azureml://jobs/<name>/outputs/<output>), a mapped URI")
-            create.add_argument("-t", "--type", default="")
-            create.add_argument("-d", "--description", default="")
+        _create_arguments(create, kind)
         listing = verb.add(group, "list", _list, f"the {kind}s: the latest of each name")
         listing.add_argument("-n", "--name", help="every version of this name")
         listing.add_argument("--include-archived", action="store_true")
@@ -46,17 +40,63 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
         group.choices["restore"].set_defaults(kind=kind)
 
 
+def _create_arguments(create: argparse.ArgumentParser, kind: str) -> None:
+    """az ml <kind> create's arguments (the ml extension's ml_<kind>_create): --file, and what
+    each flag sets over it (or, without --file, makes: a model or data asset, an environment)."""
+    create.add_argument("-f", "--file", type=Path, help="its YAML spec")
+    create.add_argument("-n", "--name")
+    create.add_argument("-v", "--version")
+    create.add_argument("-d", "--description", default="")
+    create.add_argument("--tags", nargs="*", default=[], metavar="KEY[=VALUE]")
+    create.add_argument("-s", "--set", dest="sets", action="append", default=[],
+                        metavar="KEY=VALUE", help="set a field of the spec (az's --set)")
+    if kind in ("model", "data"):
+        create.add_argument("-p", "--path", help="its files: a local path, a job's "
+                            "output (azureml://jobs/<name>/outputs/<output>), a mapped URI")
+        create.add_argument("-t", "--type", default="")
+    if kind == "model":
+        create.add_argument("--stage")
+    if kind == "environment":
+        create.add_argument("-i", "--image", help="its Docker image")
+        create.add_argument("-c", "--conda-file", help="its conda file")
+        create.add_argument("-b", "--build-context", help="its Docker build context")
+        create.add_argument("--dockerfile-path", default="/Dockerfile",
+                            help="the Dockerfile in the build context")
+        create.add_argument("--os-type")
+    if kind in ("model", "data", "environment"):
+        create.add_argument("--datastore")
+
+
+def overrides(args: argparse.Namespace) -> tuple[tuple[str, object], ...]:
+    """What az's ml_<kind>_create passes to load_<kind> as params_override: --set first, then
+    each flag given, in its order."""
+    made = [tuple(pair.items())[0] for pair in parse_sets(args.sets, Path("--set"))]
+    tags = dict(tag.partition("=")[::2] for tag in args.tags)
+    build = getattr(args, "build_context", None)
+    for key, value in (("name", args.name), ("version", args.version), ("tags", tags),
+                       ("description", args.description),
+                       ("path", getattr(args, "path", None)),
+                       ("type", getattr(args, "type", None)),
+                       ("stage", getattr(args, "stage", None)),
+                       ("image", getattr(args, "image", None)),
+                       ("conda_file", getattr(args, "conda_file", None)),
+                       ("build", build and {"path": build,
+                                            "dockerfile_path": args.dockerfile_path}),
+                       ("os_type", getattr(args, "os_type", None)),
+                       ("datastore", getattr(args, "datastore", None))):
+        if value:
+            made.append((key, value))
+    return tuple(made)
+
+
 def _create(session: Session, args: argparse.Namespace) -> object:
-    if args.file is None and args.kind in ("environment", "component"):
-        raise LocalRunError(f"{args.kind} create needs --file <its YAML spec>")
-    if args.file is not None and args.name:
-        raise LocalRunError("--name with --file: the spec names the asset (az ml takes "
-                            "--set name=<name> to change it)")
+    if args.file is None and args.kind == "component":
+        raise LocalRunError("component create needs --file <its YAML spec>")
     return session.create_asset(AssetRequest(
         kind=args.kind, spec=args.file, name=args.name, version=args.version,
         path=getattr(args, "path", None), type=getattr(args, "type", ""),
-        description=getattr(args, "description", ""),
-        registry=getattr(args, "registry_name", None)))
+        description=args.description, registry=getattr(args, "registry_name", None),
+        overrides=overrides(args)))
 
 
 def _list(session: Session, args: argparse.Namespace) -> object:

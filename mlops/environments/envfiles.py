@@ -197,11 +197,18 @@ def read_requirements(path: Path, plan: EnvPlan) -> None:
         read_requirement_line(line, path.parent, plan)
 
 
+def dockerfile_in(context: Path, dockerfile: str) -> Path:
+    """build.dockerfile_path within its build context: relative to the context's root, a
+    leading '/' included (az ml environment create's --dockerfile-path defaults to
+    `/Dockerfile`, the context's own Dockerfile)."""
+    return context / (dockerfile.lstrip("/") or "Dockerfile")
+
+
 def read_dockerfile(context: Path, dockerfile: str, plan: EnvPlan) -> str | None:
     """The Dockerfile's installs into `plan`, each an install step of its own, in the order its
     build runs them (steps.py; dockerfiles.py reads them); returns the image its final stage
     starts FROM."""
-    path = context / dockerfile
+    path = dockerfile_in(context, dockerfile)
     if not path.is_file():
         raise LocalRunError(f"{plan.label}: no Dockerfile at {path}")
     try:

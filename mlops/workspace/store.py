@@ -32,6 +32,10 @@ from mlops.workspace.uploads import copy_read_only, tree_digest
 LATEST = "latest"
 
 
+class MissingVersion(LocalRunError):
+    """An asset the workspace holds, asked for at a version (or @latest) it does not hold."""
+
+
 @dataclass(kw_only=True)
 class Draft:
     """An asset version to create: Azure's fields, and the local file or folder it registers."""
@@ -117,8 +121,8 @@ class Workspace:
         if chosen is None:
             shown = ", ".join(v.version + (" (archived)" if v.archived else "") for v in held)
             asked = f"version {version}" if version is not None else f"@{LATEST}"
-            raise LocalRunError(f"{kind.noun} {name} has no {asked} in the local workspace "
-                                f"{self.root}; it holds versions {shown}")
+            raise MissingVersion(f"{kind.noun} {name} has no {asked} in the local workspace "
+                                 f"{self.root}; it holds versions {shown}")
         return chosen
 
     def create(self, draft: Draft) -> AssetVersion:

@@ -85,6 +85,16 @@ def test_an_unknown_job_is_az_s_exit_3_and_list_is_newest_first(repo, capsys):
     assert capsys.readouterr().out == "Failed\nCompleted\n"
 
 
+def test_an_assets_unknown_version_is_az_s_exit_3_as_its_unknown_name_is(repo, tmp_path,
+                                                                          capsys):
+    """az ml model show -n m --version 99: the service's 404, exit 3, like an unknown name."""
+    (tmp_path / "weights.bin").write_bytes(b"w")
+    assert run(["model", "create", "-n", "m1", "-p", str(tmp_path / "weights.bin")]) == 0
+    assert run(["model", "show", "-n", "m1", "--version", "99"]) == 3
+    assert "m1 has no version 99" in capsys.readouterr().err
+    assert run(["model", "show", "-n", "nope"]) == 3
+
+
 def test_download_lays_out_artifacts_and_named_outputs_as_az_ml_job_download(repo, tmp_path):
     record = a_job("done", JobStatus.COMPLETED, code=0)
     (record.folder / "wd" / "outputs").mkdir(parents=True)

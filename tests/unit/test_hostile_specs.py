@@ -130,6 +130,9 @@ def test_a_pipe_given_as_a_spec_is_refused_not_waited_on(tmp_path):
     os.mkfifo(tmp_path / "job.yml")
     with pytest.raises(SpecError, match="job.yml: not a regular file"):
         load_spec(tmp_path / "job.yml")
+    (tmp_path / "jobs").mkdir()  # `-f jobs/`: said as what it is
+    with pytest.raises(SpecError, match="jobs: a folder: az ml reads a spec from a YAML file"):
+        load_spec(tmp_path / "jobs")
 
 
 def test_a_spec_larger_than_the_reader_takes_is_refused_before_it_is_read(tmp_path,

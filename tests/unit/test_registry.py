@@ -222,10 +222,10 @@ def test_what_create_registers_with_a_registry_name_resolves_as_that_registrys(t
     spec = write(tmp_path / "comp.yml", "$schema: https://azuremlschemas.azureedge.net/latest/"
                  "commandComponent.schema.json\ntype: command\nname: shared_step\nversion: 2\n"
                  "code: src\ncommand: python run.py\nenvironment:\n  image: python\n")
-    made = api.create(spec, kind="component", version=None, asset_file=None, registry="my-reg")
+    made = api.create(spec, kind="component", overrides=(), asset_file=None, registry="my-reg")
     assert made.version == "2" and "registries" in str(made.folder)
     with pytest.raises(LocalRunError, match="registry's name is 3 to 33"):
-        api.create(spec, kind="component", version=None, asset_file=None, registry="../x")
+        api.create(spec, kind="component", overrides=(), asset_file=None, registry="../x")
     assets = AssetMap(tmp_path / "none.yml")
     component = load_component("azureml://registries/my-reg/components/shared_step/labels/latest",
                                tmp_path, assets, "x")

@@ -1,0 +1,65 @@
+"""az ml <kind> create's flags as the ml extension passes them (ml_<kind>_create): over --file
+(--name, --version, --set, ...) or, for an environment, without one (mlops/cli/assets.py,
+mlops/api/drafts.py)."""
+
+from __future__ import annotations
+
+import json
+
+from mlops.cli import run
+from mlops.environments.envfiles import dockerfile_in
+
+SCHEMA = "$schema: https://azuremlschemas.azureedge.net/latest/environment.schema.json\n"
+
+
+def shown(capsys) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+def test_an_environment_is_made_from_flags_alone_as_az_makes_it(repo, capsys):
+    """`az ml environment create --name e --image i --conda-file c` (published setup scripts):
+    no spec; the conda file from the current folder."""
+    (repo / "conda.yml").write_text("dependencies:\n  - python=3.11\n")
+    assert run(["environment", "create", "--name", "e1", "--image", "python:3.11",
+                "--conda-file", "conda.yml", "--tags", "team=cv", "solo"]) == 0
+    made = shown(capsys)
+    assert (made["name"], made["version"], made["image"]) == ("e1", "1", "python:3.11")
+    assert made["conda_file"] == {"dependencies": ["python=3.11"]}
+    assert made["tags"] == {"team": "cv", "solo": ""}
+
+
+def test_an_environment_needs_an_image_or_a_build_and_not_both(repo, capsys):
+    """azure-ai-ml's Environment.validate, which runs before anything is sent."""
+    (repo / "ctx").mkdir()
+    (repo / "ctx" / "Dockerfile").write_text("FROM python:3.11-slim\n")
+    assert run(["environment", "create", "--name", "e2"]) == 2
+    assert "Docker image or Dockerfile is required for environments" in capsys.readouterr().err
+    (repo / "env.yml").write_text(SCHEMA + "name: e3\nimage: python:3.11\n")
+    assert run(["environment", "create", "-f", "env.yml", "--build-context", "ctx"]) == 2
+    assert "should be provided not both" in capsys.readouterr().err
+    # --dockerfile-path's default, /Dockerfile, is the build context's own Dockerfile
+    assert run(["environment", "create", "--name", "e4", "--build-context", "ctx"]) == 0
+    assert shown(capsys)["build"]["dockerfile_path"] == "/Dockerfile"
+    assert dockerfile_in(repo / "ctx", "/Dockerfile") == repo / "ctx" / "Dockerfile"
+
+
+def test_flags_over_a_file_rename_and_reversion_it_after_set(repo, capsys):
+    """--set first, then --name, --version, --description: the flags win where both set."""
+    (repo / "env.yml").write_text(SCHEMA + "name: given\nversion: 2\nimage: python:3.11\n")
+    assert run(["environment", "create", "-f", "env.yml", "--set", "description=from-set",
+                "--set", "version=5", "--name", "renamed", "--version", "7"]) == 0
+    made = shown(capsys)
+    assert (made["name"], made["version"], made["description"]) == ("renamed", "7", "from-set")
+    (repo / "model.bin").write_bytes(b"m")
+    (repo / "model.yml").write_text("name: m\npath: model.bin\n")
+    assert run(["model", "create", "-f", "model.yml", "-n", "other", "--set", "type=mlflow_model",
+                "--set", "type=custom_model", "--query", "[name, type]", "-o", "tsv"]) == 0
+    assert capsys.readouterr().out.split() == ["other", "custom_model"]
+
+
+def test_a_model_from_name_and_path_takes_its_tags_and_stage(repo, capsys):
+    (repo / "model.bin").write_bytes(b"m")
+    assert run(["model", "create", "-n", "m", "-p", "model.bin", "--tags", "a=1",
+                "--stage", "Production"]) == 0
+    made = shown(capsys)
+    assert made["tags"] == {"a": "1"} and made.get("stage") == "Production"
