@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from mlops.api.views import GROUP, resource_id
+from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.endpoints import endpoint_actions as actions
 from mlops.endpoints import online
 from mlops.endpoints.endpoint_state import EndpointState
@@ -152,21 +153,26 @@ class DeploymentRequest:
     traffic: str = "0"  # "1": --all-traffic; "auto"
     model: str | None = None
     debug: DebugRequest | None = None
+    name: str | None = None  # --name: over the spec's
+    sets: tuple[str, ...] = ()  # --set KEY=VALUE, applied before --name and --endpoint-name
 
 
 def create_deployment(request: DeploymentRequest) -> View:
-    """`az ml online-deployment create|update -f`: into an endpoint that exists (else Azure's
-    not-found); its server started, then its view."""
+    """`az ml online-deployment create|update -f [--set k=v] [--name] [--endpoint-name]`, as the
+    ml extension loads it (--set, then --name, then --endpoint-name over the spec): into an
+    endpoint that exists (else Azure's not-found); its server started, then its view."""
     spec = request.spec
-    data = load_spec(spec).data
-    name = request.endpoint or str(data.get("endpoint_name") or "")
+    sets = [*request.sets, *([f"name={request.name}"] if request.name else []),
+            *([f"endpoint_name={request.endpoint}"] if request.endpoint else [])]
+    data = apply_sets(load_spec(spec).data, parse_sets(sets, spec), spec)
+    name = str(data.get("endpoint_name") or "")
     if not name:
         raise LocalRunError(f"{spec}: no endpoint_name: give --endpoint-name")
     created = _record(name)
     serve = online.ServeRequest(deployment=spec, port=created.port, auth=created.auth,
                                 endpoint=_spec_file(name, created.spec),
                                 all_traffic=request.traffic, model=request.model,
-                                debug=request.debug)
+                                debug=request.debug, sets=tuple(sets))
     with contextlib.redirect_stdout(sys.stderr):  # its progress: stdout is the JSON's
         code = actions.start(serve)
     if code != 0:
@@ -192,8 +198,10 @@ def deployment_view(endpoint: str, name: str) -> View:
         raise NotFound(f"deployment {name!r} is not running in online endpoint {endpoint}")
     logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
     try:
-        view = load_online_deployment(source=slot.spec, params_override=[
-            {"name": name}, {"endpoint_name": endpoint}])._to_dict()  # noqa: SLF001
+        overrides = [*parse_sets(slot.sets, Path(slot.spec)), {"name": name},
+                     {"endpoint_name": endpoint}]
+        view = load_online_deployment(source=slot.spec,
+                                      params_override=overrides)._to_dict()  # noqa: SLF001
     except Exception:  # noqa: BLE001 - the spec moved since: what the slot records
         view = {"name": name, "endpoint_name": endpoint, "model": slot.model}
     view.update(id=resource_id(f"onlineEndpoints/{endpoint}/deployments", name),

@@ -53,6 +53,11 @@ def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> Non
                         "server started in its endpoint", az_debug=False)
         each.add_argument("-f", "--file", required=True, type=Path)
         each.add_argument("-e", "--endpoint-name")
+        each.add_argument("-n", "--name", help="the deployment's name (over the spec's)")
+        each.add_argument("--set", dest="sets", action="append", default=[],
+                          metavar="KEY=VALUE", help="set a field of the spec (az's --set)")
+        each.add_argument("--no-wait", action="store_true",
+                          help="(local: the server is up when create returns)")
         each.add_argument("--all-traffic", action="store_const", const="1", dest="traffic",
                           default="0")
         each.add_argument("--initial-traffic", choices=["auto", "1", "0"], dest="traffic",
@@ -117,7 +122,8 @@ def _create_deployment(session: Session, args: argparse.Namespace) -> object:
     _local_note(args)
     return session.create_deployment(DeploymentRequest(
         spec=args.file, endpoint=args.endpoint_name, traffic=args.traffic, model=args.model,
-        debug=DebugRequest.parse(args.debug, args.debug_port)))
+        debug=DebugRequest.parse(args.debug, args.debug_port), name=args.name,
+        sets=tuple(args.sets)))
 
 
 def _show_deployment(session: Session, args: argparse.Namespace) -> object:

@@ -70,6 +70,7 @@ class Slot:
     max_body: int  # bytes; a longer body is answered 413 before it is read
     timeout_ms: int  # request_settings.request_timeout_ms (0: none, while debugged)
     max_pending: int  # 2 * max_concurrent_requests_per_instance * instance_count
+    sets: list[str] = field(default_factory=list)  # az's --set over `spec` (name, endpoint)
 
     @property
     def log(self) -> Path:

@@ -75,6 +75,7 @@ class ServerPlan:
     model: str  # what it serves, as `show` names it
     spec: Path  # the deployment spec
     debug: DebugRequest | None = None
+    sets: tuple[str, ...] = ()  # az's --set over it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +92,7 @@ class ServeRequest:
     asset_file: Path | None = None
     env_file: Path | None = None
     debug: DebugRequest | None = None
+    sets: tuple[str, ...] = ()  # az's --set over the deployment spec (--name's and -e's last)
 
 
 def latest_model() -> Path:
@@ -193,7 +195,8 @@ def load_deployment(request: ServeRequest) -> Deployment:
         if debug.mode == "pdb":
             raise LocalRunError("DEBUG=pdb: the local endpoint runs in the background, with no "
                                 "terminal for pdb; use DEBUG=1 and attach a debugger")
-    return load(request.deployment, "online-deployment", request.model, request.asset_file)
+    return load(request.deployment, "online-deployment", request.model, request.asset_file,
+                sets=list(request.sets))
 
 
 def prepare(request: ServeRequest, deployment: Deployment, *, folder: Path,
@@ -209,7 +212,7 @@ def prepare(request: ServeRequest, deployment: Deployment, *, folder: Path,
     rules = rules_of(deployment, task.env_vars, debug)
     return ServerPlan(task=task, environments=Environments(request.env_file), about=about,
                       rules=rules, port=port, model=deployment.model.describe(),
-                      spec=request.deployment, debug=request.debug)
+                      spec=request.deployment, debug=request.debug, sets=request.sets)
 
 
 def launch_server(plan: ServerPlan) -> Slot:
@@ -227,6 +230,6 @@ def launch_server(plan: ServerPlan) -> Slot:
         raise
     rules = plan.rules
     return Slot(name=plan.task.name, port=plan.port, pid=service.pid, folder=str(service.folder),
-                spec=str(plan.spec), model=plan.model,
+                spec=str(plan.spec), sets=list(plan.sets), model=plan.model,
                 environment=service.environment, max_body=rules.max_body,
                 timeout_ms=rules.timeout_ms, max_pending=rules.max_pending)

@@ -63,3 +63,19 @@ def test_a_model_from_name_and_path_takes_its_tags_and_stage(repo, capsys):
                 "--stage", "Production"]) == 0
     made = shown(capsys)
     assert made["tags"] == {"a": "1"} and made.get("stage") == "Production"
+
+
+def test_a_deployments_name_and_set_go_over_its_spec_as_the_ml_extension_loads_it(
+        repo, monkeypatch):
+    """online-deployment create -f S -e E -n N --set k=v: --set, then --name, then
+    --endpoint-name over the spec (ml_online_deployment_create's params_override)."""
+    from mlops.api import endpoints
+
+    started = []
+    monkeypatch.setattr(endpoints.actions, "start", lambda serve: started.append(serve) or 1)
+    (repo / "blue.yml").write_text("name: blue\nendpoint_name: other\n")
+    assert run(["online-endpoint", "create", "-n", "ep1", "-o", "none"]) == 0
+    assert run(["online-deployment", "create", "-f", "blue.yml", "-e", "ep1", "-n", "teal",
+                "--set", "name=ignored", "--set", "instance_count=2"]) == 1  # (no server)
+    assert started[0].sets == ("name=ignored", "instance_count=2", "name=teal",
+                               "endpoint_name=ep1")
