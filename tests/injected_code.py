@@ -12,14 +12,16 @@ from pathlib import Path
 from mlops.automl import translate, vision_job
 from mlops.endpoints import deployment
 from mlops.environments import activation, interpreters
+from mlops.environments.helper_source import for_python
 from mlops.runtime import debugging, mltable
 
+COPIED_FOR_PYTHON = {*(path for path, _ in activation.HELPERS), debugging.HOOK}
 BUILTIN_GENERICS = {"dict", "list", "tuple", "set", "frozenset", "type"}
 
 
 def injected() -> dict[Path, tuple[int, int]]:
     """Every file the runtime runs in an interpreter it does not own, with the oldest Python it
-    meets there."""
+    meets there (the helpers and the debug hook as copied: as_copied)."""
     oldest = interpreters.OLDEST
     files = {path: oldest for path, _ in activation.HELPERS}
     files[debugging.HOOK] = oldest
@@ -29,6 +31,13 @@ def injected() -> dict[Path, tuple[int, int]]:
         python = re.search(r"python=(\d+)\.(\d+)", (folder / "conda.yml").read_text())
         files.update({path: (int(python[1]), int(python[2])) for path in folder.glob("*.py")})
     return files
+
+
+def as_copied(path: Path, python: tuple[int, int]) -> str:
+    """The text of `path` as the runtime writes it for Python `python`: the helpers and the
+    debug hook through helper_source.for_python, the rest as they are."""
+    text = path.read_text()
+    return for_python(text, python) if path in COPIED_FOR_PYTHON else text
 
 
 def _builtin_generic(node: ast.AST) -> bool:
@@ -50,8 +59,11 @@ def runtime_evaluated(tree: ast.Module, python: tuple[int, int] = (3, 7)) -> lis
     """PEP 585 (before 3.9) and PEP 604 (before 3.10) expressions that `python` evaluates and
     fails on: all of them, less the annotations `from __future__ import annotations` leaves as
     strings."""
-    lazy = any(isinstance(node, ast.ImportFrom) and node.module == "__future__" and
-               any(a.name == "annotations" for a in node.names) for node in tree.body)
+    future = [node for node in tree.body if isinstance(node, ast.ImportFrom) and
+              node.module == "__future__" and any(a.name == "annotations" for a in node.names)]
+    if future and python < (3, 7):  # the future import itself is a SyntaxError there
+        return [f"line {node.lineno}: from __future__ import annotations" for node in future]
+    lazy = bool(future)
     skipped: set[int] = set()
     if lazy:
         for node in ast.walk(tree):

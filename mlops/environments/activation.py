@@ -34,6 +34,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from mlops.environments.closures import build_closure_layer
 from mlops.environments.envfiles import conda_only_note
 from mlops.environments.envspec import EnvironmentRef, EnvMap, EnvPlan, plan_for
+from mlops.environments.helper_source import for_python
 from mlops.environments.interpreters import (
     HERE,
     OLDEST,
@@ -334,8 +335,8 @@ class Environments:
         top = folder / TOP
         shutil.rmtree(top, ignore_errors=True)
         site = make_venv(top, stack.sites(), stack.python)
-        for helper, name in HELPERS:
-            shutil.copyfile(helper, site / name)
+        for helper, name in HELPERS:  # as the job's Python reads them (helper_source.py)
+            (site / name).write_text(for_python(helper.read_text(), stack.python.info))
         (site / "zz_readonly_inputs.pth").write_text(
             "import _mlops_readonly_inputs; _mlops_readonly_inputs.install()\n")
         (site / "zz_azureml_run.pth").write_text(  # azureml-core's Run.get_context(): the job's

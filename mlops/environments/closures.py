@@ -13,9 +13,11 @@ resolution is recorded in its layer.json, so a cached run resolves nothing.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -214,7 +216,7 @@ def install_set(folder: Path, wanted: dict[str, resolve.Locked], label: str, *,
     `--exclude-newer <time>`, so sdists build with the build tools of the day it was built."""
     if wanted:
         argv = [resolve.uv_binary(), "pip", "install", "--python",
-                str(folder / "bin" / "python"), "--no-deps", "--quiet", "--compile-bytecode",
+                str(folder / "bin" / "python"), "--no-deps", "--quiet", *bytecode_flags(python),
                 *built_on,
                 *[f"{name}=={locked.version}" for name, locked in sorted(wanted.items())]]
         for name in sorted(n for n, locked in wanted.items() if locked.compiled and wheels_only):
@@ -227,18 +229,35 @@ def install_set(folder: Path, wanted: dict[str, resolve.Locked], label: str, *,
                 raise failed
             raise resolve.uv_failure(result.stderr, f"environment {label}: installing its "
                                      "packages")
-        mend_torn(folder, label)
+        mend_torn(folder, label, python)
+        compile_old(folder, python)
     python.site(folder).mkdir(parents=True, exist_ok=True)
     return {name: locked.version for name, locked in sorted(wanted.items())}
 
 
-def mend_torn(folder: Path, label: str) -> None:
+def bytecode_flags(python: Python) -> list[str]:
+    """uv's --compile-bytecode where its compile script runs: from Python 3.7 (it reads
+    py_compile.PycInvalidationMode, new in 3.7); an older Python compiles with compile_old."""
+    return ["--compile-bytecode"] if python.info >= (3, 7) else []
+
+
+def compile_old(folder: Path, python: Python) -> None:
+    """The bytecode of a Python older than 3.7 by its own compileall, as pip compiles what it
+    installs; a file that does not compile is left as pip leaves it (a source-only test)."""
+    if bytecode_flags(python):
+        return
+    with contextlib.suppress(OSError):  # bytecode saves first imports; a job runs without it
+        subprocess.run([str(folder / "bin" / "python"), "-m", "compileall", "-q",
+                        str(python.site(folder))], capture_output=True, check=False)
+
+
+def mend_torn(folder: Path, label: str, python: Python = HERE) -> None:
     """A file several wheels ship that uv's parallel install left a mix of (integrity.torn):
     one of its owners installed again alone, so the file is that wheel's whole, as pip's
     serial install would leave it."""
     for owners in torn(folder):
         argv = [resolve.uv_binary(), "pip", "install", "--python", str(folder / "bin" / "python"),
-                "--no-deps", "--quiet", "--compile-bytecode", "--reinstall", owners[-1]]
+                "--no-deps", "--quiet", *bytecode_flags(python), "--reinstall", owners[-1]]
         result = resolve.run_uv(argv)
         if result.returncode != 0:
             raise resolve.uv_failure(result.stderr, f"environment {label}: installing "

@@ -34,7 +34,7 @@ ASK = ("import sys, platform; print(platform.python_implementation(), "
 PROBE_TIMEOUT_S = 20
 FETCH_TIMEOUT_S = 300  # a CPython build is ~30 MB; nothing waits longer on a download
 FETCH_RETRY_S = 3600  # a fetch that failed is not tried again for an hour
-OLDEST = (3, 7)  # the oldest Python the runtime's helpers run on
+OLDEST = (3, 6)  # the oldest Python the runtime's helpers run on (helper_source.py)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlops.environments import resolve
+from mlops.environments.helper_source import for_python
 from mlops.environments.interpreters import HERE, Python
 from mlops.environments.layers import cache_dir
 from mlops.errors import LocalRunError
@@ -147,7 +148,7 @@ def plan(request: DebugRequest, processes: int, *, wd: Path, code: Path,
 def install_hook(site: Path, python: Python, debug: DebugPlan) -> None:
     """The hook in a run's top layer (it does nothing unless MLOPS_DEBUG names its process), and
     for debugpy, where the release for the environment's Python is."""
-    shutil.copyfile(HOOK, site / "_mlops_debug.py")
+    (site / "_mlops_debug.py").write_text(for_python(HOOK.read_text(), python.info))
     (site / "zz_debug.pth").write_text("import _mlops_debug; _mlops_debug.install()\n")
     if debug.mode == "debugpy":
         (site / TOOLS_FILE).write_text(str(tools(python)))

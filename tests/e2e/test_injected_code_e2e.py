@@ -1,18 +1,18 @@
-"""The runtime's code that runs in an environment's own interpreter, imported and called on real
-Python 3.7, 3.8 and 3.12 interpreters (each skipped, with how to get it, where this machine has
-none): a module that evaluates `dict[str, object]` at import dies there with "'type' object is
-not subscriptable", as the no-code scorer did on 3.7. tests/unit/test_injected_code.py checks
-the same files' grammar and annotations without a process."""
+"""The runtime's code that runs in an environment's own interpreter, imported and called, as the
+runtime copies it, on real Python 3.6, 3.7, 3.8 and 3.12 interpreters (each skipped, with how to
+get it, where this machine has none): a module that evaluates `dict[str, object]` at import dies
+there with "'type' object is not subscriptable", as the no-code scorer did on 3.7.
+tests/unit/test_injected_code.py checks the same files' grammar and annotations without a
+process."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from injected_code import injected
+from injected_code import as_copied, injected
 
 from mlops.environments.interpreters import OLDEST, find, how_to_get
 
@@ -33,7 +33,7 @@ def for_any_environment() -> list[Path]:
 
 
 @pytest.mark.proof
-@pytest.mark.parametrize("minor", ["3.7", "3.8", "3.12"])
+@pytest.mark.parametrize("minor", ["3.6", "3.7", "3.8", "3.12"])
 def test_injected_modules_import_and_run_on_old_and_new_pythons(minor, tmp_path):
     python = find(minor)
     if python is None:
@@ -42,7 +42,7 @@ def test_injected_modules_import_and_run_on_old_and_new_pythons(minor, tmp_path)
     for path in for_any_environment():
         folder = tmp_path / path.stem
         folder.mkdir()
-        shutil.copyfile(path, folder / f"_mlops_{path.stem}.py")
+        (folder / f"_mlops_{path.stem}.py").write_text(as_copied(path, python.info))
         for name, text in STUBS.get(path.name, {}).items():
             (folder / name).write_text(text)
         code = (f"import json, sys; sys.path.insert(0, {str(folder)!r}); "

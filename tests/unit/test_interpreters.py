@@ -86,7 +86,7 @@ def test_pythonx_y_on_path_is_found_and_this_machines_minor_is_this_python(no_in
     fake_python(no_interpreters / "bin", "3.12.1", name="python3.12")
     assert interpreters.find("3.12").version == "3.12.1"
     assert interpreters.find(HERE.minor) is HERE
-    assert interpreters.find("3.6") is None  # older than the runtime's helpers run on
+    assert interpreters.find("3.5") is None  # older than the runtime's helpers run on (3.6)
     assert "uv python install 3.8" in interpreters.how_to_get("3.8")
 
 

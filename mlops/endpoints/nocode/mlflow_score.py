@@ -15,8 +15,6 @@ a JSON string: split or records frames, `instances`/`inputs`) to 3.x, and every 
 azureml-inference-server-http (AMLResponse moved between them).
 """
 
-from __future__ import annotations
-
 import importlib
 import json
 import logging
@@ -36,7 +34,7 @@ def init():
         "python_function", {}).get("loader_module", "?"))
 
 
-def as_mlflow_request(body: dict[str, object]) -> dict[str, object]:
+def as_mlflow_request(body):  # unannotated: it runs on the model's Python, 3.6 too
     """Azure's `input_data` envelope in the vocabulary of MLflow's scoring server."""
     if not isinstance(body, dict):
         raise ValueError("the request is a JSON object with an input_data key")
@@ -73,7 +71,7 @@ def _error(status: int, message: str):
     raise RuntimeError(f"{status}: {message} (no AMLResponse in this inference server)")
 
 
-def parse(request: dict[str, object], schema):
+def parse(request, schema):
     """The request as MLflow's own scoring server parses it, in the MLflow this environment has:
     infer_and_parse_data (2.9 and later); a JSON string in 2.0-2.8; MLflow 1.x's older vocabulary
     (a records list, a split frame, or `instances`/`inputs`)."""
