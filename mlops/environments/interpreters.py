@@ -34,6 +34,7 @@ ASK = ("import sys, platform; print(platform.python_implementation(), "
 PROBE_TIMEOUT_S = 20
 FETCH_TIMEOUT_S = 300  # a CPython build is ~30 MB; nothing waits longer on a download
 FETCH_RETRY_S = 3600  # a fetch that failed is not tried again for an hour
+UV_DOWNLOADS_FROM = (3, 8)  # the oldest CPython `uv python install` has (python-build-standalone)
 OLDEST = (3, 6)  # the oldest Python the runtime's helpers run on (helper_source.py)
 
 
@@ -132,7 +133,10 @@ def _fetch_marker(minor: str) -> Path:
 
 
 def fetch(minor: str) -> Python | None:
-    """`uv python install` of that minor version, where the network allows (None: it did not)."""
+    """`uv python install` of that minor version, where the network allows (None: it did not,
+    or uv has no download of it)."""
+    if _older_than_uv_downloads(minor):
+        return None
     marker = _fetch_marker(minor)
     try:
         if time.time() - marker.stat().st_mtime < FETCH_RETRY_S:
@@ -182,6 +186,16 @@ def find(minor: str) -> Python | None:
 
 
 def how_to_get(minor: str) -> str:
-    """What to do to have an interpreter of `minor` found."""
-    return (f"install one (`uv python install {minor}`, or `pyenv install {minor}`), or name "
-            f"it: MLOPS_PYTHON_{minor.replace('.', '_')}=/path/to/python{minor}")
+    """What to do to have an interpreter of `minor` found (uv downloads 3.8 and newer only)."""
+    named = f"or name it: MLOPS_PYTHON_{minor.replace('.', '_')}=/path/to/python{minor}"
+    if _older_than_uv_downloads(minor):
+        return (f"install one (`pyenv install {minor}`, or your system's package; uv has no "
+                f"download of Python {minor}), {named}")
+    return f"install one (`uv python install {minor}`, or `pyenv install {minor}`), {named}"
+
+
+def _older_than_uv_downloads(minor: str) -> bool:
+    try:
+        return tuple(map(int, minor.split(".")[:2])) < UV_DOWNLOADS_FROM
+    except ValueError:
+        return False

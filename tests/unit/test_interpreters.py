@@ -102,6 +102,18 @@ def test_a_failed_fetch_is_not_tried_again_within_the_hour(no_interpreters, monk
     assert interpreters.fetch("3.9") is None and len(tries) == 2  # an hour later: again
 
 
+def test_a_python_uv_cannot_download_is_neither_fetched_nor_advised_from_uv(no_interpreters,
+                                                                            monkeypatch):
+    tries = []
+    monkeypatch.setattr(interpreters.subprocess, "run", lambda argv, **kw: tries.append(argv))
+    assert interpreters.fetch("3.6") is None and interpreters.fetch("3.7") is None
+    assert tries == []  # uv's downloads start at 3.8: nothing to wait 300 s for
+    advice = interpreters.how_to_get("3.6")
+    assert "pyenv install 3.6" in advice and "uv python install" not in advice
+    assert "MLOPS_PYTHON_3_6=" in advice
+    assert "uv python install 3.9" in interpreters.how_to_get("3.9")
+
+
 def test_the_closure_is_resolved_for_the_patch_release_the_spec_names_else_the_interpreters():
     py38 = Python(Path("/p/python3.8"), "3.8.18")
     assert resolved_for("3.7.5", Python(Path("/p/python3.7"), "3.7.16")) == "3.7.5"
