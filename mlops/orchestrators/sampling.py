@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from statistics import NormalDist
 
 import optuna
@@ -62,11 +63,23 @@ def make_study(algorithm, space: SpecData, maximize: bool) -> optuna.Study:
         raise LocalRunError(f"sampling_algorithm {kind}: Azure knows random, grid and bayesian")
     study = optuna.create_study(direction="maximize" if maximize else "minimize",
                                 sampler=samplers[kind](seed=None if seed is None else int(seed)))
-    if kind == "grid":  # every combination once, in order (GridSampler cannot ask/tell)
-        if any(isinstance(v, dict) for p in space.values() for v in p.get("values") or []):
-            raise LocalRunError("sampling_algorithm grid: a choice of several search spaces is "
-                                "sampled here with random or bayesian only")
-        names = list(space)
-        for combo in itertools.product(*(space[n]["values"] for n in names)):
-            study.enqueue_trial(dict(zip(names, combo, strict=True)))
+    if kind == "grid":
+        grid_points(space)  # refused here, before the sweep starts, if grid cannot sample it
     return study
+
+
+def is_grid(algorithm) -> bool:
+    kind = algorithm.get("type") if isinstance(algorithm, dict) else algorithm
+    return str(kind).lower() == "grid"
+
+
+def grid_points(space: SpecData) -> Iterator[dict[str, object]]:
+    """Grid sampling's combinations, every one once, in order, made one at a time as trials
+    start (GridSampler cannot ask/tell): a grid of 10^10 points, or max_total_trials 10^9,
+    costs the memory of the trials run, not of the grid."""
+    if any(isinstance(v, dict) for p in space.values() for v in p.get("values") or []):
+        raise LocalRunError("sampling_algorithm grid: a choice of several search spaces is "
+                            "sampled here with random or bayesian only")
+    names = list(space)
+    return (dict(zip(names, combo, strict=True))
+            for combo in itertools.product(*(space[n]["values"] for n in names)))

@@ -20,7 +20,7 @@ from pathlib import Path
 import optuna
 
 from mlops.orchestrators.policies import Policy, should_stop
-from mlops.orchestrators.sampling import make_study, sample
+from mlops.orchestrators.sampling import grid_points, is_grid, make_study, sample
 from mlops.runtime import (
     AssetMap,
     Decision,
@@ -70,8 +70,7 @@ class Settings:
         space = data.get("search_space") or {}
         limits = data.get("limits") or {}
         algorithm = data.get("sampling_algorithm", "random")
-        is_grid = "grid" in str(algorithm).lower()
-        grid = math.prod(len(p["values"]) for p in space.values()) if is_grid else None
+        grid = math.prod(len(p["values"]) for p in space.values()) if is_grid(algorithm) else None
         objective = data.get("objective") or {}
         return cls(space=space, metric=str(objective.get("primary_metric")),
                    maximize=str(objective.get("goal", "maximize")).lower() == "maximize",
@@ -140,10 +139,13 @@ class Sweep:
                  rules: StepRules):
         self.s, self.rt, self.make_task, self.rules = settings, rt, make_task, rules
         self.study = make_study(settings.algorithm, settings.space, settings.maximize)
+        self.grid = grid_points(settings.space) if is_grid(settings.algorithm) else None
         self.trials: list[Trial] = []
 
     def launch(self) -> None:
         number = len(self.trials)
+        if self.grid is not None:  # max_trials is at most the grid's size
+            self.study.enqueue_trial(next(self.grid))
         optuna_trial = self.study.ask()
         params = {name: sample(optuna_trial, name, p) for name, p in self.s.space.items()}
         task = self.make_task(number, params)

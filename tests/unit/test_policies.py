@@ -88,3 +88,20 @@ def test_from_spec_and_unknown_policy():
     assert policy.type == "bandit" and policy.delay_evaluation == 3
     with pytest.raises(ValueError, match="not supported locally"):
         should_stop(Policy(type="asha"), [0.1], others=[], finished=[])
+
+
+def test_a_grid_of_ten_billion_points_is_walked_one_trial_at_a_time():
+    """A grid of 10^10 combinations (or max_total_trials 10^9) costs the trials run, not the
+    grid: nothing is enqueued before a trial starts, and the points come in grid order."""
+    import itertools
+
+    from mlops.orchestrators.sampling import grid_points, make_study
+    from mlops.orchestrators.sweep import Settings
+
+    space = {name: {"type": "choice", "values": list(range(10))} for name in "abcdefghij"}
+    data = {"search_space": space, "sampling_algorithm": {"type": "grid"},
+            "limits": {"max_total_trials": 10**9}, "objective": {"primary_metric": "m"}}
+    assert Settings.from_spec(data, max_procs=2).max_trials == 10**9
+    assert make_study("grid", space, maximize=True).trials == []
+    first = list(itertools.islice(grid_points(space), 2))
+    assert first == [dict.fromkeys("abcdefghij", 0), {**dict.fromkeys("abcdefghi", 0), "j": 1}]
