@@ -10,7 +10,8 @@
 A job, step, batch run or server that started and then failed is neither: its front door exits
 with its status (1, or the job's own code). An OSError that is the machine's fault (a full disk,
 a quota, a read-only or forbidden folder) becomes a MachineError with what to do
-(`machine_fault`), at every front door alike: `python -m mlops.<name>` and `azml`.
+(`machine_fault`), and a link that leads back to itself a LocalRunError naming it (`link_loop`), at
+every front door alike: `python -m mlops.<name>` and `azml`.
 """
 
 from __future__ import annotations
@@ -70,13 +71,32 @@ def machine_fault(err: OSError) -> MachineError | None:
     return MachineError(f"{where}: {err.strerror}; {ADVICE[err.errno]}")
 
 
+LOOP = "Symlink loop from "  # pathlib's RuntimeError for a link that leads back to itself
+
+
+def link_loop(err: Exception) -> LocalRunError | None:
+    """The LocalRunError a link that leads back to itself stands for (an OSError ELOOP, or the
+    RuntimeError Python 3.11's Path.resolve raises for it), naming the link; None for any other.
+    azure-ai-ml's loader stops at such a link too (its Path.resolve), so az ml refuses it."""
+    if isinstance(err, OSError) and err.errno == errno.ELOOP:
+        where = err.filename if err.filename is not None else "a path"
+    elif isinstance(err, RuntimeError) and str(err).startswith(LOOP):
+        where = str(err).removeprefix(LOOP).strip("'\"")
+    else:
+        return None
+    return LocalRunError(f"{where}: a symbolic link that leads back to itself (a loop of links); "
+                         "point it at a real file or folder, or remove it")
+
+
 def machine_faults_raised(call):
-    """call(), with an OSError that is the machine's fault raised as its MachineError (the front
-    doors' LocalError handling then says it); any other OSError as it is."""
+    """call(), with an OSError that is the machine's fault raised as its MachineError, and a
+    loop of links as its LocalRunError (link_loop), so the front doors' LocalError handling
+    says them; any other error as it is."""
     try:
         return call()
-    except OSError as err:
-        fault = machine_fault(err)
+    except (OSError, RuntimeError) as err:
+        fault = machine_fault(err) if isinstance(err, OSError) else None
+        fault = fault or link_loop(err)
         if fault is None:
             raise
         raise fault from err

@@ -148,7 +148,13 @@ class Spec:
         return self.finding(key, problem, fix, "warning")
 
     def beside(self, relative: str) -> Path:
-        return (self.path.parent / relative).resolve()
+        """The path a key names, relative to this file, resolved; a link that leads back to
+        itself stays as written (it exists as nothing: `exists()` is False)."""
+        path = self.path.parent / relative
+        try:
+            return path.resolve()
+        except RuntimeError:  # Python 3.11's "Symlink loop from ..."
+            return Path(os.path.abspath(path))
 
 
 # libyaml's loader where PyYAML was built with it: ten times faster than the pure-Python one on

@@ -118,7 +118,12 @@ def check_command(spec: Spec, key: str, *, command: str, declared: Declared,
 def check_code(spec: Spec, key: str, code) -> list[Finding]:
     if not isinstance(code, str) or ":" in code.split("/")[0]:
         return []  # azureml:, https: and git+ code is checked by Azure
-    if not spec.beside(code).exists():  # a folder, or one file: Azure uploads that file alone
+    where = spec.beside(code)
+    if where.is_symlink() and not where.exists():
+        return [spec.finding(key, f"code '{code}' is a symbolic link that leads back to itself "
+                             "(a loop of links; azure-ai-ml's loader stops at it)",
+                             "point code: at a real folder, or remove the loop")]
+    if not where.exists():  # a folder, or one file: Azure uploads that file alone
         return [spec.finding(key, f"code '{code}' does not exist",
                              "point code: at the folder holding the entry point (or the one "
                              "file to upload), relative to this file (../src)")]

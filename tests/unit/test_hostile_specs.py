@@ -144,3 +144,25 @@ def test_a_spec_larger_than_the_reader_takes_is_refused_before_it_is_read(tmp_pa
     spec.write_text(HEAD + "description: " + "x" * 200 + "\n")
     with pytest.raises(SpecError, match="huge.yml: refused: it is 0 MiB, more than the 0 MiB"):
         load_spec(spec)
+
+
+def test_a_link_that_leads_back_to_itself_is_the_inputs_error_wherever_it_is_met(tmp_path,
+                                                                                 capsys):
+    """A loop of links named as code: is refused at its line (azure-ai-ml's loader stops at it
+    too); met anywhere else (-f, --run-dir, an input's path) it is exit 2 naming the link,
+    whether pathlib (RuntimeError) or the system (ELOOP) found it: never a traceback."""
+    from mlops import exit_code
+    from mlops.checks import lint
+
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    spec = tmp_path / "job.yml"
+    spec.write_text(HEAD + "code: a\n")
+    found = lint.check_code(load_spec(spec), "code", "a")
+    assert [(f.line, f.key) for f in found] == [(4, "code")]
+    assert "leads back to itself" in found[0].problem
+    assert exit_code(lambda: (tmp_path / "a").resolve()) == 2
+    assert exit_code(lambda: (tmp_path / "a").read_text()) == 2
+    said = capsys.readouterr().err.splitlines()
+    assert said == [f"error: {tmp_path / 'a'}: a symbolic link that leads back to itself (a loop "
+                    "of links); point it at a real file or folder, or remove it"] * 2
