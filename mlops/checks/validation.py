@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, NamedTuple
 
-from mlops.checks import lint, lint_assets, sdk_findings, verdicts
+from mlops.checks import io_names, lint, lint_assets, sdk_findings, verdicts
 from mlops.project import project
 from mlops.specs import SCHEMA_DIR, Finding, Spec, SpecError, load_spec
 
@@ -155,6 +155,7 @@ def sdk_layer(spec: Spec) -> list[Finding]:
                 return sdk_findings.from_diagnostics(spec, found)
         if job is not None and job is not entity:
             job._validate()  # a Spark job's own rules (input and output modes): they raise
+        return io_names.refused(spec)  # what its REST body refuses, after _validate
     except LoaderError as err:
         return [_control_flow_hint(f) for f in sdk_findings.from_loader(spec, err.messages)]
     except Exception as err:  # noqa: BLE001 - the SDK raises many types; all mean "invalid"

@@ -166,3 +166,27 @@ def test_a_link_that_leads_back_to_itself_is_the_inputs_error_wherever_it_is_met
     said = capsys.readouterr().err.splitlines()
     assert said == [f"error: {tmp_path / 'a'}: a symbolic link that leads back to itself (a loop "
                     "of links); point it at a real file or folder, or remove it"] * 2
+
+
+
+@pytest.mark.parametrize(("body", "key", "line"), [
+    ("type: command\ncommand: echo\noutputs:\n  ..:\n    type: uri_folder\n", "outputs...", 4),
+    ("type: command\ncommand: echo\ninputs:\n  x/y: 1\n", "inputs.x/y", 4),
+    ("type: command\ncommand: echo\ninputs:\n  \u00e9t\u00e9: 1\n", "inputs.\u00e9t\u00e9", 4),
+    ("type: pipeline\njobs: {}\ninputs:\n  a.b: 1\n  c-d: 2\n", "inputs.c-d", 5),
+    ("type: sweep\ntrial: {}\nsearch_space:\n  lr rate: {type: choice, values: [1]}\n",
+     "search_space.lr rate", 4),
+])
+def test_a_name_az_ml_job_create_refuses_is_refused_at_its_line(tmp_path, body, key, line):
+    """azure-ai-ml's _validate() passes these names; its REST conversion, which az ml job create
+    runs before it sends the job, refuses them: so are they here, by azure-ai-ml's own rule (a
+    pipeline's own inputs may be dotted)."""
+    from mlops.checks import io_names
+
+    spec = tmp_path / "job.yml"
+    spec.write_text(body)
+    found = io_names.refused(load_spec(spec))
+    assert [(f.key, f.line) for f in found] == [(key, line)]
+    assert "must be composed letters, numbers, and underscore" in found[0].problem
+    spec.write_text(body.replace(key.split(".", 1)[1], "ok_1"))
+    assert io_names.refused(load_spec(spec)) == []
