@@ -42,12 +42,21 @@ class JobRecord:
 
     @classmethod
     def at(cls, name: str, folder: Path) -> JobRecord:
+        """Its run.json; read again when it says Running and the runner is gone, as a runner
+        records its end and then exits: the first read may be from just before that end (a
+        job that completed was shown Failed)."""
+        run = cls._read(name, folder)
+        if run and run.status and not run.status.terminal and not _alive(run.pid):
+            run = cls._read(name, folder)
+        return cls(name=name, folder=folder, run=run)
+
+    @staticmethod
+    def _read(name: str, folder: Path) -> RunRecord | None:
         try:
-            run = RunRecord.read(folder)
+            return RunRecord.read(folder)
         except ValueError as err:
             raise DamagedRecord(f"job {name}: {err}: its record cannot be read; restore it, or "
                                 f"remove {folder} (the job is then gone)") from None
-        return cls(name=name, folder=folder, run=run)
 
     def refreshed(self) -> JobRecord:
         return JobRecord.at(self.name, self.folder)

@@ -155,3 +155,21 @@ def test_ctrl_c_while_azml_still_imports_is_exit_130_without_a_traceback(monkeyp
     with pytest.raises(SystemExit) as ended:
         azml.entry()
     assert ended.value.code == 130
+
+
+def test_a_job_that_ends_as_it_is_read_is_shown_as_it_ended_not_failed(repo, monkeypatch):
+    """The runner records its end, then exits: a run.json read just before the end, with the
+    runner gone when its pid is checked, is read again (it was shown Failed)."""
+    from mlops.api import records
+
+    a_job("racing", JobStatus.RUNNING, pid=DEAD_PID)
+    folder = workspace_root().parent / "runs" / "racing"
+
+    def ends_meanwhile(pid):
+        RunRecord(kind="commandJob", spec=str(HELLO), name="racing", status=JobStatus.COMPLETED,
+                  created_at="2026-11-27T10:00:00+00:00", exit_code=0).write(folder)
+        return False
+
+    monkeypatch.setattr(records, "_alive", ends_meanwhile)
+    assert JobRecord.at("racing", folder).status == JobStatus.COMPLETED
+    assert find_job("racing").run.exit_code == 0
