@@ -246,18 +246,20 @@ def finish(running: Running, rt: Runtime, status: Status | None = None) -> Resul
     if status == Status.FAILED:
         for note in explain(rt.environments, running.task.where, job.tail):
             print(note, file=sys.stderr)
-    running.run.close(status, job.ended_ms)
-    rt.environments.release(running.task.folder)
     seconds = time.monotonic() - running.started
-    try:
-        TaskRecord(status=status, mlflow_run_id=running.run_id, exit_code=code,
-                   seconds=round(seconds, 3), outputs=running.outputs,
-                   faults=faults).write(running.task.folder)
-    except OSError as err:
-        print(f"error: {running.task.folder / 'status.json'}: {err.strerror}; "
-              f"{running.task.name} ended {status} (exit {code})", file=sys.stderr)
-    if running.guard is not None:
-        watchdog.release(running.guard)
+    try:  # the outcome is recorded on disk even when MLflow cannot take it (a full store)
+        running.run.close(status, job.ended_ms)
+    finally:
+        rt.environments.release(running.task.folder)
+        try:
+            TaskRecord(status=status, mlflow_run_id=running.run_id, exit_code=code,
+                       seconds=round(seconds, 3), outputs=running.outputs,
+                       faults=faults).write(running.task.folder)
+        except OSError as err:
+            print(f"error: {running.task.folder / 'status.json'}: {err.strerror}; "
+                  f"{running.task.name} ended {status} (exit {code})", file=sys.stderr)
+        if running.guard is not None:
+            watchdog.release(running.guard)
     return Result(status=status, code=code, run_id=running.run_id, outputs=running.outputs,
                   seconds=seconds, log=job.log)
 

@@ -9,11 +9,12 @@ job's log as the run's artifacts, the folders Azure uploads.
 
 from __future__ import annotations
 
+import errno
 import sys
 import time
 from pathlib import Path
 
-from mlops.errors import MachineError
+from mlops.errors import ADVICE, MachineError
 from mlops.project import SQLITE, sqlite_file, tracking_uri  # noqa: F401 - the store's names
 from mlops.runtime.mlflow_rest import RestError, RestStore
 from mlops.runtime.mlflow_store import ClientStore, artifact_root, creating  # noqa: F401
@@ -39,6 +40,22 @@ def damaged_store(uri: str, err: Exception) -> MachineError | None:
     return MachineError(f"the local MLflow store {path} is damaged (SQLite: {said}): move it "
                         f"aside (mv '{path}' '{path}.damaged') and run again, which makes a new "
                         "one (sqlite3's .recover may get runs back from the damaged file)")
+
+
+# sqlite's words for the store's file system refusing a write, as the server or MLflow pass them
+STORE_FAULTS = {"database or disk is full": errno.ENOSPC,
+                "attempt to write a readonly database": errno.EROFS}
+
+
+def store_fault(uri: str, err: Exception) -> MachineError | None:
+    """The MachineError a failed MLflow call stands for when the store's disk refused it (full,
+    read-only), through the tracking server's REST answer or MLflow's own; None otherwise."""
+    said = str(err)
+    for words, code in STORE_FAULTS.items():
+        if words in said:
+            where = sqlite_file(uri) or uri
+            return MachineError(f"the MLflow store {where}: {words}; {ADVICE[code]}")
+    return None
 
 
 class Tracking:
@@ -85,8 +102,9 @@ class Tracking:
                 self.backend, self.job_uri = ClientStore(self.uri), self.uri
             return getattr(self.backend, call)(*args)
         except Exception as err:  # the server's answer, or sqlalchemy's from the store itself
-            if (damaged := damaged_store(self.uri, err)) is not None:
-                raise damaged from None
+            fault = damaged_store(self.uri, err) or store_fault(self.uri, err)
+            if fault is not None:  # (the store's own faults are the machine's)
+                raise fault from None
             raise
 
     def serve(self) -> str:

@@ -23,7 +23,7 @@ from support import until
 
 from mlops import run as local
 from mlops.checks.validation import validate
-from mlops.runtime import launch
+from mlops.runtime import launch, mlflow_server
 from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.tasks import default_experiment
 from mlops.specs import ROOT
@@ -572,6 +572,35 @@ def test_a_full_disk_leaves_a_true_status_and_no_traceback(tmp_path, small_disk)
     record = json.loads((small_disk / "run" / "status.json").read_text())
     assert record["status"] in ("Completed", "Failed") and record["faults"]
     assert done.returncode == record["exit_code"]
+
+
+def test_a_full_mlflow_store_is_said_in_one_line_and_the_outcome_stays_on_disk(tmp_path,
+                                                                             small_disk):
+    """The job fills the disk the MLflow store is on: ending its run there fails, which the
+    runner says in one line (exit 1), and status.json and run.json still say how it ended."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "fill.py").write_text(
+        "import sys\ntry:\n    with open(sys.argv[1], 'wb') as out:\n        while True:\n"
+        "            out.write(b'x' * 4096)\n            out.flush()\nexcept OSError:\n"
+        "    pass\n")
+    spec = tmp_path / "fill.yml"
+    spec.write_text(HELLO.joinpath("hello-command.yml").read_text().split("code:")[0] +
+                    f"code: {code}\ncommand: python fill.py '{small_disk / 'fill'}'\n"
+                    f"environment:\n  image: mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04"
+                    f":latest\n  conda_file: {HELLO / 'hello-conda.yml'}\n")
+    store = f"sqlite:///{small_disk / 'mlflow.db'}"
+    try:
+        done = subprocess.run([sys.executable, "-m", "mlops.run", str(spec), "--run-dir",
+                               str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True,
+                              timeout=180, env={**os.environ, "MLFLOW_TRACKING_URI": store})
+    finally:  # the store's warm tracking server goes with its disk
+        mlflow_server.stop(mlflow_server.server_folder(store))
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert f"the MLflow store {small_disk / 'mlflow.db'}: database or disk is full" in \
+        done.stderr
+    assert done.returncode == 1
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["status"] == "Completed"
 
 
 @pytest.mark.network  # a cold cache: the sklearn-1.5 stand-in (with azureml-core) from the registry

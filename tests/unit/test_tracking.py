@@ -96,3 +96,36 @@ def test_a_damaged_store_is_the_machines_error_naming_it_and_what_to_do(tmp_path
     with pytest.raises(MachineError, match=rf"{re.escape(str(store))} is damaged \(SQLite: "
                                            rf".*{said}.*mv '{re.escape(str(store))}'"):
         Tracking(uri=f"sqlite:///{store}").experiment_id("other")
+
+
+def test_a_store_whose_disk_refuses_a_write_is_the_machines_error_naming_it(tmp_path):
+    """sqlite's 'database or disk is full' (or read-only), as the warm server's REST answer or
+    MLflow's own error carries it, is a MachineError with what to do (was a RestError traceback
+    that left status.json Running)."""
+    import pytest
+
+    from mlops.errors import MachineError
+    from mlops.runtime.mlflow_rest import RestError
+
+    class Full:
+        def update_run(self, *args):
+            raise RestError("TEMPORARILY_UNAVAILABLE", "(sqlite3.OperationalError) database or "
+                            "disk is full [SQL: UPDATE runs SET status=?]")
+
+        def get_run(self, *args):
+            raise RuntimeError("(sqlite3.OperationalError) attempt to write a readonly database")
+
+        def search_runs(self, *args):
+            raise RestError("INVALID_PARAMETER_VALUE", "a bad filter")
+
+    store = tmp_path / "state dir" / "mlflow.db"
+    tracking = Tracking(uri=f"sqlite:///{store}")
+    tracking.backend = Full()
+    with pytest.raises(MachineError, match=rf"the MLflow store {store}: database or disk is "
+                                           "full; free some space there"):
+        tracking._do("update_run", "run", "FAILED", 0)
+    with pytest.raises(MachineError, match="attempt to write a readonly database; it is on a "
+                                           "read-only file system"):
+        tracking._do("get_run", "run")
+    with pytest.raises(RestError, match="a bad filter"):  # any other error as it is
+        tracking._do("search_runs", [], "", 1)
