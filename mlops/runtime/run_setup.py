@@ -84,22 +84,34 @@ def in_folder(folder: Path) -> Iterator[None]:
 def run_in_folder(setup: Setup, server: Server, body: Body) -> int:
     """The body's exit code, run in the set-up folder (module docstring)."""
     folder = setup.folder
-    created = not folder.exists()
-    with in_folder(folder), locked(folder):
-        rt = None
-        try:
-            claim(setup.identity.name, folder)
-            rt = engine.Runtime(root=safe_root(folder), max_procs=max(1, setup.max_procs),
-                                tracking=Tracking(server),
-                                environments=Environments(setup.env_file),
-                                force_rerun=setup.force_rerun, debug=setup.debug,
-                                explain=setup.explain, selection=setup.selection)
-            rt.tracking.connect()  # the warm server (started now if none is) or the store
-            return recorded(setup.identity, rt, body)
-        except BaseException:
-            if created and not (rt and rt.started):  # nothing ran: leave nothing behind
-                shutil.rmtree(folder, ignore_errors=True)
-            raise
+    created, held = not folder.exists(), False
+    try:
+        with in_folder(folder), locked(folder):
+            held = True
+            return _held(setup, server, body, created=created)
+    except OSError:  # the lock itself not written (a full disk): the folder made for it goes
+        if created and not held:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _held(setup: Setup, server: Server, body: Body, *, created: bool) -> int:
+    """run_in_folder's body, with the folder locked."""
+    folder = setup.folder
+    rt = None
+    try:
+        claim(setup.identity.name, folder)
+        rt = engine.Runtime(root=safe_root(folder), max_procs=max(1, setup.max_procs),
+                            tracking=Tracking(server),
+                            environments=Environments(setup.env_file),
+                            force_rerun=setup.force_rerun, debug=setup.debug,
+                            explain=setup.explain, selection=setup.selection)
+        rt.tracking.connect()  # the warm server (started now if none is) or the store
+        return recorded(setup.identity, rt, body)
+    except BaseException:
+        if created and not (rt and rt.started):  # nothing ran: leave nothing behind
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def recorded(identity: Identity, rt: engine.Runtime, body: Body) -> int:

@@ -254,3 +254,27 @@ def test_an_ignore_file_azure_ai_ml_cannot_read_stops_the_snapshot_in_one_line(
     (tmp_path / ".amlignore").write_text("*.db\n")  # it takes precedence: the upload works
     assert sorted(rel for _, rel in snapshot.code_files(tmp_path)) == [
         ".amlignore", ".gitignore", "train.py"]
+
+
+def test_a_run_folder_whose_lock_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch):
+    """A full disk refuses the lock's pid: the error stands, and the folder made for the run
+    goes with it (an empty .lock was left, a folder no verb lists)."""
+    import errno
+
+    from mlops.runtime.run_setup import Identity, Setup, run_in_folder
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(job.os, "pwrite", full)
+    folder = tmp_path / "runs" / "job-1"
+    setup = Setup(folder=folder, identity=Identity(kind="commandJob", spec=tmp_path / "j.yml",
+                                                   name="job-1", data={}))
+    with pytest.raises(OSError) as raised:
+        run_in_folder(setup, server=None, body=lambda rt: 0)
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(folder)
+    assert not folder.exists() and (tmp_path / "runs").is_dir()
+    folder.mkdir()  # a folder that was there before the run stays, whatever the run did
+    with pytest.raises(OSError):
+        run_in_folder(setup, server=None, body=lambda rt: 0)
+    assert folder.is_dir()
