@@ -109,10 +109,26 @@ def read_environment_conda(conda: str | SpecData, base: Path, plan: EnvPlan) -> 
     else:
         path = (base / str(conda).removeprefix("file:")).resolve()
         data, folder = _load_conda(path, plan), path.parent
-    for entry in data.get("dependencies") or []:
+    for entry in dependencies(data, plan.label):
         for line in entry.get("pip") or [] if isinstance(entry, dict) else []:
             refuse_file_option(str(line), plan.label)
     read_conda_data(data, folder, plan, phases=True)
+
+
+def dependencies(data: SpecData, label: str) -> list:
+    """A conda file's `dependencies:`, a list, and each `pip:` in it a list. conda reads a
+    string in their place one character at a time, each a package (`python=3.11`: 'p', 'y',
+    ..., '.'), so Azure's image build fails on it; here '.' would install the folder."""
+    found = data.get("dependencies") or []
+    pips = [entry.get("pip") for entry in found if isinstance(entry, dict)] \
+        if isinstance(found, list) else []
+    if isinstance(found, list) and all(p is None or isinstance(p, list) for p in pips):
+        return found
+    where = "dependencies:" if not isinstance(found, list) else "pip: under dependencies:"
+    raise LocalRunError(f"{label}: the conda file's {where} is not a list: conda reads a string "
+                        "there one character at a time, each as a package, and Azure's image "
+                        "build fails. Fix: write it as a YAML list, one package an item "
+                        "(- python=3.11)")
 
 
 def refuse_file_option(line: str, label: str) -> None:
@@ -142,7 +158,7 @@ def read_conda_data(data: SpecData, base: Path, plan: EnvPlan, *, phases: bool =
     if isinstance(variables, dict):
         plan.variables.update({str(k): "" if v is None else str(v) for k, v in variables.items()})
     pip = EnvPlan(label=plan.label) if phases else plan  # the pip section's lines
-    for entry in data.get("dependencies") or []:
+    for entry in dependencies(data, plan.label):
         if isinstance(entry, dict):
             for line in entry.get("pip") or []:
                 read_requirement_line(str(line), base, pip)

@@ -255,3 +255,23 @@ def test_a_docker_build_on_an_image_nothing_here_describes_is_named_as_undefined
     assert plan.undefined == undefined
     if undefined:
         assert "rocker/tidyverse:latest, which has no local stand-in" in plan.notice
+
+
+@pytest.mark.parametrize(("conda", "said"), [
+    ({"dependencies": "python=3.11"}, "the conda file's dependencies: is not a list"),
+    ({"dependencies": ["python=3.11", {"pip": "six"}]},
+     "the conda file's pip: under dependencies: is not a list"),
+])
+def test_a_conda_file_whose_dependencies_are_a_string_is_refused_not_read_per_character(
+        tmp_path, conda, said):
+    """conda reads such a string one character at a time, each a package, and the image build
+    fails; read so here, its '.' installed the folder (was a uv error about a project)."""
+    from mlops.environments.envfiles import EnvPlan, read_environment_conda
+
+    plan = EnvPlan(label="env")
+    with pytest.raises(LocalRunError, match=f"env: {said}: conda reads a string there one "
+                                            "character at a time"):
+        read_environment_conda(conda, tmp_path, plan)
+    assert plan.requirements == []
+    read_environment_conda({"dependencies": ["python=3.11", {"pip": ["six"]}]}, tmp_path, plan)
+    assert plan.python == "3.11" and "six" in plan.requirements
