@@ -28,6 +28,9 @@ from mlops.specs import Spec, SpecData
 from mlops.workspace.names import generated_job_name
 
 LOCK = ".lock"
+# A run folder's stem: with "-YYYYmmdd-HHMMSS-N" after it, a file name the file system takes
+# (255 bytes) and a job name Azure takes (folder_job_name)
+SLUG_MAX = 200
 BATCH_JOB = "batchJob"  # run.json's kind for a batch endpoint's job (endpoints/batch_run.py)
 
 
@@ -51,11 +54,12 @@ class Job:
 
     @property
     def slug(self) -> str:
-        """The run folder's stem: a shell-safe slug of the display name (or the file's name);
-        the display name may hold spaces and parentheses."""
+        """The run folder's stem: a shell-safe slug of the display name (or the file's name), its
+        first SLUG_MAX characters; the display name may hold spaces and parentheses and run
+        long."""
         label = str(self.data.get("display_name") or self.spec.path.stem)
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-.")
-        return slug or re.sub(r"[^A-Za-z0-9_.-]+", "-", self.spec.path.stem) or "job"
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", label)[:SLUG_MAX].strip("-.")
+        return slug or re.sub(r"[^A-Za-z0-9_.-]+", "-", self.spec.path.stem)[:SLUG_MAX] or "job"
 
     def identity(self, folder: Path) -> Identity:
         return Identity(kind=self.spec.kind, spec=self.spec.path, name=job_name(self, folder),

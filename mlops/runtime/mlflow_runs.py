@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from mlops.errors import ADVICE, MachineError
+from mlops.errors import ADVICE, LocalRunError, MachineError
 from mlops.project import SQLITE, sqlite_file, tracking_uri  # noqa: F401 - the store's names
 from mlops.runtime.mlflow_rest import RestError, RestStore
 from mlops.runtime.mlflow_store import ClientStore, artifact_root, creating  # noqa: F401
@@ -56,6 +56,10 @@ def store_fault(uri: str, err: Exception) -> MachineError | None:
             where = sqlite_file(uri) or uri
             return MachineError(f"the MLflow store {where}: {words}; {ADVICE[code]}")
     return None
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)")
 
 
 class Tracking:
@@ -146,7 +150,15 @@ class Tracking:
         or use it as a context manager: it ends KILLED if interrupted, FAILED on any other
         exception, unless it was closed first. `process`: a process of the task logs into it
         (and may open runs below it, which close with it)."""
-        run_id = self._create(experiment, name, tags=tags, parent=parent, reopen=reopen)
+        try:
+            run_id = self._create(experiment, name, tags=tags, parent=parent, reopen=reopen)
+        except Exception as err:
+            if "INVALID_PARAMETER_VALUE" not in f"{getattr(err, 'error_code', '')} {err}":
+                raise
+            raise LocalRunError(  # MLflow's own limits: a name of 500 characters, ...
+                f"MLflow, which records local runs, refused the run (experiment "
+                f"{_short(experiment)}, name {_short(name)}): {err}; shorten the spec's "
+                "experiment_name or display_name (or the tag it names)") from None
         return OpenRun(self, run_id, now_ms() if process else None)
 
     def _create(self, experiment: str, name: str, *, tags: dict[str, str], parent: str | None,

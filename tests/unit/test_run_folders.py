@@ -278,3 +278,14 @@ def test_a_run_folder_whose_lock_cannot_be_written_is_not_left_behind(tmp_path, 
     with pytest.raises(OSError):
         run_in_folder(setup, server=None, body=lambda rt: 0)
     assert folder.is_dir()
+
+
+def test_a_display_name_of_five_thousand_characters_makes_a_folder_the_disk_takes(tmp_path):
+    """The run folder's stem is the display name's slug cut to SLUG_MAX, so the folder (with its
+    time stamp) is a name the file system takes (was ENAMETOOLONG, a traceback)."""
+    from mlops.specs import Spec
+
+    spec = Spec(path=tmp_path / "job.yml", data={"type": "command", "display_name": "x y" * 2000})
+    slug = job.Job(spec=spec, assets=None).slug
+    assert slug.startswith("x-yx-y") and len(slug) <= job.SLUG_MAX
+    assert len(f"{slug}-20261128-090752-99".encode()) <= 255

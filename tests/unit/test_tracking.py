@@ -129,3 +129,28 @@ def test_a_store_whose_disk_refuses_a_write_is_the_machines_error_naming_it(tmp_
         tracking._do("get_run", "run")
     with pytest.raises(RestError, match="a bad filter"):  # any other error as it is
         tracking._do("search_runs", [], "", 1)
+
+
+def test_a_run_mlflow_refuses_by_its_own_limits_is_the_inputs_error_naming_it():
+    """An experiment_name of 5,000 characters: MLflow's 500-character limit is said as the
+    input's error, with the names shortened (was a RestError traceback)."""
+    import pytest
+
+    from mlops.errors import LocalRunError
+    from mlops.runtime.mlflow_rest import RestError
+
+    class Limited:
+        def experiment_by_name(self, name):
+            return None
+
+        def create_experiment(self, name):
+            raise RestError("INVALID_PARAMETER_VALUE", "'name' exceeds the maximum length of "
+                            "500 characters")
+
+    tracking = Tracking(uri="sqlite:////tmp/unused.db")
+    tracking.backend = Limited()
+    with pytest.raises(LocalRunError, match=r"refused the run \(experiment 'xxx.*\.\.\. \(5000 "
+                                            r"characters\)', name 'job'\): INVALID_PARAMETER_"
+                                            r"VALUE: 'name' exceeds the maximum length of 500 "
+                                            r"characters; shorten the spec's experiment_name"):
+        tracking.open("x" * 5000, "job", {})
