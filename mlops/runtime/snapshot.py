@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mlops.errors import LocalRunError
+from mlops.runtime import launch
 from mlops.workspace.uploads import copy_files, upload_files
 
 ARTIFACT_DIRS = ("outputs", "logs")
@@ -65,6 +66,9 @@ def _size(path: Path) -> int:
         return 0
 
 
+CHUNK = 500  # files copied between two looks at a pending signal (launch.check_interrupt)
+
+
 def take(code: Path | None, wd: Path, *, includes: list[Path] | None = None) -> int:
     """Fill `wd` (recreated empty) with a copy of `code` (merged with its additional_includes);
     return the number of files copied."""
@@ -82,7 +86,9 @@ def take(code: Path | None, wd: Path, *, includes: list[Path] | None = None) -> 
         check_folder(code)
         files = code_files(code)
         check_size(files, code)
-        count = copy_files(files, wd)
+        for start in range(0, len(files), CHUNK):  # a signal stops a long copy between chunks
+            launch.check_interrupt()
+            count += copy_files(files[start:start + CHUNK], wd)
     for name in ARTIFACT_DIRS:
         (wd / name).mkdir(exist_ok=True)
     return count
