@@ -60,9 +60,26 @@ class Component(NamedTuple):
     registry: str | None = None
 
 
+# Linux's limit for one "NAME=value" string a process starts with (MAX_ARG_STRLEN): past it no
+# process starts, here or in Azure's container (E2BIG, "Argument list too long")
+VARIABLE_MAX = 32 * 4096
+
+
 def variables(values) -> dict[str, str]:
-    """`environment_variables` as the process gets them: names and values as text."""
-    return {str(k): "" if v is None else str(v) for k, v in (values or {}).items()}
+    """`environment_variables` as the process gets them: names and values as text; one no
+    process can start with is the input's error naming it."""
+    found = {str(k): "" if v is None else str(v) for k, v in (values or {}).items()}
+    for name, value in found.items():
+        problem = ("its name holds '=' or a NUL character" if "=" in name or "\0" in name else
+                   "its value holds a NUL character" if "\0" in value else
+                   f"it is {len(name) + len(value.encode()) + 2:,} bytes, past the "
+                   f"{VARIABLE_MAX:,} Linux lets one variable of a starting process be"
+                   if len(name) + len(value.encode()) + 2 > VARIABLE_MAX else "")
+        if problem:
+            raise LocalRunError(f"environment_variables.{name[:60]!r}: {problem}, so no process "
+                                "can be started with it. Fix: rename or shorten it (a large "
+                                "value belongs in a file, passed as an input)")
+    return found
 
 
 def code_path(code, base: Path, where: str) -> Path | None:

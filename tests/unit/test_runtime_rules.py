@@ -267,3 +267,20 @@ def test_a_uri_file_output_bound_to_a_folder_is_refused_by_name(tmp_path):
         bind_outputs({"log": OutputSpec(type="uri_file", target=folder)}, tmp_path / "task")
     assert bind_outputs({"log": OutputSpec(type="uri_file", target=tmp_path / "a.txt")},
                         tmp_path / "task") == {"log": str(tmp_path / "a.txt")}
+
+
+@pytest.mark.parametrize(("values", "said"), [
+    ({"A=B": "x"}, "its name holds '=' or a NUL character"),
+    ({"X\0Y": "x"}, "its name holds '=' or a NUL character"),
+    ({"N": "a\0b"}, "its value holds a NUL character"),
+    ({"LONG": "v" * 200_000}, "it is 200,006 bytes, past the 131,072 Linux lets one variable"),
+])
+def test_a_variable_no_process_can_start_with_is_the_inputs_error_by_name(values, said):
+    """Was a ValueError or E2BIG traceback from the launcher (jobs, steps, deployments alike
+    read environment_variables through tasks.variables)."""
+    from mlops.runtime.tasks import variables
+
+    with pytest.raises(LocalRunError, match=rf"environment_variables\.'.*': {said}"):
+        variables(values)
+    assert variables({"OK": "v" * 100_000, "N": None, 3: 1.5}) == {"OK": "v" * 100_000,
+                                                                   "N": "", "3": "1.5"}
