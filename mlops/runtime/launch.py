@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
+from mlops.errors import LocalRunError
 from mlops.runtime import readonly_inputs
 
 STOP_GRACE_S = 10
@@ -170,6 +171,25 @@ def mounts(env: dict[str, str]) -> list[str]:
     return [p for p in env.get(readonly_inputs.MOUNTED, "").split(os.pathsep) if p]
 
 
+# Linux's limit for one string a process starts with, an argument or a "NAME=value"
+# (MAX_ARG_STRLEN): past it the start fails (E2BIG, "Argument list too long")
+ARG_STRLEN_MAX = 32 * 4096
+
+
+def too_long(command: str, envs: list[dict[str, str]]) -> None:
+    """The input's error, before anything starts, for a command (its inputs substituted) or a
+    variable (AZURE_ML_INPUT_<name> carries a literal input) no process can start with."""
+    sizes = [("the command, its inputs substituted,", len(command.encode()) + 1)]
+    sizes += [(f"variable {name}", len(name.encode()) + len(value.encode()) + 2)
+              for name, value in (envs[0] if envs else {}).items()]
+    for what, size in sizes:
+        if size > ARG_STRLEN_MAX:
+            raise LocalRunError(f"{what} is {size:,} bytes, past the {ARG_STRLEN_MAX:,} Linux "
+                                "lets one argument or variable of a starting process be: no "
+                                "process can start with it. Fix: pass a large value as a file "
+                                "(a uri_file input), not as a literal")
+
+
 def keeping_mounts(command: str, env: dict[str, str]) -> str:
     """`command` with its rw_mount outputs kept as Azure's mount points stay: `rm -rf out`
     empties a mount but cannot remove it, so the next command writes into it. Here the folder
@@ -212,6 +232,7 @@ class Launch:
 
     def start(self) -> Launch:
         """Open the log and start the processes; the launch itself, to wait on."""
+        too_long(self.command, self.envs)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         attempt = self.log.exists() and not self.detached
         self._handle = self.log.open("w" if self.detached else "a", buffering=1)

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
+from mlops.runtime.launch import ARG_STRLEN_MAX
 from mlops.runtime.placement import Placement
 from mlops.runtime.uris import AssetMap, is_remote
 from mlops.runtime.values import OutputSpec, Value, job_inputs, job_outputs
@@ -60,9 +61,7 @@ class Component(NamedTuple):
     registry: str | None = None
 
 
-# Linux's limit for one "NAME=value" string a process starts with (MAX_ARG_STRLEN): past it no
-# process starts, here or in Azure's container (E2BIG, "Argument list too long")
-VARIABLE_MAX = 32 * 4096
+VARIABLE_MAX = ARG_STRLEN_MAX  # one "NAME=value" a process starts with (launch.py)
 
 
 def variables(values) -> dict[str, str]:

@@ -284,3 +284,16 @@ def test_a_variable_no_process_can_start_with_is_the_inputs_error_by_name(values
         variables(values)
     assert variables({"OK": "v" * 100_000, "N": None, 3: 1.5}) == {"OK": "v" * 100_000,
                                                                    "N": "", "3": "1.5"}
+
+
+def test_a_command_or_variable_no_process_can_start_with_is_refused_before_anything_starts():
+    """A literal input of 200 kB substituted into the command (or carried in its
+    AZURE_ML_INPUT_<name>) was an E2BIG traceback from Popen."""
+    from mlops.runtime.launch import too_long
+
+    with pytest.raises(LocalRunError, match=r"the command, its inputs substituted, is 200,014 "
+                                            r"bytes, past the 131,072"):
+        too_long("echo " + "v" * 200_008, [{}])
+    with pytest.raises(LocalRunError, match=r"variable AZURE_ML_INPUT_x is 200,018 bytes"):
+        too_long("echo", [{"AZURE_ML_INPUT_x": "v" * 200_000}])
+    too_long("echo " + "v" * 100_000, [{"X": "v" * 100_000}])  # within the limit: nothing said
