@@ -51,6 +51,7 @@ from mlops.runtime import (
     run_step,
     slot,
     spark_task,
+    trial_addresses,
     update_record,
 )
 from mlops.specs import SpecData, flag
@@ -236,23 +237,25 @@ def register_node_outputs(node: Node, scope: Scope) -> int:
     return register_named(declared, paths, origin=f"step {node.name}", label=f"step {node.name}")
 
 
-def addresses(nodes: list[Node], assets: AssetMap, above: tuple[str, ...] = ()
-              ) -> list[tuple[str, ...]]:
-    """Every task the pipeline may start, by the path DEBUG= names it with."""
+def addresses(nodes: list[Node], assets: AssetMap, above: tuple[str, ...] = (),
+              wanted: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every task the pipeline may start, by the path DEBUG= names it with (a sweep node's
+    trials: the one `wanted` names, else a few: debugging.trial_addresses)."""
     found: list[tuple[str, ...]] = []
     for node in nodes:
         here = (*above, node.name)
         if node.body is not None:
             for part in loops.parts(node):
-                found += addresses([node.body], assets, (*here, part))
+                found += addresses([node.body], assets, (*here, part), wanted)
         elif node.kind in ("if_else",):
             continue
         elif node.kind == "pipeline":
             found += addresses(build_nodes(node.definition["jobs"], node.base, assets,
-                                           node.where, registry=node.registry), assets, here)
+                                           node.where, registry=node.registry), assets, here,
+                               wanted)
         elif node.kind == "sweep":
             trials = int((node.raw.get("limits") or {}).get("max_total_trials") or 1)
-            found += [(*here, f"trial:{n}") for n in range(trials)]
+            found += trial_addresses(wanted, trials, here)
         else:
             found.append(here)
     return found
@@ -262,7 +265,7 @@ def run_pipeline_job(job: Job, rt: Runtime) -> int:
     data, path = job.data, job.spec.path
     nodes = build_nodes(data.get("jobs"), path.parent, job.assets, str(path))
     if rt.debug is not None:
-        rt.debug.check(addresses(nodes, job.assets))
+        rt.debug.check(addresses(nodes, job.assets, wanted=rt.debug.path))
     spec_file = str(path.resolve())
     if rt.selection is not None:
         subset.plan(rt.selection, nodes, job.assets, lambda a: ever_completed(rt, spec_file, a))

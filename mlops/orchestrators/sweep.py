@@ -47,6 +47,7 @@ from mlops.runtime import (
     publish,
     render_literal,
     start_task,
+    trial_addresses,
 )
 from mlops.specs import SpecData
 
@@ -349,7 +350,7 @@ def run_sweep_job(job: Job, rt: Runtime) -> int:
     experiment = experiment_name(data)
     if rt.debug is not None:
         trials = Settings.from_spec(data, rt.max_procs).max_trials
-        rt.debug.check([(f"trial:{n}",) for n in range(trials)])
+        rt.debug.check(trial_addresses(rt.debug.path, trials))
     trial_def, base, _ = load_component(data["trial"], path.parent, job.assets, f"{path}: trial")
     outputs = job_outputs(data.get("outputs"))
     inputs = job_inputs(data.get("inputs"), path.parent, job.assets)

@@ -19,8 +19,8 @@ stage each name serves:
                 deterministic, link_step
   snapshot      merged (code: with its additional_includes), extract_archive (a zip, checked),
                 safe_root (a run folder a shell keeps whole)
-  environment   (mlops/environments/ builds it; DebugRequest and add_debug_arguments pick
-                the one process a debugger attaches to)
+  environment   (mlops/environments/ builds it; DebugRequest, add_debug_arguments and
+                trial_addresses pick the one process a debugger attaches to)
   launch        usable_cores, free_port; signals: install_signal_handlers,
                 restore_signal_handlers, check_interrupt, interruptible, signals_held;
                 guarding (the watchdog of a sweep or pipeline run); the mini-batch driver:
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from mlops.runtime.aliases import safe_root
     from mlops.runtime.archives import extract as extract_archive
     from mlops.runtime.binding import publish, slot
-    from mlops.runtime.debugging import DebugRequest
+    from mlops.runtime.debugging import DebugRequest, trial_addresses
     from mlops.runtime.debugging import add_arguments as add_debug_arguments
     from mlops.runtime.engine import Result, Running, Runtime, run_step, start_service
     from mlops.runtime.engine import finish as finish_task
@@ -140,6 +140,7 @@ _WHERE: dict[str, str] = {
     "safe_root": "aliases", "extract_archive": "archives:extract",
     "publish": "binding", "slot": "binding",
     "DebugRequest": "debugging", "add_debug_arguments": "debugging:add_arguments",
+    "trial_addresses": "debugging",
     **dict.fromkeys(("Result", "Running", "Runtime", "run_step", "start_service"), "engine"),
     "run_task": "engine:run", "start_task": "engine:start", "finish_task": "engine:finish",
     **dict.fromkeys(("Job", "end_record", "job_name", "locked", "read_record", "run_folder",
@@ -187,7 +188,7 @@ __all__ = [  # grouped by stage, as the docstring says
     # snapshot
     "merged", "extract_archive", "safe_root",
     # environment (a debugger's process)
-    "DebugRequest", "add_debug_arguments",
+    "DebugRequest", "add_debug_arguments", "trial_addresses",
     # launch
     "usable_cores", "free_port", "install_signal_handlers", "restore_signal_handlers",
     "check_interrupt", "interruptible", "signals_held", "guarding", "Batches", "Listing",

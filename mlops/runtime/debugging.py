@@ -85,6 +85,19 @@ class DebugRequest:
                                 f"its tasks: {names}")
 
 
+def trial_addresses(wanted: tuple[str, ...], trials: int,
+                    above: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """A sweep's trial addresses (under `above`) that DEBUG=`wanted` is checked against, never
+    all of a sweep of 10^9: the one it names where the sweep has it, else the first ten and the
+    last (what a refusal lists)."""
+    rest = wanted[len(above):] if wanted[:len(above)] == above else ()
+    number = rest[0].removeprefix("trial:") if len(rest) == 1 else ""
+    if number.isdigit() and str(int(number)) == number and int(number) < trials:
+        return [(*above, f"trial:{number}")]
+    first = [(*above, f"trial:{n}") for n in range(min(trials, 10))]
+    return first + ([(*above, "..."), (*above, f"trial:{trials - 1}")] if trials > 10 else [])
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """--debug and --debug-port, the same on every front door that starts processes."""
     parser.add_argument("--debug", help="debug one process: 1, a step (train, outer/train), a "

@@ -318,3 +318,20 @@ def test_a_signal_during_a_long_snapshot_stops_it_within_a_chunk(tmp_path, monke
     finally:
         launch._pending.clear()
     assert copied == [snapshot.CHUNK, snapshot.CHUNK]
+
+
+def test_debug_checks_a_sweep_of_a_billion_trials_without_listing_them():
+    """DEBUG= against a sweep's trials: the one it names, else a few that the refusal lists
+    (a list of 10^9 addresses took gigabytes before a trial started)."""
+    from mlops.runtime import DebugRequest, trial_addresses
+
+    wanted = DebugRequest.parse("outer/7").path
+    assert trial_addresses(wanted, 10**9, ("outer",)) == [("outer", "trial:7")]
+    assert trial_addresses(("trial:12",), 10**9) == [("trial:12",)]
+    few = trial_addresses(("outer", "07"), 10**9, ("outer",))  # not a trial's name
+    assert len(few) == 12 and few[-1] == ("outer", f"trial:{10**9 - 1}")
+    assert trial_addresses((), 3) == [("trial:0",), ("trial:1",), ("trial:2",)]
+    request = DebugRequest.parse("999999999")
+    request.check(trial_addresses(request.path, 10**9))  # the last trial: found
+    with pytest.raises(LocalRunError, match=r"names no task of this run; its tasks: trial:0, "):
+        request.check(trial_addresses(request.path, 5))
