@@ -126,11 +126,29 @@ def draft_of(path: Path | None, *, kind: str | None, assets: AssetMap,
             raise LocalRunError(f"{path}: a {asset_kind.noun} needs a path")
         draft.source = assets.local_path(str(data["path"]).rstrip("/") or "/",
                                          f"{spec.path}: path", spec.path.parent)
+        path_matches_type(draft, str(data["path"]), f"{spec.path}: path")
         yield draft
         return
     with tempfile.TemporaryDirectory(prefix="mlops-asset-") as staging:
         draft.source = _bundle(spec, asset_kind, Path(staging) / asset_kind.value.rstrip("s"))
         yield draft
+
+
+def path_matches_type(draft: Draft, given: str, where: str) -> None:
+    """azure-ai-ml's check of a data asset's local path against its type, made before anything
+    is uploaded (_assert_local_path_matches_asset_type; an MLTable's metadata is read from the
+    folder): a uri_file is a file, a uri_folder a folder, an mltable a folder holding an MLTable
+    file. A URI (a job's output, a datastore) is not checked, as there."""
+    source, kind = draft.source, draft.type or default_type(draft.kind)
+    if draft.kind != AssetKind.DATA or source is None or is_remote(given):
+        return
+    wrong = {"uri_file": not source.is_file(), "uri_folder": not source.is_dir(),
+             "mltable": not (source / "MLTable").is_file()}.get(kind, False)
+    if wrong:
+        shape = {"uri_file": "a file", "uri_folder": "a folder",
+                 "mltable": "a folder holding an MLTable file"}[kind]
+        raise LocalRunError(f"{where}: File path does not match asset type {kind}: {source} "
+                            f"(azure-ai-ml refuses it): a {kind} asset's path is {shape}")
 
 
 def default_type(kind: AssetKind) -> str:

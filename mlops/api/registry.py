@@ -10,7 +10,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlops.api.drafts import Overrides, default_type, draft_of, resolve_path
+from mlops.api.drafts import (
+    Overrides,
+    default_type,
+    draft_of,
+    path_matches_type,
+    resolve_path,
+)
 from mlops.errors import LocalRunError
 from mlops.runtime import AssetMap
 from mlops.workspace import names
@@ -58,6 +64,8 @@ def create_from(draft: Draft, *, path: str | None = None, asset_file: Path | Non
     if path is not None:
         draft.source = resolve_path(path, asset_file)
     draft.type = draft.type or default_type(draft.kind)
+    if path is not None:
+        path_matches_type(draft, path, "--path")
     record = _workspace(registry).create(draft)
     if draft.kind == AssetKind.MODEL and record.new and registry is None:
         from mlops.workspace.mlflow_models import register_in_mlflow

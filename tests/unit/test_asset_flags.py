@@ -79,3 +79,19 @@ def test_a_deployments_name_and_set_go_over_its_spec_as_the_ml_extension_loads_i
                 "--set", "name=ignored", "--set", "instance_count=2"]) == 1  # (no server)
     assert started[0].sets == ("name=ignored", "instance_count=2", "name=teal",
                                "endpoint_name=ep1")
+
+
+def test_a_data_assets_local_path_must_be_what_its_type_says(repo, capsys):
+    """azure-ai-ml's _assert_local_path_matches_asset_type (and an MLTable's metadata read from
+    its folder), before anything is uploaded; a URI is not checked."""
+    (repo / "table").mkdir()
+    (repo / "rows.csv").write_text("a\n1\n")
+    for path, kind in (("table", "uri_file"), ("rows.csv", "uri_folder"), ("table", "mltable")):
+        assert run(["data", "create", "-n", "d", "-p", path, "-t", kind]) == 2
+        assert f"does not match asset type {kind}" in capsys.readouterr().err
+    (repo / "table" / "MLTable").write_text("paths:\n  - file: ../rows.csv\n")
+    assert run(["data", "create", "-n", "d", "-p", "table", "-t", "mltable", "-o", "none"]) == 0
+    (repo / "data.yml").write_text("name: d2\ntype: uri_file\npath: table\n")
+    assert run(["data", "create", "-f", "data.yml"]) == 2
+    assert "data.yml: path: File path does not match asset type uri_file" in \
+        capsys.readouterr().err
