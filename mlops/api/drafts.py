@@ -135,20 +135,24 @@ def draft_of(path: Path | None, *, kind: str | None, assets: AssetMap,
 
 
 def path_matches_type(draft: Draft, given: str, where: str) -> None:
-    """azure-ai-ml's check of a data asset's local path against its type, made before anything
-    is uploaded (_assert_local_path_matches_asset_type; an MLTable's metadata is read from the
-    folder): a uri_file is a file, a uri_folder a folder, an mltable a folder holding an MLTable
-    file. A URI (a job's output, a datastore) is not checked, as there."""
+    """azure-ai-ml's checks of a model's or data asset's local path, made before anything is
+    uploaded: a folder holds a file to upload; a data asset's path is what its type says
+    (_assert_local_path_matches_asset_type; an MLTable's metadata is read from the folder): a
+    uri_file a file, a uri_folder a folder, an mltable a folder holding an MLTable file. A URI
+    (a job's output, a datastore) is not checked, as there."""
     source, kind = draft.source, draft.type or default_type(draft.kind)
-    if draft.kind != AssetKind.DATA or source is None or is_remote(given):
+    if source is None or is_remote(given):
         return
-    wrong = {"uri_file": not source.is_file(), "uri_folder": not source.is_dir(),
-             "mltable": not (source / "MLTable").is_file()}.get(kind, False)
+    wrong = draft.kind == AssetKind.DATA and {
+        "uri_file": not source.is_file(), "uri_folder": not source.is_dir(),
+        "mltable": not (source / "MLTable").is_file()}.get(kind, False)
     if wrong:
         shape = {"uri_file": "a file", "uri_folder": "a folder",
                  "mltable": "a folder holding an MLTable file"}[kind]
         raise LocalRunError(f"{where}: File path does not match asset type {kind}: {source} "
                             f"(azure-ai-ml refuses it): a {kind} asset's path is {shape}")
+    if source.is_dir():  # then uploaded: a folder with no file is refused (EmptyDirectoryError)
+        upload_files(source, where, nonempty=True)
 
 
 def default_type(kind: AssetKind) -> str:
@@ -206,7 +210,7 @@ def _take(base: Path, relative: str, folder: Path, name: str) -> str:
     if not source.exists():
         raise LocalRunError(f"{base}: {relative} does not exist ({source})")
     target = folder / (name if source.is_dir() else f"{name}{source.suffix}")
-    files = upload_files(source, f"{base}: {relative}")
+    files = upload_files(source, f"{base}: {relative}", nonempty=True)
     if source.is_dir():  # bytecode is no part of what was registered (it changes by itself)
         copy_files([(file, path) for file, path in files
                     if "__pycache__" not in Path(path).parts and not path.endswith(".pyc")],

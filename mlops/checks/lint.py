@@ -127,6 +127,11 @@ def check_code(spec: Spec, key: str, code) -> list[Finding]:
         return [spec.finding(key, f"code '{code}' does not exist",
                              "point code: at the folder holding the entry point (or the one "
                              "file to upload), relative to this file (../src)")]
+    if where.is_dir() and not any(where.iterdir()):  # (one ignoring all: at its snapshot)
+        return [spec.finding(key, f"code '{code}' is an empty folder: az ml's upload refuses it "
+                             "(azure-ai-ml: \"Directory ... is empty. path or local_path must be "
+                             "a non-empty directory\")", "put the job's files in it, or point "
+                             "code: at the folder that holds them")]
     return []
 
 

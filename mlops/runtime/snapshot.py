@@ -34,7 +34,7 @@ def code_files(code: Path) -> list[tuple[Path, str]]:
     """(source file, relative path) pairs that Azure would upload for `code`; what its upload
     could not take (a pipe, a socket, a device, a link to nothing or a loop) is refused by name
     (mlops/workspace/uploads.py)."""
-    return upload_files(code, "code")
+    return upload_files(code, "code", nonempty=True)
 
 
 def check_folder(code: Path) -> None:

@@ -72,12 +72,14 @@ def problem(path: Path) -> str:
     return ""
 
 
-def upload_files(source: Path, what: str, *, ignore: bool = True) -> list[tuple[Path, str]]:
+def upload_files(source: Path, what: str, *, ignore: bool = True,
+                 nonempty: bool = False) -> list[tuple[Path, str]]:
     """(file to read, relative path) for each file az ml would upload from `source` (a file or
     a folder; `ignore`: less what its .amlignore or .gitignore excludes, as an upload does);
-    LocalRunError naming the first entry it could not take. azure-ai-ml lists a folder (its
-    import costs a second or two of CPU); its answer is kept for the same walk of the same
-    folder with the same ignore file (listed_before)."""
+    LocalRunError naming the first entry it could not take, or (`nonempty`: where az ml uploads
+    it) a folder with nothing to upload. azure-ai-ml lists a folder (its import costs a second
+    or two of CPU); its answer is kept for the same walk of the same folder with the same ignore
+    file (listed_before)."""
     if not source.is_dir():
         _refuse(source, source, what)
         return [(source, source.name)]
@@ -90,6 +92,11 @@ def upload_files(source: Path, what: str, *, ignore: bool = True) -> list[tuple[
             remember("uploads", key, listed)
     for _, relative in listed:
         _refuse(source / relative, source, what)
+    if nonempty and not listed:  # upload_directory's EmptyDirectoryError
+        kept = " after its .amlignore/.gitignore" if ignore else ""
+        raise LocalRunError(f"{what}: Directory {source} is empty. path or local_path must be a "
+                            f"non-empty directory (azure-ai-ml's upload: it holds no file to "
+                            f"upload{kept}); put the files in it, or point at the right folder")
     return [(Path(file), relative) for file, relative in listed]
 
 

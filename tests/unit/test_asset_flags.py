@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mlops.cli import run
 from mlops.environments.envfiles import dockerfile_in
 
@@ -95,3 +97,30 @@ def test_a_data_assets_local_path_must_be_what_its_type_says(repo, capsys):
     assert run(["data", "create", "-f", "data.yml"]) == 2
     assert "data.yml: path: File path does not match asset type uri_file" in \
         capsys.readouterr().err
+
+
+def test_a_folder_with_nothing_to_upload_is_refused_where_az_ml_uploads_it(repo, capsys):
+    """azure-ai-ml's upload_directory raises EmptyDirectoryError for a folder with no file to
+    upload (its .amlignore counted): a model's or data asset's local path, a job's code:."""
+    from mlops.checks.validation import check
+    from mlops.errors import LocalRunError
+    from mlops.runtime.snapshot import code_files
+    from mlops.specs import load_spec
+
+    (repo / "empty").mkdir()
+    assert run(["model", "create", "-n", "m", "-p", "empty"]) == 2
+    assert "Directory" in capsys.readouterr().err
+    (repo / "ignored").mkdir()
+    (repo / "ignored" / ".amlignore").write_text("*\n")
+    (repo / "ignored" / "x.bin").write_bytes(b"x")
+    assert run(["data", "create", "-n", "d", "-p", "ignored"]) == 2
+    assert "is empty. path or local_path must be a non-empty directory" in \
+        capsys.readouterr().err
+    with pytest.raises(LocalRunError, match="code: Directory .* is empty"):
+        code_files(repo / "ignored")
+    (repo / "job.yml").write_text("$schema: https://azuremlschemas.azureedge.net/latest/"
+                                  "commandJob.schema.json\ncommand: echo hi\ncode: empty\n"
+                                  "environment: azureml:AzureML-sklearn-1.0-ubuntu20.04-py38-cpu"
+                                  "@latest\n")
+    found = [str(f) for f in check(load_spec(repo / "job.yml")) if f.is_error]
+    assert any("code 'empty' is an empty folder" in f for f in found)
