@@ -12,7 +12,7 @@ from mlops.checks.overrides import apply_removals, apply_sets, parse_sets
 from mlops.checks.references import check_references
 from mlops.checks.validation import check
 from mlops.errors import LocalRunError
-from mlops.runtime import AssetMap, Job
+from mlops.runtime import AssetMap, Job, is_remote, job_inputs
 from mlops.specs import JOB_TYPES, Spec, an, load_spec
 
 RUNS_HERE = {"commandJob", "sweepJob", "pipelineJob", "sparkJob", "autoMLJob"}
@@ -52,6 +52,7 @@ def prepare_job(spec_path: str | Path, sets: list[str], removes: list[str],
         raise LocalRunError("\n".join(errors) + "\nAzure would refuse this spec: fix it first"
                             + what_it_is(spec))
     check_references(spec, assets, env_file)
+    local_inputs(spec, assets)
     if spec.kind == "autoMLJob":  # what cannot run here is refused before work
         from mlops.automl.translate import automl_command
 
@@ -61,6 +62,17 @@ def prepare_job(spec_path: str | Path, sets: list[str], removes: list[str],
                 print(note, file=sys.stderr)
             spec = dataclasses.replace(spec, data=built.definition)
     return Job(spec, assets)
+
+
+def local_inputs(spec: Spec, assets: AssetMap) -> None:
+    """The job's inputs with a local path, as az ml job create uploads them before the job
+    exists (values.uploaded_as_azure_uploads); a reference is resolved by the run, as Azure
+    passes it on unresolved (check_references has checked what it must)."""
+    inputs = spec.data.get("inputs")
+    local = {name: value for name, value in (inputs if isinstance(inputs, dict) else {}).items()
+             if isinstance(value, dict) and isinstance(value.get("path"), str)
+             and not is_remote(value["path"]) and "${{" not in value["path"]}
+    job_inputs(local, spec.path.parent, assets, prefix=f"{spec.path}: inputs")
 
 
 def not_runnable(spec: Spec) -> str:

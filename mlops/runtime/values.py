@@ -12,12 +12,13 @@ a value.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlops.errors import LocalRunError
-from mlops.runtime.uris import AssetMap
+from mlops.runtime.uris import AssetMap, is_remote
 from mlops.specs import REF, SpecData
 from mlops.workspace.records import asset_kind
 
@@ -64,8 +65,29 @@ def data_value(definition: SpecData, key: str, base: Path, assets: AssetMap) -> 
     path = definition.get("path")
     if path is None:
         return Value(type=kind, mode=definition.get("mode"))
-    return Value(path=assets.local_path(path, key, base, kind=asset_kind(kind)), type=kind,
-                 mode=definition.get("mode"))
+    local = assets.local_path(path, key, base, kind=asset_kind(kind))
+    uploaded_as_azure_uploads(str(path), local, kind, key)
+    return Value(path=local, type=kind, mode=definition.get("mode"))
+
+
+def uploaded_as_azure_uploads(declared: str, local: Path, kind: str, key: str) -> None:
+    """What az ml job create checks of an input's local path as it uploads it
+    (JobOperations._resolve_job_input): an absolute uri_folder path is a folder and an absolute
+    uri_file path a file; a folder holds a file (upload_directory's EmptyDirectoryError). A
+    reference (a URI, azureml:, a binding) is not uploaded, so not checked."""
+    if is_remote(declared) or "${{" in declared or not local.exists():
+        return
+    if Path(declared.removeprefix("file:")).is_absolute():
+        wrong = {"uri_folder": ("dir", not local.is_dir()),
+                 "uri_file": ("file", not local.is_file())}.get(kind)
+        if wrong and wrong[1]:
+            raise LocalRunError(f"{key}: There is no {wrong[0]} on target path: {declared} (az ml "
+                                f"job create refuses a {kind} input so): point it at a "
+                                f"{'folder' if wrong[0] == 'dir' else 'file'}, or change its type")
+    if local.is_dir() and not any(files for _, _, files in os.walk(local)):
+        raise LocalRunError(f"{key}: Directory {local} is empty. path or local_path must be a "
+                            "non-empty directory (az ml job create's upload refuses it): put the "
+                            "input's files in it, or point it at the right folder")
 
 
 def input_value(value, key: str, base: Path, assets: AssetMap) -> Value:

@@ -124,3 +124,31 @@ def test_a_folder_with_nothing_to_upload_is_refused_where_az_ml_uploads_it(repo,
                                   "@latest\n")
     found = [str(f) for f in check(load_spec(repo / "job.yml")) if f.is_error]
     assert any("code 'empty' is an empty folder" in f for f in found)
+
+
+@pytest.mark.parametrize(("path", "kind", "says"), [
+    ("nothere", "uri_folder", "local path .*nothere does not exist"),
+    ("empty", "uri_folder", "Directory .*empty is empty. path or local_path must be a non-empty"),
+    ("{repo}/table", "uri_file", "There is no file on target path: .*table"),
+    ("{repo}/rows.csv", "uri_folder", "There is no dir on target path: .*rows.csv"),
+])
+def test_a_local_input_az_ml_job_create_cannot_upload_is_refused_at_create(repo, path, kind,
+                                                                           says):
+    """JobOperations._resolve_job_input, before the job exists: an absolute path of the wrong
+    shape, a folder with no file to upload (a relative path of the other shape is uploaded)."""
+    from mlops.checks.prepare import prepare_job
+    from mlops.errors import LocalRunError
+    from mlops.runtime import AssetMap
+
+    (repo / "empty").mkdir()
+    (repo / "table").mkdir()
+    (repo / "table" / "part.csv").write_text("a\n1\n")
+    (repo / "rows.csv").write_text("a\n1\n")
+    (repo / "job.yml").write_text(
+        "$schema: https://azuremlschemas.azureedge.net/latest/commandJob.schema.json\n"
+        "command: echo ${{inputs.d}}\nenvironment: azureml:AzureML-sklearn-1.0-ubuntu20.04-py38"
+        f"-cpu@latest\ninputs:\n  d:\n    type: {kind}\n    path: '{path.format(repo=repo)}'\n")
+    with pytest.raises(LocalRunError, match=says):
+        prepare_job(repo / "job.yml", [], [], AssetMap())
+    prepare_job(repo / "job.yml", ["inputs.d.path=table", "inputs.d.type=uri_file"], [],
+                AssetMap())  # relative: uploaded whatever its shape, as on Azure
