@@ -21,7 +21,7 @@ import sys
 
 from mlops.api.session import Session
 from mlops.cli import assets, batch, endpoints, jobs
-from mlops.cli.common import Verb, note
+from mlops.cli.common import Verb, Warnings, note
 from mlops.cli.output import query, render
 from mlops.errors import LocalError, machine_faults_raised
 from mlops.project import keep_state_out_of_git
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    Warnings.shown = not getattr(args, "only_show_errors", False)
     ignored = [n for n in IGNORED if getattr(args, n, None) and not
                (n == "registry_name" and args.group != "job")]  # an asset's: a local registry
     if ignored:

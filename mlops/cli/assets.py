@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mlops.api.session import AssetRequest, Session
 from mlops.checks.overrides import parse_sets
-from mlops.cli.common import Verb
+from mlops.cli.common import Verb, add_sets, note, set_values
 from mlops.errors import LocalRunError
 
 KINDS = ("model", "data", "environment", "component")
@@ -26,6 +26,11 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
         listing.add_argument("-n", "--name", help="every version of this name")
         listing.add_argument("--include-archived", action="store_true")
         listing.add_argument("--archived-only", action="store_true")
+        listing.add_argument("-r", "--max-results", type=int, help="at most this many")
+        if kind == "model":
+            listing.add_argument("-s", "--stage", help="only the versions in this stage")
+        if kind == "component":
+            listing.add_argument("-v", "--version", help="(az lists every version of --name)")
         show = verb.add(group, "show", _show, f"one {kind} version")
         show.add_argument("-n", "--name", required=True)
         show.add_argument("-v", "--version")
@@ -34,6 +39,7 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
             each = verb.add(group, name, handler, f"{name} a {kind} (or one version)")
             each.add_argument("-n", "--name", required=True)
             each.add_argument("-v", "--version")
+            each.add_argument("-l", "--label", help="the version this label names (latest)")
         for parser in (create, listing, show):
             parser.set_defaults(kind=kind)
         group.choices["archive"].set_defaults(kind=kind)
@@ -42,42 +48,55 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
 
 def _create_arguments(create: argparse.ArgumentParser, kind: str) -> None:
     """az ml <kind> create's arguments (the ml extension's ml_<kind>_create): --file, and what
-    each flag sets over it (or, without --file, makes: a model or data asset, an environment)."""
+    each flag sets over it (or, without --file, makes: a model or data asset, an environment).
+    Short names are az's for that kind: -d is data's --description, a model's
+    --default-deployment-template, an environment's --dockerfile-path; -s a model's --stage."""
     create.add_argument("-f", "--file", type=Path, help="its YAML spec")
     create.add_argument("-n", "--name")
     create.add_argument("-v", "--version")
-    create.add_argument("-d", "--description", default="")
+    create.add_argument(*(["-d"] if kind == "data" else []), "--description", default="")
     create.add_argument("--tags", nargs="*", default=[], metavar="KEY[=VALUE]")
-    create.add_argument("-s", "--set", dest="sets", action="append", default=[],
-                        metavar="KEY=VALUE", help="set a field of the spec (az's --set)")
+    add_sets(create)
+    create.add_argument("--no-wait", action="store_true", help="(local: made when it returns)")
     if kind in ("model", "data"):
         create.add_argument("-p", "--path", help="its files: a local path, a job's "
                             "output (azureml://jobs/<name>/outputs/<output>), a mapped URI")
-        create.add_argument("-t", "--type", default="")
+        create.add_argument("-t", "--type", default="", **(
+            {"choices": ("uri_file", "uri_folder", "mltable")} if kind == "data" else {}))
     if kind == "model":
-        create.add_argument("--stage")
+        create.add_argument("-s", "--stage")
+        create.add_argument("-d", "--default-deployment-template", metavar="ASSET_ID",
+                            help="its default_deployment_template's asset_id")
     if kind == "environment":
         create.add_argument("-i", "--image", help="its Docker image")
         create.add_argument("-c", "--conda-file", help="its conda file")
         create.add_argument("-b", "--build-context", help="its Docker build context")
-        create.add_argument("--dockerfile-path", default="/Dockerfile",
+        create.add_argument("-d", "--dockerfile-path", default="/Dockerfile",
                             help="the Dockerfile in the build context")
         create.add_argument("--os-type")
+        create.add_argument("-p", "--path", help="(with --registry-name on Azure: a workspace "
+                            "environment to copy; ignored here, as az ignores it without one)")
     if kind in ("model", "data", "environment"):
         create.add_argument("--datastore")
+    if kind in ("data", "component"):
+        create.add_argument("--skip-validation", action="store_true",
+                            help="(accepted; the spec is checked as Azure checks it)")
 
 
 def overrides(args: argparse.Namespace) -> tuple[tuple[str, object], ...]:
     """What az's ml_<kind>_create passes to load_<kind> as params_override: --set first, then
     each flag given, in its order."""
-    made = [tuple(pair.items())[0] for pair in parse_sets(args.sets, Path("--set"))]
+    made = [tuple(pair.items())[0] for pair in parse_sets(set_values(args.sets), Path("--set"))]
     tags = dict(tag.partition("=")[::2] for tag in args.tags)
     build = getattr(args, "build_context", None)
+    template = getattr(args, "default_deployment_template", None)
     for key, value in (("name", args.name), ("version", args.version), ("tags", tags),
                        ("description", args.description),
-                       ("path", getattr(args, "path", None)),
+                       ("path", getattr(args, "path", None) if args.kind != "environment"
+                        else None),
                        ("type", getattr(args, "type", None)),
                        ("stage", getattr(args, "stage", None)),
+                       ("default_deployment_template", template and {"asset_id": template}),
                        ("image", getattr(args, "image", None)),
                        ("conda_file", getattr(args, "conda_file", None)),
                        ("build", build and {"path": build,
@@ -92,9 +111,13 @@ def overrides(args: argparse.Namespace) -> tuple[tuple[str, object], ...]:
 def _create(session: Session, args: argparse.Namespace) -> object:
     if args.file is None and args.kind == "component":
         raise LocalRunError("component create needs --file <its YAML spec>")
+    if getattr(args, "default_deployment_template", None):
+        note("--default-deployment-template: checked, but not kept by the local workspace "
+             "(a registry's deployment template: model show prints none)")
     return session.create_asset(AssetRequest(
         kind=args.kind, spec=args.file, name=args.name, version=args.version,
-        path=getattr(args, "path", None), type=getattr(args, "type", ""),
+        path=getattr(args, "path", None) if args.kind != "environment" else None,
+        type=getattr(args, "type", ""),
         description=args.description, registry=getattr(args, "registry_name", None),
         overrides=overrides(args)))
 
@@ -103,7 +126,10 @@ def _list(session: Session, args: argparse.Namespace) -> object:
     found = session.list_assets(args.kind, name=args.name,
                                 archived=args.include_archived or args.archived_only,
                                 registry_name=getattr(args, "registry_name", None))
-    return found
+    for key in ("stage", "version"):  # model list --stage, component list --version
+        if getattr(args, key, None):
+            found = [each for each in found if str(each.get(key)) == getattr(args, key)]
+    return found if args.max_results is None else found[:max(0, args.max_results)]
 
 
 def _show(session: Session, args: argparse.Namespace) -> object:
@@ -111,11 +137,19 @@ def _show(session: Session, args: argparse.Namespace) -> object:
                               registry_name=getattr(args, "registry_name", None))
 
 
+def _labelled(session: Session, args: argparse.Namespace) -> str | None:
+    """archive|restore -l <label>: the version the label names."""
+    if not args.label or args.version:
+        return args.version
+    return str(session.show_asset(args.kind, args.name, label=args.label,
+                                  registry_name=getattr(args, "registry_name", None))["version"])
+
+
 def _archive(session: Session, args: argparse.Namespace) -> None:
-    session.archive_asset(args.kind, args.name, version=args.version,
+    session.archive_asset(args.kind, args.name, version=_labelled(session, args),
                           registry_name=getattr(args, "registry_name", None))
 
 
 def _restore(session: Session, args: argparse.Namespace) -> None:
-    session.archive_asset(args.kind, args.name, version=args.version, archived=False,
-                          registry_name=getattr(args, "registry_name", None))
+    session.archive_asset(args.kind, args.name, version=_labelled(session, args),
+                          archived=False, registry_name=getattr(args, "registry_name", None))

@@ -12,15 +12,40 @@ from mlops.cli.output import FORMATS
 Handler = Callable[..., object]
 
 
+class Warnings:
+    """az's --only-show-errors: no warnings for this command."""
+
+    shown = True
+
+
 def note(text: str) -> None:
     """One line on stderr for what a local run does otherwise than Azure (az's warnings go
-    there too)."""
-    print(f"WARNING: {text}", file=sys.stderr)
+    there too; --only-show-errors leaves them out, as az does)."""
+    if Warnings.shown:
+        print(f"WARNING: {text}", file=sys.stderr)
 
 
 def set_values(groups: list[list[str]]) -> list[str]:
     """`--set a=1 b=2 --set c=3`: every KEY=VALUE, in order."""
     return [value for group in groups for value in group]
+
+
+def add_sets(parser: argparse.ArgumentParser, what: str = "set a field of the spec") -> None:
+    """az's --set (the ml extension's params_override: nargs +, repeatable)."""
+    parser.add_argument("--set", dest="sets", nargs="+", action="append", default=[],
+                        metavar="KEY=VALUE", help=f"{what} (az's --set)")
+
+
+def _truth(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"{text!r}: true or false")
+    return text.lower() == "true"
+
+
+def add_switch(parser: argparse.ArgumentParser, flag: str, what: str) -> None:
+    """az's three-state flag (get_three_state_flag): `--local`, `--local true|false`."""
+    parser.add_argument(flag, nargs="?", const=True, default=False, type=_truth,
+                        metavar="{true,false}", help=what)
 
 
 class Verb:

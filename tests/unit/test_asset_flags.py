@@ -152,3 +152,35 @@ def test_a_local_input_az_ml_job_create_cannot_upload_is_refused_at_create(repo,
         prepare_job(repo / "job.yml", [], [], AssetMap())
     prepare_job(repo / "job.yml", ["inputs.d.path=table", "inputs.d.type=uri_file"], [],
                 AssetMap())  # relative: uploaded whatever its shape, as on Azure
+
+
+def test_a_models_short_names_are_az_s_stage_and_lists_take_stage_and_max_results(
+        repo, capsys):
+    """model create -s is --stage (az's add_stage_param), -d its deployment template; model
+    list --stage and -r/--max-results; archive -l latest archives the version it names."""
+    (repo / "model.bin").write_bytes(b"m")
+    assert run(["model", "create", "-n", "m", "-p", "model.bin", "-s", "Production",
+                "-o", "none"]) == 0
+    assert run(["model", "create", "-n", "m", "-p", "model.bin", "-s", "Staging",
+                "-d", "azureml://registries/r/deploymenttemplates/t/versions/1",
+                "-o", "none"]) == 0
+    assert "not kept by the local workspace" in capsys.readouterr().err
+    assert run(["model", "list", "-n", "m", "-s", "Staging", "--query", "[].version",
+                "-o", "tsv"]) == 0
+    assert capsys.readouterr().out.split() == ["2"]
+    assert run(["model", "list", "-n", "m", "-r", "1", "-o", "tsv", "--query", "length(@)"]) == 0
+    assert capsys.readouterr().out.split() == ["1"]
+    assert run(["model", "archive", "-n", "m", "-l", "latest"]) == 0
+    assert run(["model", "list", "-n", "m", "--query", "[].version", "-o", "tsv"]) == 0
+    assert capsys.readouterr().out.split() == ["1"]
+
+
+def test_data_takes_d_as_its_description_and_set_takes_many_pairs(repo, capsys):
+    (repo / "rows.csv").write_text("a\n1\n")
+    assert run(["data", "create", "-n", "d", "-v", "1", "-p", "rows.csv", "-t", "uri_file",
+                "-d", "the rows", "--no-wait", "--skip-validation"]) == 0
+    assert shown(capsys)["description"] == "the rows"
+    (repo / "env.yml").write_text(SCHEMA + "name: e5\nimage: python:3.11\n")
+    assert run(["environment", "create", "-f", "env.yml", "--set", "description=x",
+                "tags.a=1", "--query", "[description, tags.a]", "-o", "tsv"]) == 0
+    assert capsys.readouterr().out.split() == ["x", "1"]
