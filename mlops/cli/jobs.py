@@ -9,7 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from mlops.api.session import Session
-from mlops.cli.common import Verb, note, set_values
+from mlops.api.views import JobView
+from mlops.cli.common import Verb, add_sets, add_switch, note, set_values
+from mlops.cli.output import render
 from mlops.errors import LocalRunError
 from mlops.runtime import DebugRequest, add_debug_arguments, add_selection_arguments
 
@@ -23,8 +25,9 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     create.add_argument("-n", "--name", help="the job's name (over the spec's)")
     create.add_argument("-s", "--stream", action="store_true", help="follow its log to the end")
     create.add_argument("-e", "--web", action="store_true", help="(Studio: not here)")
-    create.add_argument("--set", dest="sets", nargs="+", action="append", default=[],
-                        metavar="KEY=VALUE", help="override a spec value, as az does")
+    create.add_argument("-a", "--save-as", type=Path,
+                        help="write the created job, as job show prints it, to this YAML file")
+    add_sets(create, "override a spec value")
     create.add_argument("--skip-validation", action="store_true",
                         help="(accepted; the spec is checked as Azure checks it)")
     add_run(job, verb)
@@ -39,7 +42,7 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
             each.add_argument("--no-wait", action="store_true", help="return at once")
     listing = verb.add(job, "list", _list, "list the jobs, newest first")
     listing.add_argument("-r", "--max-results", type=int, default=50)
-    listing.add_argument("--all-results", action="store_true")
+    add_switch(listing, "--all-results", "every job, not the first --max-results")
     listing.add_argument("-p", "--parent-job-name", help="(pipeline steps: not listed here)")
     listing.add_argument("--include-archived", action="store_true")
     listing.add_argument("--archived-only", action="store_true")
@@ -93,9 +96,21 @@ def _create(session: Session, args: argparse.Namespace) -> object:
         note("--web opens Azure's Studio; the local job's page is its run folder (shown "
              "under services.Studio)")
     created = session.create_job(args.file, sets=set_values(args.sets), name=args.name)
+    if args.save_as is not None:
+        save_as(created, args.save_as)
     if args.stream:
         session.stream_job(str(created["name"]), sys.stdout)
     return created
+
+
+def save_as(created: JobView, path: Path) -> None:
+    """--save-as: the created job in YAML (azure-ai-ml's Job.dump: written over, its folder
+    must exist)."""
+    try:
+        path.write_text(render(created, "yaml"), encoding="utf-8")
+    except OSError:
+        raise LocalRunError(f"--save-as: No such parent folder path or not a file path: "
+                            f"{path} (the job {created['name']} was created)") from None
 
 
 def _show(session: Session, args: argparse.Namespace) -> object:
