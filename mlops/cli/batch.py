@@ -10,16 +10,13 @@ from pathlib import Path
 from mlops.api.batch_endpoints import DeploymentRequest
 from mlops.api.batch_jobs import Invocation
 from mlops.api.session import Session
-from mlops.cli.common import Verb, note, set_values
+from mlops.cli.common import Verb, add_sets, note, set_values
+from mlops.errors import LocalRunError
 from mlops.runtime import add_debug_arguments
 
-SETTINGS = (("--mini-batch-size", "mini_batch_size"), ("--instance-count", "instance_count"),
-            ("--output-file-name", "output_file_name"))
-
-
-def _sets(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--set", dest="sets", nargs="+", action="append", default=[],
-                        metavar="KEY=VALUE", help="override a value, as az does")
+SETTINGS = ((("-m", "--mini-batch-size"), "mini_batch_size"),
+            (("-c", "--instance-count"), "instance_count"),
+            (("--output-file-name",), "output_file_name"))  # (local only)
 
 
 def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
@@ -31,7 +28,10 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
         each.add_argument("-f", "--file", type=Path)
         each.add_argument("-n", "--name", required=name == "update")
         each.add_argument("--no-wait", action="store_true")
-        _sets(each)
+        add_sets(each)
+        if name == "update":
+            each.add_argument("--defaults", metavar="'deployment_name=D'",
+                              help="the endpoint's defaults (after --set)")
     for name, handler in (("show", _show_endpoint), ("delete", _delete_endpoint),
                           ("list-jobs", _list_jobs)):
         each = verb.add(endpoint, name, handler, f"{name} a batch endpoint")
@@ -56,16 +56,16 @@ def add_invoke(endpoint: argparse._SubParsersAction, verb: type[Verb]) -> None:
     invoke.add_argument("-f", "--file", type=Path, help="a YAML of inputs: (and outputs:)")
     invoke.add_argument("--job-name")
     invoke.add_argument("--experiment-name", help="(the job's experiment: the endpoint's here)")
-    for flag, dest in SETTINGS:
-        invoke.add_argument(flag, dest=dest)
+    for flags, dest in SETTINGS:
+        invoke.add_argument(*flags, dest=dest)
     invoke.add_argument("--output-path", help="(a datastore path on Azure: outputs stay in "
                         "the run folder here)")
     invoke.add_argument("--outputs", help="(as --output-path)")
-    _sets(invoke)
+    add_sets(invoke, "override a value")
     invoke.add_argument("--max-procs", type=int, help="local only: cap on processes at once")
     invoke.add_argument("--stream", action="store_true", help="local only: follow the job's "
                         "log to its end (its status: azml's exit code)")
-    add_debug_arguments(invoke)
+    add_debug_arguments(invoke, bare=True)
 
 
 def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
@@ -83,7 +83,7 @@ def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> Non
         each.add_argument("--model", help="local only: run this model folder instead")
         each.add_argument("--no-wait", action="store_true")
         each.add_argument("--skip-script-validation", action="store_true")
-        _sets(each)
+        add_sets(each)
     for name, handler in (("show", _show_deployment), ("delete", _delete_deployment)):
         each = verb.add(deployment, name, handler, f"{name} a batch deployment")
         each.add_argument("-n", "--name", required=True)
@@ -96,9 +96,21 @@ def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> Non
 
 
 def _create_endpoint(session: Session, args: argparse.Namespace) -> object:
+    sets = set_values(args.sets) + defaults(getattr(args, "defaults", None))
     if args.file is None and args.verb == "update":
-        return session.update_batch_endpoint(args.name, set_values(args.sets))
-    return session.create_batch_endpoint(args.file, name=args.name, sets=set_values(args.sets))
+        return session.update_batch_endpoint(args.name, sets)
+    return session.create_batch_endpoint(args.file, name=args.name, sets=sets)
+
+
+def defaults(text: str | None) -> list[str]:
+    """update --defaults "deployment_name=d" (space-separated, as az's convert_str_to_dict
+    reads it): each pair set under defaults."""
+    pairs = (text or "").split()
+    for pair in pairs:
+        if "=" not in pair:
+            raise LocalRunError(f"--defaults {text!r}: give KEY=VALUE pairs "
+                                "(deployment_name=<deployment>)")
+    return [f"defaults.{pair}" for pair in pairs]
 
 
 def _show_endpoint(session: Session, args: argparse.Namespace) -> object:

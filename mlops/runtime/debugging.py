@@ -98,10 +98,12 @@ def trial_addresses(wanted: tuple[str, ...], trials: int,
     return first + ([(*above, "..."), (*above, f"trial:{trials - 1}")] if trials > 10 else [])
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """--debug and --debug-port, the same on every front door that starts processes."""
-    parser.add_argument("--debug", help="debug one process: 1, a step (train, outer/train), a "
-                        "trial (3), rank:N or worker:N; pdb or pdb:<what> for pdb on the terminal")
+def add_arguments(parser: argparse.ArgumentParser, *, bare: bool = False) -> None:
+    """--debug and --debug-port, the same on every front door that starts processes. bare:
+    `--debug` alone is taken too, as az's own --debug (its log level: no process debugged)."""
+    parser.add_argument("--debug", nargs="?" if bare else None, const="" if bare else None,
+                        help="debug one process: 1, a step (train, outer/train), a trial (3), "
+                        "rank:N or worker:N; pdb or pdb:<what> for pdb on the terminal")
     parser.add_argument("--debug-port", type=int, default=0,
                         help="the debugger's port on 127.0.0.1 (default: 5678 if free, else any)")
 
