@@ -68,21 +68,24 @@ SCHEMAS = "https://azuremlschemas.azureedge.net/latest/"
 
 
 def create_endpoint(spec: Path | None, *, name: str | None = None, port: int | None = None,
-                    auth: str = "") -> View:
-    """`az ml online-endpoint create -f` (or `--name` alone: azure-ai-ml's defaults, a managed
-    endpoint with key auth): recorded; an existing endpoint's spec is updated (its port and
-    running deployments are kept), as create_or_update does. Local only: `port` (else a free
-    one), `auth` "none"."""
+                    auth: str = "", sets: tuple[str, ...] = ()) -> View:
+    """`az ml online-endpoint create -f [--set k=v]` (or `--name` alone: azure-ai-ml's
+    defaults, a managed endpoint with key auth): recorded; an existing endpoint's spec is
+    updated (its port and running deployments are kept), as create_or_update does. Local
+    only: `port` (else a free one), `auth` "none"."""
     if spec is None and not name:
         raise LocalRunError("online-endpoint create: give --file <endpoint spec> or --name")
-    data = dict(load_spec(spec).data) if spec is not None else {}
+    where = spec if spec is not None else Path(f"online-endpoint {name}")
+    overrides = parse_sets(list(sets), where)
+    data = apply_sets(dict(load_spec(spec).data) if spec is not None else {}, overrides, where)
     endpoint = checked_name(str(name or data.get("name") or ""), "endpoint")
     data["name"] = endpoint
     logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
     from azure.ai.ml import load_online_endpoint
 
     try:
-        loaded = load_online_endpoint(source=spec, params_override=[{"name": endpoint}])
+        loaded = load_online_endpoint(source=spec,
+                                      params_override=[*overrides, {"name": endpoint}])
     except Exception as err:  # noqa: BLE001 - azure-ai-ml's refusal, in its words
         raise LocalRunError(f"{spec or 'online-endpoint create'}: {err}") from None
     if not data.get("$schema"):  # optional in a spec: the kind azure-ai-ml loaded it as
@@ -235,6 +238,14 @@ def delete_deployment(endpoint: str, name: str) -> None:
         state.mirror_traffic.pop(name, None)
         state.write(folder)
         retire(slot)
+
+
+def update_endpoint(name: str, sets: tuple[str, ...]) -> View:
+    """`az ml online-endpoint update -n N --set k=v`: az's generic update, over the endpoint
+    as recorded."""
+    created = _record(name)
+    return create_endpoint(_spec_file(name, created.spec), name=name, auth=created.auth,
+                           sets=sets)
 
 
 def update_traffic(endpoint: str, *, traffic: str | None, mirror: str | None) -> View:

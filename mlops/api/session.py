@@ -159,10 +159,15 @@ class Session:
 
     # online endpoints -------------------------------------------------------------------
     def create_endpoint(self, spec: Path | None, *, name: str | None = None,
-                        port: int | None = None, auth: str = "") -> View:
-        """`az ml online-endpoint create -f` (or --name alone): recorded; nothing starts until
-        a deployment (local only: the front's `port`, `auth` "none")."""
-        return endpoints.create_endpoint(spec, name=name, port=port, auth=auth)
+                        port: int | None = None, auth: str = "",
+                        sets: tuple[str, ...] = ()) -> View:
+        """`az ml online-endpoint create -f [--set]` (or --name alone): recorded; nothing
+        starts until a deployment (local only: the front's `port`, `auth` "none")."""
+        return endpoints.create_endpoint(spec, name=name, port=port, auth=auth, sets=sets)
+
+    def update_endpoint(self, name: str, sets: tuple[str, ...]) -> View:
+        """`az ml online-endpoint update -n N --set k=v`, over the endpoint as recorded."""
+        return endpoints.update_endpoint(name, sets)
 
     def show_endpoint(self, name: str) -> View:
         return endpoints.endpoint_view(name)

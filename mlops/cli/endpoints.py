@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mlops.api.endpoints import DeploymentRequest
 from mlops.api.session import Session
-from mlops.cli.common import Verb, note
+from mlops.cli.common import Verb, add_sets, add_switch, note, set_values
 from mlops.runtime import DebugRequest, add_debug_arguments
 
 
@@ -19,7 +19,12 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     create = verb.add(endpoint, "create", _create_endpoint, "create (or update) an endpoint")
     create.add_argument("-f", "--file", type=Path, help="(or --name alone: key auth)")
     create.add_argument("-n", "--name")
-    create.add_argument("--local", action="store_true", help="(Docker: not here)")
+    create.add_argument("--auth-mode", type=str.lower, choices=("key", "aml_token", "aad_token"),
+                        help="over the spec's auth_mode (default key)")
+    add_sets(create)
+    create.add_argument("--no-wait", action="store_true", help="(local: recorded at once)")
+    create.add_argument("-e", "--web", action="store_true", help="(Studio: not here)")
+    add_switch(create, "--local", "(Docker: not here)")
     create.add_argument("--port", type=int, help="local only: the port its front listens on "
                         "(default: a free one)")
     create.add_argument("--auth", choices=["none"], help="local only: serve without a key, "
@@ -28,20 +33,34 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
                           ("get-credentials", _credentials)):
         each = verb.add(endpoint, name, handler, f"{name} an endpoint")
         each.add_argument("-n", "--name", required=True)
+        if name != "get-credentials":
+            add_switch(each, "--local", "(every endpoint is local here)")
+        if name == "show":
+            each.add_argument("-e", "--web", action="store_true", help="(Studio: not here)")
         if name == "delete":
             each.add_argument("-y", "--yes", action="store_true")
             each.add_argument("--no-wait", action="store_true")
-    verb.add(endpoint, "list", _list_endpoints, "the endpoints")
+    add_switch(verb.add(endpoint, "list", _list_endpoints, "the endpoints"), "--local",
+               "(every endpoint is local here)")
+    add_update_invoke(endpoint, verb)
+    add_deployments(groups, verb)
+
+
+def add_update_invoke(endpoint: argparse._SubParsersAction, verb: type[Verb]) -> None:
     update = verb.add(endpoint, "update", _update_endpoint, "set traffic and mirror traffic")
     update.add_argument("-n", "--name", required=True)
-    update.add_argument("-t", "--traffic", help='"blue=90 green=10"')
+    update.add_argument("-r", "-t", "--traffic", help='"blue=90 green=10"')
     update.add_argument("--mirror-traffic", help='"green=10"')
     update.add_argument("-f", "--file", type=Path, help="(an endpoint spec: create -f updates)")
+    add_sets(update, "set a field of the endpoint")
+    update.add_argument("--no-wait", action="store_true", help="(local: updated at once)")
+    update.add_argument("-e", "--web", action="store_true", help="(Studio: not here)")
+    add_switch(update, "--local", "(every endpoint is local here)")
     invoke = verb.add(endpoint, "invoke", _invoke, "send a request to the endpoint")
     invoke.add_argument("-n", "--name", required=True)
     invoke.add_argument("-r", "--request-file", required=True, type=Path)
     invoke.add_argument("-d", "--deployment-name")
-    add_deployments(groups, verb)
+    add_switch(invoke, "--local", "(every endpoint is local here)")
 
 
 def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
@@ -49,50 +68,73 @@ def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> Non
         .add_subparsers(dest="verb", required=True,
                         metavar="{create,update,show,list,get-logs,delete}")
     for name in ("create", "update"):
-        each = verb.add(deployment, name, _create_deployment, f"{name} a deployment: its "
-                        "server started in its endpoint", az_debug=False)
-        each.add_argument("-f", "--file", required=True, type=Path)
-        each.add_argument("-e", "--endpoint-name")
-        each.add_argument("-n", "--name", help="the deployment's name (over the spec's)")
-        each.add_argument("--set", dest="sets", action="append", default=[],
-                          metavar="KEY=VALUE", help="set a field of the spec (az's --set)")
-        each.add_argument("--no-wait", action="store_true",
-                          help="(local: the server is up when create returns)")
-        each.add_argument("--all-traffic", action="store_const", const="1", dest="traffic",
-                          default="0")
-        each.add_argument("--initial-traffic", choices=["auto", "1", "0"], dest="traffic",
-                          default="0", help="local only: auto gives it all traffic when no "
-                          "deployment takes any yet")
-        each.add_argument("--model", help="local only: serve this model folder instead")
-        add_debug_arguments(each)
-        each.add_argument("--local", action="store_true", help="(Docker: not here)")
-        each.add_argument("--skip-script-validation", action="store_true")
+        _deployment_arguments(verb.add(deployment, name, _create_deployment, f"{name} a "
+                                       "deployment: its server started in its endpoint",
+                                       az_debug=False))
     for name, handler in (("show", _show_deployment), ("get-logs", _logs),
                           ("delete", _delete_deployment)):
         each = verb.add(deployment, name, handler, f"{name} a deployment")
         each.add_argument("-n", "--name", required=True)
         each.add_argument("-e", "--endpoint-name", required=True)
+        add_switch(each, "--local", "(every deployment is local here)")
+        if name == "show":
+            each.add_argument("--web", action="store_true", help="(Studio: not here)")
         if name == "get-logs":
             each.add_argument("-l", "--lines", type=int)
             each.add_argument("-c", "--container", help="(one server here: its log)")
         if name == "delete":
             each.add_argument("-y", "--yes", action="store_true")
+            each.add_argument("--no-wait", action="store_true")
     listing = verb.add(deployment, "list", _list_deployments, "the endpoint's deployments")
     listing.add_argument("-e", "--endpoint-name", required=True)
+    add_switch(listing, "--local", "(every deployment is local here)")
+
+
+def _deployment_arguments(each: argparse.ArgumentParser) -> None:
+    """online-deployment create|update's arguments: az's, then azml's own (local only)."""
+    each.add_argument("-f", "--file", required=True, type=Path)
+    each.add_argument("-e", "--endpoint-name")
+    each.add_argument("-n", "--name", help="the deployment's name (over the spec's)")
+    add_sets(each)
+    each.add_argument("--no-wait", action="store_true",
+                      help="(local: the server is up when create returns)")
+    each.add_argument("--all-traffic", action="store_const", const="1", dest="traffic",
+                      default="0")
+    add_switch(each, "--vscode-debug", "the server waits for VS Code to attach (as --debug)")
+    add_switch(each, "--local", "(Docker: not here)")
+    add_switch(each, "--local-enable-gpu", "(the server sees this machine's devices)")
+    each.add_argument("--web", action="store_true", help="(Studio: not here)")
+    each.add_argument("--package-model", action="store_true",
+                      help="(its environment is built from the spec here in any case)")
+    each.add_argument("--skip-script-validation", action="store_true")
+    each.add_argument("--initial-traffic", choices=["auto", "1", "0"], dest="traffic",
+                      default="0", help="local only: auto gives it all traffic when no "
+                      "deployment takes any yet")
+    each.add_argument("--model", help="local only: serve this model folder instead")
+    add_debug_arguments(each, bare=True)
 
 
 def _local_note(args: argparse.Namespace) -> None:
     if getattr(args, "local", False):
         note("--local runs Azure's Docker image; here every endpoint is local, without Docker")
+    _web_note(args)
+
+
+def _web_note(args: argparse.Namespace) -> None:
+    if getattr(args, "web", False):
+        note("--web opens Azure's Studio; a local endpoint has no page: azml online-endpoint "
+             "show prints it")
 
 
 def _create_endpoint(session: Session, args: argparse.Namespace) -> object:
     _local_note(args)
+    sets = set_values(args.sets) + ([f"auth_mode={args.auth_mode}"] if args.auth_mode else [])
     return session.create_endpoint(args.file, name=args.name, port=args.port,
-                                   auth=args.auth or "")
+                                   auth=args.auth or "", sets=tuple(sets))
 
 
 def _show_endpoint(session: Session, args: argparse.Namespace) -> object:
+    _web_note(args)
     return session.show_endpoint(args.name)
 
 
@@ -105,9 +147,18 @@ def _delete_endpoint(session: Session, args: argparse.Namespace) -> None:
 
 
 def _update_endpoint(session: Session, args: argparse.Namespace) -> object:
+    """az's generic update: the spec (-f) or the endpoint as recorded, --set over it, then
+    --traffic and --mirror-traffic."""
+    _local_note(args)
+    sets, updated = tuple(set_values(args.sets)), None
     if args.file is not None:
-        return session.create_endpoint(args.file, name=args.name)
-    return session.update_traffic(args.name, traffic=args.traffic, mirror=args.mirror_traffic)
+        updated = session.create_endpoint(args.file, name=args.name, sets=sets)
+    elif sets:
+        updated = session.update_endpoint(args.name, sets)
+    if updated is None or args.traffic or args.mirror_traffic:
+        updated = session.update_traffic(args.name, traffic=args.traffic,
+                                         mirror=args.mirror_traffic)
+    return updated
 
 
 def _invoke(session: Session, args: argparse.Namespace) -> object:
@@ -122,11 +173,13 @@ def _create_deployment(session: Session, args: argparse.Namespace) -> object:
     _local_note(args)
     return session.create_deployment(DeploymentRequest(
         spec=args.file, endpoint=args.endpoint_name, traffic=args.traffic, model=args.model,
-        debug=DebugRequest.parse(args.debug, args.debug_port), name=args.name,
-        sets=tuple(args.sets)))
+        debug=DebugRequest.parse("true" if args.vscode_debug and not args.debug else args.debug,
+                                 args.debug_port), name=args.name,
+        sets=tuple(set_values(args.sets))))
 
 
 def _show_deployment(session: Session, args: argparse.Namespace) -> object:
+    _web_note(args)
     return session.show_deployment(args.endpoint_name, args.name)
 
 

@@ -1,0 +1,87 @@
+"""What az ml's flags do here, beyond parsing (tests/unit/test_az_parity.py holds the table):
+online-endpoint create --auth-mode and --set, update --set (az's generic update), job create
+--save-as, batch-endpoint update --defaults, online-deployment --vscode-debug and a bare
+--debug (mlops/cli, mlops/api)."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from mlops.cli import run
+from mlops.cli.jobs import save_as
+from mlops.errors import LocalRunError
+
+
+def test_an_endpoints_auth_mode_and_set_go_over_its_spec_and_update_sets_over_the_record(
+        repo, capsys):
+    """ml_online_endpoint_create: --set, then --name, then --auth-mode (lower-cased)."""
+    (repo / "ep.yml").write_text("name: given\nauth_mode: key\n")
+    assert run(["online-endpoint", "create", "-f", "ep.yml", "-n", "ep1", "--auth-mode",
+                "AML_TOKEN", "--set", "description=hello", "tags.team=cv", "--no-wait",
+                "--query", "[name, auth_mode, description, tags.team]", "-o", "tsv"]) == 0
+    assert capsys.readouterr().out.split() == ["ep1", "aml_token", "hello", "cv"]
+    assert run(["online-endpoint", "update", "-n", "ep1", "--set", "tags.stage=dev",
+                "--query", "[auth_mode, tags.team, tags.stage]", "-o", "tsv"]) == 0
+    assert capsys.readouterr().out.split() == ["aml_token", "cv", "dev"]
+
+
+def test_show_web_notes_studio_and_local_changes_nothing(repo, capsys):
+    assert run(["online-endpoint", "create", "-n", "ep2", "--local", "-o", "none"]) == 0
+    assert "every endpoint is local" in capsys.readouterr().err
+    assert run(["online-endpoint", "show", "-n", "ep2", "--local", "true", "--query", "name",
+                "-o", "tsv"]) == 0
+    shown = capsys.readouterr()
+    assert (shown.out.strip(), shown.err) == ("ep2", "")
+    assert run(["online-endpoint", "show", "-n", "ep2", "--web", "-o", "none"]) == 0
+    assert "Studio" in capsys.readouterr().err
+
+
+def test_save_as_writes_the_created_job_as_yaml_and_names_a_missing_folder(tmp_path):
+    """ml_job_create's job.dump(save_as): written over; a folder that does not exist is the
+    input's error (the job stays created)."""
+    target = tmp_path / "job.yml"
+    target.write_text("old")
+    save_as({"name": "j1", "status": "Starting"}, target)
+    assert yaml.safe_load(target.read_text()) == {"name": "j1", "status": "Starting"}
+    try:
+        save_as({"name": "j1"}, tmp_path / "missing" / "job.yml")
+    except LocalRunError as err:
+        assert "No such parent folder" in str(err) and "j1 was created" in str(err)
+    else:
+        raise AssertionError("a missing folder was not refused")
+
+
+def test_batch_endpoint_update_defaults_sets_its_default_deployment(repo, capsys):
+    """ml_batch_endpoint_update: --defaults "deployment_name=d" (convert_str_to_dict)."""
+    assert run(["batch-endpoint", "create", "-n", "be1", "-o", "none"]) == 0
+    assert run(["batch-endpoint", "update", "-n", "be1", "--defaults",
+                "deployment_name=d1", "--query", "defaults"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"deployment_name": "d1"}
+    assert run(["batch-endpoint", "update", "-n", "be1", "--defaults", "d1"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+
+
+def test_vscode_debug_waits_for_a_debugger_and_a_bare_debug_is_az_s_log_level(
+        repo, monkeypatch):
+    from mlops.api import endpoints
+
+    started = []
+    monkeypatch.setattr(endpoints.actions, "start", lambda serve: started.append(serve) or 1)
+    (repo / "blue.yml").write_text("name: blue\n")
+    assert run(["online-endpoint", "create", "-n", "ep3", "-o", "none"]) == 0
+    assert run(["online-deployment", "create", "-f", "blue.yml", "-e", "ep3",
+                "--vscode-debug"]) == 1  # (no server)
+    assert run(["online-deployment", "create", "-f", "blue.yml", "-e", "ep3", "--debug"]) == 1
+    assert started[0].debug is not None and started[0].debug.mode == "debugpy"
+    assert started[1].debug is None
+
+
+def test_workspace_options_are_noted_unless_only_show_errors(repo, capsys):
+    """`-g RG -w WS` on every call (published scripts) runs here unchanged; az's
+    --only-show-errors leaves the note out, as it leaves az's warnings out."""
+    assert run(["model", "list", "-g", "rg", "-w", "ws", "-o", "none"]) == 0
+    assert "ignored" in capsys.readouterr().err
+    assert run(["model", "list", "-g", "rg", "-w", "ws", "--only-show-errors", "-o", "none"]) == 0
+    assert capsys.readouterr().err == ""
