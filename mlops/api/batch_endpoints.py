@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -169,7 +169,7 @@ class DeploymentRequest:
     """`az ml batch-deployment create|update -f <spec> [--endpoint-name] [--name] [--set ...]
     [--set-default]`, and a model folder to run instead of the spec's (local only)."""
 
-    spec: Path
+    spec: Path | None  # None (update): the deployment --name as recorded, --set over it
     endpoint: str | None = None
     name: str | None = None
     sets: list[str] = field(default_factory=list)
@@ -181,6 +181,8 @@ class DeploymentRequest:
 def create_deployment(request: DeploymentRequest, *, update: bool = False) -> View:
     """Checked as Azure checks it (its model, code and environment found), then recorded; the
     endpoint's first deployment, or one with --set-default, becomes its default."""
+    if request.spec is None:
+        request = _as_recorded(request)
     data = load_spec(request.spec).data
     endpoint = str(request.endpoint or data.get("endpoint_name") or "")
     if not endpoint:
@@ -202,6 +204,18 @@ def create_deployment(request: DeploymentRequest, *, update: bool = False) -> Vi
         if request.set_default or (first and not _default(endpoint_spec(endpoint))):
             set_default(endpoint, name)
     return deployment_view(endpoint, name)
+
+
+def _as_recorded(request: DeploymentRequest) -> DeploymentRequest:
+    """update -n D -e E --set k=v (az's generic update): the spec and sets it was made of."""
+    if not request.name or not request.endpoint:
+        raise LocalRunError("batch-deployment update without --file: give --name and "
+                            "--endpoint-name (the deployment to update)")
+    record = deployment_record(request.endpoint, request.name)
+    return replace(request, spec=Path(str(record.get("source"))),
+                   sets=[*list(record.get("sets") or []), *request.sets],
+                   model=request.model or (str(record["model"]) if record.get("model")
+                                           else None))
 
 
 def deployment_record(endpoint: str, name: str) -> SpecData:

@@ -151,7 +151,7 @@ class DeploymentRequest:
     local run adds: the traffic rule (`auto`: all of it when no deployment takes any yet, what
     make serve-local asks), a model folder to serve instead of the spec's, a debugger."""
 
-    spec: Path
+    spec: Path | None  # None: update the running deployment --name from what it was made of
     endpoint: str | None = None
     traffic: str = "0"  # "1": --all-traffic; "auto"
     model: str | None = None
@@ -163,9 +163,11 @@ class DeploymentRequest:
 def create_deployment(request: DeploymentRequest) -> View:
     """`az ml online-deployment create|update -f [--set k=v] [--name] [--endpoint-name]`, as the
     ml extension loads it (--set, then --name, then --endpoint-name over the spec): into an
-    endpoint that exists (else Azure's not-found); its server started, then its view."""
-    spec = request.spec
-    sets = [*request.sets, *([f"name={request.name}"] if request.name else []),
+    endpoint that exists (else Azure's not-found); its server started, then its view. No
+    spec: az's generic update of a running deployment, --set over the spec and sets it was
+    made of."""
+    spec, before = (request.spec, ()) if request.spec is not None else _made_of(request)
+    sets = [*before, *request.sets, *([f"name={request.name}"] if request.name else []),
             *([f"endpoint_name={request.endpoint}"] if request.endpoint else [])]
     data = apply_sets(load_spec(spec).data, parse_sets(sets, spec), spec)
     name = str(data.get("endpoint_name") or "")
@@ -182,6 +184,17 @@ def create_deployment(request: DeploymentRequest) -> View:
         raise MachineError(f"deployment {data.get('name')} of {name} did not start (its log is "
                            "named above); azml online-deployment get-logs shows it")
     return deployment_view(name, str(data.get("name")))
+
+
+def _made_of(request: DeploymentRequest) -> tuple[Path, tuple[str, ...]]:
+    if not request.name or not request.endpoint:
+        raise LocalRunError("online-deployment update without --file: give --name and "
+                            "--endpoint-name (the deployment to update)")
+    slot = _state(request.endpoint).deployments.get(request.name)
+    if slot is None:
+        raise NotFound(f"deployment {request.name!r} is not running in online endpoint "
+                       f"{request.endpoint}")
+    return Path(slot.spec), tuple(slot.sets)
 
 
 def _state(endpoint: str) -> EndpointState:

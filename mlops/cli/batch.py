@@ -75,7 +75,8 @@ def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> Non
     for name in ("create", "update"):
         each = verb.add(deployment, name, _create_deployment, f"{name} a batch deployment: "
                         "checked and recorded in its endpoint")
-        each.add_argument("-f", "--file", required=True, type=Path)
+        each.add_argument("-f", "--file", required=name == "create", type=Path,
+                          help="its spec (update: else the one it was made of)")
         each.add_argument("-e", "--endpoint-name")
         each.add_argument("-n", "--name")
         each.add_argument("--set-default", action="store_true",

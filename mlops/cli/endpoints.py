@@ -92,7 +92,8 @@ def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> Non
 
 def _deployment_arguments(each: argparse.ArgumentParser) -> None:
     """online-deployment create|update's arguments: az's, then azml's own (local only)."""
-    each.add_argument("-f", "--file", required=True, type=Path)
+    each.add_argument("-f", "--file", required=each.prog.endswith("create"), type=Path,
+                      help="its spec (update: else the one the deployment was made of)")
     each.add_argument("-e", "--endpoint-name")
     each.add_argument("-n", "--name", help="the deployment's name (over the spec's)")
     add_sets(each)

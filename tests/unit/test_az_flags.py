@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from mlops.cli import run
@@ -85,3 +86,28 @@ def test_workspace_options_are_noted_unless_only_show_errors(repo, capsys):
     assert "ignored" in capsys.readouterr().err
     assert run(["model", "list", "-g", "rg", "-w", "ws", "--only-show-errors", "-o", "none"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_an_online_deployment_updates_without_its_file_from_what_it_was_made_of(
+        repo, monkeypatch, capsys):
+    """`az ml online-deployment update -n blue -e E --set instance_count=2` (generic update):
+    the spec and --set values the running deployment was made of, the new --set after them."""
+    from mlops.api import endpoints
+
+    started = []
+    monkeypatch.setattr(endpoints.actions, "start", lambda serve: started.append(serve) or 1)
+    made = type("Slot", (), {"spec": str(repo / "blue.yml"), "sets": ["instance_count=1"]})
+    state = type("State", (), {"deployments": {"blue": made}})
+    monkeypatch.setattr(endpoints, "_state", lambda endpoint: state)
+    (repo / "blue.yml").write_text("name: blue\n")
+    assert run(["online-endpoint", "create", "-n", "ep4", "-o", "none"]) == 0
+    assert run(["online-deployment", "update", "-n", "blue", "-e", "ep4", "--set",
+                "instance_count=2"]) == 1  # (no server)
+    assert (started[0].deployment, started[0].sets) == (
+        repo / "blue.yml", ("instance_count=1", "instance_count=2", "name=blue",
+                            "endpoint_name=ep4"))
+    assert run(["online-deployment", "update", "-n", "green", "-e", "ep4"]) == 3
+    assert run(["online-deployment", "update", "-e", "ep4"]) == 2
+    with pytest.raises(SystemExit):  # create needs -f
+        run(["online-deployment", "create", "-e", "ep4"])
+    capsys.readouterr()

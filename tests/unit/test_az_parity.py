@@ -71,10 +71,10 @@ PARITY: dict[str, tuple[str, tuple[str, ...]]] = {
         "--all-traffic", "--no-wait", "--set instance_count=2 a=1", "--web",
         "--skip-script-validation", "--package-model", "--vscode-debug", "--vscode-debug true",
         "--local-enable-gpu", "--local-enable-gpu false", *LOCAL)),
-    "online-deployment update": ("-f d.yml", (
-        "--file d.yml", "-n blue", "--name blue", "-e ep", "--endpoint-name ep", "--no-wait",
-        "--set instance_count=2", "--web", "--skip-script-validation", "--vscode-debug",
-        "--local-enable-gpu", *LOCAL)),
+    "online-deployment update": ("-n blue -e ep", (
+        "-f d.yml", "--file d.yml", "-n blue", "--name blue", "-e ep", "--endpoint-name ep",
+        "--no-wait", "--set instance_count=2", "--web", "--skip-script-validation",
+        "--vscode-debug", "--local-enable-gpu", *LOCAL)),
     "online-deployment show": ("-n b -e ep", ("--name b", "--endpoint-name ep", "--web",
                                               *LOCAL)),
     "online-deployment delete": ("-n b -e ep", ("--no-wait", "-y", "--yes", *LOCAL)),
@@ -99,7 +99,8 @@ PARITY: dict[str, tuple[str, tuple[str, ...]]] = {
     "batch-deployment create": ("-f d.yml", ("--file d.yml", "-n d", "--name d", "-e e",
                                              "--endpoint-name e", "--no-wait", "--set-default",
                                              "--set a=1 b=2", "--skip-script-validation")),
-    "batch-deployment update": ("-f d.yml", ("-n d", "-e e", "--no-wait", "--set a=1")),
+    "batch-deployment update": ("-n d -e e", ("-f d.yml", "--file d.yml", "--name d",
+                                             "--endpoint-name e", "--no-wait", "--set a=1")),
     "batch-deployment show": ("-n d -e e", ("--name d", "--endpoint-name e")),
     "batch-deployment delete": ("-n d -e e", ("--no-wait", "-y", "--yes")),
     "batch-deployment list": ("-e e", ("--endpoint-name e",)),
@@ -162,6 +163,16 @@ PUBLISHED = [
     "endpoints/online/model-1/sample-request.json",
     "online-endpoint show --local -n EP -o tsv --query scoring_uri",
     "online-endpoint update -n EP --traffic 'blue=100'",
+    # Azure/azureml-examples cli/deploy-safe-rollout-online-endpoints.sh
+    "online-deployment create --name EP -f endpoints/online/managed/saferollout/"
+    "blue-deployment.yml --all-traffic",
+    "online-deployment update --name blue --endpoint EP --set instance_count=2",
+    "online-endpoint invoke --name EP --deployment green --request-file "
+    "endpoints/online/model-2/sample-request.json",
+    "online-endpoint delete --name EP --yes --no-wait",
+    # docqai/docq infra/inference/azure/cli/update.sh
+    "online-deployment update --name llama2-7b-chat-8 --workspace-name WS --resource-group RG "
+    "--endpoint-name EP --file online-deployment-llama2-7b-chat-v8.yaml",
 ]
 
 

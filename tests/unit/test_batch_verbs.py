@@ -193,3 +193,20 @@ def test_a_completed_jobs_artifacts_are_its_mlflow_runs_artifact_folder(repo, mo
     artifacts = repo / ".azml" / "mlruns" / "3" / "abc123" / "artifacts"
     artifacts.mkdir(parents=True)
     assert artifacts_folder(run_folder) == artifacts
+
+
+def test_a_deployment_updates_without_its_file_as_az_s_generic_update(repo, capsys):
+    """`az ml batch-deployment update -n D -e E --set k=v`: --set over what it was made of."""
+    azml(capsys, "batch-endpoint", "create", "-f", str(ENDPOINT), "-n", "fowl-u")
+    azml(capsys, "batch-deployment", "create", "-f", str(FLAKY), "-e", "fowl-u",
+         "--model", str(repo / "model"), "--set", "settings.retry_settings.max_retries=2")
+    updated = azml(capsys, "batch-deployment", "update", "-n", "flaky", "-e", "fowl-u",
+                   "--set", "settings.mini_batch_size=7")
+    assert (updated["settings"]["mini_batch_size"],
+            updated["settings"]["retry_settings"]["max_retries"]) == (7, 2)
+    assert run(["batch-deployment", "update", "-e", "fowl-u", "--set", "a=1"]) == 2
+    assert "give --name and --endpoint-name" in capsys.readouterr().err
+    assert run(["batch-deployment", "update", "-n", "nope", "-e", "fowl-u", "--set", "a=1"]) == 3
+    with pytest.raises(SystemExit):  # create needs -f
+        run(["batch-deployment", "create", "-n", "x", "-e", "fowl-u"])
+    capsys.readouterr()
