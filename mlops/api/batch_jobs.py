@@ -168,18 +168,28 @@ def runner_argv(request: BatchRequest, folder: Path, debug: list[str]) -> list[s
     return argv
 
 
-def endpoint_jobs(endpoint: str) -> list[JobRecord]:
-    """`az ml batch-endpoint list-jobs`: the endpoint's jobs here, newest first."""
+def endpoint_jobs(endpoint: str, deployment: str | None = None) -> list[JobRecord]:
+    """`az ml batch-endpoint list-jobs` (the endpoint's jobs here, newest first), or
+    `batch-deployment list-jobs` (those of one of its deployments)."""
     state.endpoint_spec(endpoint)
-    return [r for r in all_jobs() if r.run and r.run.kind == BATCH_JOB and
-            _endpoint_of(r) == endpoint]
+    if deployment is not None:
+        state.deployment_record(endpoint, deployment)
+    found = []
+    for record in all_jobs():
+        if record.run and record.run.kind == BATCH_JOB:
+            properties = _properties_of(record)
+            if properties.get("azureml.endpointname") == endpoint and deployment in (
+                    None, properties.get("azureml.deploymentname")):
+                found.append(record)
+    return found
 
 
-def _endpoint_of(record: JobRecord) -> str:
+def _properties_of(record: JobRecord) -> dict[str, str]:
     try:
         data = yaml.safe_load((record.folder / "spec.yml").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
-        return ""
+        return {}
     properties = data.get("properties") if isinstance(data, dict) else None
-    return str((properties or {}).get("azureml.endpointname") or "")
+    return {str(k): str(v) for k, v in (properties or {}).items()} if isinstance(
+        properties, dict) else {}
 

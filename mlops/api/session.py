@@ -244,8 +244,9 @@ class Session:
             invocation, asset_file=self.asset_file, env_file=self.env_file,
             max_procs=invocation.max_procs or self.max_procs)))
 
-    def list_batch_jobs(self, endpoint: str) -> list[JobView]:
-        return [job_view(r) for r in batch_jobs.endpoint_jobs(endpoint)]
+    def list_batch_jobs(self, endpoint: str, deployment: str | None = None) -> list[JobView]:
+        """`az ml batch-endpoint list-jobs`, or `batch-deployment list-jobs` (`deployment`)."""
+        return [job_view(r) for r in batch_jobs.endpoint_jobs(endpoint, deployment)]
 
 
 def _resumed(name: str, spec: str | Path | None, run_dir: Path | None) -> tuple[str, Path]:

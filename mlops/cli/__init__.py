@@ -11,7 +11,7 @@ command line or the input), 3 (no such job, endpoint or asset).
   endpoints  azml online-endpoint create|show|list|update|invoke|get-credentials|delete,
            online-deployment create|update|show|list|get-logs|delete
   batch    azml batch-endpoint create|update|show|list|delete|invoke|list-jobs,
-           batch-deployment create|update|show|list|delete
+           batch-deployment create|update|show|list|list-jobs|delete
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def add_invoke(endpoint: argparse._SubParsersAction, verb: type[Verb]) -> None:
 def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     deployment = groups.add_parser("batch-deployment", help="local batch deployments") \
         .add_subparsers(dest="verb", required=True,
-                        metavar="{create,update,show,list,delete}")
+                        metavar="{create,update,show,list,list-jobs,delete}")
     for name in ("create", "update"):
         each = verb.add(deployment, name, _create_deployment, f"{name} a batch deployment: "
                         "checked and recorded in its endpoint")
@@ -85,8 +85,10 @@ def add_deployments(groups: argparse._SubParsersAction, verb: type[Verb]) -> Non
         each.add_argument("--no-wait", action="store_true")
         each.add_argument("--skip-script-validation", action="store_true")
         add_sets(each)
-    for name, handler in (("show", _show_deployment), ("delete", _delete_deployment)):
-        each = verb.add(deployment, name, handler, f"{name} a batch deployment")
+    for name, handler in (("show", _show_deployment), ("delete", _delete_deployment),
+                          ("list-jobs", _deployment_jobs)):
+        each = verb.add(deployment, name, handler, f"{name} a batch deployment"
+                        if name != "list-jobs" else "a batch deployment's jobs, newest first")
         each.add_argument("-n", "--name", required=True)
         each.add_argument("-e", "--endpoint-name", required=True)
         if name == "delete":
@@ -161,6 +163,10 @@ def _create_deployment(session: Session, args: argparse.Namespace) -> object:
         spec=args.file, endpoint=args.endpoint_name, name=args.name,
         sets=set_values(args.sets), set_default=args.set_default, model=args.model),
         update=args.verb == "update")
+
+
+def _deployment_jobs(session: Session, args: argparse.Namespace) -> object:
+    return session.list_batch_jobs(args.endpoint_name, args.name)
 
 
 def _show_deployment(session: Session, args: argparse.Namespace) -> object:

@@ -104,6 +104,7 @@ PARITY: dict[str, tuple[str, tuple[str, ...]]] = {
     "batch-deployment show": ("-n d -e e", ("--name d", "--endpoint-name e")),
     "batch-deployment delete": ("-n d -e e", ("--no-wait", "-y", "--yes")),
     "batch-deployment list": ("-e e", ("--endpoint-name e",)),
+    "batch-deployment list-jobs": ("-n d -e e", ("--name d", "--endpoint-name e")),
 }
 for _kind in ("model", "data", "environment", "component"):
     PARITY[f"{_kind} show"] = ("-n a", ("--name a", *ASSET_READ))
@@ -150,6 +151,8 @@ PUBLISHED = [
     "batch-deployment create --file deployment-custom/deployment.yml --endpoint-name EP",
     # Azure/mlops-v2-training ml-pipelines/cli/deploy-batch-endpint.sh
     "batch-deployment create --file deploy/batch/batch-deployment.yml --set-default",
+    # Azure-Samples/reasoning-over-ml src/feature_extraction/invoke.sh
+    "batch-deployment list-jobs --name D --endpoint-name EP --query [].name",
     # NVIDIA/NVIDIA_AI_Enterprise_AzureML src/components/DeepStream/emotion/register_model.sh
     "model create --name emotion --path data/models/emotion --registry-name R --type "
     "custom_model --version 1 --tags 'NVIDIA AI Enterprise' 'Preview'",

@@ -210,3 +210,24 @@ def test_a_deployment_updates_without_its_file_as_az_s_generic_update(repo, caps
     with pytest.raises(SystemExit):  # create needs -f
         run(["batch-deployment", "create", "-n", "x", "-e", "fowl-u"])
     capsys.readouterr()
+
+
+def test_a_deployments_list_jobs_are_the_endpoint_jobs_it_ran(repo, tmp_path, capsys):
+    """`az ml batch-deployment list-jobs -n D -e E` (published invoke scripts)."""
+    azml(capsys, "batch-endpoint", "create", "-f", str(ENDPOINT), "-n", "fowl-l")
+    for deployment in ("flaky", "two"):
+        azml(capsys, "batch-deployment", "create", "-f", str(FLAKY), "-e", "fowl-l", "-n",
+             deployment, "--model", str(repo / "model"))
+    for n, deployment in enumerate(("flaky", "two", "flaky")):
+        request = BatchRequest(deployment=FLAKY, input=str(tmp_path), endpoint="fowl-l",
+                               job_name=f"batchjob-l{n}")
+        folder = workspace_root().parent / "runs" / f"batchjob-l{n}"
+        run_ = identity(request, deployment=deployment, folder=folder, kind="uri_folder")
+        write_record(run_, folder, status=JobStatus.STARTING, pid=2**22 + 12345)
+        claim_name(Workspace(workspace_root()), run_.name, folder)
+    listed = azml(capsys, "batch-deployment", "list-jobs", "-n", "flaky", "-e", "fowl-l",
+                  "--query", "[].name")
+    assert sorted(listed) == ["batchjob-l0", "batchjob-l2"]
+    assert len(azml(capsys, "batch-endpoint", "list-jobs", "-n", "fowl-l")) == 3
+    assert run(["batch-deployment", "list-jobs", "-n", "nope", "-e", "fowl-l"]) == 3
+    capsys.readouterr()
