@@ -147,19 +147,37 @@ def _delete_endpoint(session: Session, args: argparse.Namespace) -> None:
     session.delete_endpoint(args.name)
 
 
+TRAFFIC = ("traffic", "mirror_traffic")
+
+
 def _update_endpoint(session: Session, args: argparse.Namespace) -> object:
     """az's generic update: the spec (-f) or the endpoint as recorded, --set over it, then
-    --traffic and --mirror-traffic."""
+    --traffic and --mirror-traffic (--set traffic.<deployment>=N: over the live traffic)."""
     _local_note(args)
-    sets, updated = tuple(set_values(args.sets)), None
+    sets = [s for s in set_values(args.sets) if not s.startswith(("traffic.", "mirror_traffic."))]
+    splits = {key: _traffic_over(session, args, key) for key in TRAFFIC}
+    updated = None
     if args.file is not None:
-        updated = session.create_endpoint(args.file, name=args.name, sets=sets)
+        updated = session.create_endpoint(args.file, name=args.name, sets=tuple(sets))
     elif sets:
-        updated = session.update_endpoint(args.name, sets)
-    if updated is None or args.traffic or args.mirror_traffic:
-        updated = session.update_traffic(args.name, traffic=args.traffic,
-                                         mirror=args.mirror_traffic)
+        updated = session.update_endpoint(args.name, tuple(sets))
+    if updated is None or any(splits.values()):
+        updated = session.update_traffic(args.name, traffic=splits["traffic"],
+                                         mirror=splits["mirror_traffic"])
     return updated
+
+
+def _traffic_over(session: Session, args: argparse.Namespace, key: str) -> str | None:
+    """--traffic (or --mirror-traffic) as given, else the live split with --set key.<d>=N
+    over it, as az's generic update sets one entry of the endpoint's dict."""
+    given = getattr(args, key)
+    pairs = [s[len(key) + 1:] for s in set_values(args.sets) if s.startswith(key + ".")]
+    if given or not pairs:
+        return given
+    split = {str(k): str(v) for k, v in (session.show_endpoint(args.name).get(key) or {})
+             .items()}
+    split.update(pair.partition("=")[::2] for pair in pairs)
+    return " ".join(f"{k}={v}" for k, v in split.items())
 
 
 def _invoke(session: Session, args: argparse.Namespace) -> object:

@@ -111,3 +111,22 @@ def test_an_online_deployment_updates_without_its_file_from_what_it_was_made_of(
     with pytest.raises(SystemExit):  # create needs -f
         run(["online-deployment", "create", "-e", "ep4"])
     capsys.readouterr()
+
+
+def test_update_set_traffic_entry_goes_over_the_live_split(repo, monkeypatch, capsys):
+    """`az ml online-endpoint update -n E --set traffic.green=10` (generic update of one
+    entry): the live split with that entry changed, through Azure's traffic rules."""
+    from mlops.api import endpoints
+    from mlops.api.session import Session
+
+    asked = []
+    monkeypatch.setattr(endpoints.actions, "updated",
+                        lambda name, traffic, mirror: asked.append((traffic, mirror)))
+    monkeypatch.setattr(Session, "show_endpoint",
+                        lambda self, name: {"traffic": {"blue": 100, "green": 0}})
+    assert run(["online-endpoint", "create", "-n", "ep5", "-o", "none"]) == 0
+    assert run(["online-endpoint", "update", "-n", "ep5", "--set", "traffic.blue=90",
+                "traffic.green=10", "-o", "none"]) == 0
+    assert run(["online-endpoint", "update", "-n", "ep5", "--set", "mirror_traffic.green=5",
+                "-o", "none"]) == 0
+    assert asked == [("blue=90 green=10", None), (None, "green=5")]
