@@ -27,35 +27,28 @@ EXIT_WINDOW_MS = 10_000
 PARENT = "mlflow.parentRunId"
 
 
-# what SQLite says of a file that is not (or no longer) a whole database
-DAMAGED = ("file is not a database", "database disk image is malformed")
+# what SQLite says when it cannot use the store, as the tracking server or MLflow pass it on:
+# the file is not (or no longer) a whole database (None), or its file system refused a write
+STORE_FAULTS = {"file is not a database": None, "database disk image is malformed": None,
+                "database or disk is full": errno.ENOSPC,
+                "attempt to write a readonly database": errno.EROFS}
 
 
-def damaged_store(uri: str, err: Exception) -> MachineError | None:
-    """The machine's error for a local sqlite store SQLite cannot read (overwritten, cut short
-    by a full disk or a crash), None for any other failure."""
-    said, path = next((m for m in DAMAGED if m in str(err)), None), sqlite_file(uri)
-    if said is None or path is None:
+def store_error(uri: str, err: Exception) -> MachineError | None:
+    """The machine's error a failed MLflow call stands for when SQLite could not use the store:
+    damaged (overwritten, cut short by a full disk or a crash) or refused a write (full,
+    read-only); None for any other failure."""
+    said = next((words for words in STORE_FAULTS if words in str(err)), None)
+    path = sqlite_file(uri)
+    if said is None:
+        return None
+    if (code := STORE_FAULTS[said]) is not None:
+        return MachineError(f"the MLflow store {path or uri}: {said}; {ADVICE[code]}")
+    if path is None:
         return None
     return MachineError(f"the local MLflow store {path} is damaged (SQLite: {said}): move it "
                         f"aside (mv '{path}' '{path}.damaged') and run again, which makes a new "
                         "one (sqlite3's .recover may get runs back from the damaged file)")
-
-
-# sqlite's words for the store's file system refusing a write, as the server or MLflow pass them
-STORE_FAULTS = {"database or disk is full": errno.ENOSPC,
-                "attempt to write a readonly database": errno.EROFS}
-
-
-def store_fault(uri: str, err: Exception) -> MachineError | None:
-    """The MachineError a failed MLflow call stands for when the store's disk refused it (full,
-    read-only), through the tracking server's REST answer or MLflow's own; None otherwise."""
-    said = str(err)
-    for words, code in STORE_FAULTS.items():
-        if words in said:
-            where = sqlite_file(uri) or uri
-            return MachineError(f"the MLflow store {where}: {words}; {ADVICE[code]}")
-    return None
 
 
 def _short(text: str) -> str:
@@ -106,7 +99,7 @@ class Tracking:
                 self.backend, self.job_uri = ClientStore(self.uri), self.uri
             return getattr(self.backend, call)(*args)
         except Exception as err:  # the server's answer, or sqlalchemy's from the store itself
-            fault = damaged_store(self.uri, err) or store_fault(self.uri, err)
+            fault = store_error(self.uri, err)
             if fault is not None:  # (the store's own faults are the machine's)
                 raise fault from None
             raise

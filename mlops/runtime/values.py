@@ -84,6 +84,8 @@ def uploaded_as_azure_uploads(declared: str, local: Path, kind: str, key: str) -
             raise LocalRunError(f"{key}: There is no {wrong[0]} on target path: {declared} (az ml "
                                 f"job create refuses a {kind} input so): point it at a "
                                 f"{'folder' if wrong[0] == 'dir' else 'file'}, or change its type")
+    # (a walk that stops at the first file, not uploads.upload_files' listing: this runs at
+    # every run's start, on data folders of any size)
     if local.is_dir() and not any(files for _, _, files in os.walk(local)):
         raise LocalRunError(f"{key}: Directory {local} is empty. path or local_path must be a "
                             "non-empty directory (az ml job create's upload refuses it): put the "
