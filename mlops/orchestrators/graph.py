@@ -93,6 +93,7 @@ class Scope:
     chosen: dict[str, bool] = field(default_factory=dict)  # if_else node -> its condition's value
     given: dict[str, dict[str, Value]] = field(default_factory=dict)  # a loop's inputs, by node
     controls: dict[str, dict[str, object]] = field(default_factory=dict)  # control outputs by node
+    unproduced: dict[str, str] = field(default_factory=dict)  # node -> why it gave no outputs
 
 
 def load_node(name: str, raw, *, base: Path, assets: AssetMap, where: str,
@@ -214,17 +215,8 @@ def bind(binding, decl: SpecData, scope: Scope, key: str) -> Value:
         value = scope.inputs[match.group(1)]
         return replace(value, type=kind or value.type) if value.is_data else value
     if match := STEP_OUTPUT.fullmatch(text):
-        if match.group(1) in scope.skipped:  # an optional input from a step not run: no value
-            return Value(text=None, type=kind or "string")
-        produced = scope.steps.get(match.group(1), {})
-        if match.group(2) not in produced:
-            raise LocalRunError(f"{key}: {text}: node {match.group(1)} has no output "
-                                f"{match.group(2)} (its outputs: {', '.join(produced) or 'none'})")
-        out_type, path = produced[match.group(2)]
-        if out_type in PRIMITIVE:  # a primitive output feeds its value
-            return Value(text=primitive_value(path, match.group(2),
-                                         scope.controls.get(match.group(1))), type=out_type)
-        return Value(path=path, type=kind or out_type)
+        return step_output(match.group(1), match.group(2), scope, where=f"{key}: {text}",
+                           kind=kind)
     if PARENT_OUTPUT.match(text):
         raise LocalRunError(f"{key}: a node input cannot read a pipeline output ({text})")
     if REF.search(text):  # a literal with pipeline inputs inside it
@@ -234,6 +226,22 @@ def bind(binding, decl: SpecData, scope: Scope, key: str) -> Value:
         return Value(path=scope.assets.local_path(binding, key, scope.base, bare=True,
                                                   kind=asset_kind(kind)), type=kind)
     return Value(text=binding)
+
+
+def step_output(step: str, output: str, scope: Scope, *, where: str, kind: str | None) -> Value:
+    """`${{parent.jobs.<step>.outputs.<output>}}`: what that step produced."""
+    if step in scope.skipped:  # an optional input from a step not run: no value
+        return Value(text=None, type=kind or "string")
+    produced = scope.steps.get(step, {})
+    if output not in produced and step in scope.unproduced:
+        raise LocalRunError(f"{where}: node {step} gave no outputs: {scope.unproduced[step]}")
+    if output not in produced:
+        raise LocalRunError(f"{where}: node {step} has no output {output} (its outputs: "
+                            f"{', '.join(produced) or 'none'})")
+    out_type, path = produced[output]
+    if out_type in PRIMITIVE:  # a primitive output feeds its value
+        return Value(text=primitive_value(path, output, scope.controls.get(step)), type=out_type)
+    return Value(path=path, type=kind or out_type)
 
 
 def node_inputs(node: Node, scope: Scope) -> dict[str, Value]:

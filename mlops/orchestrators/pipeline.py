@@ -106,7 +106,12 @@ def result_tail(log: Path, lines: int = 25) -> list[str]:
 
 
 def run_sweep_node(node: Node, scope: Scope, rt: Runtime) -> int:
-    from mlops.orchestrators.sweep import TrialContext, sweep, trial_factory  # optuna: 0.3 s
+    from mlops.orchestrators.sweep import (
+        TrialContext,
+        no_best_reason,
+        sweep,
+        trial_factory,  # optuna: 0.3 s
+    )
 
     folder = scope.folder / "steps" / node.name
     outputs = node_outputs(node, scope)
@@ -122,15 +127,18 @@ def run_sweep_node(node: Node, scope: Scope, rt: Runtime) -> int:
                            address=(*scope.path, node.name), spec=scope.spec)
         make = trial_factory(definition_for(node), node.base,
                              inputs=node_inputs(node, scope), outputs=outputs, ctx=ctx)
-        best = sweep(node.raw, rt, folder=folder, parent_run=run.run_id, make_task=make,
-                     rules=replace(rules, forced="")).best
+        summary = sweep(node.raw, rt, folder=folder, parent_run=run.run_id, make_task=make,
+                        rules=replace(rules, forced=""))
+        best = summary.best
         paths = publish(best.folder, outputs, folder) if best else {}
         scope.steps[node.name] = {k: Produced(outputs[k].type, Path(v))
                                   for k, v in paths.items()}
-        run.close(RunStatus.FINISHED if best else RunStatus.FAILED)
+        if not best:
+            scope.unproduced[node.name] = f"its sweep has no best trial: {no_best_reason(summary)}"
+        run.close(RunStatus.FINISHED if summary.completed else RunStatus.FAILED)
     if best:  # what --from / --only take from its last run
         rt.steps.completed_node(folder, run.run_id, paths, rules)
-    return 0 if best else 1
+    return 0 if summary.completed else 1
 
 
 def run_pipeline_node(node: Node, scope: Scope, rt: Runtime) -> int:

@@ -131,6 +131,13 @@ class SweepSummary:
                 "best_trial": row(self.best) if self.best else None,
                 "metrics_logged": self.metrics_logged}
 
+    @property
+    def completed(self) -> bool:
+        """How Azure ends the sweep: Completed when a trial completed, with or without a best
+        one (a HyperDrive run whose trials never logged the primary metric completes, and its
+        get_best_run_by_primary_metric is None); Failed when none did."""
+        return any(row.status == Status.COMPLETED for row in self.trials)
+
 
 TrialMaker = Callable[[int, dict[str, object]], Task]
 
@@ -262,11 +269,16 @@ def print_table(summary: SweepSummary) -> None:
     elif failed:
         print(f"{len(failed)} of {len(rows)} trials failed (first: trial {failed[0].trial}, "
               f"log {failed[0].log})", file=sys.stderr)
-    elif not best and rows:
-        logged = ", ".join(summary.metrics_logged) or "none"
-        print(f"no completed trial logged the primary metric '{summary.primary_metric}'; "
-              f"the trials logged: {logged}. Fix objective.primary_metric or the trial's "
-              "logging", file=sys.stderr)
+    if not best and summary.completed:
+        print(f"warning: {no_best_reason(summary)}. The sweep completes with no best trial, "
+              "as Azure's does, and has no outputs to give. Fix objective.primary_metric or "
+              "the trial's logging", file=sys.stderr)
+
+
+def no_best_reason(summary: SweepSummary) -> str:
+    logged = ", ".join(summary.metrics_logged) or "none"
+    return (f"no completed trial logged the primary metric '{summary.primary_metric}' "
+            f"(the trials logged: {logged})")
 
 
 def last_error(log: Path | None) -> str:
@@ -360,13 +372,13 @@ def run_sweep_job(job: Job, rt: Runtime) -> int:
         ctx = TrialContext(folder=rt.root, assets=job.assets, where=f"{path}: trial",
                            name=job.name, experiment=experiment, parent=run.run_id)
         make = trial_factory(trial_def, base, inputs=inputs, outputs=outputs, ctx=ctx)
-        best = sweep(data, rt, folder=rt.root, parent_run=run.run_id, make_task=make,
-                     rules=trial_rules(trial_def, str(path.resolve()), rt)).best
-        if best:
-            publish(best.folder, outputs, rt.root)
-        run.close(RunStatus.FINISHED if best else RunStatus.FAILED)
+        summary = sweep(data, rt, folder=rt.root, parent_run=run.run_id, make_task=make,
+                        rules=trial_rules(trial_def, str(path.resolve()), rt))
+        if summary.best:
+            publish(summary.best.folder, outputs, rt.root)
+        run.close(RunStatus.FINISHED if summary.completed else RunStatus.FAILED)
     print(f"summary: {rt.shown / 'sweep_summary.json'}")
-    return 0 if best else 1
+    return 0 if summary.completed else 1
 
 
 def trial_rules(trial_def: SpecData, spec: str, rt: Runtime) -> StepRules:

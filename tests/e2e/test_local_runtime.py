@@ -228,11 +228,12 @@ def test_a_failure_inside_a_package_moved_from_another_python_says_so_once(tmp_p
 
 
 @pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
-def test_a_sweep_whose_metric_is_never_logged_names_what_was(tmp_path, capsys):
-    assert run(TP / "sweep-wrong-metric.yml", tmp_path / "run") == 1
+def test_a_sweep_whose_metric_is_never_logged_completes_with_no_best_trial(tmp_path, capsys):
+    assert run(TP / "sweep-wrong-metric.yml", tmp_path / "run") == 0  # as a HyperDrive run
     summary = json.loads((tmp_path / "run/sweep_summary.json").read_text())
-    assert summary["metrics_logged"] == ["score"]
-    assert "the trials logged: score" in capsys.readouterr().err
+    assert summary["metrics_logged"] == ["score"] and summary["best_trial"] is None
+    assert "(the trials logged: score). The sweep completes with no best trial" \
+        in capsys.readouterr().err
 
 
 def test_a_sweep_whose_trials_all_failed_quotes_the_first_trials_error(tmp_path, capsys):

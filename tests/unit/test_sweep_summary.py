@@ -1,0 +1,59 @@
+"""How a sweep ends, from its trials (Azure's HyperDrive rules), and what it says."""
+from pathlib import Path
+
+import pytest
+
+from mlops.orchestrators.sweep import SweepSummary, TrialRow, print_table
+from mlops.runtime import Status
+
+
+def row(n: int, status: Status, metric: float | None = None) -> TrialRow:
+    return TrialRow(trial=n, params={"lr": 0.1 * (n + 1)}, metric=metric, status=status,
+                    intervals=0 if metric is None else 1, run_id=f"r{n}",
+                    folder=Path(f"/runs/t{n}"), seconds=1.0, log=Path(f"/runs/t{n}/log.txt"))
+
+
+def summary(*rows: TrialRow) -> SweepSummary:
+    scored = [r for r in rows if r.metric is not None and r.status == Status.COMPLETED]
+    return SweepSummary(primary_metric="training_roc_auc_score", goal="maximize",
+                        trials=list(rows), best=max(scored, key=lambda r: r.metric, default=None),
+                        metrics_logged=["training_roc_auc", "training_score"])
+
+
+@pytest.mark.parametrize("rows, completed", [
+    ((row(0, Status.COMPLETED, 0.9), row(1, Status.FAILED)), True),
+    ((row(0, Status.COMPLETED), row(1, Status.COMPLETED)), True),  # no metric: no best trial
+    ((row(0, Status.COMPLETED), row(1, Status.FAILED)), True),
+    ((row(0, Status.FAILED), row(1, Status.FAILED)), False),
+    ((row(0, Status.CANCELED),), False),
+])
+def test_a_sweep_completes_when_a_trial_completed_with_or_without_a_best_one(rows, completed):
+    assert summary(*rows).completed is completed
+
+
+def test_a_sweep_with_no_best_trial_warns_and_names_the_metrics_logged(capsys):
+    print_table(summary(row(0, Status.COMPLETED), row(1, Status.FAILED)))
+    err = capsys.readouterr().err
+    assert "1 of 2 trials failed" in err
+    assert ("warning: no completed trial logged the primary metric 'training_roc_auc_score' "
+            "(the trials logged: training_roc_auc, training_score). The sweep completes with "
+            "no best trial") in err
+
+
+def test_a_sweep_whose_every_trial_failed_does_not_warn_of_the_metric(capsys):
+    print_table(summary(row(0, Status.FAILED)))
+    err = capsys.readouterr().err
+    assert "every trial failed (1 of 1)" in err and "primary metric" not in err
+
+
+def test_a_step_reading_a_sweep_with_no_best_trial_is_refused_with_the_reason(tmp_path):
+    from mlops.errors import LocalRunError
+    from mlops.orchestrators.graph import Scope, bind
+    from mlops.runtime.uris import AssetMap
+
+    here = Scope(inputs={}, outputs={}, folder=tmp_path, run_id="r", experiment="e",
+                 assets=AssetMap(tmp_path / "none.yml"), base=tmp_path)
+    here.steps["tune"] = {}
+    here.unproduced["tune"] = "its sweep has no best trial: no completed trial logged ..."
+    with pytest.raises(LocalRunError, match=r"node tune gave no outputs: its sweep has no best"):
+        bind("${{parent.jobs.tune.outputs.model}}", {"type": "uri_folder"}, here, "inputs.m")
