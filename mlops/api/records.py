@@ -68,12 +68,15 @@ class JobRecord:
     @property
     def status(self) -> JobStatus:
         """As recorded; a job whose runner is gone without recording an end (kill -9, a
-        crash) Failed. A folder from before jobs recorded their status: its task's."""
+        crash): as its task's watchdog recorded it (Canceled, as `status.json` says), else
+        Failed. A folder from before jobs recorded their status: its task's."""
         recorded = self.run.status if self.run else None
         if recorded is None:
             return self._from_task()
         if not recorded.terminal and not _alive(self.pid):
-            return JobStatus.FAILED
+            task = TaskRecord.read(self.folder)
+            ended = task is not None and task.status != Status.RUNNING
+            return self._from_task() if ended else JobStatus.FAILED
         return recorded
 
     def _from_task(self) -> JobStatus:

@@ -61,6 +61,19 @@ def test_a_job_whose_runner_died_without_an_end_failed_and_an_ended_one_stays(re
     assert a_job("done", JobStatus.COMPLETED, code=0).status == JobStatus.COMPLETED
 
 
+def test_a_job_whose_runner_died_is_what_its_tasks_watchdog_recorded(repo):
+    """kill -9 of the runner: its watchdog stops the task and records it Canceled; job show
+    and job list say so too (they said Failed beside a status.json saying Canceled)."""
+    from mlops.runtime.records import Status, TaskRecord
+
+    killed = a_job("killed", JobStatus.RUNNING, pid=DEAD_PID)
+    TaskRecord(status=Status.CANCELED, exit_code=137).write(killed.folder)
+    assert killed.status == JobStatus.CANCELED
+    running = a_job("cut", JobStatus.RUNNING, pid=DEAD_PID)
+    TaskRecord(status=Status.RUNNING, pid=DEAD_PID).write(running.folder)
+    assert running.status == JobStatus.FAILED  # no watchdog's word: the runner's death
+
+
 def test_show_prints_the_keys_az_ml_job_show_prints_for_a_command_job(repo):
     a_job("hello-1", JobStatus.COMPLETED, code=0)
     view = job_view(find_job("hello-1"))
