@@ -14,7 +14,7 @@ import json
 import re
 from pathlib import Path
 
-from mlops.specs import Finding, Spec, SpecError, load_spec
+from mlops.specs import Finding, Spec, SpecError, load_spec, read_yaml
 
 FIX = "fix the field the message names"
 # marshmallow's Dict fields wrap each value's errors in {"value": ...}; not a key of the spec
@@ -131,6 +131,11 @@ def from_diagnostics(spec: Spec, diagnostics) -> list[Finding]:
 
 
 def from_other(spec: Spec, err: Exception) -> list[Finding]:
+    if isinstance(err, RecursionError) and (cycle := component_cycle(spec.path)):
+        chain = " -> ".join(_display(p, spec.path) for p in cycle)
+        return [spec.finding("", "azure-ai-ml: maximum recursion depth exceeded: a component "
+                             f"uses itself ({chain})", "a pipeline component cannot contain "
+                             "itself: break the cycle")]
     text = str(err)
     for _ in range(3):  # the SDK nests JSON-escaped JSON inside some messages
         text = text.replace('\\"', '"').replace("\\n", " ")
@@ -157,3 +162,40 @@ def _named_value(data, text: str) -> str:
     quoted = [(len(value), ".".join(path)) for path, value in _leaves(data)
               if len(Path(value).name) >= 4 and Path(value).name in text]
     return max(quoted)[1] if quoted else ""
+
+
+def component_cycle(path: Path) -> list[Path] | None:
+    """The first chain of local component files that leads back to one of its own (a.yml ->
+    b.yml -> a.yml), following every `component:` or `trial:` that names a file; None."""
+    cleared: set[Path] = set()  # files none of whose components leads back (each read once)
+
+    def visit(file: Path, chain: list[Path]) -> list[Path] | None:
+        if file in chain:
+            return [*chain[chain.index(file):], file]
+        if file in cleared or len(chain) > 200:
+            return None
+        for named in _component_files(file):
+            if (found := visit(named, [*chain, file])) is not None:
+                return found
+        cleared.add(file)
+        return None
+
+    return visit(Path(path).resolve(), [])
+
+
+def _component_files(file: Path) -> list[Path]:
+    try:
+        data = read_yaml(file.read_text(errors="replace"))
+    except (OSError, SpecError, ValueError):
+        return []
+    named = [value for keys, value in _leaves(data) if keys and keys[-1] in ("component",
+             "trial") and value.lower().endswith((".yml", ".yaml"))
+             and not value.startswith("azureml:")]
+    return [(file.parent / value.removeprefix("file:")).resolve() for value in named]
+
+
+def _display(path: Path, spec: Path) -> str:
+    try:
+        return str(path.relative_to(Path(spec).resolve().parent))
+    except ValueError:
+        return str(path)

@@ -87,3 +87,24 @@ def test_of_equal_alternatives_the_one_that_wants_no_missing_key_gives_the_reaso
                                 ["No such file or directory: /repo/env/conda.yml"]]}
     assert flatten(messages) == [(("environment",),
                                   "No such file or directory: /repo/env/conda.yml")]
+
+
+def test_a_component_that_uses_itself_is_named_with_its_chain(tmp_path):
+    """azure-ai-ml's loader recurses until Python stops it; the finding names the cycle."""
+    from mlops.checks.sdk_findings import component_cycle, from_other
+    from mlops.specs import load_spec
+
+    head = "$schema: https://azuremlschemas.azureedge.net/latest/pipelineComponent.schema.json\n"
+    (tmp_path / "a.yml").write_text(head + "type: pipeline\njobs:\n  x:\n    type: pipeline\n"
+                                    "    component: ./b.yml\n  y:\n    component: ./c.yml\n")
+    (tmp_path / "b.yml").write_text(head + "type: pipeline\njobs:\n  z:\n    component: c.yml\n")
+    (tmp_path / "c.yml").write_text(head + "type: pipeline\njobs:\n  w:\n"
+                                    "    component: file:./a.yml\n")
+    assert component_cycle(tmp_path / "a.yml") == [tmp_path / n for n in
+                                                    ("a.yml", "b.yml", "c.yml", "a.yml")]
+    (tmp_path / "c.yml").write_text(head + "type: pipeline\njobs:\n  w:\n"
+                                    "    component: azureml:c@latest\n")
+    assert component_cycle(tmp_path / "a.yml") is None
+    (tmp_path / "c.yml").write_text(head + "type: pipeline\njobs:\n  w:\n    component: ./c.yml\n")
+    [finding] = from_other(load_spec(tmp_path / "a.yml"), RecursionError("maximum recursion"))
+    assert "a component uses itself (c.yml -> c.yml)" in str(finding)
