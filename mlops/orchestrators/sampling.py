@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Iterator
 from statistics import NormalDist
 
@@ -61,8 +62,17 @@ def make_study(algorithm, space: SpecData, maximize: bool) -> optuna.Study:
                 "bayesian": optuna.samplers.TPESampler}
     if kind not in samplers:
         raise LocalRunError(f"sampling_algorithm {kind}: Azure knows random, grid and bayesian")
+    seed = None if seed is None else int(seed)
+    sampler = samplers[kind](seed=seed)
+    rule = algorithm.get("rule") if isinstance(algorithm, dict) else None
+    if kind == "random" and str(rule).lower() == "sobol":  # a low-discrepancy sequence, seeded
+        with warnings.catch_warnings():  # optuna's "experimental" note: not the user's
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.QMCSampler(qmc_type="sobol", seed=seed,
+                                                 independent_sampler=sampler,
+                                                 warn_independent_sampling=False)
     study = optuna.create_study(direction="maximize" if maximize else "minimize",
-                                sampler=samplers[kind](seed=None if seed is None else int(seed)))
+                                sampler=sampler)
     if kind == "grid":
         grid_points(space)  # refused here, before the sweep starts, if grid cannot sample it
     return study

@@ -57,3 +57,29 @@ def test_a_step_reading_a_sweep_with_no_best_trial_is_refused_with_the_reason(tm
     here.unproduced["tune"] = "its sweep has no best trial: no completed trial logged ..."
     with pytest.raises(LocalRunError, match=r"node tune gave no outputs: its sweep has no best"):
         bind("${{parent.jobs.tune.outputs.model}}", {"type": "uri_folder"}, here, "inputs.m")
+
+
+def test_random_sampling_with_azures_sobol_rule_is_a_seeded_sobol_sequence():
+    """sampling_algorithm: {type: random, rule: sobol, seed: N}: Azure's Sobol variant of random
+    sampling (reproducible, more evenly spread); the rule was ignored (plain random)."""
+    import optuna
+
+    from mlops.orchestrators.sampling import make_study, sample
+
+    space = {"lr": {"type": "uniform", "min_value": 0.0, "max_value": 1.0}}
+
+    def values(algorithm) -> list[float]:
+        study = make_study(algorithm, space, maximize=True)
+        drawn = []
+        for _ in range(9):
+            trial = study.ask()
+            drawn.append(sample(trial, "lr", space["lr"]))
+            study.tell(trial, 0.0)
+        return drawn
+
+    sobol = {"type": "random", "rule": "sobol", "seed": 7}
+    assert isinstance(make_study(sobol, space, True).sampler, optuna.samplers.QMCSampler)
+    assert values(sobol) == values(dict(sobol))  # seeded: the same sequence again
+    assert len({int(v * 8) for v in values(sobol)[1:]}) == 8  # 8 points, one in each eighth
+    assert not isinstance(make_study({"type": "random", "seed": 7}, space, True).sampler,
+                          optuna.samplers.QMCSampler)
