@@ -68,7 +68,7 @@ def make_study(algorithm, space: SpecData, maximize: bool) -> optuna.Study:
     if kind == "random" and str(rule).lower() == "sobol":  # a low-discrepancy sequence, seeded
         with warnings.catch_warnings():  # optuna's "experimental" note: not the user's
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.QMCSampler(qmc_type="sobol", seed=seed,
+            sampler = optuna.samplers.QMCSampler(qmc_type="sobol", seed=seed, scramble=True,
                                                  independent_sampler=sampler,
                                                  warn_independent_sampling=False)
     study = optuna.create_study(direction="maximize" if maximize else "minimize",
