@@ -26,10 +26,11 @@ def _q(value: float, q) -> float:
     return round(value / float(q)) * float(q) if q else value
 
 
-def sample(trial: optuna.Trial, name: str, p: SpecData):
+def sample(trial: optuna.Trial, name: str, p: SpecData, base: float = math.e):
+    """One value of search space `p`; `base`: the log-based types' (random sampling's logbase)."""
     kind = p["type"]
     if kind == "choice" and any(isinstance(v, dict) for v in p["values"]):
-        return nested(trial, name, list(p["values"]))
+        return nested(trial, name, list(p["values"]), base)
     if kind == "choice":
         return trial.suggest_categorical(name, list(p["values"]))
     if kind == "randint":
@@ -38,21 +39,37 @@ def sample(trial: optuna.Trial, name: str, p: SpecData):
     if kind in ("uniform", "quniform"):
         return _q(trial.suggest_float(name, low, high), p.get("q"))
     if kind in ("loguniform", "qloguniform"):
-        return _q(math.exp(trial.suggest_float(name, low, high)), p.get("q"))
+        return _q(base ** trial.suggest_float(name, low, high), p.get("q"))
     if kind in ("normal", "qnormal", "lognormal", "qlognormal"):
         u = trial.suggest_float(f"{name}__u", _EPS, 1 - _EPS)
         value = NormalDist(float(p["mu"]), float(p["sigma"])).inv_cdf(u)
-        return _q(math.exp(value) if "lognormal" in kind else value, p.get("q"))
+        return _q(base ** value if "lognormal" in kind else value, p.get("q"))
     raise LocalRunError(f"search_space.{name}: type {kind} is not an Azure search space type")
 
 
-def nested(trial: optuna.Trial, name: str, spaces: list) -> dict[str, object]:
+def nested(trial: optuna.Trial, name: str, spaces: list, base: float) -> dict[str, object]:
     """A choice of search spaces (Azure's nested choice): one picked, then each of its entries
     sampled (a fixed value as it is)."""
     index = trial.suggest_categorical(f"{name}__space", list(range(len(spaces))))
     picked = spaces[index] if isinstance(spaces[index], dict) else {}
-    return {key: sample(trial, f"{name}.{index}.{key}", p)
+    return {key: sample(trial, f"{name}.{index}.{key}", p, base)
             if isinstance(p, dict) and "type" in p else p for key, p in picked.items()}
+
+
+def log_base(algorithm) -> float:
+    """Random sampling's `logbase` ("e" or a positive number other than 1): the base its
+    loguniform and lognormal values are powers of; e otherwise."""
+    given = algorithm.get("logbase") if isinstance(algorithm, dict) else None
+    if given is None or str(given).strip().lower() == "e":
+        return math.e
+    try:
+        base = float(given)
+    except (TypeError, ValueError):
+        base = 0.0
+    if not math.isfinite(base) or base <= 0 or base == 1:
+        raise LocalRunError(f"sampling_algorithm.logbase: {given!r} is not \"e\" or a positive "
+                            "number other than 1")
+    return base
 
 
 def make_study(algorithm, space: SpecData, maximize: bool) -> optuna.Study:
@@ -63,6 +80,7 @@ def make_study(algorithm, space: SpecData, maximize: bool) -> optuna.Study:
     if kind not in samplers:
         raise LocalRunError(f"sampling_algorithm {kind}: Azure knows random, grid and bayesian")
     seed = None if seed is None else int(seed)
+    log_base(algorithm)  # a logbase no power can have is refused before the sweep starts
     sampler = samplers[kind](seed=seed)
     rule = algorithm.get("rule") if isinstance(algorithm, dict) else None
     if kind == "random" and str(rule).lower() == "sobol":  # a low-discrepancy sequence, seeded

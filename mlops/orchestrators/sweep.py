@@ -20,7 +20,7 @@ from pathlib import Path
 import optuna
 
 from mlops.orchestrators.policies import Policy, should_stop
-from mlops.orchestrators.sampling import grid_points, is_grid, make_study, sample
+from mlops.orchestrators.sampling import grid_points, is_grid, log_base, make_study, sample
 from mlops.runtime import (
     AssetMap,
     Decision,
@@ -155,7 +155,8 @@ class Sweep:
         if self.grid is not None:  # max_trials is at most the grid's size
             self.study.enqueue_trial(next(self.grid))
         optuna_trial = self.study.ask()
-        params = {name: sample(optuna_trial, name, p) for name, p in self.s.space.items()}
+        base = log_base(self.s.algorithm)
+        params = {name: sample(optuna_trial, name, p, base) for name, p in self.s.space.items()}
         task = self.make_task(number, params)
         rules = replace(self.rules, params={k: render_literal(v) for k, v in params.items()})
         decision = self.rt.steps.explain(task, self.rt.environments.env_map, rules)

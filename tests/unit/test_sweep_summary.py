@@ -83,3 +83,33 @@ def test_random_sampling_with_azures_sobol_rule_is_a_seeded_sobol_sequence():
     assert len({int(v * 8) for v in values(sobol)[1:]}) == 8  # 8 points, one in each eighth
     assert not isinstance(make_study({"type": "random", "seed": 7}, space, True).sampler,
                           optuna.samplers.QMCSampler)
+
+
+@pytest.mark.parametrize("logbase, expected", [(None, 0.01), ("e", 0.01), (10, 1e-3),
+                                               ("2", 0.125)])
+def test_random_samplings_logbase_is_the_base_of_the_log_types(logbase, expected):
+    """loguniform(min, max) is logbase ** uniform(min, max), e when unset (azure-ai-ml's
+    RandomSamplingAlgorithm.logbase, sent to the service as it is)."""
+    import math
+
+    import optuna
+
+    from mlops.orchestrators.sampling import log_base, sample
+
+    algorithm = {"type": "random", **({} if logbase is None else {"logbase": logbase})}
+    exponent = math.log(0.01) if logbase in (None, "e") else -3
+    trial = optuna.trial.FixedTrial({"lr": exponent, "w__u": 0.5})
+    space = {"type": "loguniform", "min_value": exponent, "max_value": 0}
+    assert sample(trial, "lr", space, log_base(algorithm)) == pytest.approx(expected)
+    assert sample(trial, "w", {"type": "lognormal", "mu": 0, "sigma": 1},
+                  log_base(algorithm)) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("logbase", [0, 1, -2, "ten", float("inf")])
+def test_a_logbase_no_power_can_have_is_refused_before_the_sweep(logbase):
+    from mlops.errors import LocalRunError
+    from mlops.orchestrators.sampling import make_study
+
+    with pytest.raises(LocalRunError, match="sampling_algorithm.logbase: .* is not \"e\" or a "
+                                            "positive number other than 1"):
+        make_study({"type": "random", "logbase": logbase}, {}, maximize=True)
