@@ -338,15 +338,19 @@ class TrialContext:
 
 def trial_factory(trial_def: SpecData, base: Path, *, inputs: dict[str, Value],
                   outputs: dict[str, OutputSpec], ctx: TrialContext) -> TrialMaker:
-    """Trials run the trial command with the sampled values as ${{search_space.x}} and, for a
-    component trial, as the inputs of the same names (as pipeline sweep nodes bind them)."""
+    """Trials run the trial command with the sampled values as ${{search_space.x}}, in the
+    variables AZUREML_SWEEP_x (as HyperDrive sets them) and, for a component trial, as the inputs
+    of the same names (as pipeline sweep nodes bind them)."""
 
     def make(number: int, params: dict[str, object]) -> Task:
         rendered = {k: render_literal(v) for k, v in params.items()}
         merged = {**inputs, **{k: Value(text=v) for k, v in rendered.items()}}
         command = fill_scope(str(trial_def.get("command") or ""), "search_space", rendered)
+        variables = {**(trial_def.get("environment_variables") or {}),
+                     **{f"AZUREML_SWEEP_{k}": v for k, v in rendered.items()}}
         return command_task(TaskSource(
-            definition={**trial_def, "command": command}, base=base,
+            definition={**trial_def, "command": command, "environment_variables": variables},
+            base=base,
             folder=ctx.folder / "trials" / f"trial_{number:03d}", assets=ctx.assets,
             where=ctx.where, name=f"{ctx.name}_{number}", experiment=ctx.experiment,
             parent=ctx.parent, inputs=merged,

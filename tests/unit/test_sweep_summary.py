@@ -113,3 +113,21 @@ def test_a_logbase_no_power_can_have_is_refused_before_the_sweep(logbase):
     with pytest.raises(LocalRunError, match="sampling_algorithm.logbase: .* is not \"e\" or a "
                                             "positive number other than 1"):
         make_study({"type": "random", "logbase": logbase}, {}, maximize=True)
+
+
+def test_a_trial_gets_each_sampled_value_as_azureml_sweep_variable(tmp_path):
+    """HyperDrive gives a trial its parameters as AZUREML_SWEEP_<name> (azure-ai-ml's SweepJob
+    says so; published trials read os.environ["AZUREML_SWEEP_solver"]), beside the command."""
+    from mlops.orchestrators.sweep import TrialContext, trial_factory
+    from mlops.runtime.uris import AssetMap
+
+    trial = {"command": "python t.py --lr ${{search_space.lr}}", "code": ".",
+             "environment": "azureml:AzureML-sklearn-1.5@latest",
+             "environment_variables": {"MINE": "1", "AZUREML_SWEEP_lr": "mine"}}
+    ctx = TrialContext(folder=tmp_path, assets=AssetMap(tmp_path / "none.yml"), where="s.yml",
+                       name="tune", experiment="e", parent="p")
+    task = trial_factory(trial, tmp_path, inputs={}, outputs={}, ctx=ctx)(
+        3, {"lr": 0.25, "solver": "lbfgs"})
+    assert task.env_vars == {"MINE": "1", "AZUREML_SWEEP_lr": "0.25",
+                             "AZUREML_SWEEP_solver": "lbfgs"}
+    assert task.command.endswith("--lr 0.25") and task.name == "tune_3"
