@@ -25,6 +25,10 @@ from pathlib import Path
 from mlops.errors import LocalRunError
 
 CONFIG = "azml.toml"
+# the local workspace's identity, wherever Azure names a workspace (resource ids, a job's
+# AZUREML_ARM_* variables, azureml-core's run.experiment.workspace)
+SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
+RESOURCE_GROUP = WORKSPACE_NAME = "local"
 STATE_ENV = ("AZML_STATE_DIR", "MLOPS_STATE_DIR")  # the first set wins
 
 

@@ -12,12 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mlops.api.records import JobRecord
-from mlops.project import tracking_uri
+from mlops.project import RESOURCE_GROUP, SUBSCRIPTION, WORKSPACE_NAME, tracking_uri
 from mlops.runtime import BATCH_JOB
 from mlops.specs import read_yaml
 
-SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
-GROUP = WORKSPACE = "local"
+GROUP, WORKSPACE = RESOURCE_GROUP, WORKSPACE_NAME
 ARM = (f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}/providers/"
        "Microsoft.MachineLearningServices/workspaces/{workspace}")
 JobView = dict[str, object]  # a job as az prints it (JSON)

@@ -105,9 +105,10 @@ class LocalWorkspace:
     """What a script reads from `run.experiment.workspace` locally; what needs the live
     workspace is refused by name (NeedsWorkspace, an AttributeError: hasattr() stays false)."""
 
-    name = "local"
-    subscription_id = ""
-    resource_group = ""
+    # as the job's variables name it (environ.tracking_env): this file runs in the job's Python
+    name = os.environ.get("AZUREML_ARM_WORKSPACE_NAME", "local")
+    subscription_id = os.environ.get("AZUREML_ARM_SUBSCRIPTION", "")
+    resource_group = os.environ.get("AZUREML_ARM_RESOURCEGROUP", "")
     location = "local"
 
     def get_mlflow_tracking_uri(self):

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from mlops.environments.activation import Activation
+from mlops.project import RESOURCE_GROUP, SUBSCRIPTION, WORKSPACE_NAME
 from mlops.runtime import readonly_inputs
 from mlops.runtime.binding import mounted_outputs, read_only
 from mlops.runtime.mlflow_runs import Tracking
@@ -60,7 +61,9 @@ def tracking_env(task: Task, tracking: Tracking, run_id: str, wd: Path, *,
     env = {"MLFLOW_TRACKING_URI": uri, "MLFLOW_RUN_ID": run_id,
            "MLFLOW_EXPERIMENT_NAME": task.experiment, "MLFLOW_EXPERIMENT_ID": experiment,
            "AZUREML_RUN_ID": run_id, "AZUREML_EXPERIMENT_ID": experiment,
-           "AZUREML_ARM_PROJECT_NAME": task.experiment,
+           "AZUREML_ARM_PROJECT_NAME": task.experiment, "AZUREML_ARM_SUBSCRIPTION": SUBSCRIPTION,
+           "AZUREML_ARM_RESOURCEGROUP": RESOURCE_GROUP,
+           "AZUREML_ARM_WORKSPACE_NAME": WORKSPACE_NAME,
            "AZUREML_CR_EXECUTION_WORKING_DIR_PATH": str(wd),
            # MLflow prints a link to every run it ends on an http store; Azure's prints none
            "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}

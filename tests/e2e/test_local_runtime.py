@@ -58,6 +58,9 @@ def test_quoted_references_get_the_argv_azure_gives(tmp_path):
     assert env["AZURE_ML_INPUT_columns"] == "a b,c" and env["AZURE_ML_INPUT_table"] == table
     assert env["MLFLOW_RUN_ID"] == env["AZUREML_RUN_ID"]
     assert env["MLFLOW_EXPERIMENT_NAME"] == default_experiment()  # Azure's default experiment name
+    assert (env["AZUREML_ARM_WORKSPACE_NAME"], env["AZUREML_ARM_RESOURCEGROUP"]) == ("local",) * 2
+    assert env["AZUREML_ARM_SUBSCRIPTION"] and env["AZUREML_ARM_PROJECT_NAME"] == \
+        default_experiment()
 
 
 def test_outputs_and_logs_folders_are_created_kept_and_uploaded(tmp_path):
