@@ -16,10 +16,11 @@ from pathlib import Path
 from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.checks.validation import check
 from mlops.endpoints.models import ModelSource, model_source
-from mlops.environments.envspec import EnvironmentRef
+from mlops.environments.envspec import EnvironmentRef, EnvMap, require_environment
 from mlops.errors import LocalRunError
 from mlops.runtime import code_path
 from mlops.specs import DEPLOYMENT_TYPES, Spec, SpecData, an, load_spec
+from mlops.workspace.references import submission, submitted_name
 
 NOCODE = Path(__file__).with_name("nocode")
 NOCODE_SCRIPTS = {"online-deployment": "mlflow_score.py", "batch-deployment": "mlflow_batch.py"}
@@ -76,10 +77,23 @@ def load(path: str | Path, role: str, model: str | None = None,
     errors = [str(f) for f in check(spec, for_run=True) if f.is_error]
     if errors:
         raise LocalRunError("\n".join(errors) + "\nAzure would refuse this deployment")
+    require_named_environment(spec, role)
     source = model_source(spec.data.get("model"), spec.path.parent, str(spec.path), override=model,
                           asset_file=asset_file)
     config = spec.data.get("code_configuration") or {}
     return _with_code(spec, source, config, role) if config else _no_code(spec, source, role)
+
+
+def require_named_environment(spec: Spec, role: str) -> None:
+    """A workspace environment name (`azureml:<name>:<version>`, `@latest`) nothing here knows
+    is refused before the model is looked up: az ml's upload_dependencies resolves a
+    deployment's code, then its environment, then its model (azure-ai-ml,
+    _utils/_endpoint_utils.py), and Azure refuses the deployment whose environment the
+    workspace lacks; it does not run in .venv."""
+    value = spec.data.get("environment")
+    if submitted_name(value) is not None:
+        require_environment(value, spec.path.parent, EnvMap(), f"{spec.path}: environment",
+                            by=submission(role))
 
 
 def _with_code(spec: Spec, source: ModelSource, config: SpecData, role: str) -> Deployment:

@@ -31,7 +31,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import yaml
 
@@ -47,6 +47,9 @@ from mlops.environments.envfiles import (
 from mlops.errors import LocalRunError
 from mlops.project import CONFIG, project, remember, remembered
 from mlops.specs import SpecData, read_yaml
+
+if TYPE_CHECKING:
+    from mlops.workspace.references import Submission
 
 CATALOG = Path(__file__).resolve().parent / "catalog"  # ships with the tool (mlops/pyproject)
 ENV_MAP = CATALOG / "local-envs.yml"
@@ -330,23 +333,26 @@ def named_plan(reference: str, base: Path, env_map: EnvMap) -> Named:
     return Named(plan, known=True)
 
 
-def require_environment(reference: str, base: Path, env_map: EnvMap, key: str) -> None:
+def require_environment(reference: str, base: Path, env_map: EnvMap, key: str,
+                        by: Submission | None = None) -> None:
     """A short workspace name (`azureml:<name>:<version>`, `@latest`) found as plan_for finds
-    it, without building anything; a LocalRunError naming it, what az ml job create says of it,
-    and the fixes when nothing here knows it (a curated `AzureML-` name is the service's to
-    expand, as azure-ai-ml leaves it: its plan says what stands in)."""
+    it, without building anything; a LocalRunError naming it, what `by` (az ml job create, or a
+    deployment's create) says of it, and the fixes when nothing here knows it (a curated
+    `AzureML-` name is the service's to expand, as azure-ai-ml leaves it: its plan says what
+    stands in)."""
     name = _name_version(reference).name
     if name.startswith(CURATED_PREFIX) or registered_environment(reference) is not None or \
             named_plan(reference, base, env_map).known:
         return
     from mlops.workspace.records import AssetKind
-    from mlops.workspace.references import azure_refusal
+    from mlops.workspace.references import JOB, azure_refusal
 
-    refusal = azure_refusal(reference, AssetKind.ENVIRONMENT)
+    refusal = azure_refusal(reference, AssetKind.ENVIRONMENT, by or JOB)
     raise LocalRunError(
         f"{key}: environment {reference} has no local stand-in: neither the local workspace, "
         f"the curated environments nor {env_map.named} knows it, and no environment spec of "
-        f"that name is in the job's repository{f' ({refusal})' if refusal else ''}. Register "
+        f"that name is in the {'job' if by is None else 'deployment'}'s repository"
+        f"{f' ({refusal})' if refusal else ''}. Register "
         f"it as az ml would (azml environment create -f <its YAML>), or add a line "
         f"'azureml:{name}: [<pip requirement>, ...]' to {env_map.named}")
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from mlops.workspace.records import AssetKind, AssetVersion
 from mlops.workspace.store import LATEST, Workspace, workspace_root
@@ -65,24 +66,42 @@ def submitted_name(reference) -> AssetRef | None:
     return parse(reference)
 
 
-def azure_refusal(reference: str, kind: AssetKind) -> str:
-    """How az ml job create refuses a short name its workspace does not hold, in azure-ai-ml's
-    words where it says them itself ("" for a reference that is not a short name)."""
+class Submission(NamedTuple):
+    """The az ml command that resolves a spec's short names, and what it refuses."""
+
+    command: str
+    subject: str
+
+
+JOB = Submission("az ml job create", "the job")
+
+
+def submission(role: str) -> Submission:
+    """`online-deployment` -> az ml online-deployment create, which refuses the deployment (its
+    upload_dependencies resolves the names, _utils/_endpoint_utils.py)."""
+    return Submission(f"az ml {role} create", "the deployment")
+
+
+def azure_refusal(reference: str, kind: AssetKind, by: Submission = JOB) -> str:
+    """How `by` (az ml job create, unless a deployment's) refuses a short name its workspace
+    does not hold, in azure-ai-ml's words where it says them itself ("" for a reference that is
+    not a short name)."""
     ref = submitted_name(reference)
     if ref is None:
         return ""
     if ref.label == LATEST:
-        return (f"az ml job create looks it up and refuses the job: 'Asset {ref.name} does not "
+        return (f"{by.command} looks it up and refuses {by.subject}: 'Asset {ref.name} does not "
                 "exist in workspace <workspace>.'")
     if ref.label is not None:
-        return (f"az ml job create looks it up and refuses the job: 'Asset {ref.name} with "
+        return (f"{by.command} looks it up and refuses {by.subject}: 'Asset {ref.name} with "
                 f"version label {ref.label} does not exist in workspace.'")
     if ref.version is None:
-        return (f"az ml job create refuses a name without a version: 'Failed to extract version "
+        return (f"{by.command} refuses a name without a version: 'Failed to extract version "
                 f"when parsing asset {reference} of type {kind.value} as arm id. Version must "
                 "be provided.'")
-    return (f"az ml job create submits it as the workspace's {kind.value}/{ref.name}/versions/"
-            f"{ref.version}, and Azure refuses the job when the workspace holds no such version")
+    return (f"{by.command} submits it as the workspace's {kind.value}/{ref.name}/versions/"
+            f"{ref.version}, and Azure refuses {by.subject} when the workspace holds no such "
+            "version")
 
 
 def versionless_refusal(reference: str, kind: AssetKind) -> str:

@@ -186,3 +186,59 @@ def test_a_batch_scoring_script_is_given_its_logging_level_on_the_command_line(
     task = scoring_task(spec, tmp_path, layout=layout, settings=settings, max_procs=1)
     assert task.command.endswith(f" -- --logging_level {level}")
     assert task.env_vars["LOGGING_LEVEL"] == level
+
+
+# ---- the workspace names a deployment makes, in the order az ml resolves them ----
+
+DEPLOYMENT = """\
+$schema: https://azuremlschemas.azureedge.net/latest/{schema}.schema.json
+name: blue
+endpoint_name: their-endpoint
+model: azureml:their-model:1
+code_configuration: {{code: src, scoring_script: score.py}}
+environment: {environment}
+{extra}"""
+ONLINE = ("managedOnlineDeployment", "online-deployment",
+          "instance_type: Standard_DS3_v2\ninstance_count: 1\n")
+BATCH = ("batchDeployment", "batch-deployment", "compute: azureml:cpu-cluster\n")
+
+
+def _deployment(repo, kind, environment: str):
+    schema, role, extra = kind
+    (repo / "src").mkdir(exist_ok=True)
+    (repo / "src" / "score.py").write_text("def init():\n    pass\n\ndef run(data):\n"
+                                           "    return data\n")
+    (repo / "deployment.yml").write_text(DEPLOYMENT.format(schema=schema, environment=environment,
+                                                           extra=extra))
+    return repo / "deployment.yml", role
+
+
+@pytest.mark.parametrize("kind", [ONLINE, BATCH], ids=["online", "batch"])
+def test_an_unknown_workspace_environment_is_refused_before_the_model_not_run_in_venv(
+        repo, kind):
+    """azure-ai-ml's upload_dependencies resolves code, then environment, then model: a
+    deployment naming an environment its workspace lacks is refused for that environment (its
+    model unknown too), as az ml <kind> create refuses it, not served from .venv."""
+    spec, role = _deployment(repo, kind, "azureml:their-env:2")
+    with pytest.raises(LocalRunError) as refused:
+        deployment.load(spec, role)
+    said = str(refused.value)
+    assert "environment azureml:their-env:2 has no local stand-in" in said
+    assert f"az ml {role} create submits it as the workspace's environments/their-env/" \
+           "versions/2, and Azure refuses the deployment" in said
+    assert "their-model" not in said
+
+
+@pytest.mark.parametrize("kind", [ONLINE, BATCH], ids=["online", "batch"])
+def test_a_known_environment_passes_and_the_model_is_resolved_next(repo, kind):
+    (repo / "environments").mkdir()
+    (repo / "environments" / "env.yml").write_text(
+        "$schema: https://azuremlschemas.azureedge.net/latest/environment.schema.json\n"
+        "name: their-env\nversion: 2\nimage: mcr.microsoft.com/azureml/"
+        "openmpi4.1.0-ubuntu22.04:latest\n")
+    for environment in ("azureml:their-env:2",
+                        "azureml:AzureML-sklearn-1.0-ubuntu20.04-py38-cpu:1"):
+        spec, role = _deployment(repo, kind, environment)
+        with pytest.raises(LocalRunError, match="model azureml:their-model:1 has no local "
+                                                "stand-in"):
+            deployment.load(spec, role)
