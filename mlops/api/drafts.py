@@ -20,11 +20,13 @@ from pathlib import Path
 
 import yaml
 
+from mlops.environments.envspec import EnvMap, require_environment
 from mlops.errors import LocalRunError
 from mlops.runtime import AssetMap, is_remote
 from mlops.specs import Spec, SpecError, load_spec
 from mlops.workspace import names
 from mlops.workspace.records import AssetKind
+from mlops.workspace.references import submission, submitted_name
 from mlops.workspace.store import Draft
 from mlops.workspace.uploads import copy_files, upload_files
 
@@ -172,8 +174,26 @@ def _bundle(spec: Spec, kind: AssetKind, folder: Path) -> Path:
             data["environment"] = _environment_files(dict(data["environment"]), base, folder,
                                                      "environment-")
         _component_code(data, spec, folder)
+        _component_environment(data, base, str(spec.path))
     (folder / SPEC_FILE).write_text(yaml.safe_dump(data, sort_keys=False))
     return folder
+
+
+def _component_environment(data: dict[str, object], base: Path, where: str) -> None:
+    """The component's workspace environment name (its own, a parallel task's), resolved after
+    its code as az ml component create resolves them (azure-ai-ml's
+    _resolve_dependencies_for_component, through get_asset_arm_id): a label (`@latest`) is
+    looked up there and then, so one nothing here knows is refused, as azure-ai-ml refuses the
+    component; a version is passed on as an asset id (what the service makes of it is not
+    azure-ai-ml's to say)."""
+    task = data.get("task")
+    for key, value in (("environment", data.get("environment")),
+                       ("task.environment", task.get("environment") if isinstance(task, dict)
+                        else None)):
+        ref = submitted_name(value)
+        if ref is not None and ref.label is not None:
+            require_environment(str(value), base, EnvMap(), f"{where}: {key}",
+                                by=submission("component"))
 
 
 def _component_code(data: dict[str, object], spec: Spec, folder: Path) -> None:

@@ -347,11 +347,12 @@ def require_environment(reference: str, base: Path, env_map: EnvMap, key: str,
     from mlops.workspace.records import AssetKind
     from mlops.workspace.references import JOB, azure_refusal
 
-    refusal = azure_refusal(reference, AssetKind.ENVIRONMENT, by or JOB)
+    by = by or JOB
+    refusal = azure_refusal(reference, AssetKind.ENVIRONMENT, by)
     raise LocalRunError(
         f"{key}: environment {reference} has no local stand-in: neither the local workspace, "
         f"the curated environments nor {env_map.named} knows it, and no environment spec of "
-        f"that name is in the {'job' if by is None else 'deployment'}'s repository"
+        f"that name is in the {by.subject.removeprefix('the ')}'s repository"
         f"{f' ({refusal})' if refusal else ''}. Register "
         f"it as az ml would (azml environment create -f <its YAML>), or add a line "
         f"'azureml:{name}: [<pip requirement>, ...]' to {env_map.named}")

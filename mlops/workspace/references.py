@@ -76,10 +76,11 @@ class Submission(NamedTuple):
 JOB = Submission("az ml job create", "the job")
 
 
-def submission(role: str) -> Submission:
+def submission(verb: str) -> Submission:
     """`online-deployment` -> az ml online-deployment create, which refuses the deployment (its
-    upload_dependencies resolves the names, _utils/_endpoint_utils.py)."""
-    return Submission(f"az ml {role} create", "the deployment")
+    upload_dependencies resolves the names, _utils/_endpoint_utils.py); `component` -> az ml
+    component create, which refuses the component (_component_operations.py)."""
+    return Submission(f"az ml {verb} create", f"the {verb.split('-')[-1]}")
 
 
 def azure_refusal(reference: str, kind: AssetKind, by: Submission = JOB) -> str:

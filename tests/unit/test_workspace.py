@@ -333,6 +333,47 @@ def test_a_component_is_registered_with_its_inline_environments_files(tmp_path):
         assert spec["code"] == "code" and (d.source / "code" / "train.py").is_file()
 
 
+@pytest.mark.parametrize("environment, refused", [
+    ("azureml:other-env@latest", "az ml component create looks it up and refuses the component: "
+                                 "'Asset other-env does not exist in workspace"),
+    ("azureml:other-env:3", None), ("azureml:their-env:2", None),
+    ("azureml:AzureML-sklearn-1.0-ubuntu20.04-py38-cpu:1", None)])
+def test_a_components_workspace_environment_is_resolved_after_its_code_as_az_ml_does(
+        repo, environment, refused):
+    """`az ml component create` resolves the component's code, then its environment
+    (azure-ai-ml's _resolve_dependencies_for_component): a label the workspace lacks is looked up
+    and refused there, not registered for a run to find nothing; a version is passed on as an
+    asset id, and a known name (an environment spec of that name in the repository, a curated
+    one) registers."""
+    import yaml
+
+    from mlops.api.drafts import draft_of
+
+    (repo / "env.yml").write_text(
+        "$schema: https://azuremlschemas.azureedge.net/latest/environment.schema.json\n"
+        "name: their-env\nversion: 2\nimage: mcr.microsoft.com/azureml/"
+        "openmpi4.1.0-ubuntu22.04:latest\n")
+    (repo / "src").mkdir()
+    (repo / "src" / "train.py").write_text("print(1)\n")
+    component = {"$schema": "https://azuremlschemas.azureedge.net/latest/"
+                            "commandComponent.schema.json", "type": "command", "name": "train",
+                 "code": "src", "command": "python train.py", "environment": environment}
+    (repo / "train.yml").write_text(yaml.safe_dump(component))
+    if refused is None:
+        with draft_of(repo / "train.yml", kind=None, assets=AssetMap(repo / "map.yml")) as d:
+            assert yaml.safe_load((d.source / "spec.yml").read_text())["environment"] == \
+                environment
+        return
+    assets = AssetMap(repo / "map.yml")
+    with pytest.raises(LocalRunError, match=re.escape(refused)), \
+            draft_of(repo / "train.yml", kind=None, assets=assets):
+        pass
+    (repo / "train.yml").write_text(yaml.safe_dump({**component, "code": "gone"}))
+    with pytest.raises(LocalRunError, match="code 'gone' does not exist"), \
+            draft_of(repo / "train.yml", kind=None, assets=assets):  # the code first
+        pass
+
+
 @pytest.mark.parametrize("kind", ["data", "model"])
 def test_the_verbs_kind_loads_an_asset_spec_whatever_its_schema_url_says(tmp_path, kind):
     """`az ml data create -f` loads the file as data (azure-ai-ml's load_data reads no
