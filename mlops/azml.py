@@ -23,11 +23,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The console script's entry point (`azml`): Ctrl-C at any moment, its imports included,
-    ends it with 130 and no traceback, as a shell reports an interrupted command."""
+    ends it with 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM) and no traceback,
+    as a shell reports an interrupted command."""
     try:
         exit_with(main)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    except KeyboardInterrupt as err:
+        sys.exit(128 + getattr(err, "signum", 2))
 
 
 if __name__ == "__main__":

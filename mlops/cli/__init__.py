@@ -59,6 +59,6 @@ def run(argv: list[str] | None = None) -> int:
     except LocalError as err:
         print(f"ERROR: {err}", file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as err:  # 128 + the signal's number, as the front doors end
+        return 128 + getattr(err, "signum", 2)
     return 0

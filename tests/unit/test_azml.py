@@ -170,6 +170,24 @@ def test_ctrl_c_while_azml_still_imports_is_exit_130_without_a_traceback(monkeyp
     assert ended.value.code == 130
 
 
+def test_a_signal_ends_azml_with_128_plus_its_number_as_the_front_doors(monkeypatch):
+    """SIGTERM to `azml job run` is 143 (it was 130, Ctrl-C's, whatever the signal)."""
+    import signal
+
+    from mlops import azml, cli
+    from mlops.runtime.launch import Interrupted
+
+    def terminated(*_args):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(cli, "keep_state_out_of_git", terminated)
+    assert cli.run(["job", "list"]) == 143
+    monkeypatch.setattr(azml, "exit_with", terminated)
+    with pytest.raises(SystemExit) as ended:
+        azml.entry()
+    assert ended.value.code == 143
+
+
 def test_a_job_that_ends_as_it_is_read_is_shown_as_it_ended_not_failed(repo, monkeypatch):
     """The runner records its end, then exits: a run.json read just before the end, with the
     runner gone when its pid is checked, is read again (it was shown Failed)."""
