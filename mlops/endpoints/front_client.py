@@ -230,7 +230,8 @@ class Client(asyncio.Protocol):
             self.transport.abort()
             return
         self.transport.write(out)
-        if self.front.stopping or self.ended or not self.wire.next_cycle():
+        if not self.wire.next_cycle() or self.front.stopping or (
+                self.ended and not self.wire.buf):  # (what it sent before its close is read)
             self.phase = "closing"
             self.transport.close()
             return

@@ -205,8 +205,13 @@ class Inbound:
         if self.chunked:
             self.announced = wire.Announced()
         self.left = int(fields.get(b"content-length", 0))
-        self.keep = version == b"HTTP/1.1" and (b"connection" not in fields or b"close" not in {
-            token.strip().lower() for token in fields[b"connection"].split(b",")})
+        connection = fields.get(b"connection")
+        if connection is None:
+            self.keep = version == b"HTTP/1.1"
+        else:  # HTTP/1.0 keeps it only when asked (RFC 9112 9.3), as nginx does
+            tokens = {token.strip().lower() for token in connection.split(b",")}
+            self.keep = b"close" not in tokens and (
+                version == b"HTTP/1.1" or b"keep-alive" in tokens)
         self.expects_continue = version == b"HTTP/1.1" and not self.buf and (
             self.chunked or self.left > 0) and \
             fields.get(b"expect", b"").strip().lower() == b"100-continue"
@@ -245,8 +250,9 @@ class Inbound:
         self.replied = True
         lines = [b"HTTP/1.1 %d %s" % (status, reason or wire.REASONS.get(status, b""))]
         lines += map(b": ".join, headers)
-        if not self.keep and not any(name.lower() == b"connection" for name, _ in headers):
-            lines.append(b"Connection: close")
+        if (not self.keep or self.version != b"HTTP/1.1") and not any(
+                name.lower() == b"connection" for name, _ in headers):
+            lines.append(b"Connection: keep-alive" if self.keep else b"Connection: close")
         lines += (b"", body)
         return b"\r\n".join(lines)
 

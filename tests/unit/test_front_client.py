@@ -219,3 +219,21 @@ def test_what_a_client_pipelines_waits_unparsed_up_to_a_bound_however_long_it_go
         assert paused > 400 and resumed >= 3
 
     connections(tmp_path, 1, then)
+
+
+def test_requests_pipelined_before_the_client_closes_its_side_are_all_answered(tmp_path):
+    """A client that sends its requests and then closes its side (shutdown(SHUT_WR)) gets an
+    answer to each, as nginx gives it, then the connection closes; a partial request after
+    them is refused (the first two answers only, before)."""
+    request = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+
+    async def then(made):
+        (whole, first), (partial, second) = made
+        for client, stream in ((whole, request * 3), (partial, request * 2 + request[:20])):
+            client.data_received(stream)
+            assert client.eof_received()  # still open for the answers
+        await until(lambda: first.closed and second.closed)
+
+    (_, first), (_, second) = connections(tmp_path, 2, then)
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", first.sent) == [b"200"] * 3
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", second.sent) == [b"200", b"200", b"400"]

@@ -317,3 +317,17 @@ def test_an_answer_is_written_as_h11_writes_it_and_keeps_the_connection_by_its_r
     assert inbound.next_cycle() == keeps
     if keeps:  # the pipelined request, then one sent after it
         assert events(inbound) == [REQUEST, b"b", END]
+
+
+def test_an_http_1_0_request_asking_to_keep_the_connection_keeps_it_as_nginx_does():
+    """HTTP/1.0 with `Connection: keep-alive` keeps the connection (RFC 9112 9.3; nginx keeps
+    it), and the answer says so, since an HTTP/1.0 client closes after an answer otherwise."""
+    inbound = Inbound()
+    stream = post(b"Connection: Keep-Alive", b"Content-Length: 1", version=b"1.0") + b"a"
+    inbound.feed(stream + post(b"Content-Length: 1", version=b"1.0") + b"b")
+    assert events(inbound) == [REQUEST, b"a", END]
+    ours = inbound.reply(200, [(b"content-length", b"2")], b"{}", reason=b"OK")
+    assert ours.endswith(b"\r\nConnection: keep-alive\r\n\r\n{}") and inbound.next_cycle()
+    assert events(inbound) == [REQUEST, b"b", END]  # without it: closed after the answer
+    assert inbound.reply(200, [(b"content-length", b"2")], b"{}", reason=b"OK").endswith(
+        b"\r\nConnection: close\r\n\r\n{}") and not inbound.next_cycle()
