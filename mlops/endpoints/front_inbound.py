@@ -11,10 +11,11 @@ unparsed and bounded by its reader, until that request is answered (pipelining).
 lets through and nginx refuses is checked on the fields it read: a second Host,
 Content-Length, Transfer-Encoding, Authorization, Expect or azureml-model-deployment (400), no
 Host in HTTP/1.1 (400), Transfer-Encoding in HTTP/1.0 (400) or other than `chunked` (501),
-TRACE or CONNECT (405), an HTTP version other than 1.x (505). A head whose lines end in LF alone
-(nginx reads it; llhttp does not) or whose method llhttp does not know (nginx passes it on) is
-read again with CR LF and a known method, once nginx's rules found nothing wrong in it as it
-came.
+TRACE or CONNECT (405), an HTTP version other than 1.x (505), a target that is neither
+a path nor absolute (`OPTIONS *`) or climbs above the root (`/../x`, `/%2e%2e/x`) (400).
+A head whose lines end in LF alone (nginx reads it; llhttp does not) or whose method llhttp
+does not know (nginx passes it on) is read again with CR LF and a known method, once nginx's
+rules found nothing wrong in it as it came.
 """
 
 from __future__ import annotations
@@ -187,6 +188,11 @@ class Inbound:
         self.version = version = line[line.rfind(b" ") + 1:]
         if version != b"HTTP/1.1" or self.method in (b"TRACE", b"CONNECT"):
             refused = wire.line_refusal(self.method, version)
+            if refused is not None:
+                raise refused
+        target = self.target
+        if target[:1] != b"/" or b"/." in target or b"%" in target:
+            refused = wire.target_refusal(target)
             if refused is not None:
                 raise refused
         fields = self.fields

@@ -26,6 +26,7 @@ import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from urllib.parse import unquote_to_bytes
 
 HEAD_S = float(os.environ.get("FRONT_HEAD_TIMEOUT_S", "10"))
 BODY_S = float(os.environ.get("FRONT_BODY_TIMEOUT_S", "60"))
@@ -118,6 +119,27 @@ def line_refusal(method: bytes, version: bytes) -> Refused | None:
         return Refused(405, f"{method.decode()} is not allowed")
     if version.startswith(b"HTTP/") and not version.startswith(b"HTTP/1."):
         return Refused(505, f"HTTP version {version.decode('latin-1')} is not supported")
+    return None
+
+
+def target_refusal(target: bytes) -> Refused | None:
+    """nginx's refusals of a request target (read only for one that is not a plain path: not
+    starting with `/`, or holding `/.` or `%`): `*` or any other that is neither a path nor
+    absolute (`http://host/path`), and a path whose `..` segments, once %-decoded, climb above
+    the root (`/../x`, `/%2e%2e/x`): 400, as ngx_http_parse_complex_uri refuses them."""
+    if target[:1] != b"/":
+        scheme, found, rest = target.partition(b"://")
+        if not (found and scheme.isalpha()):
+            return Refused(400, "invalid request target (neither a path nor an absolute URI)")
+        target = b"/" + rest.partition(b"/")[2]
+    depth = 0
+    for segment in unquote_to_bytes(target.partition(b"?")[0]).split(b"/"):
+        if segment == b"..":
+            depth -= 1
+            if depth < 0:
+                return Refused(400, "invalid request target (a path above the root)")
+        elif segment not in (b"", b"."):
+            depth += 1
     return None
 
 

@@ -111,6 +111,15 @@ STREAMS = [
     ("a TLS handshake", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40
      + b"\r\n\r\n", 400),
     ("a head that never ends", b"POST /score HTTP/1.1\r\nHost: x\r\nX-A: 1", WAITS),
+    ("OPTIONS *", b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    ("an absolute target", b"POST http://x/score HTTP/1.1\r\nHost: x\r\n\r\n", OK),
+    ("a path above the root", b"GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    ("a %-encoded path above the root",
+     b"GET /score/%2e%2E/..%2f..%2fetc HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    ("an absolute target above the root", b"GET http://x/a/../../b HTTP/1.1\r\nHost: x\r\n\r\n",
+     400),
+    ("a path that climbs and stays under the root",
+     b"GET //a/./b/../score?next=/../%2e%2e HTTP/1.1\r\nHost: x\r\n\r\n", OK),
 ]
 
 
