@@ -140,6 +140,8 @@ class Front:
         def over(result: Answer | wire.Refused) -> None:
             self.mirrors -= 1
             body.close()
+            if type(result) is Answer and type(result.body) is not bytes:
+                result.body.close()
             self.log(f"mirror -> {slot.name}" if type(result) is Answer else
                      f"mirror -> {slot.name} dropped: {result.message}")
             self.check_done()

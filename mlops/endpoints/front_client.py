@@ -6,6 +6,8 @@ a head or a body is answered and the connection closed, after reading and droppi
 LINGER_BYTES (or LINGER_S) more of what the client sends: closing on unread bytes resets the
 connection, which can lose the answer; an endless body is never drained. The front's own answer
 to a request read whole (429, or 408 and 502 for the deployment's failure) keeps the connection.
+An answer spooled to a file (past wire.SPOOL_MEMORY) is written a piece at a time as the client
+reads it; a client that reads nothing of its answers for FRONT_BODY_TIMEOUT_S is cut off.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class Client(asyncio.Protocol):
         self.route: Route | None = None
         self.body: wire.Body | None = None
         self.started = 0.0  # when the one in flight was passed on (the loop's clock)
+        self.spooled: wire.Body | None = None  # a long answer being written from its file
+        self.streaming = None  # its pieces still to write
 
     def connection_made(self, transport) -> None:
         self.transport, self.loop = transport, asyncio.get_running_loop()
@@ -65,6 +69,9 @@ class Client(asyncio.Protocol):
             self.timer = None
         if self.phase != "busy" and self.body is not None:
             self.body.close()
+        if self.spooled is not None:
+            self.spooled.close()
+            self.spooled = self.streaming = None
         self.phase = "closing"
         self.front.closed(self)
 
@@ -113,13 +120,16 @@ class Client(asyncio.Protocol):
             self.timer, self.timer_at = self.loop.call_at(self.due, self._tick), self.due
         elif self.timed in ("head", "body"):
             self._late()
-        else:  # idle between requests, answers unread for BODY_S, lingering after a refusal
+        elif self.blocked:  # answers the client has not read for BODY_S: cut off
+            self.transport.abort()
+        else:  # idle between requests, lingering after a refusal
             self.transport.close()  # (what was written is still sent)
 
     def _deadline(self) -> None:
         """A head or a body must arrive in time: armed when one is still to come after the
         bytes at hand (a request whole in one read arms none)."""
-        if self.phase == self.timed or self.phase in ("idle", "closing"):
+        if self.phase == self.timed or self.phase in ("idle", "closing") or \
+                self.timed == "sending":  # (an answer waits for the client to read it)
             return
         if self.phase == "busy":
             self._arm("busy", None)
@@ -193,6 +203,8 @@ class Client(asyncio.Protocol):
                 self.reply(result, route.slot.name)
             else:
                 self.reply_own(result)
+        elif type(result) is Answer and type(result.body) is not bytes:
+            result.body.close()  # (the client is gone)
         self.front.passed(request, route, body, result, started=started)
 
     def reply(self, answer: Answer, deployment: str) -> None:
@@ -223,17 +235,46 @@ class Client(asyncio.Protocol):
         close, where the request or a stop ends it)."""
         if self.front.stopping:
             headers.append((b"connection", b"close"))
+        spooled = None
+        if type(body) is not bytes:  # a long answer, in a file: written as the client reads
+            spooled, body = body, b""
         out = self.wire.reply(status, headers, body, reason=reason)
         self.request = self.route = self.body = None
         if not out:  # answered already: the connection cannot go on
             self.phase = "closing"
             self.transport.abort()
+            if spooled is not None:
+                spooled.close()
             return
         self.transport.write(out)
+        if spooled is not None:
+            self.spooled, self.streaming = spooled, spooled.chunks()
+            self._stream_on()
+        else:
+            self._next()
+
+    def _stream_on(self) -> None:
+        """Write the spooled answer on while the client reads it (a piece at a time, so the
+        front holds no more of it than the transport's mark); one that stops reading for
+        BODY_S is cut off. Then the connection's next request."""
+        for piece in self.streaming:
+            self.transport.write(piece)
+            if self.blocked:
+                self._arm("sending", wire.BODY_S)
+                return
+        self.spooled.close()
+        self.spooled = self.streaming = None
+        self._next()
+
+    def _next(self) -> None:
+        """After an answer: the connection's next request, or its close (where the request
+        or a stop ends it)."""
         if not self.wire.next_cycle() or self.front.stopping or (
                 self.ended and not self.wire.buf):  # (what it sent before its close is read)
             self.phase = "closing"
             self.transport.close()
+            if self.blocked:  # closed once the client reads it, or cut off in BODY_S
+                self._arm("sending", wire.BODY_S)
             return
         if self.paused:
             self._read_on()
@@ -269,6 +310,9 @@ class Client(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.blocked = False
+        if self.streaming is not None:
+            self._stream_on()
+            return
         if self.timed != "sending" or self.phase not in ("head", "idle"):
             return
         self._read_on()

@@ -212,12 +212,8 @@ class Inbound:
             self.announced = wire.Announced()
         self.left = int(fields.get(b"content-length", 0))
         connection = fields.get(b"connection")
-        if connection is None:
-            self.keep = version == b"HTTP/1.1"
-        else:  # HTTP/1.0 keeps it only when asked (RFC 9112 9.3), as nginx does
-            tokens = {token.strip().lower() for token in connection.split(b",")}
-            self.keep = b"close" not in tokens and (
-                version == b"HTTP/1.1" or b"keep-alive" in tokens)
+        self.keep = version == b"HTTP/1.1" if connection is None else wire.keeps(
+            version, connection)
         self.expects_continue = version == b"HTTP/1.1" and not self.buf and (
             self.chunked or self.left > 0) and \
             fields.get(b"expect", b"").strip().lower() == b"100-continue"

@@ -5,10 +5,11 @@ checked on the client's side (front_inbound.py).
 
 An exchange is driven by callbacks, not a task: send() writes the request (head and a body held
 in memory in one write; a spooled body piece by piece as the kernel takes it) and calls its
-`done` once, with the whole answer (at most MAX_ANSWER bytes) or the error, as soon as the
-parser is through with the bytes at hand (a head over MAX_HEAD bytes is an error, as nginx's
-"upstream sent too big header": headers without end would otherwise fill the front's memory
-until the deadline). Its deadline is the deployment's request_timeout_ms:
+`done` once, with the whole answer (at most MAX_ANSWER bytes; past wire.SPOOL_MEMORY in a
+temporary file, so a client that reads it slowly holds none of it in memory) or the error, as
+soon as the parser is through with the bytes at hand (a head over MAX_HEAD bytes is an error,
+as nginx's "upstream sent too big header": headers without end would otherwise fill the front's
+memory until the deadline). Its deadline is the deployment's request_timeout_ms:
 the connection keeps one timer, set again only when an exchange's deadline is nearer than it.
 Reused only when the exchange ended cleanly: the whole request sent, the answer whole and
 framed by its length or chunks (not by a close), keep-alive by HTTP's rules, the request not
@@ -49,10 +50,13 @@ class Broken(ConnectionError):
 
 @dataclass(kw_only=True, slots=True)
 class Answer:
+    """A server's whole answer: its body in memory (bytes), or past wire.SPOOL_MEMORY bytes in
+    a temporary file (a wire.Body, closed by whoever hands it on)."""
+
     status: int
     reason: bytes
     headers: list[tuple[bytes, bytes]]
-    body: bytes
+    body: bytes | wire.Body
 
 
 class Upstream(asyncio.Protocol):
@@ -175,7 +179,10 @@ class Upstream(asyncio.Protocol):
             self._settle(Broken(f"the server's answer is over {MAX_ANSWER} bytes"))
             self.transport.abort()
             raise Broken("too long")  # stops the parser
-        reading.parts.append(data)
+        if reading.spool is None and reading.size <= wire.SPOOL_MEMORY:
+            reading.parts.append(data)
+        else:  # a longer answer waits in a temporary file: the client may read it slowly
+            reading.spill(data)
 
     def on_message_complete(self) -> None:
         if not self.reading.interim and not self.reading.whole:
@@ -187,8 +194,8 @@ class Upstream(asyncio.Protocol):
         reading.whole = True
         parts = reading.parts
         self._settle(Answer(status=reading.status, reason=reading.reason,
-                            headers=reading.headers,
-                            body=parts[0] if len(parts) == 1 else b"".join(parts)))
+                            headers=reading.headers, body=reading.spool if reading.spool
+                            is not None else parts[0] if len(parts) == 1 else b"".join(parts)))
 
     # ---- an exchange ----
 
@@ -283,12 +290,22 @@ class Reading:
     reason: bytes = b""
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     parts: list[bytes] = field(default_factory=list)
+    spool: wire.Body | None = None  # the body past wire.SPOOL_MEMORY bytes, in a file
     size: int = 0
     heard: int = 0  # bytes that came back
     interim: bool = False  # the head read is a 1xx answer's
     whole: bool = False
     kept: bool = False  # the answer, read whole by its length or chunks, keeps the connection
     clean: bool = True  # the request was sent whole and nothing went wrong
+
+    def spill(self, data: bytes) -> None:
+        """The body's next bytes, into its temporary file (made with what came before)."""
+        if self.spool is None:
+            self.spool = wire.Body(MAX_ANSWER, spill=True)
+            for part in self.parts:
+                self.spool.add(part)
+            self.parts = []
+        self.spool.add(data)
 
     def until_close(self) -> bool:
         """Whether the final answer's head is in and its end is the server's close: no length,

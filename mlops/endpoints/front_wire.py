@@ -143,6 +143,13 @@ def target_refusal(target: bytes) -> Refused | None:
     return None
 
 
+def keeps(version: bytes, connection: bytes) -> bool:
+    """Whether a request with this Connection field keeps the connection: HTTP/1.1 unless it
+    says `close`; HTTP/1.0 only when it says `keep-alive` (RFC 9112 9.3), as nginx keeps it."""
+    tokens = {token.strip().lower() for token in connection.split(b",")}
+    return b"close" not in tokens and (version == b"HTTP/1.1" or b"keep-alive" in tokens)
+
+
 def field_refusal(version: bytes, fields: dict[bytes, bytes], *,
                   host_needed: bool = True) -> Refused | None:
     """nginx's refusals of a request's framing fields (`fields`: by lower-case name, each
@@ -263,13 +270,14 @@ class Announced:
 
 
 class Body:
-    """A request's body as it arrives: in memory up to SPOOL_MEMORY bytes, then in a temporary
-    file; 413 as soon as it passes `limit`."""
+    """A request's body as it arrives (or a deployment's answer past SPOOL_MEMORY bytes:
+    `spill`, in the file from the start): in memory up to SPOOL_MEMORY bytes, then in a
+    temporary file; 413 as soon as it passes `limit`."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, *, spill: bool = False):
         self.limit, self.size = limit, 0
         self.parts: list[bytes] = []
-        self.file = None
+        self.file = tempfile.TemporaryFile() if spill else None  # noqa: SIM115 - close()
 
     def add(self, data: bytes) -> None:
         self.size += len(data)
@@ -306,3 +314,6 @@ class Body:
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
+
+    def __len__(self) -> int:
+        return self.size

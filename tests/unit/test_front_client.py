@@ -237,3 +237,42 @@ def test_requests_pipelined_before_the_client_closes_its_side_are_all_answered(t
     (_, first), (_, second) = connections(tmp_path, 2, then)
     assert re.findall(rb"HTTP/1\.1 (\d{3}) ", first.sent) == [b"200"] * 3
     assert re.findall(rb"HTTP/1\.1 (\d{3}) ", second.sent) == [b"200", b"200", b"400"]
+
+
+def test_a_long_answer_is_written_from_its_file_as_the_client_reads_it(tmp_path, monkeypatch):
+    """An answer spooled to a file (front_upstream: past wire.SPOOL_MEMORY) is written a piece
+    at a time, each once the client has read the one before (resume_writing), so a client that
+    never reads holds one piece of the front's memory, not the answer (a 200 MB answer took the
+    front from 26 to 426 MB); one that stops reading for BODY_S is cut off, and the next
+    request waits for the answer before it."""
+    monkeypatch.setattr(wire, "BODY_S", 0.05)
+    request = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    data = bytes(range(256)) * 1024  # four of chunks()'s pieces
+
+    def spooled(client, request, route, body):
+        answer = wire.Body(1 << 30, spill=True)
+        answer.add(data)
+        client.reply(Answer(status=200, reason=b"OK", headers=[], body=answer), "blue")
+
+    async def then(made):
+        (reader, first), (stalled, second) = made
+        for client, transport in made:
+            client.front.answer = spooled
+            written = transport.write
+            transport.write = lambda data, client=client, written=written: (
+                written(data), client.pause_writing())
+            client.data_received(request * 2)
+        assert len(first.sent) < (1 << 16) + 200 and reader.phase == "busy"  # one piece
+        while first.sent.count(b"HTTP/1.1 200 OK") < 2 or reader.streaming is not None:
+            reader.resume_writing()  # the client read what was written
+            await asyncio.sleep(0)
+        await until(lambda: second.closed)  # never read: cut off after BODY_S
+        file = stalled.spooled.file
+        stalled.connection_lost(None)  # (what the transport calls once it is cut off)
+        assert file.closed
+
+    (reader, first), (stalled, second) = connections(tmp_path, 2, then)
+    answers = first.sent.split(b"HTTP/1.1 200 OK")[1:]
+    assert [answer.endswith(b"\r\ncontent-length: %d\r\n\r\n" % len(data) + data)
+            for answer in answers] == [True, True] and first.closed is None
+    assert len(second.sent) < (1 << 16) + 200 and stalled.spooled is None

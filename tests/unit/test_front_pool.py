@@ -173,3 +173,19 @@ def test_an_answer_that_comes_while_a_spooled_body_is_sent_is_handed_on_when_it_
     waited, got, sent = asyncio.run(run())
     assert waited == [] and [answer.body for answer in got] == [b"{}"]
     assert sent == b"POST / HTTP/1.1\r\nHost: x\r\n\r\nabcdefghijkl"
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_an_answer_past_the_memory_mark_waits_in_a_file_and_reads_back_whole(framing,
+                                                                             monkeypatch):
+    """A long answer is not held in memory (a client that reads it slowly would hold it
+    there): past wire.SPOOL_MEMORY its bytes go to a temporary file, read back in order."""
+    monkeypatch.setattr(wire, "SPOOL_MEMORY", 10)
+    data = bytes(range(256)) * 4
+    body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data) if framing == "chunked" else data
+    head = b"Transfer-Encoding: chunked" if framing == "chunked" else b"Content-Length: 1024"
+    answer, reusable, _ = exchange(b"HTTP/1.1 200 OK\r\n" + head + b"\r\n\r\n" + body,
+                                   by_byte=True)
+    assert type(answer.body) is wire.Body and answer.body.file is not None and reusable
+    assert len(answer.body) == len(data) and b"".join(answer.body.chunks()) == data
+    answer.body.close()
