@@ -50,6 +50,15 @@ class Stub(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
+    def do_GET(self):  # noqa: N802 - http.server's name
+        size = int(self.path.rpartition("/")[2])  # GET /<n>: an answer of n bytes
+        self.send_response(200)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        with suppress(OSError):  # (the front cut a client off)
+            for at in range(0, size, 1 << 16):
+                self.wfile.write(b"y" * min(1 << 16, size - at))
+
     def log_message(self, *args):
         pass
 
@@ -248,3 +257,28 @@ def test_keep_alive_requests_share_one_upstream_connection(front):
             assert answer.startswith(b"HTTP/1.1 200 ")
             assert b"azureml-model-deployment: blue" in answer
     assert len(Stub.seen) == 20 and Stub.connections <= 2  # kept alive, not one per request
+
+
+def memory_mb(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) // 1024
+
+
+@pytest.mark.proof
+def test_clients_that_never_read_long_answers_hold_none_of_them_in_the_front(front):
+    """Each answer (32 MB) waits in a file and is written as its client reads: four clients
+    that read nothing leave the front's memory where it was (it held each answer whole)."""
+    before, size, held = memory_mb(front.proc.pid), 32 << 20, []
+    for _ in range(4):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", front.port))
+        sock.sendall(b"GET /%d HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n"
+                     % (size, front.key.encode()))
+        held.append(sock)
+    until(lambda: f"GET /{size} -> blue 200" in front.log(), 30, "the answers handed on")
+    assert memory_mb(front.proc.pid) < before + 32, front.log()
+    answer, _ = front.ask(front.post(b"Content-Length: 2"))  # others are served meanwhile
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    for sock in held:
+        sock.close()
