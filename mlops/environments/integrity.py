@@ -50,8 +50,15 @@ def contents(folder: Path) -> dict[str, list[int]]:
 
 
 def write_manifest(folder: Path) -> None:
-    (folder / MANIFEST).write_text(json.dumps({"format": MANIFEST_FORMAT,
-                                               "files": contents(folder)}, sort_keys=True))
+    """The manifest, whole or not at all (a new file moved into place): a run that reads it
+    while it is written, or after a build was killed writing it, never finds half of one."""
+    text = json.dumps({"format": MANIFEST_FORMAT, "files": contents(folder)}, sort_keys=True)
+    tmp = folder / f".{MANIFEST}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, folder / MANIFEST)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def damage(folder: Path) -> list[str]:
@@ -150,7 +157,7 @@ def cached_layer(folder: Path, build: Callable[[Path], None]) -> Path:
     serves the layers it holds."""
     if folder in CHECKED and (folder / "layer.json").is_file():
         return folder
-    if (folder / "layer.json").is_file() and not damage(folder):
+    if _sealed(folder) and not damage(folder):
         CHECKED.add(folder)
         return folder
     try:
@@ -159,6 +166,9 @@ def cached_layer(folder: Path, build: Callable[[Path], None]) -> Path:
             fcntl.flock(lock, fcntl.LOCK_EX)
             _build_whole(folder, build)
     except OSError as err:
+        if (folder / "layer.json").is_file() and not _sealed(folder) and \
+                not _unsealed(folder):
+            return folder  # a read-only cache: a layer it holds, checked as it is
         raise MachineError(f"the environment cache {folder.parent} cannot be written "
                            f"({err.strerror or err}) and {folder.name} needs building there: "
                            "make it writable, or set MLOPS_CACHE_DIR (or LOCAL_ENVS_DIR) to a "
@@ -167,11 +177,31 @@ def cached_layer(folder: Path, build: Callable[[Path], None]) -> Path:
     return folder
 
 
+def _sealed(folder: Path) -> bool:
+    """Whether the layer was built and its digest check passed: the manifest is written after
+    both (a layer.json alone is a build stopped during its check, or one from before
+    manifests)."""
+    return (folder / "layer.json").is_file() and (folder / MANIFEST).is_file()
+
+
+def _unsealed(folder: Path) -> list[str]:
+    """Under the lock, a layer with a layer.json and no manifest: its files checked against
+    their wheels' digests now and sealed when they hold (a read-only cache: used as it is);
+    the files that differ, as damage."""
+    if not (folder / "layer.json").is_file():
+        return []
+    wrong = unverified(folder)
+    if not wrong:
+        with contextlib.suppress(OSError):  # a read-only cache: checked as it is
+            write_manifest(folder)
+    return [f"{path} differs from its package's digest" for path in wrong]
+
+
 def _build_whole(folder: Path, build: Callable[[Path], None]) -> None:
     """Under the lock: build `folder` unless another run just did; a damaged layer is built
     again, and a build whose files differ from their wheels' digests is built once more from
     freshly downloaded packages (uv's cache bypassed)."""
-    broken = damage(folder) if (folder / "layer.json").is_file() else []
+    broken = _unsealed(folder) if not _sealed(folder) else damage(folder)
     if broken and _sweep_added(folder, broken):
         return
     if broken:

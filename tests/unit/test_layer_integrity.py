@@ -247,3 +247,39 @@ def test_files_a_run_wrote_into_a_layer_are_removed_not_rebuilt(tmp_path, capsys
     layers.CHECKED.clear()
     cached_layer(layer, builder(calls))
     assert len(calls) == 2 and (layer / "lib/site-packages/pkg/data.bin").read_bytes() == b"abc"
+
+
+def test_a_build_killed_during_its_digest_check_is_checked_before_it_is_trusted(tmp_path,
+                                                                               capsys):
+    """A build writes its layer.json last and its manifest after the digest check: a layer
+    killed between the two is checked against its wheels' digests before any run uses it, and
+    built again when a file differs (it was trusted as a layer from before manifests)."""
+    calls: list[str] = []
+    layer = tmp_path / "layer"
+    wheel_builder(calls, damaged_builds=1)(layer)  # the build, killed before its check
+    assert not (layer / MANIFEST).exists()
+    assert cached_layer(layer, wheel_builder(calls, damaged_builds=0)) == layer
+    assert (layer / "lib/python3.11/site-packages/pkg.py").read_bytes() == b"x = 1\n"
+    assert len(calls) == 2 and (layer / MANIFEST).is_file()
+    assert "pkg.py differs from its package's digest); building it again" in \
+           capsys.readouterr().err
+    layers.CHECKED.clear()
+    assert cached_layer(layer, wheel_builder(calls, damaged_builds=0)) == layer
+    assert len(calls) == 2  # whole and sealed: not built again
+
+
+def test_a_manifest_is_replaced_whole_never_seen_half_written(tmp_path, monkeypatch):
+    layer = cached_layer(tmp_path / "layer", builder([]))
+    before = (layer / MANIFEST).read_text()
+
+    def full(path: Path, text: str, *args, **kwargs):  # the disk fills half-way through
+        with open(path, "w") as handle:
+            handle.write(text[:len(text) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError):
+        layers.write_manifest(layer)
+    monkeypatch.undo()
+    assert (layer / MANIFEST).read_text() == before
+    assert [p.name for p in layer.iterdir() if p.name.endswith(".tmp")] == []
