@@ -92,17 +92,25 @@ class Tracking:
             except RestError as err:
                 if err.code != "UNREACHABLE":
                     raise
-                tail = self.server.log_tail() if self.server is not None else ""
-                print(f"warning: the local MLflow server is not running ({err}); the runner "
-                      f"uses the store directly" + (f":\n  {tail}" if tail else ""),
-                      file=sys.stderr)
-                self.backend, self.job_uri = ClientStore(self.uri), self.uri
+                self._without_server(err)
             return getattr(self.backend, call)(*args)
         except Exception as err:  # the server's answer, or sqlalchemy's from the store itself
             fault = store_error(self.uri, err)
             if fault is not None:  # (the store's own faults are the machine's)
                 raise fault from None
             raise
+
+    def _without_server(self, err: RestError) -> None:
+        """The store itself from here, the server gone; a server that died because SQLite
+        could not use the store (a full disk, a read-only or damaged file) is that fault, said
+        once, not a warning with its traceback before the same fault from the store."""
+        tail = self.server.log_tail() if self.server is not None else ""
+        fault = store_error(self.uri, RuntimeError(tail))
+        if fault is not None:
+            raise fault
+        print(f"warning: the local MLflow server is not running ({err}); the runner uses the "
+              f"store directly" + (f":\n  {tail}" if tail else ""), file=sys.stderr)
+        self.backend, self.job_uri = ClientStore(self.uri), self.uri
 
     def serve(self) -> str:
         """The URI jobs track to: the local tracking server's, else the store's."""

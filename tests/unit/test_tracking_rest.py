@@ -116,6 +116,25 @@ def test_a_server_that_is_gone_leaves_the_runner_on_the_store(tmp_path, capsys,
     assert "the server's last words" in capsys.readouterr().err
 
 
+class FullDisk(Served):
+    def log_tail(self) -> str:  # what a server that died on a full disk logged last
+        return ('File ".../sqlalchemy/engine/default.py", line 954, in do_commit\n  '
+                'sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database or disk '
+                'is full')
+
+
+def test_a_server_that_died_of_a_full_disk_is_that_fault_said_once(tmp_path, capsys,
+                                                                   empty_mlflow_store):
+    from mlops.errors import MachineError
+
+    store = copied_store(empty_mlflow_store, tmp_path)
+    tracking = Tracking(FullDisk("http://127.0.0.1:9"), uri=store)  # nothing listens on port 9
+    with pytest.raises(MachineError, match="database or disk is full; ") as raised:
+        tracking.open("exp", "job", {})
+    assert "sqlalchemy" not in str(raised.value)
+    assert capsys.readouterr().err == ""  # no warning with the server's traceback before it
+
+
 def test_local_artifact_uris():
     assert local_folder("/a/b") == Path("/a/b")
     assert local_folder("file:///a/b%20c") == Path("/a/b c")
