@@ -122,8 +122,12 @@ def locked(folder: Path) -> Iterator[None]:
             holder = os.pread(handle, 32, 0).decode(errors="replace").strip() or "?"
             raise LocalRunError(f"{folder} is in use by a local run (pid {holder}); wait for "
                                 "it, stop it, or use another --run-dir") from None
-        os.ftruncate(handle, 0)
-        os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(handle, 0)
+            os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
+        except OSError as err:  # a write to a descriptor names no file: the lock's is named
+            err.filename = err.filename or str(folder / LOCK)
+            raise
         yield
     finally:
         os.close(handle)  # the lock goes with it

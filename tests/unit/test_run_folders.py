@@ -25,6 +25,24 @@ def test_a_second_run_into_a_locked_folder_is_refused_and_touches_nothing(tmp_pa
         pass
 
 
+def test_a_full_disk_taking_the_run_folder_names_the_lock_file(tmp_path, monkeypatch):
+    import errno
+
+    from mlops.errors import MachineError, machine_faults_raised
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(job.os, "pwrite", full)
+
+    def take() -> None:
+        with job.locked(tmp_path / "run"):
+            pass
+
+    with pytest.raises(MachineError, match=rf"^{tmp_path / 'run' / '.lock'}: No space left"):
+        machine_faults_raised(take)
+
+
 def test_a_truncated_run_record_is_a_clear_error(tmp_path):
     (tmp_path / "run.json").write_text('{"kind": "command')
     with pytest.raises(LocalRunError, match=r"run.json is damaged: use a new --run-dir"):
@@ -272,7 +290,7 @@ def test_a_run_folder_whose_lock_cannot_be_written_is_not_left_behind(tmp_path, 
                                                    name="job-1", data={}))
     with pytest.raises(OSError) as raised:
         run_in_folder(setup, server=None, body=lambda rt: 0)
-    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(folder)
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(folder / ".lock")
     assert not folder.exists() and (tmp_path / "runs").is_dir()
     folder.mkdir()  # a folder that was there before the run stays, whatever the run did
     with pytest.raises(OSError):
