@@ -38,11 +38,15 @@ def _created(record: JobRecord) -> datetime:
 
 def _entity(record: JobRecord):
     """azure-ai-ml's job of the spec as it ran (spec.yml), paths relative to the spec's own
-    folder; None when it cannot be loaded any more (the spec's files moved)."""
+    folder; None when it cannot be loaded any more (the spec's files moved), or when the run
+    folder holds none (its runner was killed before it wrote one)."""
     from azure.ai.ml import load_job
     from azure.ai.ml.entities._builders.base_node import BaseNode
 
-    text = (record.folder / "spec.yml").read_text(encoding="utf-8")
+    try:
+        text = (record.folder / "spec.yml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
     origin = Path(record.run.spec).parent if record.run and record.run.spec else record.folder
     logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)  # its experimental-class notes
     try:

@@ -86,6 +86,19 @@ def test_show_prints_the_keys_az_ml_job_show_prints_for_a_command_job(repo):
     assert view["properties"]["azml.run_folder"].endswith("runs/hello-1")
 
 
+def test_a_job_killed_before_its_run_folder_held_anything_is_listed_failed(repo):
+    """A runner killed right after it took its folder and claimed its name (the folder holds
+    its .lock alone): list and show say it Failed; list was a FileNotFoundError traceback."""
+    folder = workspace_root().parent / "runs" / "cut-short"
+    folder.mkdir(parents=True)
+    (folder / ".lock").write_text("123\n")
+    claim_name(Workspace(workspace_root()), "cut-short", folder)
+    a_job("whole", JobStatus.COMPLETED, code=0)
+    listed = {view["name"]: view["status"] for view in map(job_view, all_jobs())}
+    assert listed == {"cut-short": "Failed", "whole": "Completed"}
+    assert job_view(find_job("cut-short"))["status"] == "Failed"
+
+
 def test_an_unknown_job_is_az_s_exit_3_and_list_is_newest_first(repo, capsys):
     a_job("old", JobStatus.COMPLETED, created="2026-11-27T09:00:00+00:00")
     a_job("new", JobStatus.FAILED, created="2026-11-27T11:00:00+00:00", code=1)
