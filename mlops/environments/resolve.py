@@ -103,9 +103,16 @@ FULL = "No space left on device"
 ABSOLUTE = re.compile(r"`(/[^`]+)`|(?<![\w.~])(/[^\s`'\"():]+)")
 
 
+# uv's "failed to copy file from <a> to <b>: No space left on device": <b> whole, spaces and all
+COPIED_TO = re.compile(rf" to (/.+?): {FULL}")
+
+
 def _full_at(stderr: str) -> str:
-    """The path whose write found the disk full: the last one uv names on that line."""
+    """The path whose write found the disk full: the target of uv's copy on that line, else
+    the last path it names there (one in backquotes whole: a path may hold spaces)."""
     line = next(line for line in stderr.splitlines() if FULL in line)
+    if copied := COPIED_TO.search(line):
+        return copied.group(1)
     paths = [a or b for a, b in ABSOLUTE.findall(line.split(FULL)[0])]
     return paths[-1] if paths else "a file"
 

@@ -412,6 +412,9 @@ def test_a_full_disk_is_named_where_uv_was_writing_not_blamed_on_its_cache_folde
                               "pyarrow/.tmpElJjhw: No space left on device)")
     assert "MLOPS_CACHE_DIR" in message and "UV_CACHE_DIR" in message
     assert "uv's cache folder" not in message
+    spaced = str(resolve.uv_failure(FULL_DISK.replace("/cache/", "/my cache/"), "installing"))
+    assert "(writing /my cache/envs/py3.10-a9/lib/python3.10/site-packages/pyarrow/.tmpElJjhw: " \
+           "No space left on device)" in spaced  # was cut at the space: "/my"
     bare = resolve.uv_failure("error: No space left on device (os error 28)\n", "resolving")
     assert "the disk is full (writing a file: No space left on device)" in str(bare)
     assert isinstance(bare, MachineError)
