@@ -179,17 +179,25 @@ class RestStore:
 
 def copy_artifacts(source: Path, target: Path) -> None:
     """As MLflow's local artifact repository logs them: a folder walked without following its
-    links to folders, each file copied with its times (copy2); one file written beside its
-    place and renamed into it, so a reader never sees half of it."""
+    links to folders, each file copied with its times (copy2); each file written beside its
+    place and renamed into it, so a reader never sees half of one, and a copy the disk refused
+    leaves no part of that file behind."""
     target.mkdir(parents=True, exist_ok=True)
     if not source.is_dir():
-        staged = target / f".{source.name}.{os.getpid()}.tmp"
-        shutil.copy2(source, staged)
-        os.replace(staged, target / source.name)
+        _copy_whole(source, target / source.name)
         return
     for folder, dirs, files in os.walk(source):
         here = target / os.path.relpath(folder, source)
         for name in dirs:
             (here / name).mkdir(exist_ok=True)
         for name in files:
-            shutil.copy2(os.path.join(folder, name), here / name)
+            _copy_whole(Path(folder, name), here / name)
+
+
+def _copy_whole(source: Path, target: Path) -> None:
+    staged = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        shutil.copy2(source, staged)
+        os.replace(staged, target)
+    finally:
+        staged.unlink(missing_ok=True)

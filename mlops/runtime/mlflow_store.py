@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from mlops.project import sqlite_file, tracking_uri
-from mlops.runtime.mlflow_rest import RunView
+from mlops.runtime.mlflow_rest import RunView, copy_artifacts, local_folder
 from mlops.runtime.records import TaskRecord
 
 
@@ -127,7 +127,12 @@ class ClientStore:
                 for m in self.client.get_metric_history(run_id, key)]
 
     def log_artifacts(self, run_id: str, source: Path, under: str) -> None:
-        if source.is_dir():
+        """As the server's: a local artifact folder gets each file whole or not at all
+        (mlflow_rest.copy_artifacts); MLflow's own repository writes in place."""
+        root = local_folder(self.get_run(run_id).artifact_uri)
+        if root is not None:
+            copy_artifacts(source, root / under)
+        elif source.is_dir():
             self.client.log_artifacts(run_id, str(source), under)
         else:
             self.client.log_artifact(run_id, str(source), under)

@@ -142,6 +142,39 @@ def test_local_artifact_uris():
     assert local_folder("s3://bucket/x") is None
 
 
+def test_an_artifact_the_disk_refused_leaves_no_part_of_itself(tmp_path, monkeypatch,
+                                                              empty_mlflow_store):
+    """A full disk half-way through a file: no half file among the run's artifacts (MLflow's
+    copy into place left one, which a download of the run's artifacts served as whole), and
+    the files copied before it stay whole; the store itself copies the same way."""
+    import errno
+    import shutil
+
+    from mlops.runtime import mlflow_rest
+
+    outputs = tmp_path / "wd" / "outputs"
+    outputs.mkdir(parents=True)
+    (outputs / "a.bin").write_bytes(b"a" * 100)
+    (outputs / "b.bin").write_bytes(b"b" * 100)
+    real = shutil.copy2
+
+    def fills(source, target, **kwargs):
+        if Path(source).name == "b.bin":
+            Path(target).write_bytes(b"b" * 10)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(source, target, **kwargs)
+
+    monkeypatch.setattr(mlflow_rest.shutil, "copy2", fills)
+    store = copied_store(empty_mlflow_store, tmp_path)
+    client = ClientStore(store)
+    run = client.create_run(client.create_experiment("e"), "r", {}, 0).run_id
+    with pytest.raises(OSError):
+        client.log_artifacts(run, outputs, "outputs")
+    held = local_folder(client.get_run(run).artifact_uri) / "outputs"
+    assert sorted(p.name for p in held.iterdir()) == ["a.bin"]
+    assert (held / "a.bin").read_bytes() == b"a" * 100
+
+
 def test_run_historys_calls_on_a_run_read_and_write_its_mlflow_run(served):
     """What responsible-AI's gather step sends (rai_component_utilities.
     add_properties_to_gather_run), answered on MLflow's app in this process (run_history.py):
