@@ -176,7 +176,8 @@ def launch_processes(task: Task, rt: Runtime, resolved: Resolved,
 
 
 def collect(running: Running, rt: Runtime) -> list[str]:
-    """Outputs and artifacts into place; what the machine refused (a full disk), as lines."""
+    """Outputs and artifacts into place; what the machine refused (a full disk), as lines (the
+    log's fault was said when it happened; a collection's is said here)."""
     faults = [f"{running.launch.log}: {running.launch.log_error.strerror}"] \
         if running.launch.log_error else []
     wd = running.task.folder / running.task.workdir.name
@@ -185,8 +186,7 @@ def collect(running: Running, rt: Runtime) -> list[str]:
         rt.tracking.log_artifacts(running.run_id, wd, running.launch.log)
     except OSError as err:
         faults.append(f"collecting outputs and artifacts: {err.strerror} ({err.filename})")
-    for fault in faults:
-        print(f"warning: {running.task.name}: {fault}", file=sys.stderr)
+        print(f"warning: {running.task.name}: {faults[-1]}", file=sys.stderr)
     return faults
 
 

@@ -1,6 +1,7 @@
 """The shipped code on a full disk: a model file is written whole or not at all, the OSError
 under a library's own error is what the job reports, and an entry point says so in one line
-(exit 1), not with a traceback (image_classifier.model_files.replacing, exit_with)."""
+(exit 1), not with a traceback (image_classifier.model_files.replacing, exit_with); the local
+runtime collecting a job says each refusal once (mlops/runtime/engine.collect)."""
 
 from __future__ import annotations
 
@@ -74,3 +75,27 @@ def test_any_other_os_error_keeps_its_traceback():
 
     with pytest.raises(OSError):
         exit_with(main)
+
+
+def test_collecting_says_a_log_the_disk_refused_once_and_keeps_it_among_the_faults(tmp_path,
+                                                                                   capsys):
+    """The launcher said the log's full disk when it happened; collecting keeps it among the
+    run's faults without saying it again, and says its own."""
+    from types import SimpleNamespace
+
+    from mlops.runtime.engine import collect
+
+    log = tmp_path / "log.txt"
+    full = OSError(errno.ENOSPC, "No space left on device")
+
+    def refused(*args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "artifacts"))
+
+    running = SimpleNamespace(
+        launch=SimpleNamespace(log=log, log_error=full), outputs={}, run_id="r",
+        task=SimpleNamespace(folder=tmp_path, workdir=tmp_path / "wd", command="true",
+                             name="job"))
+    faults = collect(running, SimpleNamespace(tracking=SimpleNamespace(log_artifacts=refused)))
+    assert faults == [f"{log}: No space left on device", "collecting outputs and artifacts: No "
+                      f"space left on device ({tmp_path / 'artifacts'})"]
+    assert capsys.readouterr().err == f"warning: job: {faults[1]}\n"
