@@ -17,6 +17,7 @@ every front door alike: `python -m mlops.<name>` and `azml`.
 from __future__ import annotations
 
 import errno
+import os
 
 INPUT_ERROR = 2
 MACHINE_ERROR = 1
@@ -69,6 +70,18 @@ def machine_fault(err: OSError) -> MachineError | None:
     if err.filename2 is not None:  # a copy or a rename: the second name is the one written
         where = err.filename2
     return MachineError(f"{where}: {err.strerror}; {ADVICE[err.errno]}")
+
+
+def write_holder(handle: int, text: str, path: str | os.PathLike) -> None:
+    """`text` (who holds it) in place of what the lock file `path`, open as `handle`, held. A
+    write to a descriptor names no file: a full disk's OSError is given the lock's name, so
+    machine_fault says which file could not be written (it said "a file")."""
+    try:
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, text.encode(), 0)
+    except OSError as err:
+        err.filename = err.filename or os.fspath(path)
+        raise
 
 
 LOOP = "Symlink loop from "  # pathlib's RuntimeError for a link that leads back to itself

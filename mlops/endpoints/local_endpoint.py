@@ -29,7 +29,7 @@ from mlops.endpoints import online
 from mlops.endpoints.deployment import Deployment
 from mlops.endpoints.endpoint_state import AuthMode, DamagedState, EndpointState, Slot
 from mlops.environments.activation import Environments
-from mlops.errors import LocalRunError
+from mlops.errors import LocalRunError, write_holder
 from mlops.project import project
 from mlops.runtime import (
     STATUS_FILE,
@@ -131,9 +131,8 @@ def endpoint_lock(folder: Path, doing: str) -> Iterator[None]:
             print(f"endpoint {folder.name} is busy ({holder}); waiting for it to finish",
                   file=sys.stderr, flush=True)
             fcntl.flock(handle, fcntl.LOCK_EX)
-        os.ftruncate(handle, 0)
-        os.pwrite(handle, f"pid {os.getpid()}: {doing}, since {time.strftime('%H:%M:%S')}"
-                  .encode(), 0)
+        write_holder(handle, f"pid {os.getpid()}: {doing}, since {time.strftime('%H:%M:%S')}",
+                     folder / ".lock")
         yield
     finally:
         os.close(handle)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from mlops.errors import LocalRunError
+from mlops.errors import LocalRunError, write_holder
 from mlops.project import project
 from mlops.runtime.records import JobStatus, RunRecord
 from mlops.runtime.uris import AssetMap
@@ -122,12 +122,7 @@ def locked(folder: Path) -> Iterator[None]:
             holder = os.pread(handle, 32, 0).decode(errors="replace").strip() or "?"
             raise LocalRunError(f"{folder} is in use by a local run (pid {holder}); wait for "
                                 "it, stop it, or use another --run-dir") from None
-        try:
-            os.ftruncate(handle, 0)
-            os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
-        except OSError as err:  # a write to a descriptor names no file: the lock's is named
-            err.filename = err.filename or str(folder / LOCK)
-            raise
+        write_holder(handle, f"{os.getpid()}\n", folder / LOCK)
         yield
     finally:
         os.close(handle)  # the lock goes with it

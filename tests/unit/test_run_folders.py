@@ -25,7 +25,7 @@ def test_a_second_run_into_a_locked_folder_is_refused_and_touches_nothing(tmp_pa
         pass
 
 
-def test_a_full_disk_taking_the_run_folder_names_the_lock_file(tmp_path, monkeypatch):
+def test_a_full_disk_taking_a_run_folder_or_an_endpoint_names_the_lock_file(tmp_path, monkeypatch):
     import errno
 
     from mlops.errors import MachineError, machine_faults_raised
@@ -41,6 +41,15 @@ def test_a_full_disk_taking_the_run_folder_names_the_lock_file(tmp_path, monkeyp
 
     with pytest.raises(MachineError, match=rf"^{tmp_path / 'run' / '.lock'}: No space left"):
         machine_faults_raised(take)
+
+    from mlops.endpoints.local_endpoint import endpoint_lock
+
+    def take_endpoint() -> None:  # online-endpoint create said "a file: No space left"
+        with endpoint_lock(tmp_path / "ep", "online-endpoint create"):
+            pass
+
+    with pytest.raises(MachineError, match=rf"^{tmp_path / 'ep' / '.lock'}: No space left"):
+        machine_faults_raised(take_endpoint)
 
 
 def test_a_truncated_run_record_is_a_clear_error(tmp_path):
