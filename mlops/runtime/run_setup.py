@@ -115,7 +115,10 @@ def _held(setup: Setup, server: Server, body: Body, *, created: bool) -> int:
 
 
 def recorded(identity: Identity, rt: engine.Runtime, body: Body) -> int:
-    """run.json Running, the body, then how it ended (an interrupt: Canceled)."""
+    """run.json Running, the body, then how it ended (an interrupt: Canceled). A failure while
+    a stop signal waits is that stop: the Ctrl-C that reached the terminal's whole group also
+    killed a tool the body was waiting on (uv building an environment), whose failure came
+    first."""
     write_record(identity, rt.root)
     try:
         code = body(rt)
@@ -123,6 +126,11 @@ def recorded(identity: Identity, rt: engine.Runtime, body: Body) -> int:
         end_record(rt.root, 128 + getattr(err, "signum", 2))
         raise
     except BaseException:
+        try:
+            launch.check_interrupt()
+        except launch.Interrupted as stop:
+            end_record(rt.root, 128 + stop.signum)
+            raise stop from None
         end_record(rt.root, 1)
         raise
     end_record(rt.root, code)

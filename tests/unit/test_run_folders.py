@@ -362,3 +362,30 @@ def test_debug_checks_a_sweep_of_a_billion_trials_without_listing_them():
     request.check(trial_addresses(request.path, 10**9))  # the last trial: found
     with pytest.raises(LocalRunError, match=r"names no task of this run; its tasks: trial:0, "):
         request.check(trial_addresses(request.path, 5))
+
+
+def test_a_failure_while_a_stop_signal_waits_is_that_stop(tmp_path, monkeypatch):
+    """The Ctrl-C that reached the terminal's whole group killed uv too, whose failure came
+    before the runner's next safe point: the run is Canceled (exit 130), not 'uv failed'."""
+    import signal
+    from types import SimpleNamespace
+
+    from mlops.errors import MachineError
+    from mlops.runtime import launch
+    from mlops.runtime.records import RunRecord
+    from mlops.runtime.run_setup import Identity, recorded
+
+    def uv_killed(rt) -> int:
+        launch._pending.append(signal.SIGINT)  # what the handler records
+        raise MachineError("installing its packages: uv failed (its words):")
+
+    rt = SimpleNamespace(root=tmp_path)
+    identity = Identity(kind="commandJob", spec=tmp_path / "j.yml", name="j", data={})
+    monkeypatch.setattr(launch, "_pending", [])
+    with pytest.raises(launch.Interrupted):
+        recorded(identity, rt, uv_killed)
+    ended = RunRecord.read(tmp_path)
+    assert (str(ended.status), ended.exit_code) == ("Canceled", 130)
+    with pytest.raises(MachineError):  # no signal waiting: the failure stands
+        recorded(identity, rt, lambda rt: (_ for _ in ()).throw(MachineError("full")))
+    assert str(RunRecord.read(tmp_path).status) == "Failed"
