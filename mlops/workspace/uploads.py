@@ -180,15 +180,17 @@ def _refuse(entry: Path, source: Path, what: str) -> None:
 
 
 def copy_files(files: list[tuple[Path, str]], target: Path, *, read_only: bool = False) -> int:
-    """Each (file, relative path) into `target` with its mode (less its write bits when
-    `read_only`); the number copied."""
+    """Each (file, relative path) into `target` with its mode, less its write bits when
+    `read_only`, else writable by its owner: a job writes anywhere in its snapshot, as in the
+    copy Azure downloads from blob storage, even from a checkout whose files are read-only; the
+    number copied."""
     target.mkdir(parents=True, exist_ok=True)
     for source, relative in files:
         copy = target / relative
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, copy)
         mode = stat.S_IMODE(os.stat(source).st_mode)
-        os.chmod(copy, mode & ~0o222 if read_only else mode)
+        os.chmod(copy, mode & ~0o222 if read_only else mode | stat.S_IWUSR)
     return len(files)
 
 

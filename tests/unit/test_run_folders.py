@@ -118,6 +118,21 @@ def test_a_link_elsewhere_is_copied(tmp_path):
     assert (tmp_path / "wd" / "shared" / "util.py").read_text() == "X = 1\n"
 
 
+def test_a_read_only_checkout_s_snapshot_is_writable_by_its_job_and_keeps_other_bits(tmp_path):
+    """A job writes anywhere in its copy, as in the one Azure downloads (a checkout's 0444
+    file was copied 0444: the job's own write to it failed locally, as a user, not on Azure)."""
+    code = tmp_path / "src"
+    (code / "sub").mkdir(parents=True)
+    (code / "sub" / "data.txt").write_text("x")
+    (code / "run.sh").write_text("echo hi\n")
+    os.chmod(code / "sub" / "data.txt", 0o444)
+    os.chmod(code / "run.sh", 0o555)
+    assert snapshot.take(code, tmp_path / "wd") == 2
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / "wd").rglob("*.*")}
+    assert modes == {"data.txt": "0o644", "run.sh": "0o755"}
+    assert oct((code / "sub" / "data.txt").stat().st_mode & 0o777) == "0o444"  # untouched
+
+
 def test_a_code_folder_past_the_bound_is_refused_before_copying(tmp_path, monkeypatch):
     monkeypatch.setattr(snapshot, "MAX_FILES", 3)
     code = tmp_path / "code"
