@@ -32,6 +32,7 @@ def _entity(record: AssetVersion):
     its registered spec, so every field it declares shows)."""
     from azure.ai.ml import entities, load_component, load_environment
 
+    logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)  # after import: it sets its own
     common = {"name": record.name, "version": record.version,
               "description": record.description or None, "tags": dict(record.tags),
               "properties": dict(record.properties)}
@@ -48,8 +49,8 @@ def _entity(record: AssetVersion):
 
 def asset_view(record: AssetVersion) -> AssetView:
     """The version as `az ml <kind> show` prints it; its spec's own keys where azure-ai-ml
-    cannot load the registered spec again."""
-    logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
+    cannot load the registered spec again (azure-ai-ml's experimental-class notes unsaid: az
+    prints none with --only-show-errors, and they are no part of the output)."""
     try:
         entity = _entity(record)
         entity._creation_context = _created(record)  # noqa: SLF001 - as the service sets it
