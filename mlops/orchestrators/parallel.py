@@ -2,7 +2,9 @@
 
 The node's `input_data` (a uri_folder: its files; a uri_file: that file; an mltable in direct
 mode: its rows; one mounted or downloaded: the files its paths name) is cut into mini-batches
-(`mini_batch_size`: a count of files, or a size such as "10kb" of table rows), and
+(`mini_batch_size`: a count of files, or a size such as "10kb" of table rows; `partition_keys`:
+one mini-batch for each value of those columns, run(mini_batch, mini_batch_context) given it),
+and
 instance_count x max_concurrency_per_instance processes of the task's environment each import
 `task.entry_script` from the snapshot of `task.code`, call init() once and run() on each
 mini-batch they claim (mlops/runtime/minibatch.py: a list of file paths, or a
@@ -40,6 +42,7 @@ from mlops.runtime import (
     code_path,
     drive_batches,
     list_files,
+    partition_batches,
     read_table,
     row_batches,
     table_files,
@@ -59,7 +62,7 @@ RETRY = Retry(max_retries=3, timeout=60)  # a parallel job's retry_settings defa
 # what a node may set over its parallel component's values
 NODE_SETTINGS = ("input_data", "mini_batch_size", "max_concurrency_per_instance",
                  "error_threshold", "mini_batch_error_threshold", "retry_settings",
-                 "logging_level", "task", "resources")
+                 "logging_level", "task", "resources", "partition_keys")
 
 
 def batch_size(text, tabular: bool, where: str) -> int:
@@ -79,9 +82,27 @@ def input_name(definition: SpecData, inputs: dict[str, Value], where: str) -> st
     return match.group(1)
 
 
-def table_batches(value: Value, size: int, work: Path, where: str) -> list[SpecData]:
-    """The table's rows in mini-batches of about `size` bytes, each saved as a CSV."""
+def partition_keys(definition: SpecData, where: str) -> list[str]:
+    """`partition_keys`: the columns whose values make the mini-batches ([]: none given)."""
+    keys = definition.get("partition_keys") or []
+    if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
+        raise LocalRunError(f"{where}.partition_keys: a list of column names, as azure-ai-ml's "
+                            "schema takes it")
+    return list(keys)
+
+
+def table_batches(value: Value, size: int, work: Path, where: str, *,
+                  keys: list[str] | None = None) -> list[SpecData]:
+    """The table's rows in mini-batches of about `size` bytes, each saved as a CSV; with
+    partition keys, one mini-batch for each of their values (mini_batch_size aside)."""
     frame = read_table(Path(value.path), where, work / "table")
+    if keys:
+        missing = [k for k in keys if k not in frame.columns]
+        if missing:
+            raise LocalRunError(f"{where}.partition_keys: {', '.join(missing)} is not a column "
+                                f"of its input_data (columns: {', '.join(map(str, frame.columns))})"
+                                "; Azure partitions by keys every input table holds")
+        return partition_batches(frame, keys, work / "tables")
     per_row = max(1, len(frame.to_csv(index=False).encode()) // max(1, len(frame)))
     return row_batches(frame, max(1, size // per_row), work / "tables")
 
@@ -133,7 +154,7 @@ def key_settings(definition: SpecData) -> SpecData:
     """What a parallel node's reuse key adds to its task's: the settings that decide its
     mini-batches, its failure thresholds and where its rows go."""
     return {**{k: definition.get(k) for k in ("input_data", "mini_batch_size", "error_threshold",
-                                               "mini_batch_error_threshold")},
+                                               "mini_batch_error_threshold", "partition_keys")},
             "append_row_to": (definition.get("task") or {}).get("append_row_to")}
 
 
@@ -180,10 +201,14 @@ def run_node(definition: SpecData, task: Task, rt: Runtime) -> Driven:
     where = task.where
     name = input_name(definition, task.inputs, where)
     value = task.inputs[name]
-    rows = tabular(value)
+    rows, keys = tabular(value), partition_keys(definition, where)
+    if keys and not rows:
+        raise LocalRunError(f"{where}.partition_keys: its input_data {name} is a "
+                            f"{value.type} in {value.mode or 'its default'} mode; Azure partitions "
+                            "a table: an mltable in direct mode")
     size = batch_size(definition.get("mini_batch_size"), rows, where)
     work = task.folder / "work"
-    batches = table_batches(value, size, work, where) if rows else \
+    batches = table_batches(value, size, work, where, keys=keys) if rows else \
         file_batches(input_files(value, task.folder / "inputs" / name, where), size)
     items = sum(b["rows"] for b in batches) if rows else sum(len(b) for b in batches)
     print(f"step {task.name}: {items} {'rows' if rows else 'files'} in {len(batches)} "

@@ -26,7 +26,7 @@ stage each name serves:
                 guarding (the watchdog of a sweep or pipeline run); the mini-batch driver:
                 Batches, Listing, list_files, Limits, Retry, Tally, Driven, drive_batches,
                 BatchHooks, batch_processes, worker_command, write_rows, read_table, row_batches,
-                table_files
+                partition_batches, table_files
   collect       Status, RunStatus, TaskRecord, STATUS_FILE (status.json); RunRecord, JobStatus
                 and the run folder's run.json: run_folder, locked, job_name, read_record,
                 write_record, update_record, end_record; outputs: slot, publish; MLflow:
@@ -96,7 +96,7 @@ if TYPE_CHECKING:
     from mlops.runtime.mlflow_runs import Tracking
     from mlops.runtime.mlflow_server import Server
     from mlops.runtime.mlflow_store import run_artifacts
-    from mlops.runtime.mltable import read_table, row_batches, table_files
+    from mlops.runtime.mltable import partition_batches, read_table, row_batches, table_files
     from mlops.runtime.placement import Placement
     from mlops.runtime.records import STATUS as STATUS_FILE
     from mlops.runtime.records import JobStatus, RunRecord, RunStatus, Status, TaskRecord
@@ -157,6 +157,7 @@ _WHERE: dict[str, str] = {
     "BatchHooks": "minibatch:Hooks",
     "Tracking": "mlflow_runs", "Server": "mlflow_server", "run_artifacts": "mlflow_store",
     "read_table": "mltable", "row_batches": "mltable", "table_files": "mltable",
+    "partition_batches": "mltable",
     "Placement": "placement",
     "STATUS_FILE": "records:STATUS",
     **dict.fromkeys(("JobStatus", "RunRecord", "RunStatus", "Status", "TaskRecord"), "records"),
@@ -194,6 +195,7 @@ __all__ = [  # grouped by stage, as the docstring says
     "check_interrupt", "interruptible", "signals_held", "guarding", "Batches", "Listing",
     "list_files", "Limits", "Retry", "Tally", "Driven", "drive_batches", "BatchHooks",
     "batch_processes", "worker_command", "write_rows", "read_table", "row_batches", "table_files",
+    "partition_batches",
     # collect
     "Status", "RunStatus", "TaskRecord", "STATUS_FILE", "RunRecord", "JobStatus",
     "run_folder", "locked", "job_name", "read_record", "write_record", "update_record",

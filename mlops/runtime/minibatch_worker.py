@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
+import inspect
 import json
 import os
 import signal
@@ -89,6 +90,33 @@ def as_input(batch):
     return batch
 
 
+class MiniBatchContext:
+    """run()'s second argument, where run takes two (run(mini_batch, mini_batch_context)), as
+    Azure's driver gives it: the mini-batch's values of the job's partition_keys by key ({}
+    when it has none) and its index."""
+
+    def __init__(self, partition_key_value, minibatch_index):
+        self.partition_key_value = partition_key_value
+        self.minibatch_index = minibatch_index
+
+
+def takes_context(run):
+    """Whether run() has a second positional parameter, for the mini-batch's context."""
+    try:
+        parameters = inspect.signature(run).parameters.values()
+    except (TypeError, ValueError):  # a builtin or callable object without a signature
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return len([p for p in parameters if p.kind in positional]) >= 2
+
+
+def call_run(module, batch, context):
+    """run(mini_batch), or run(mini_batch, mini_batch_context) where run takes two."""
+    if context is not None and takes_context(module.run):
+        return module.run(batch, context)
+    return module.run(batch)
+
+
 def _alarm(signum, frame):  # noqa: ARG001 - the signal module's signature
     raise TimeoutError("run() took longer than retry_settings.timeout")
 
@@ -110,13 +138,14 @@ def take_debugger() -> None:
         _mlops_debug.activate(wait=True)
 
 
-def score(module, batch: list[str], retries: int, timeout: int) -> dict[str, object]:
+def score(module, batch: list[str], retries: int, timeout: int,
+          context: MiniBatchContext | None = None) -> dict[str, object]:
     error = ""
     debugging = bool(os.environ.get("MLOPS_DEBUGGING"))  # a breakpoint may pause run()
     for attempt in range(1, retries + 2):
         signal.alarm(0 if debugging else max(1, timeout))
         try:
-            lines = as_lines(module.run(batch))
+            lines = as_lines(call_run(module, batch, context))
             # more rows than items (several predictions per file) still means every item
             return {"items": len(batch), "returned": min(len(lines), len(batch)),
                     "attempts": attempt,
@@ -139,11 +168,14 @@ def write_whole(path: Path, text: str) -> None:
 
 def score_item(module, item: Path, args: argparse.Namespace) -> None:
     """One claimed mini-batch: its rows, then its counts (the parent's sign it is done)."""
-    batch = as_input(json.loads(item.read_text()))
-    started = time.time()
-    outcome = score(module, batch, args.retries, args.timeout)
-    outcome.update(started=started, ended=time.time(), seconds=round(time.time() - started, 3))
+    raw = json.loads(item.read_text())
+    batch = as_input(raw)
     name = item.name.split(".json")[0]
+    context = MiniBatchContext((raw.get("partition") or {}) if isinstance(raw, dict) else {},
+                               int(name) if name.isdigit() else 0)
+    started = time.time()
+    outcome = score(module, batch, args.retries, args.timeout, context=context)
+    outcome.update(started=started, ended=time.time(), seconds=round(time.time() - started, 3))
     write_whole(args.work / "results" / f"{name}.txt",
                 "".join(f"{line}\n" for line in outcome.pop("lines")))
     write_whole(args.work / "results" / f"{name}.json", json.dumps(outcome))  # last: "done"

@@ -109,3 +109,25 @@ def row_batches(frame, rows: int, folder: Path) -> list[dict[str, object]]:
         part.to_csv(path, index=False)
         batches.append({"table": str(path), "rows": len(part), "types": types})
     return batches
+
+
+def plain(value: object) -> object:
+    """A partition key's value as JSON carries it (numpy's scalars as Python's)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def partition_batches(frame, keys: list[str], folder: Path) -> list[dict[str, object]]:
+    """`partition_keys`: one mini-batch for each distinct value of the keys (rows with the same
+    values together, mini_batch_size aside, as Azure's parallel job partitions its input), in
+    the order the values sort; each carries its values by key (run()'s
+    mini_batch_context.partition_key_value). The rows keep every column, the keys' too."""
+    folder.mkdir(parents=True, exist_ok=True)
+    types = {str(name): str(kind) for name, kind in frame.dtypes.items()}
+    batches: list[dict[str, object]] = []
+    for index, (values, part) in enumerate(frame.groupby(keys, sort=True, dropna=False)):
+        path = folder / f"{index:06d}.csv"
+        part.to_csv(path, index=False)
+        values = values if isinstance(values, tuple) else (values,)
+        batches.append({"table": str(path), "rows": len(part), "types": types,
+                        "partition": {key: plain(v) for key, v in zip(keys, values, strict=True)}})
+    return batches
