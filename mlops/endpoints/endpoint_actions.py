@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mlops.endpoints import online
 from mlops.endpoints.endpoint_state import AuthMode, EndpointState, Slot
-from mlops.endpoints.endpoint_stop import chosen, stop_orphans
+from mlops.endpoints.endpoint_stop import START, chosen, stop_orphans
 from mlops.endpoints.local_endpoint import (
     checked_name,
     endpoint_folder,
@@ -120,7 +120,7 @@ def _enter(state: EndpointState, slot: Slot, folder: Path, choice: NewTraffic) -
 def running_state(folder: Path) -> EndpointState:
     state = live_state(folder)
     if state is None or not state.front_pid:
-        raise LocalRunError(f"local endpoint {folder.name} is not running: make serve-local")
+        raise LocalRunError(f"local endpoint {folder.name} is not running: {START}")
     return state
 
 

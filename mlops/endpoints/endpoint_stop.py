@@ -26,6 +26,10 @@ from mlops.endpoints.local_endpoint import (
 from mlops.errors import LocalRunError
 from mlops.runtime import alive, interruptible, signals_held, stop_service
 
+# how a user starts one again: azml in any repository, its make target in this one
+START = ("start it with azml online-deployment create -f <deployment.yml> "
+         "(make serve-local in this repository)")
+
 
 def running_endpoints(*, partly: bool = False) -> list[Path]:
     """The local endpoints whose front runs (partly: or any server they started, found from
@@ -55,7 +59,7 @@ def chosen(name: str | None) -> Path:
     if len(running) == 1:
         return running[0]
     if not running:
-        raise LocalRunError("no local endpoint is running: make serve-local first")
+        raise LocalRunError(f"no local endpoint is running: {START}")
     raise LocalRunError(f"{len(running)} local endpoints run ("
                         f"{', '.join(f.name for f in running)}): name one, ENDPOINT=<name>")
 

@@ -126,7 +126,7 @@ def target_for(lines: list[str], python: str, label: str,
     try:
         return _target(lines, python, adds)
     except resolve.NoSet as err:
-        raise LocalRunError(f"environment {label}: no set of releases satisfies its "
+        raise LocalRunError(f"{resolve.environment_named(label)}: no set of releases satisfies its "
                             f"requirements for Python {python}, so Azure's image build for "
                             f"that Python fails too (the resolver's words):\n{err}") from None
 
@@ -136,7 +136,7 @@ def _moved(target, python: str, label: str,
     try:
         return resolve.move_here(target, no_build)
     except resolve.NoSet as err:
-        raise LocalRunError(f"environment {label}: what Azure's build resolves for "
+        raise LocalRunError(f"{resolve.environment_named(label)}: what Azure's build resolves for "
                             f"Python {python} has no set of releases that installs on this "
                             f"machine's Python; run it on Azure, or pin releases made for this "
                             f"Python:\n{err}") from None
@@ -151,9 +151,9 @@ def build_error(failed: resolve.BuildFailed, label: str, python: str) -> Machine
     """A build that failed even where a wheel could stand in: the package, its version, and
     what to pin."""
     return MachineError(
-        f"environment {label}: {failed}\nFix: pin a release of {failed.name} that publishes a "
-        f"wheel for this machine's Python (and Python {python} on Azure), or install the build "
-        "tools its source needs")
+        f"{resolve.environment_named(label)}: {failed}\nFix: pin a release of {failed.name} "
+        f"that publishes a wheel for this machine's Python (and Python {python} on Azure), or "
+        "install the build tools its source needs")
 
 
 def _target(lines: list[str], python: str, adds: tuple[str, ...]):
@@ -227,8 +227,8 @@ def install_set(folder: Path, wanted: dict[str, resolve.Locked], label: str, *,
             failed = resolve.build_failure(result.stderr)
             if failed is not None:
                 raise failed
-            raise resolve.uv_failure(result.stderr, f"environment {label}: installing its "
-                                     "packages")
+            raise resolve.uv_failure(
+                result.stderr, f"{resolve.environment_named(label)}: installing its packages")
         mend_torn(folder, label, python)
         compile_old(folder, python)
     python.site(folder).mkdir(parents=True, exist_ok=True)
@@ -260,6 +260,6 @@ def mend_torn(folder: Path, label: str, python: Python = HERE) -> None:
                 "--no-deps", "--quiet", *bytecode_flags(python), "--reinstall", owners[-1]]
         result = resolve.run_uv(argv)
         if result.returncode != 0:
-            raise resolve.uv_failure(result.stderr, f"environment {label}: installing "
-                                     f"{owners[-1]} again (a file it shares with "
+            raise resolve.uv_failure(result.stderr, f"{resolve.environment_named(label)}: "
+                                     f"installing {owners[-1]} again (a file it shares with "
                                      f"{', '.join(owners[:-1])} was left mixed)")

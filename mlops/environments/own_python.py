@@ -105,12 +105,12 @@ def _install(folder: Path, locked: dict[str, resolve.Locked], python: Python,
             *([] if "pip" in locked else ["--seed"]), str(folder)]
     made = resolve.run_uv(argv)
     if made.returncode != 0:
-        raise resolve.uv_failure(made.stderr, f"environment {label}: creating a virtual "
-                                 f"environment of Python {python.version}")
+        raise resolve.uv_failure(made.stderr, f"{resolve.environment_named(label)}: creating a "
+                                 f"virtual environment of Python {python.version}")
     try:
         return install_set(folder, locked, label, python=python, wheels_only=False,
                            built_on=built_on)
     except resolve.BuildFailed as failed:
-        raise MachineError(f"environment {label}: {failed}\nFix: install the build tools its "
-                            f"source needs, or pin a release of {failed.name} that publishes a "
-                            f"wheel for Python {python.minor}") from None
+        raise MachineError(f"{resolve.environment_named(label)}: {failed}\nFix: install the "
+                            f"build tools its source needs, or pin a release of {failed.name} "
+                            f"that publishes a wheel for Python {python.minor}") from None

@@ -117,6 +117,12 @@ def _full_at(stderr: str) -> str:
     return paths[-1] if paths else "a file"
 
 
+def environment_named(label: str) -> str:
+    """How a message names an environment: its label where that says it is one ("the
+    environment of jobs/x.yml"), else `environment <label>` (a name, a conda file)."""
+    return label if label.startswith("the environment") else f"environment {label}"
+
+
 def uv_failure(stderr: str, doing: str) -> UvFailed:
     """What stopped uv, in its words, with what to do: a full disk (wherever uv was writing:
     a layer, its cache), or its cache folder."""

@@ -322,3 +322,12 @@ def test_invoke_sends_the_request_files_json_re_encoded_as_az_ml_does(tmp_path, 
     request.write_bytes(b'\xef\xbb\xbf{"data": [3]}')
     assert endpoints.invoke("ep", request, None) == '"ok"'
     assert sent == [b'{"data": [3]}']
+
+
+def test_an_endpoint_that_is_not_running_says_how_azml_starts_it(tmp_path):
+    """Said to an azml user in any repository, not only this one's make target."""
+    from mlops.endpoints.endpoint_actions import running_state
+
+    with pytest.raises(LocalRunError, match=r"local endpoint gone is not running: start it with "
+                       r"azml online-deployment create -f <deployment.yml> \(make serve-local"):
+        running_state(tmp_path / "gone")

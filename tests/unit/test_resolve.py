@@ -418,3 +418,12 @@ def test_a_full_disk_is_named_where_uv_was_writing_not_blamed_on_its_cache_folde
     bare = resolve.uv_failure("error: No space left on device (os error 28)\n", "resolving")
     assert "the disk is full (writing a file: No space left on device)" in str(bare)
     assert isinstance(bare, MachineError)
+
+
+def test_a_message_names_an_environment_once():
+    """A label that says it is an environment is not prefixed again ("environment the
+    environment of cli/tc.yml" was said); a name or a file is."""
+    from mlops.environments.resolve import environment_named
+
+    assert environment_named("the environment of cli/tc.yml") == "the environment of cli/tc.yml"
+    assert environment_named("azureml:sk@latest") == "environment azureml:sk@latest"
