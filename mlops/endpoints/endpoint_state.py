@@ -13,6 +13,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import secrets
 import stat
 import time
@@ -37,6 +38,13 @@ class AuthMode(StrEnum):
     AML_TOKEN = "aml_token"
     AAD_TOKEN = "aad_token"
     NONE = "none"
+
+    @classmethod
+    def of_spec(cls, value: str) -> AuthMode:
+        """auth_mode as az ml's loader reads it: camel case to snake case, then lower case
+        (Key, KEY, AMLToken, amlToken and aml_token all load), else ValueError."""
+        snake = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", value)
+        return cls(re.sub("([a-z0-9])([A-Z])", r"\1_\2", snake).lower())
 
 
 @dataclass(kw_only=True)

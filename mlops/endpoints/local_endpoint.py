@@ -111,7 +111,7 @@ def endpoint_spec(request: online.ServeRequest, deployment: Deployment) -> Endpo
                             f"{data.get('$schema')!r})")
     name = str(data.get("name") or wanted)
     try:
-        mode = AuthMode(request.auth or str(data.get("auth_mode") or "key"))
+        mode = AuthMode.of_spec(request.auth or str(data.get("auth_mode") or "key"))
     except ValueError:
         raise LocalRunError(f"{path}: auth_mode {data.get('auth_mode')!r}; an online endpoint "
                             "takes key, aml_token or aad_token") from None

@@ -331,3 +331,29 @@ def test_an_endpoint_that_is_not_running_says_how_azml_starts_it(tmp_path):
     with pytest.raises(LocalRunError, match=r"local endpoint gone is not running: start it with "
                        r"azml online-deployment create -f <deployment.yml> \(make serve-local"):
         running_state(tmp_path / "gone")
+
+
+@pytest.mark.parametrize("written", ["Key", "KEY", "key", "AMLToken", "amlToken", "AML_TOKEN",
+                                     "AadToken", "Aml_Token", "token"])
+def test_auth_mode_is_read_as_azure_ai_mls_loader_reads_it(written):
+    from azure.ai.ml._utils.utils import camel_to_snake
+
+    azure = camel_to_snake(written)
+    if azure in ("key", "aml_token", "aad_token"):
+        assert AuthMode.of_spec(written) == AuthMode(azure)
+    else:
+        with pytest.raises(ValueError):
+            AuthMode.of_spec(written)
+
+
+def test_an_endpoint_spec_saying_auth_mode_key_capitalised_is_a_key_endpoint(tmp_path):
+    (tmp_path / "endpoint.yml").write_text(
+        "$schema: https://azuremlschemas.azureedge.net/latest/kubernetesOnlineEndpoint"
+        ".schema.json\nname: rollout-local\nauth_mode: Key\n")
+    (tmp_path / "d.yml").write_text((FIXTURE / "blue.yml").read_text().replace(
+        "path: model/", f"path: {FIXTURE / 'model'}").replace(
+        "code: scoring/", f"code: {FIXTURE / 'scoring'}").replace(
+        "conda_file: conda.yml", f"conda_file: {FIXTURE / 'conda.yml'}"))
+    spec = local_endpoint.endpoint_spec(request(tmp_path / "d.yml"),
+                                        load(tmp_path / "d.yml", "online-deployment"))
+    assert (spec.name, spec.auth_mode) == ("rollout-local", AuthMode.KEY)
