@@ -141,6 +141,14 @@ def keys(name: str, tags: dict) -> list[str]:
     return found
 
 
+def retired(repo: Path, rev: str) -> dict:
+    """A deleted folder's `retired`: when the commit that removed its definition was made (unix
+    seconds). Every image of it was built by then, from PyPI as it was then."""
+    if not rev.endswith("^"):
+        return {}
+    return {"retired": int(git(repo, "log", "-1", "--format=%ct", rev[:-1]).strip())}
+
+
 class Catalogue(NamedTuple):
     entries: dict[str, dict]  # key -> the last version's entry
     names: dict[str, str]  # key -> the environment's asset name
@@ -160,7 +168,7 @@ def catalogue(repo: Path) -> Catalogue:
             continue
         out.folders.setdefault(name, folder)
         for key in keys(name, spec.get("tags") or {}):
-            out.entries.setdefault(key, entry(plan))
+            out.entries.setdefault(key, {**entry(plan), **retired(repo, rev)})
             out.names.setdefault(key.lower(), name)
     return Catalogue(dict(sorted(out.entries.items(), key=lambda kv: kv[0].lower())),
                      out.names, out.folders)

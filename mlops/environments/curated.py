@@ -20,7 +20,10 @@ are published under it (the tags of a spec sometimes lagged its conda file).
 What a definition leaves unpinned (azureml-mlflow's `mlflow-skinny`, a bare `tensorboard`) was
 the newest release on the day Azure built the image, so the environment is resolved as of the
 day after its release record (`--exclude-newer`, RESOLVED_AS_OF): `AzureML-sklearn-1.5:23`
-(April 2025) gets MLflow 2.21, not today's 3.x.
+(April 2025) gets MLflow 2.21, not today's 3.x. An environment retired before the release
+records began (`AzureML-sklearn-0.24-ubuntu18.04-py37-cpu`, removed from azureml-assets in June
+2022) resolves as of its removal (the catalogue's `retired`): every image of it was built by
+then, so its unpinned joblib is 1.1, whose pickles joblib 1.0 reads, not today's 1.3.
 """
 
 from __future__ import annotations
@@ -47,10 +50,19 @@ class Chosen(NamedTuple):
 
     def as_of(self) -> str | None:
         """The `--exclude-newer <time>` line: what PyPI held when the image was built."""
-        if self.released is None:
-            return None
-        moment = datetime.fromtimestamp(self.released + MARGIN_S, tz=UTC)
-        return f"{RESOLVED_AS_OF} {moment.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        return None if self.released is None else exclude_newer(self.released + MARGIN_S)
+
+
+def exclude_newer(seconds: int) -> str:
+    moment = datetime.fromtimestamp(seconds, tz=UTC)
+    return f"{RESOLVED_AS_OF} {moment.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def retired_as_of(entry: object) -> str | None:
+    """A catalogue entry without release records that azureml-assets removed (`retired`: the
+    removal's time): every image of it was built by then, so it resolves as PyPI was then."""
+    seconds = entry.get("retired") if isinstance(entry, dict) else None
+    return exclude_newer(seconds) if isinstance(seconds, int) else None
 
 
 @cache

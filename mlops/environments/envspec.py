@@ -157,6 +157,7 @@ def from_map(key: str, label: str, env_map: EnvMap, version: str | None = None) 
             catalogued = True
         elif entry is not None and version:
             entry = curated.at_version(key, version) or entry
+        as_of = as_of or curated.retired_as_of(entry)
     if entry is None:
         prefixes = [k for k in env_map if k.endswith("/") and key.lower().startswith(k)]
         entry = env_map[max(prefixes, key=len)] if prefixes else None

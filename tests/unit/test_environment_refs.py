@@ -275,3 +275,23 @@ def test_a_conda_file_whose_dependencies_are_a_string_is_refused_not_read_per_ch
     assert plan.requirements == []
     read_environment_conda({"dependencies": ["python=3.11", {"pip": ["six"]}]}, tmp_path, plan)
     assert plan.python == "3.11" and "six" in plan.requirements
+
+
+def test_a_retired_curated_environment_resolves_as_pypi_was_when_it_was_removed(
+        tmp_path, monkeypatch):
+    """No release record holds it, but azureml-assets removed its definition on a known day:
+    every image of it was built by then, so its unpinned packages are that day's (joblib 1.1,
+    whose pickles the joblib 1.0 of a scoring environment reads), never today's."""
+    from mlops.environments import curated
+
+    monkeypatch.setattr(curated, "VERSIONS", tmp_path / "no-records.json")
+    catalogue = tmp_path / "curated.yml"
+    catalogue.write_text(yaml.safe_dump({
+        "azureml:AzureML-sklearn-0.24-ubuntu18.04-py37-cpu":
+            {"pip": ["scikit-learn==0.24.1", "joblib"], "python": "3.7", "retired": 1655726400},
+        "azureml:AzureML-current": {"pip": ["joblib"], "python": "3.10"}}))
+    env_map = EnvMap(tmp_path / "none.yml", catalogue)
+    retired = plan_for("azureml:AzureML-sklearn-0.24-ubuntu18.04-py37-cpu:1", tmp_path, env_map)
+    assert retired.requirements[-1] == "--exclude-newer 2022-06-20T12:00:00Z"
+    assert not any(r.startswith("--exclude-newer")
+                   for r in plan_for("azureml:AzureML-current:3", tmp_path, env_map).requirements)
