@@ -102,9 +102,20 @@ def test_the_rows_match_the_online_predict(scored, model_dir):
         assert [float(v) for v in row[2:]] == pytest.approx(expected, abs=1e-6)
 
 
+def moved(spec: dict) -> dict:
+    """A deployment spec written outside the repository: its code and its environment as the
+    repository's files, inline (its `azureml:image-classifier@latest` is found by the spec's
+    folder: out of the repository nothing knows it, and the deployment is refused as az ml
+    refuses one whose environment the workspace lacks)."""
+    environment = yaml.safe_load((ROOT / "environments" / "image-classifier.yml").read_text())
+    spec["environment"] = {"image": environment["image"],
+                           "conda_file": str(ROOT / "environments" / environment["conda_file"])}
+    return spec
+
+
 def test_the_error_threshold_stops_a_run_with_too_many_bad_files(images, model_dir, tmp_path,
                                                                  capsys):
-    spec = yaml.safe_load(SPEC.read_text())
+    spec = moved(yaml.safe_load(SPEC.read_text()))
     spec["settings"].update(error_threshold=2, mini_batch_size=2)
     spec["code_configuration"]["code"] = str(ROOT / "src")
     strict = tmp_path / "strict.yml"
@@ -123,7 +134,7 @@ def test_a_failing_mini_batch_is_retried_and_a_slow_one_times_out(tiny_data, mod
     rows = (tmp_path / "flaky/outputs/rows.txt").read_text().split()
     assert len(rows) == 16 and {r.split(",")[1] for r in rows} >= {"2"}
     monkeypatch.setenv("BATCH_SLEEP", "8")  # beyond retry_settings.timeout (5 s) every time
-    spec = yaml.safe_load((FIXTURES / "flaky-deployment.yml").read_text())
+    spec = moved(yaml.safe_load((FIXTURES / "flaky-deployment.yml").read_text()))
     spec["settings"]["environment_variables"] = {"BATCH_SLEEP": "8"}
     spec["code_configuration"]["code"] = str(FIXTURES)
     slow = tmp_path / "slow.yml"
