@@ -69,6 +69,11 @@ def model_dir(folder: Path, data: str | None = None) -> Path:
 def deployment(tmp: Path, processes: int, mini_batch: int, backend: str = "torch") -> Path:
     spec = yaml.safe_load((ROOT / "endpoints/batch/deployment.yml").read_text())
     spec["code_configuration"]["code"] = str(ROOT / "src")
+    # written outside the repository: its environment inline (azureml:image-classifier@latest
+    # is found by the spec's folder; elsewhere it is unknown and the deployment refused)
+    environment = yaml.safe_load((ROOT / "environments/image-classifier.yml").read_text())
+    spec["environment"] = {"image": environment["image"],
+                           "conda_file": str(ROOT / "environments" / environment["conda_file"])}
     spec["resources"]["instance_count"] = 1
     spec["settings"].update(max_concurrency_per_instance=processes, mini_batch_size=mini_batch)
     threads = max(1, usable_cores() // processes)
