@@ -12,7 +12,7 @@ from mlops.checks.overrides import apply_removals, apply_sets, parse_sets
 from mlops.checks.references import check_references
 from mlops.checks.validation import check
 from mlops.errors import LocalRunError
-from mlops.runtime import AssetMap, Job, is_remote, job_inputs
+from mlops.runtime import AssetMap, Job, experiment_name, is_remote, job_inputs
 from mlops.specs import JOB_TYPES, Spec, an, load_spec
 
 RUNS_HERE = {"commandJob", "sweepJob", "pipelineJob", "sparkJob", "autoMLJob"}
@@ -52,6 +52,7 @@ def prepare_job(spec_path: str | Path, sets: list[str], removes: list[str],
         raise LocalRunError("\n".join(errors) + "\nAzure would refuse this spec: fix it first"
                             + what_it_is(spec))
     check_references(spec, assets, env_file)
+    experiment_name(spec.data)  # the service refuses a name it does not take at submission
     local_inputs(spec, assets)
     if spec.kind == "autoMLJob":  # what cannot run here is refused before work
         from mlops.automl.translate import automl_command

@@ -111,8 +111,24 @@ def time_limit(data: SpecData, where: str) -> float:
 def experiment_name(data: SpecData) -> str:
     """The spec's experiment, else Azure's default: the stem of the folder the job is
     submitted from, spaces removed, or `Default` (azure-ai-ml's generate_defaults, in
-    entities/_job/to_rest_functions.py: `my project.v2` is experiment `myproject`)."""
-    return str(data.get("experiment_name") or default_experiment())
+    entities/_job/to_rest_functions.py: `my project.v2` is experiment `myproject`). A name the
+    service refuses at submission (names.py's rule: `a/b`, `v1.2`) is refused here too."""
+    from mlops.workspace import names
+
+    given = data.get("experiment_name")
+    name = str(given or default_experiment())
+    try:
+        return names.experiment_name(name)
+    except names.InvalidName as err:
+        if given:
+            raise
+        rule = names.EXPERIMENT
+        raise names.InvalidName(
+            f"the job names no experiment_name, so its experiment is the name of the folder "
+            f"it is submitted from ({Path.cwd()}) less its suffix and spaces, {name!r}, which "
+            f"Azure refuses: experiment names are 1 to {rule.limit} {rule.text}. Fix: give the "
+            "job an experiment_name: (or --set experiment_name=...), or submit it from another "
+            "folder") from err
 
 
 def default_experiment() -> str:

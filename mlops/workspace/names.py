@@ -11,6 +11,9 @@ Where each rule comes from:
   '_', starting with a letter), within the same 255 characters;
 - job: the run-history client's run id (`^[a-zA-Z0-9][\\w-]{0,255}$`): a letter or digit, then
   letters, digits, '_' and '-', at most 256 characters.
+- experiment: the service's refusal at submission ("Experiment name must be 1-256 characters,
+  start with a letter or a number, and can only contain letters, numbers, underscores, and
+  dashes", quoted in microsoft/dstoolkit-mlops-v2#180 for a branch name with a '/').
 Every rule is ASCII: a Unicode hyphen, a Cyrillic letter that looks Latin or a no-break space is
 named in the message by its code point, since it cannot be told apart on screen.
 A version is this workspace's folder name: at most 255 of letters, digits, '.', '-' and '_',
@@ -46,6 +49,7 @@ COMPONENT = NameRule(pattern=r"[a-z][a-z0-9_]*",
 JOB = NameRule(pattern=r"[A-Za-z0-9][A-Za-z0-9_-]*",
                text="ASCII letters, digits, '_' and '-', starting with a letter or digit",
                limit=256)
+EXPERIMENT = NameRule(pattern=JOB.pattern, text=JOB.text, limit=256)
 VERSION = NameRule(pattern=r"[A-Za-z0-9_-][A-Za-z0-9._-]*",
                    text="ASCII letters, digits, '.', '-' and '_', not starting with '.'", limit=255,
                    whose="the local workspace")
@@ -89,6 +93,10 @@ def asset_name(kind: str, name: object, noun: str) -> str:
 
 def job_name(name: object) -> str:
     return check(name, JOB, "job name")
+
+
+def experiment_name(name: object) -> str:
+    return check(name, EXPERIMENT, "experiment name")
 
 
 def version(value: object) -> str:

@@ -404,3 +404,27 @@ def test_a_failure_while_a_stop_signal_waits_is_that_stop(tmp_path, monkeypatch)
     with pytest.raises(MachineError):  # no signal waiting: the failure stands
         recorded(identity, rt, lambda rt: (_ for _ in ()).throw(MachineError("full")))
     assert str(RunRecord.read(tmp_path).status) == "Failed"
+
+
+@pytest.mark.parametrize("given", ["team/exp", "../../exp", "v1.2", "-x", "x" * 257, "my exp",
+                                   "exp\u2011a"])
+def test_an_experiment_name_the_service_refuses_is_refused_naming_the_rule(given):
+    """The service refuses at submission a name of other than letters, digits, '_' and '-'
+    starting with a letter or digit, of more than 256 characters (a '/' from a branch name)."""
+    from mlops.runtime.tasks import experiment_name
+    from mlops.workspace.names import InvalidName
+
+    with pytest.raises(InvalidName, match="experiment names are 1 to 256 ASCII letters"):
+        experiment_name({"experiment_name": given})
+    assert experiment_name({"experiment_name": "x" * 256}) == "x" * 256
+
+
+def test_a_default_experiment_the_service_refuses_says_to_name_one(tmp_path, monkeypatch):
+    """`proj.v1.2` makes experiment `proj.v1` (the stem), which the service refuses."""
+    from mlops.runtime.tasks import experiment_name
+    from mlops.workspace.names import InvalidName
+
+    (tmp_path / "proj.v1.2").mkdir()
+    monkeypatch.chdir(tmp_path / "proj.v1.2")
+    with pytest.raises(InvalidName, match=r"'proj\.v1', which Azure refuses.*experiment_name:"):
+        experiment_name({})
