@@ -17,8 +17,9 @@ stage each name serves:
                 checked job spec: Job; placement: Placement; steps picked and reused:
                 Selection, Address, Choice, add_selection_arguments, StepRules, Decision, DONE,
                 deterministic, link_step
-  snapshot      merged (code: with its additional_includes), extract_archive (a zip, checked),
-                safe_root (a run folder a shell keeps whole)
+  snapshot      merged (code: with its additional_includes), checked_code (what create
+                uploads), extract_archive (a zip, checked), safe_root (a run folder a shell
+                keeps whole)
   environment   (mlops/environments/ builds it; DebugRequest, add_debug_arguments and
                 trial_addresses pick the one process a debugger attaches to)
   launch        usable_cores, free_port; signals: install_signal_handlers,
@@ -108,7 +109,7 @@ if TYPE_CHECKING:
     from mlops.runtime.selection import Address, Choice, Selection
     from mlops.runtime.selection import add_arguments as add_selection_arguments
     from mlops.runtime.service import Service, alive, running, stop_service
-    from mlops.runtime.snapshot import merged
+    from mlops.runtime.snapshot import checked_code, merged
     from mlops.runtime.spark import spark_task
     from mlops.runtime.tasks import (
         Task,
@@ -165,7 +166,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("Address", "Choice", "Selection"), "selection"),
     "add_selection_arguments": "selection:add_arguments",
     **dict.fromkeys(("Service", "alive", "running", "stop_service"), "service"),
-    "merged": "snapshot", "spark_task": "spark",
+    "merged": "snapshot", "checked_code": "snapshot", "spark_task": "spark",
     **dict.fromkeys(("Task", "TaskSource", "Workdir", "code_path", "command_task",
                      "experiment_name", "include_paths", "load_component", "variables"),
                     "tasks"),
@@ -187,7 +188,7 @@ __all__ = [  # grouped by stage, as the docstring says
     "Address", "Choice", "add_selection_arguments", "StepRules", "Decision", "DONE",
     "deterministic", "link_step",
     # snapshot
-    "merged", "extract_archive", "safe_root",
+    "merged", "checked_code", "extract_archive", "safe_root",
     # environment (a debugger's process)
     "DebugRequest", "add_debug_arguments", "trial_addresses",
     # launch

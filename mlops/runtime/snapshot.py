@@ -49,6 +49,20 @@ def check_folder(code: Path) -> None:
                             "the entry script")
 
 
+def checked_code(code: Path) -> list[tuple[Path, str]]:
+    """What az ml job create uploads of `code` before the job exists, or the LocalRunError that
+    its upload meets (a missing folder, the machine, a loop, a pipe, a link to nothing, past
+    the bounds): checked at create, as Azure refuses it then, and again at the snapshot (the
+    listing is kept between the two: uploads.upload_files)."""
+    if not code.exists():
+        raise LocalRunError(f"code: {code} does not exist (az ml job create would fail to "
+                            "upload it). Point code: at the folder with the entry point")
+    check_folder(code)
+    files = code_files(code)
+    check_size(files, code)
+    return files
+
+
 def check_size(files: list[tuple[Path, str]], code: Path) -> None:
     """What Azure would upload, bounded: data and environments belong elsewhere."""
     size = sum(_size(source) for source, _ in files[:MAX_FILES + 1])
@@ -80,12 +94,7 @@ def take(code: Path | None, wd: Path, *, includes: list[Path] | None = None) -> 
     wd.mkdir(parents=True)
     count = 0
     if code is not None:
-        if not code.exists():
-            raise LocalRunError(f"code: {code} does not exist (az ml job create would fail to "
-                                "upload it). Point code: at the folder with the entry point")
-        check_folder(code)
-        files = code_files(code)
-        check_size(files, code)
+        files = checked_code(code)
         for start in range(0, len(files), CHUNK):  # a signal stops a long copy between chunks
             launch.check_interrupt()
             count += copy_files(files[start:start + CHUNK], wd)

@@ -305,3 +305,30 @@ def test_a_schema_error_names_azures_published_schema_not_a_path_of_this_reposit
     assert [f.key for f in found] == ["comand"]
     assert found[0].fix.startswith("see the field list in https://azuremlschemas.azureedge.net/"
                                    "latest/commandJob.schema.json")
+
+
+@pytest.mark.parametrize("trial", [False, True])
+def test_a_code_folder_az_ml_cannot_upload_is_refused_at_create(tmp_path, trial):
+    """az ml job create uploads `code:` (a sweep's trial.code) before the job exists, so a link
+    to nothing in it fails the create: refused then, naming the entry, as the snapshot would."""
+    from mlops.checks.prepare import prepare_job
+    from mlops.errors import LocalRunError
+    from mlops.runtime.uris import AssetMap
+
+    code = tmp_path / "src"
+    code.mkdir()
+    (code / "main.py").write_text("print(1)\n")
+    (code / "gone").symlink_to(tmp_path / "nowhere")
+    command = {"command": "python main.py", "code": "src",
+               "environment": "azureml:AzureML-sklearn-1.5@latest"}
+    data = {"type": "sweep", "trial": command, "sampling_algorithm": "random",
+            "search_space": {"c": {"type": "choice", "values": [1]}},
+            "objective": {"goal": "maximize", "primary_metric": "m"},
+            "limits": {"max_total_trials": 1}} if trial else {"type": "command", **command}
+    path = tmp_path / "job.yml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(LocalRunError, match="gone is a link to .*nowhere, which does not exist"):
+        prepare_job(path, [], [], AssetMap(None))
+    (code / "gone").unlink()
+    assert prepare_job(path, [], [], AssetMap(None)).spec.kind == ("sweepJob" if trial
+                                                                   else "commandJob")
