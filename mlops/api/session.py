@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
-from mlops.api import batch_endpoints, batch_jobs, endpoints, jobs, registry
+from mlops.api import batch_endpoints, batch_jobs, computes, endpoints, jobs, registry
 from mlops.api.assets import AssetView, asset_view
 from mlops.api.endpoints import View
 from mlops.api.records import all_jobs, find_job
@@ -156,6 +156,23 @@ class Session:
         selection = registry.Selection(kind=_kind(kind), name=_named(name), version=version,
                                        registry=registry_name)
         return [asset_view(r) for r in registry.archive(selection, archived)]
+
+    # computes ---------------------------------------------------------------------------
+    def create_compute(self, request: computes.ComputeRequest) -> computes.View:
+        return computes.create(request)
+
+    def show_compute(self, name: str) -> computes.View:
+        return computes.show(name)
+
+    def list_computes(self, kind: str | None = None) -> list[computes.View]:
+        return computes.every(kind)
+
+    def update_compute(self, name: str, overrides: tuple[tuple[str, object], ...]) -> \
+            computes.View:
+        return computes.update(name, overrides)
+
+    def delete_compute(self, name: str) -> None:
+        computes.delete(name)
 
     # online endpoints -------------------------------------------------------------------
     def create_endpoint(self, spec: Path | None, *, name: str | None = None,

@@ -12,6 +12,7 @@ command line or the input), 3 (no such job, endpoint or asset).
            online-deployment create|update|show|list|get-logs|delete
   batch    azml batch-endpoint create|update|show|list|delete|invoke|list-jobs,
            batch-deployment create|update|show|list|list-jobs|delete
+  computes azml compute create|show|list|update|delete (kept in the local workspace)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import argparse
 import sys
 
 from mlops.api.session import Session
-from mlops.cli import assets, batch, endpoints, jobs
+from mlops.cli import assets, batch, computes, endpoints, jobs
 from mlops.cli.common import Verb, Warnings, note
 from mlops.cli.output import query, render
 from mlops.errors import LocalError, machine_faults_raised
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     assets.add(groups, Verb)
     endpoints.add(groups, Verb)
     batch.add(groups, Verb)
+    computes.add(groups, Verb)
     return parser
 
 

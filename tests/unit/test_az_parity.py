@@ -106,6 +106,25 @@ PARITY: dict[str, tuple[str, tuple[str, ...]]] = {
     "batch-deployment list": ("-e e", ("--endpoint-name e",)),
     "batch-deployment list-jobs": ("-n d -e e", ("--name d", "--endpoint-name e")),
 }
+PARITY.update({  # the ml extension's _params/_compute_params.py
+    "compute create": ("", (
+        "-f c.yml", "--file c.yml", "-n cpu", "--name cpu", "-t AmlCompute", "--type amlcompute",
+        "--size Standard_DS3_v2", "--min-instances 0", "--max-instances 4",
+        "-d 120", "--idle-time-before-scale-down 120", "--tier low_priority",
+        "--description d", "--tags a=1 b", "-l westeurope", "--location westeurope",
+        "--vnet-name v", "--subnet s", "--admin-username u", "--admin-password p",
+        "--ssh-key-value k", "-p true", "--ssh-public-access-enabled true",
+        "--user-tenant-id t", "--user-object-id o", "--identity-type SystemAssigned",
+        "-i /r/1,/r/2", "--user-assigned-identities /r/1", "--enable-node-public-ip false",
+        "--set max_instances=2", "--no-wait")),
+    "compute show": ("-n cpu", ("--name cpu",)),
+    "compute list": ("", ("--type AmlCompute", "-r 5", "--max-results 5")),
+    "compute update": ("-n cpu", ("--name cpu", "--min-instances 1", "--max-instances 8",
+                                  "-d 60", "--idle-time-before-scale-down 60", "--tags a=1",
+                                  "--identity-type UserAssigned", "-i /r/1", "--set tier=dedicated",
+                                  "--no-wait")),
+    "compute delete": ("-n cpu", ("--name cpu", "-y", "--yes", "--no-wait")),
+})
 for _kind in ("model", "data", "environment", "component"):
     PARITY[f"{_kind} show"] = ("-n a", ("--name a", *ASSET_READ))
     PARITY[f"{_kind} archive"] = ("-n a", ("--name a", *ASSET_READ))
@@ -121,7 +140,7 @@ NOT_TAKEN = {
     # az's generic update (commands.py generic_update_command) edits the object az fetched
     # from the service; azml's update verbs take a spec (-f) and --set over what is recorded
     ("online-endpoint update", "online-deployment update", "batch-endpoint update",
-     "batch-deployment update"): ("--add", "--remove", "--force-string"),
+     "batch-deployment update", "compute update"): ("--add", "--remove", "--force-string"),
     # shown only where AZURE_ML_CLI_PRIVATE_FEATURES_ENABLED is set (private_features_enabled)
     ("job cancel",): ("--tag", "-t"),
 }

@@ -1,0 +1,118 @@
+"""`az ml compute create|show|list|update|delete` against the local workspace.
+
+A spec (or the flags alone) is loaded by azure-ai-ml's own load_compute, with az's flags as its
+params_override, so what it refuses (an unknown type or field) is refused here with its words;
+the loaded compute is kept (workspace/computes.py) and shown as az shows it: the entity's fields,
+with the id a workspace gives it and `provisioning_state: Succeeded`. Nothing is provisioned:
+every job runs on this machine whatever `compute:` it names, which a note says once.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlops.api.views import GROUP, resource_id
+from mlops.errors import LocalRunError, NotFound
+from mlops.specs import SpecData
+from mlops.workspace import computes
+from mlops.workspace.store import Workspace, workspace_root
+
+View = dict[str, object]
+UPDATABLE = ("amlcompute", "kubernetes", "computeinstance", "synapsespark")  # the extension's
+NOT_PROVISIONED = ("compute {name} is kept in the local workspace; nothing is provisioned: "
+                   "jobs here run on this machine whatever compute: they name")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeRequest:
+    """`az ml compute create [-f S] [--name N] [--type T] [--size ...] [--set k=v]`: az's
+    params_override, in its order (--set, then each flag given); no spec: the flags alone."""
+
+    spec: Path | None = None
+    overrides: tuple[tuple[str, object], ...] = ()
+
+
+def _load(source: Path | io.StringIO | None, override: list[dict[str, object]],
+          verb: str) -> SpecData:
+    """The compute as azure-ai-ml's load_compute makes it (from the spec, or from the flags
+    alone where there is none, as az does), or its refusal in its words."""
+    from azure.ai.ml import load_compute
+
+    logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
+    try:
+        entity = load_compute(source, params_override=override)
+    except OSError as err:
+        raise LocalRunError(f"compute {verb}: {err}") from None
+    except Exception as err:  # noqa: BLE001 - marshmallow's and azure-ai-ml's refusals
+        raise LocalRunError(f"compute {verb}: {str(err).strip()}") from None
+    return entity._to_dict()  # noqa: SLF001 - what az ml prints and keeps
+
+
+def _view(record: computes.ComputeRecord) -> View:
+    return {"location": "local", **record.spec, "id": resource_id("computes", record.name),
+            "provisioning_state": "Succeeded",
+            "created_on": record.created, "resourceGroup": GROUP}
+
+
+def _size_note(spec: SpecData) -> None:
+    from mlops.checks import skus
+
+    size = spec.get("size")
+    if isinstance(size, str) and not skus.canonical(size):
+        print(f"WARNING: size {size!r} is not a VM size the local checks know "
+              f"(mlops/checks/skus.py). {skus.suggestion(size)}".rstrip(), file=sys.stderr)
+
+
+def create(request: ComputeRequest, root: Path | None = None) -> View:
+    spec = _load(request.spec, [{k: v} for k, v in request.overrides], "create")
+    if spec.get("type") == "synapsespark":  # the ml extension's ml_compute_create
+        raise LocalRunError("Create operation not supported for synapsespark compute type. "
+                            "Please try attach operation for attaching synapsespark compute")
+    if not spec.get("name"):
+        raise LocalRunError("compute create: the compute has no name; give name: in the spec "
+                            "or --name")
+    _size_note(spec)
+    print(f"WARNING: {NOT_PROVISIONED.format(name=spec['name'])}", file=sys.stderr)
+    return _view(computes.write(Workspace(root or workspace_root()), str(spec["name"]), spec))
+
+
+def show(name: str, root: Path | None = None) -> View:
+    record = computes.read(Workspace(root or workspace_root()), name)
+    if record is None:
+        raise NotFound(f"compute {name!r} is not in the local workspace "
+                       f"({root or workspace_root()}); create it: azml compute create -f <spec>")
+    return _view(record)
+
+
+def every(kind: str | None = None, root: Path | None = None) -> list[View]:
+    """`az ml compute list [--type T]`."""
+    found = [_view(r) for r in computes.every(Workspace(root or workspace_root()))]
+    return [v for v in found if kind is None or str(v.get("type")).lower() == kind.lower()]
+
+
+def update(name: str, overrides: tuple[tuple[str, object], ...],
+           root: Path | None = None) -> View:
+    """`az ml compute update -n N [--min-instances ...] [--set ...]`: as the ml extension's
+    _ml_compute_update, the kept compute's fields (less ssh_settings), its name, then the
+    changes, loaded by load_compute; only the types it updates."""
+    workspace = Workspace(root or workspace_root())
+    show(name, root)
+    kept = computes.read(workspace, name)
+    if kept.spec.get("type") not in UPDATABLE:
+        raise LocalRunError(f"Only AmlCompute/KubernetesCompute cluster properties are "
+                            f"supported, compute name {name}, is {kept.spec.get('type')} type.")
+    given = [{k: v} for k, v in kept.spec.items() if k != "ssh_settings"]
+    spec = _load(None, [*given, {"name": name}, *({k: v} for k, v in overrides)], "update")
+    if spec.get("name") != name:
+        raise LocalRunError("compute update: a compute's name cannot change; create another")
+    _size_note(spec)
+    return _view(computes.write(workspace, name, spec))
+
+
+def delete(name: str, root: Path | None = None) -> None:
+    if not computes.remove(Workspace(root or workspace_root()), name):
+        raise NotFound(f"compute {name!r} is not in the local workspace")

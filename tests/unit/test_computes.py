@@ -1,0 +1,68 @@
+"""`azml compute`: az ml compute's verbs over the local workspace, the compute loaded by
+azure-ai-ml's load_compute with az's flags as its params_override (ml_compute_create)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mlops.cli import run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def azml(tmp_path, monkeypatch, capsys):
+    """`azml compute ...` in a workspace of its own: (exit code, JSON printed, stderr)."""
+    monkeypatch.setenv("MLOPS_WORKSPACE_DIR", str(tmp_path / "ws"))
+
+    def call(argv: list[str]) -> tuple[int, object, str]:
+        code = run(["compute", *argv])
+        out, err = capsys.readouterr()
+        return code, (json.loads(out) if out.strip() else None), err
+    return call
+
+
+def test_a_spec_and_flags_make_the_compute_az_shows_and_updates(azml):
+    code, made, err = azml(["create", "-f", str(ROOT / "assets" / "compute-cpu.yml"),
+                            "--set", "max_instances=3", "--tier", "low_priority"])
+    assert code == 0 and "nothing is provisioned" in err
+    assert (made["name"], made["type"], made["max_instances"], made["tier"]) == \
+        ("cpu-cluster", "amlcompute", 3, "low_priority")
+    assert made["provisioning_state"] == "Succeeded"
+    assert made["id"].endswith("/computes/cpu-cluster")
+    code, made, err = azml(["create", "-n", "gpu", "--type", "AmlCompute", "--max-instances",
+                            "4", "--size", "Standard_NC12", "--tags", "a=1", "b"])
+    assert code == 0 and made["type"] == "amlcompute" and made["tags"] == {"a": "1", "b": ""}
+    assert "Standard_NC12s_v3" in err  # a retired size: said, not refused (the list is ours)
+    code, made, _ = azml(["update", "-n", "cpu-cluster", "--max-instances", "200"])
+    assert code == 0 and made["max_instances"] == 200 and made["tier"] == "low_priority"
+    assert azml(["list", "--query", "[].name"])[1] == ["cpu-cluster", "gpu"]
+    assert azml(["show", "-n", "gpu"])[1]["max_instances"] == 4
+    assert azml(["delete", "-n", "gpu", "--yes"])[0] == 0
+    code, _, err = azml(["show", "-n", "gpu"])
+    assert code == 3 and "not in the local workspace" in err
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["-n", "x", "--type", "weird"], "Unknown compute type: weird"),
+    (["-n", "x"], "Unknown compute type: None"),
+    (["-n", "x", "--type", "amlcompute", "--max-instances", "many"], "Not a valid integer"),
+    (["-n", "s", "--type", "synapsespark", "--set", "resource_id=/r"],
+     "Create operation not supported for synapsespark"),
+    (["-n", "a/b", "--type", "amlcompute"], "compute name 'a/b' is not one Azure takes"),
+])
+def test_what_load_compute_refuses_is_refused_in_its_words(azml, argv, says):
+    code, out, err = azml(["create", *argv])
+    assert code == 2 and out is None and says in err
+
+
+def test_delete_asks_as_az_does_and_update_takes_the_types_az_updates(azml):
+    azml(["create", "-n", "vm1", "--type", "virtualmachine", "--set", "resource_id=/r"])
+    code, _, err = azml(["delete", "-n", "vm1"])  # stdin is no terminal under pytest
+    assert code == 2 and "Use --yes" in err
+    code, _, err = azml(["update", "-n", "vm1", "--max-instances", "2"])
+    assert code == 2 and "is virtualmachine type" in err
+    assert azml(["show", "-n", "vm1"])[0] == 0
