@@ -185,3 +185,27 @@ def _copy(source: Path, destination: Path) -> None:
         shutil.copytree(source, destination, dirs_exist_ok=True, symlinks=False)
     elif source.exists():
         shutil.copy2(source, destination)
+
+
+def validate(spec: Path, sets: list[str], name: str | None = None) -> dict[str, object]:
+    """`az ml job validate`: azure-ai-ml's validate_job over the spec with --set (and --name) as
+    its params_override, printed as az prints the ValidationResult (`result`, `errors`,
+    `warnings`); a failed validation is printed, not raised, as az's is. What az adds through
+    the workspace (a pipeline's compute names resolved to ids) is not checked here: the local
+    workspace does not hold the computes a workspace has (docs/azml.md)."""
+    import logging
+
+    from azure.ai.ml.entities._validate_funcs import validate_job
+
+    from mlops.checks.overrides import parse_sets
+
+    logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
+    override = [*parse_sets(sets, spec), *([{"name": name}] if name else [])]
+    if not spec.is_file():
+        raise LocalRunError(f"job validate: {spec} is not a file; give the job's YAML spec")
+    try:
+        result = validate_job(path=spec, ml_client=None, params_override=override)
+    except Exception as err:  # noqa: BLE001 - what azure-ai-ml raises on reading the file
+        raise LocalRunError(f"job validate: {spec}: {err}") from None
+    return result._to_dict()  # noqa: SLF001 - what az ml prints
+

@@ -82,6 +82,10 @@ class Session:
             asset_file=self.asset_file, env_file=self.env_file, max_procs=self.max_procs))
         return job_view(created)
 
+    def validate_job(self, spec: Path, *, sets: list[str] | None = None,
+                     name: str | None = None) -> dict[str, object]:
+        return jobs.validate(spec, list(sets or []), name)
+
     def show_job(self, name: str) -> JobView:
         return job_view(find_job(name))
 

@@ -18,7 +18,8 @@ from mlops.runtime import DebugRequest, add_debug_arguments, add_selection_argum
 
 def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     job = groups.add_parser("job", help="run and manage jobs locally").add_subparsers(
-        dest="verb", required=True, metavar="{create,run,show,list,stream,cancel,download}")
+        dest="verb", required=True,
+        metavar="{create,run,validate,show,list,stream,cancel,download}")
     create = verb.add(job, "create", _create, "create a job: checked, then run in the "
                       "background (--stream: follow it to its end)")
     create.add_argument("-f", "--file", required=True, type=Path, help="the job's YAML spec")
@@ -30,6 +31,7 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     add_sets(create, "override a spec value")
     create.add_argument("--skip-validation", action="store_true",
                         help="(accepted; the spec is checked as Azure checks it)")
+    add_validate(job, verb)
     add_run(job, verb)
     for name, handler, what in (("show", _show, "show a job"),
                                 ("stream", _stream, "print a job's log until it ends"),
@@ -53,6 +55,14 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     download.add_argument("--all", dest="everything", action="store_true")
 
 
+def add_validate(job: argparse._SubParsersAction, verb: type[Verb]) -> None:
+    validate = verb.add(job, "validate", _validate, "check a job's spec as az ml job validate "
+                        "does (azure-ai-ml's validate_job)")
+    validate.add_argument("-f", "--file", required=True, type=Path, help="the job's YAML spec")
+    validate.add_argument("-n", "--name", help="the job's name (over the spec's)")
+    add_sets(validate, "override a spec value")
+
+
 def add_run(job: argparse._SubParsersAction, verb: type[Verb]) -> None:
     """`azml job run`: local only (az has no twin): the job in the foreground, to its end, its
     exit code azml's; Ctrl-C stops it. What the make targets call."""
@@ -74,6 +84,10 @@ def add_run(job: argparse._SubParsersAction, verb: type[Verb]) -> None:
     add_selection_arguments(run)
     add_debug_arguments(run)
     run.set_defaults(output="none")
+
+
+def _validate(session: Session, args: argparse.Namespace) -> object:
+    return session.validate_job(args.file, sets=set_values(args.sets), name=args.name)
 
 
 def _run(session: Session, args: argparse.Namespace) -> int:

@@ -29,6 +29,8 @@ PARITY: dict[str, tuple[str, tuple[str, ...]]] = {
                                 "--set inputs.x=1 inputs.y=2", "--set a=1 --set b=2",
                                 "--skip-validation", "-a o.yml", "--save-as o.yml", "-s",
                                 "--stream", "-e", "--web")),
+    "job validate": ("-f j.yml", ("--file j.yml", "-n x", "--name x", "--set a=1 b=2",
+                                  "--set a=1 --set b=2")),
     "job show": ("-n x", ("--name x", "-e", "--web")),
     "job stream": ("-n x", ("--name x",)),
     "job cancel": ("-n x", ("--name x", "--no-wait")),
