@@ -161,6 +161,12 @@ class Session:
                                        registry=registry_name)
         return [asset_view(r) for r in registry.archive(selection, archived)]
 
+    # the workspace: the local one ------------------------------------------------------
+    def show_workspace(self) -> dict[str, object]:
+        from mlops.api.views import workspace_view
+
+        return workspace_view()
+
     # computes ---------------------------------------------------------------------------
     def create_compute(self, request: computes.ComputeRequest) -> computes.View:
         return computes.create(request)

@@ -108,3 +108,20 @@ def _local_properties(view: JobView, record: JobRecord) -> JobView:
     if view.get("type") == "command":  # what the service fills in when the spec says nothing
         view.setdefault("resources", {"instance_count": 1, "properties": {}, "shm_size": "2g"})
     return view
+
+
+def workspace_view() -> dict[str, object]:
+    """The local workspace as `az ml workspace show` prints one (azure-ai-ml's Workspace
+    entity): its id and group are the ones every local resource id names, and
+    `mlflow_tracking_uri` is the local store, so `MLFLOW_TRACKING_URI=$(azml workspace show
+    --query mlflow_tracking_uri -o tsv)` points an MLflow client at it, as it does at Azure's."""
+    from azure.ai.ml.entities import Workspace
+
+    logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
+    entity = Workspace(name=WORKSPACE, location="local", display_name=WORKSPACE,
+                       resource_group=GROUP)
+    view = entity._to_dict()  # noqa: SLF001 - what az ml prints
+    view.update({"id": ARM.format(workspace=WORKSPACE), "resource_group": GROUP,
+                 "mlflow_tracking_uri": tracking_uri(), "provisioning_state": "Succeeded"})
+    return view
+

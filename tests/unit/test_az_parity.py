@@ -126,6 +126,10 @@ PARITY.update({  # the ml extension's _params/_compute_params.py
                                   "--identity-type UserAssigned", "-i /r/1", "--set tier=dedicated",
                                   "--no-wait")),
     "compute delete": ("-n cpu", ("--name cpu", "-y", "--yes", "--no-wait")),
+    # _params/_workspace_params.py: workspace verbs take the workspace as --name
+    "workspace show": ("", ("-n ws", "--name ws", "-g rg")),
+    "workspace list": ("", ("-g rg", "--filtered-kinds hub,project", "-r 5",
+                            "--max-results 5")),
 })
 for _kind in ("model", "data", "environment", "component"):
     PARITY[f"{_kind} show"] = ("-n a", ("--name a", *ASSET_READ))

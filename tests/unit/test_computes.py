@@ -66,3 +66,17 @@ def test_delete_asks_as_az_does_and_update_takes_the_types_az_updates(azml):
     code, _, err = azml(["update", "-n", "vm1", "--max-instances", "2"])
     assert code == 2 and "is virtualmachine type" in err
     assert azml(["show", "-n", "vm1"])[0] == 0
+
+
+def test_workspace_show_is_the_local_one_and_names_its_mlflow_store(tmp_path, monkeypatch,
+                                                                    capsys):
+    """`MLFLOW_TRACKING_URI=$(az ml workspace show --query mlflow_tracking_uri -o tsv)`, as
+    published MLOps scripts set it, points at the local store; any --name is the local one."""
+    store = tmp_path / "state dir" / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    assert run(["workspace", "show", "-n", "prod-ws", "-g", "rg", "--query",
+                "mlflow_tracking_uri", "-o", "tsv"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == f"sqlite:///{store}" and "the workspace is the local one" in err
+    assert run(["workspace", "list", "--query", "[].[name, resource_group]"]) == 0
+    assert json.loads(capsys.readouterr().out) == [["local", "local"]]
