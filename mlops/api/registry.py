@@ -151,3 +151,24 @@ def archive(selection: Selection, archived: bool) -> list[AssetVersion]:
     _named(selection.kind, selection.name)
     return _workspace(selection.registry).set_archived(selection.kind, selection.name,
                                                        selection.version, archived)
+
+
+def download(selection: Selection, target: Path) -> Path:
+    """`az ml model download`: the version's files, checked against their digest, under
+    `<target>/<name>/`, as azure-ai-ml's ModelOperations.download lays them out: a folder model
+    as `<name>/<its folder's name>/...`, a file model as `<name>/<its file>`; files already
+    there are overwritten, and the copies are the user's to change (not read-only)."""
+    import shutil
+
+    record = show(selection)
+    source = _workspace(selection.registry).checked(record)
+    into = target / record.name / (source.name if source.is_dir() else "")
+    files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+    for file in files:
+        destination = into / (file.name if file == source else file.relative_to(source))
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            destination.unlink()  # a read-only file from an earlier download is replaced too
+        shutil.copyfile(file, destination)
+    return into
+

@@ -153,6 +153,12 @@ class Session:
                                                            version=version, label=label,
                                                            registry=registry_name)))
 
+    def download_model(self, name: str, version: str, path: Path, *,
+                       registry_name: str | None = None) -> Path:
+        return registry.download(registry.Selection(
+            kind=AssetKind.MODEL, name=_named(name), version=version, registry=registry_name),
+            path)
+
     def archive_asset(self, kind: str, name: str, *, version: str | None = None,
                       archived: bool = True, registry_name: str | None = None
                       ) -> list[AssetView]:

@@ -19,7 +19,8 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     for kind in KINDS:
         group = groups.add_parser(kind, help=f"{PLURAL.get(kind, kind + 's')} in the local "
                                                  "workspace").add_subparsers(
-            dest="verb", required=True, metavar="{create,list,show,archive,restore}")
+            dest="verb", required=True, metavar="{create,list,show,archive,restore"
+            + (",download}" if kind == "model" else "}"))
         create = verb.add(group, "create", _create, f"register a {kind} version")
         _create_arguments(create, kind)
         listing = verb.add(group, "list", _list, f"the {kind}s: the latest of each name")
@@ -40,6 +41,11 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
             each.add_argument("-n", "--name", required=True)
             each.add_argument("-v", "--version")
             each.add_argument("-l", "--label", help="the version this label names (latest)")
+        if kind == "model":
+            download = verb.add(group, "download", _download, "copy a model version's files")
+            download.add_argument("-n", "--name", required=True)
+            download.add_argument("-v", "--version", required=True)
+            download.add_argument("-p", "--download-path", type=Path, default=Path("."))
         for parser in (create, listing, show):
             parser.set_defaults(kind=kind)
         group.choices["archive"].set_defaults(kind=kind)
@@ -143,6 +149,12 @@ def _labelled(session: Session, args: argparse.Namespace) -> str | None:
         return args.version
     return str(session.show_asset(args.kind, args.name, label=args.label,
                                   registry_name=getattr(args, "registry_name", None))["version"])
+
+
+def _download(session: Session, args: argparse.Namespace) -> None:
+    """az prints nothing (ml_model_download returns None)."""
+    session.download_model(args.name, args.version, args.download_path,
+                           registry_name=getattr(args, "registry_name", None))
 
 
 def _archive(session: Session, args: argparse.Namespace) -> None:

@@ -126,6 +126,8 @@ PARITY.update({  # the ml extension's _params/_compute_params.py
                                   "--identity-type UserAssigned", "-i /r/1", "--set tier=dedicated",
                                   "--no-wait")),
     "compute delete": ("-n cpu", ("--name cpu", "-y", "--yes", "--no-wait")),
+    "model download": ("-n m -v 1", ("--name m", "--version 1", "-p d", "--download-path d",
+                                     "--registry-name r")),
     # _params/_workspace_params.py: workspace verbs take the workspace as --name
     "workspace show": ("", ("-n ws", "--name ws", "-g rg")),
     "workspace list": ("", ("-g rg", "--filtered-kinds hub,project", "-r 5",
