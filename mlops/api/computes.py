@@ -2,7 +2,7 @@
 
 A spec (or the flags alone) is loaded by azure-ai-ml's own load_compute, with az's flags as its
 params_override, so what it refuses (an unknown type or field) is refused here with its words;
-the loaded compute is kept (workspace/computes.py) and shown as az shows it: the entity's fields,
+the loaded compute is kept (workspace/resources.py) and shown as az shows it: the entity's fields,
 with the id a workspace gives it and `provisioning_state: Succeeded`. Nothing is provisioned:
 every job runs on this machine whatever `compute:` it names, which a note says once.
 """
@@ -18,7 +18,8 @@ from pathlib import Path
 from mlops.api.views import GROUP, resource_id
 from mlops.errors import LocalRunError, NotFound
 from mlops.specs import SpecData
-from mlops.workspace import computes
+from mlops.workspace import resources
+from mlops.workspace.resources import COMPUTES
 from mlops.workspace.store import Workspace, workspace_root
 
 View = dict[str, object]
@@ -52,7 +53,7 @@ def _load(source: Path | io.StringIO | None, override: list[dict[str, object]],
     return entity._to_dict()  # noqa: SLF001 - what az ml prints and keeps
 
 
-def _view(record: computes.ComputeRecord) -> View:
+def _view(record: resources.ResourceRecord) -> View:
     return {"location": "local", **record.spec, "id": resource_id("computes", record.name),
             "provisioning_state": "Succeeded",
             "created_on": record.created, "resourceGroup": GROUP}
@@ -77,11 +78,12 @@ def create(request: ComputeRequest, root: Path | None = None) -> View:
                             "or --name")
     _size_note(spec)
     print(f"WARNING: {NOT_PROVISIONED.format(name=spec['name'])}", file=sys.stderr)
-    return _view(computes.write(Workspace(root or workspace_root()), str(spec["name"]), spec))
+    workspace = Workspace(root or workspace_root())
+    return _view(resources.write(workspace, COMPUTES, str(spec["name"]), spec))
 
 
 def show(name: str, root: Path | None = None) -> View:
-    record = computes.read(Workspace(root or workspace_root()), name)
+    record = resources.read(Workspace(root or workspace_root()), COMPUTES, name)
     if record is None:
         raise NotFound(f"compute {name!r} is not in the local workspace "
                        f"({root or workspace_root()}); create it: azml compute create -f <spec>")
@@ -90,7 +92,7 @@ def show(name: str, root: Path | None = None) -> View:
 
 def every(kind: str | None = None, root: Path | None = None) -> list[View]:
     """`az ml compute list [--type T]`."""
-    found = [_view(r) for r in computes.every(Workspace(root or workspace_root()))]
+    found = [_view(r) for r in resources.every(Workspace(root or workspace_root()), COMPUTES)]
     return [v for v in found if kind is None or str(v.get("type")).lower() == kind.lower()]
 
 
@@ -101,7 +103,7 @@ def update(name: str, overrides: tuple[tuple[str, object], ...],
     changes, loaded by load_compute; only the types it updates."""
     workspace = Workspace(root or workspace_root())
     show(name, root)
-    kept = computes.read(workspace, name)
+    kept = resources.read(workspace, COMPUTES, name)
     if kept.spec.get("type") not in UPDATABLE:
         raise LocalRunError(f"Only AmlCompute/KubernetesCompute cluster properties are "
                             f"supported, compute name {name}, is {kept.spec.get('type')} type.")
@@ -110,9 +112,9 @@ def update(name: str, overrides: tuple[tuple[str, object], ...],
     if spec.get("name") != name:
         raise LocalRunError("compute update: a compute's name cannot change; create another")
     _size_note(spec)
-    return _view(computes.write(workspace, name, spec))
+    return _view(resources.write(workspace, COMPUTES, name, spec))
 
 
 def delete(name: str, root: Path | None = None) -> None:
-    if not computes.remove(Workspace(root or workspace_root()), name):
+    if not resources.remove(Workspace(root or workspace_root()), COMPUTES, name):
         raise NotFound(f"compute {name!r} is not in the local workspace")

@@ -11,10 +11,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
-from mlops.api import batch_endpoints, batch_jobs, computes, endpoints, jobs, registry
+from mlops.api import (
+    batch_endpoints,
+    batch_jobs,
+    endpoints,
+    jobs,
+    registry,
+)
 from mlops.api.assets import AssetView, asset_view
 from mlops.api.endpoints import View
 from mlops.api.records import all_jobs, find_job
+from mlops.api.resource_verbs import ResourceVerbs
 from mlops.api.views import JobView, job_view
 from mlops.errors import LocalError, LocalRunError
 from mlops.runtime import BATCH_JOB, DebugRequest, Selection, usable_cores
@@ -40,7 +47,7 @@ class AssetRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Session:
+class Session(ResourceVerbs):
     """Settings shared by every call; building one starts nothing."""
 
     asset_file: Path | None = None  # else the repository's asset_map (mlops/project.py)
@@ -166,29 +173,6 @@ class Session:
         selection = registry.Selection(kind=_kind(kind), name=_named(name), version=version,
                                        registry=registry_name)
         return [asset_view(r) for r in registry.archive(selection, archived)]
-
-    # the workspace: the local one ------------------------------------------------------
-    def show_workspace(self) -> dict[str, object]:
-        from mlops.api.views import workspace_view
-
-        return workspace_view()
-
-    # computes ---------------------------------------------------------------------------
-    def create_compute(self, request: computes.ComputeRequest) -> computes.View:
-        return computes.create(request)
-
-    def show_compute(self, name: str) -> computes.View:
-        return computes.show(name)
-
-    def list_computes(self, kind: str | None = None) -> list[computes.View]:
-        return computes.every(kind)
-
-    def update_compute(self, name: str, overrides: tuple[tuple[str, object], ...]) -> \
-            computes.View:
-        return computes.update(name, overrides)
-
-    def delete_compute(self, name: str) -> None:
-        computes.delete(name)
 
     # online endpoints -------------------------------------------------------------------
     def create_endpoint(self, spec: Path | None, *, name: str | None = None,

@@ -13,6 +13,7 @@ command line or the input), 3 (no such job, endpoint or asset).
   batch    azml batch-endpoint create|update|show|list|delete|invoke|list-jobs,
            batch-deployment create|update|show|list|list-jobs|delete
   computes azml compute create|show|list|update|delete (kept in the local workspace)
+  datastores azml datastore create|show|list|delete (kept; URIs map through the asset map)
   workspace  azml workspace show|list: the local workspace (mlflow_tracking_uri: its store)
 """
 
@@ -22,7 +23,7 @@ import argparse
 import sys
 
 from mlops.api.session import Session
-from mlops.cli import assets, batch, computes, endpoints, jobs, workspace
+from mlops.cli import assets, batch, computes, datastores, endpoints, jobs, workspace
 from mlops.cli.common import Verb, Warnings, note
 from mlops.cli.output import query, render
 from mlops.errors import LocalError, machine_faults_raised
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     endpoints.add(groups, Verb)
     batch.add(groups, Verb)
     computes.add(groups, Verb)
+    datastores.add(groups, Verb)
     workspace.add(groups, Verb)
     return parser
 

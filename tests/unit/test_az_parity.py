@@ -128,6 +128,11 @@ PARITY.update({  # the ml extension's _params/_compute_params.py
     "compute delete": ("-n cpu", ("--name cpu", "-y", "--yes", "--no-wait")),
     "model download": ("-n m -v 1", ("--name m", "--version 1", "-p d", "--download-path d",
                                      "--registry-name r")),
+    # _params/_datastore_params.py
+    "datastore create": ("-f d.yml", ("--file d.yml", "-n d", "--name d", "--set a=1 b=2")),
+    "datastore show": ("-n d", ("--name d",)),
+    "datastore list": ("", ("-r 5", "--max-results 5")),
+    "datastore delete": ("-n d", ("--name d",)),
     # _params/_workspace_params.py: workspace verbs take the workspace as --name
     "workspace show": ("", ("-n ws", "--name ws", "-g rg")),
     "workspace list": ("", ("-g rg", "--filtered-kinds hub,project", "-r 5",

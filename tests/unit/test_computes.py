@@ -80,3 +80,25 @@ def test_workspace_show_is_the_local_one_and_names_its_mlflow_store(tmp_path, mo
     assert out.strip() == f"sqlite:///{store}" and "the workspace is the local one" in err
     assert run(["workspace", "list", "--query", "[].[name, resource_group]"]) == 0
     assert json.loads(capsys.readouterr().out) == [["local", "local"]]
+
+
+def test_a_datastore_is_kept_without_its_secrets_beside_the_workspaces_own(azml, tmp_path,
+                                                                           capsys):
+    spec = tmp_path / "ds.yml"
+    spec.write_text("name: blob1\ntype: azure_blob\naccount_name: acct\ncontainer_name: data\n"
+                    "credentials:\n  account_key: s3cret\n")
+    assert run(["datastore", "create", "-f", str(spec), "-n", "raw",
+                "--set", "container_name=other"]) == 0
+    made = json.loads(capsys.readouterr().out)
+    assert (made["name"], made["container_name"], made["credentials"]) == ("raw", "other", {})
+    assert "s3cret" not in "".join(p.read_text() for p in (tmp_path / "ws").rglob("*.json"))
+    assert run(["datastore", "list", "--query", "[].name"]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        "raw", "workspaceartifactstore", "workspaceblobstore", "workspacefilestore",
+        "workspaceworkingdirectory"]
+    assert run(["datastore", "delete", "-n", "raw"]) == 0
+    assert run(["datastore", "show", "-n", "raw"]) == 3
+    assert run(["datastore", "delete", "-n", "workspaceblobstore"]) == 2
+    spec.write_text("name: x\ntype: azure_blob\n")
+    assert run(["datastore", "create", "-f", str(spec)]) == 2
+    assert "account_name" in capsys.readouterr().err
