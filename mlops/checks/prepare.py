@@ -12,15 +12,7 @@ from mlops.checks.overrides import apply_removals, apply_sets, parse_sets
 from mlops.checks.references import check_references
 from mlops.checks.validation import check
 from mlops.errors import LocalRunError
-from mlops.runtime import (
-    AssetMap,
-    Job,
-    checked_code,
-    code_path,
-    experiment_name,
-    is_remote,
-    job_inputs,
-)
+from mlops.runtime import AssetMap, Job, experiment_name, is_remote, job_inputs
 from mlops.specs import JOB_TYPES, Spec, an, load_spec
 
 RUNS_HERE = {"commandJob", "sweepJob", "pipelineJob", "sparkJob", "autoMLJob"}
@@ -59,7 +51,6 @@ def prepare_job(spec_path: str | Path, sets: list[str], removes: list[str],
     if errors:
         raise LocalRunError("\n".join(errors) + "\nAzure would refuse this spec: fix it first"
                             + what_it_is(spec))
-    local_code(spec)
     check_references(spec, assets, env_file)
     experiment_name(spec.data)  # the service refuses a name it does not take at submission
     local_inputs(spec, assets)
@@ -72,17 +63,6 @@ def prepare_job(spec_path: str | Path, sets: list[str], removes: list[str],
                 print(note, file=sys.stderr)
             spec = dataclasses.replace(spec, data=built.definition)
     return Job(spec, assets)
-
-
-def local_code(spec: Spec) -> None:
-    """The job's code folder (a sweep's trial's), as az ml job create uploads it before the job
-    exists (code first: _resolve_arm_id_for_command_job), so what the upload cannot take is
-    refused at create, with nothing started. A pipeline's steps' code is checked as each step
-    takes its snapshot."""
-    data = spec.data.get("trial") if spec.kind == "sweepJob" else spec.data
-    code = data.get("code") if isinstance(data, dict) else None
-    if isinstance(code, str) and code and not is_remote(code):
-        checked_code(code_path(code, spec.path.parent, f"{spec.path}: code"))
 
 
 def local_inputs(spec: Spec, assets: AssetMap) -> None:

@@ -1,5 +1,7 @@
 """The workspace names `az ml job create` resolves when a job is submitted, resolved here the
 same way before anything runs: a name nothing here knows is refused as Azure refuses the job.
+So are the code folders it uploads then (the job's, a sweep trial's, each inline or file
+component's): what az ml's upload cannot take fails the create (mlops/workspace/uploads.py).
 
 azure-ai-ml resolves each short name (`azureml:<name>:<version>`, `azureml:<name>@<label>`) a
 job makes as it submits it (operations/_job_operations.py create_or_update, through
@@ -28,7 +30,14 @@ from pathlib import Path
 
 from mlops.environments.envspec import EnvMap, require_environment
 from mlops.errors import LocalRunError
-from mlops.runtime import AssetMap, input_value, load_component
+from mlops.runtime import (
+    AssetMap,
+    checked_code,
+    code_path,
+    input_value,
+    is_remote,
+    load_component,
+)
 from mlops.specs import Spec, SpecData
 from mlops.workspace.records import AssetKind
 from mlops.workspace.references import submitted_name, versionless_refusal
@@ -67,9 +76,13 @@ def check_references(spec: Spec, assets: AssetMap, env_file: Path | None = None)
 
 
 def check_definition(data: SpecData, base: Path, refs: Refs, where: str) -> None:
-    """A job's, a node's or an inline component's own names: its mapping inputs, an AutoML
+    """A job's, a node's or an inline component's own names: its code folder (as az ml's upload
+    lists it: what the upload cannot take fails the create), its mapping inputs, an AutoML
     job's data, its environment (a parallel task's too)."""
-    task = data.get("task")  # the environment first, inputs next: azure-ai-ml's order
+    code = data.get("code")  # code first, then the environment, then inputs: azure-ai-ml's
+    if isinstance(code, str) and code and not is_remote(code):  # order (it uploads code)
+        checked_code(code_path(code, base, refs.key(where, "code")))
+    task = data.get("task")
     for key, value in (("environment", data.get("environment")),
                        ("task.environment", task.get("environment") if isinstance(task, dict)
                         else None)):
@@ -135,6 +148,6 @@ def check_component(ref, base: Path, refs: Refs, where: str) -> None:
 
 
 def _own(definition: SpecData) -> SpecData:
-    """A component's environment names (its inputs declare types and defaults, not data the
-    job is given)."""
-    return {key: definition[key] for key in ("environment", "task") if key in definition}
+    """A component's code and environment names (its inputs declare types and defaults, not
+    data the job is given)."""
+    return {key: definition[key] for key in ("code", "environment", "task") if key in definition}

@@ -307,10 +307,11 @@ def test_a_schema_error_names_azures_published_schema_not_a_path_of_this_reposit
                                    "latest/commandJob.schema.json")
 
 
-@pytest.mark.parametrize("trial", [False, True])
-def test_a_code_folder_az_ml_cannot_upload_is_refused_at_create(tmp_path, trial):
-    """az ml job create uploads `code:` (a sweep's trial.code) before the job exists, so a link
-    to nothing in it fails the create: refused then, naming the entry, as the snapshot would."""
+@pytest.mark.parametrize("kind", ["command", "sweep", "pipeline", "component file"])
+def test_a_code_folder_az_ml_cannot_upload_is_refused_at_create(tmp_path, kind):
+    """az ml job create uploads `code:` (a sweep's trial's, each inline or file component's)
+    before the job exists, so a link to nothing in it fails the create: refused then, naming
+    the entry, as the snapshot would."""
     from mlops.checks.prepare import prepare_job
     from mlops.errors import LocalRunError
     from mlops.runtime.uris import AssetMap
@@ -321,14 +322,20 @@ def test_a_code_folder_az_ml_cannot_upload_is_refused_at_create(tmp_path, trial)
     (code / "gone").symlink_to(tmp_path / "nowhere")
     command = {"command": "python main.py", "code": "src",
                "environment": "azureml:AzureML-sklearn-1.5@latest"}
-    data = {"type": "sweep", "trial": command, "sampling_algorithm": "random",
-            "search_space": {"c": {"type": "choice", "values": [1]}},
-            "objective": {"goal": "maximize", "primary_metric": "m"},
-            "limits": {"max_total_trials": 1}} if trial else {"type": "command", **command}
+    (tmp_path / "step.yml").write_text(yaml.safe_dump({"type": "command", "name": "step",
+                                                       **command}))
+    data = {"command": {"type": "command", **command},
+            "sweep": {"type": "sweep", "trial": command, "sampling_algorithm": "random",
+                      "search_space": {"c": {"type": "choice", "values": [1]}},
+                      "objective": {"goal": "maximize", "primary_metric": "m"},
+                      "limits": {"max_total_trials": 1}},
+            "pipeline": {"type": "pipeline", "settings": {"default_compute": "azureml:cpu"},
+                         "jobs": {"a": {"type": "command", **command}}},
+            "component file": {"type": "pipeline", "settings": {"default_compute": "azureml:c"},
+                               "jobs": {"a": {"component": "file:step.yml"}}}}[kind]
     path = tmp_path / "job.yml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(LocalRunError, match="gone is a link to .*nowhere, which does not exist"):
         prepare_job(path, [], [], AssetMap(None))
     (code / "gone").unlink()
-    assert prepare_job(path, [], [], AssetMap(None)).spec.kind == ("sweepJob" if trial
-                                                                   else "commandJob")
+    assert prepare_job(path, [], [], AssetMap(None)).spec.kind == f"{data['type']}Job"
