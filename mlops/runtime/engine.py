@@ -30,7 +30,7 @@ from pathlib import Path
 
 from mlops.environments.activation import Activation, Environments
 from mlops.errors import LocalRunError
-from mlops.runtime import debugging, launch, placement, reuse, snapshot, watchdog
+from mlops.runtime import debugging, launch, localize, placement, reuse, snapshot, watchdog
 from mlops.runtime.aliases import is_safe, shell_path
 from mlops.runtime.binding import bind_inputs, bind_outputs, fill_artifacts
 from mlops.runtime.environ import process_env, tracking_env
@@ -142,8 +142,11 @@ def resolve(task: Task, rt: Runtime) -> Resolved:
 
 
 def take_snapshot(task: Task, resolved: Resolved) -> None:
-    """`code:` into the working directory, as Azure uploads it."""
+    """`code:` into the working directory, as Azure uploads it (and a Spark job's files and
+    archives where its executors find them)."""
     snapshot.take(task.code, resolved.code_at, includes=task.includes)
+    for warning in localize.place(task.localized, resolved.code_at, task.where):
+        print(warning, file=sys.stderr, flush=True)
 
 
 def environment(task: Task, rt: Runtime, resolved: Resolved) -> Activation:

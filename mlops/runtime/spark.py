@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
+from mlops.runtime.localize import localized
 from mlops.runtime.placement import Placement
 from mlops.runtime.spark_shipped import shipped_for
 from mlops.runtime.tasks import Task, TaskSource, time_limit, variables
@@ -220,6 +221,7 @@ def spark_task(source: TaskSource) -> SparkTask:
         inputs=source.bound_inputs(), outputs=source.bound_outputs(),
         environment=chosen.line.environment(data.get("environment"), base, shipped),
         env_vars=env_vars, placement=Placement(), timeout=time_limit(data, where),
+        localized=localized(_listed(data, "files", where), _listed(data, "archives", where)),
         experiment=source.experiment,
         tags={**source.tags, "mlops.spark": chosen.line.version},
         parent_run=source.parent, address=source.address, assets=source.stand_ins())

@@ -12,6 +12,7 @@ from typing import NamedTuple
 from mlops.environments.envspec import EnvironmentRef
 from mlops.errors import LocalRunError
 from mlops.runtime.launch import ARG_STRLEN_MAX
+from mlops.runtime.localize import Localized
 from mlops.runtime.placement import Placement
 from mlops.runtime.uris import AssetMap, is_remote
 from mlops.runtime.values import OutputSpec, Value, job_inputs, job_outputs
@@ -43,6 +44,7 @@ class Task:
     env_vars: dict[str, str] = field(default_factory=dict)  # the spec's environment_variables
     placement: Placement = field(default_factory=Placement)
     read_only: list[Path] = field(default_factory=list)  # beyond the inputs: a mounted model
+    localized: tuple[Localized, ...] = ()  # Spark's files and archives, placed in the wd
     workdir: Workdir = field(default_factory=Workdir)
     timeout: float = 0.0  # limits.timeout: seconds Azure lets it run before it cancels it (0: none)
     experiment: str = "Default"

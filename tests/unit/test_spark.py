@@ -177,3 +177,11 @@ def test_a_spark_task_is_told_the_asset_maps_stand_ins_as_a_command_step_is(tmp_
     task = build(job(), tmp_path, assets=tmp_path / "map.yml").task
     assert task.assets[0] == str(tmp_path / "map.yml")
     assert task.assets[1].get("azureml:insect-model") == str(tmp_path)
+
+
+def test_files_and_archives_are_placed_in_the_working_directory_by_their_names(tmp_path):
+    data = job()
+    data["archives"] = ["deps/env.tar.gz#env"]
+    task = build(data, tmp_path).task
+    assert [(e.source, e.name, e.unpack) for e in task.localized] == [
+        ("labels.txt", "labels.txt", False), ("deps/env.tar.gz", "env", True)]
