@@ -16,6 +16,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from mlops.errors import LocalRunError
+
 
 @dataclass(frozen=True)
 class Localized:
@@ -72,5 +74,26 @@ def place(entries: tuple[Localized, ...], wd: Path, where: str) -> list[str]:
         if kind is None:  # a file, or an archive of a kind Spark copies as it is
             shutil.copy2(source, target)
         else:
-            shutil.unpack_archive(source, target, kind)
+            _unpack(source, target, kind)
     return warnings
+
+
+def _unpack(source: Path, target: Path, kind: str) -> None:
+    """A zip through the runtime's bounded extraction (archives.py: bombs, `..` and absolute
+    names kept inside); a tar with tarfile's `data` filter (no member outside `target`, no
+    links out of it, no devices)."""
+    if kind == "zip":
+        from mlops.runtime.archives import extract
+
+        extract(source, target)
+        return
+    import tarfile
+
+    target.mkdir(parents=True)
+    try:
+        with tarfile.open(source) as tar:
+            tar.extractall(target, filter="data")
+    except (tarfile.TarError, OSError) as err:
+        raise LocalRunError(f"archives: {source.name} cannot be unpacked into {target.name}/ "
+                            f"here ({err}); keep its members inside it, as plain files and "
+                            "folders") from None

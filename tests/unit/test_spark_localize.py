@@ -8,6 +8,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from mlops.runtime.localize import Localized, localized, place
 
 
@@ -60,3 +62,24 @@ def test_a_missing_entry_is_left_to_spark_submit_and_an_unknown_kind_is_copied(t
     assert place(localized(["gone.txt"], ["notes.whl#w"]), wd, "job.yml") == []
     assert not (wd / "gone.txt").exists()
     assert (wd / "w").read_text() == "wheel"  # Spark copies what it cannot unpack
+
+
+def test_an_archive_member_naming_a_path_outside_is_kept_inside(tmp_path):
+    """A tar member `../escape.txt` or an absolute one never lands outside the folder."""
+    import io
+    import tarfile
+
+    from mlops.runtime.localize import localized, place
+
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    with tarfile.open(wd / "deps.tar.gz", "w:gz") as tar:
+        for name in ("../escape.txt", "ok.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"hi"))
+    from mlops.errors import LocalRunError
+
+    with pytest.raises(LocalRunError, match="deps.tar.gz cannot be unpacked into deps/"):
+        place(localized([], ["deps.tar.gz#deps"]), wd, "spark")
+    assert not (tmp_path / "escape.txt").exists() and not (wd / "escape.txt").exists()
