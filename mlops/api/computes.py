@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mlops.api.views import GROUP, resource_id
 from mlops.errors import LocalRunError, NotFound
-from mlops.specs import SpecData
+from mlops.specs import SpecData, load_spec
 from mlops.workspace import resources
 from mlops.workspace.resources import COMPUTES
 from mlops.workspace.store import Workspace, workspace_root
@@ -69,6 +69,8 @@ def _size_note(spec: SpecData) -> None:
 
 
 def create(request: ComputeRequest, root: Path | None = None) -> View:
+    if request.spec is not None:  # read with the project's limits first (a YAML bomb, a
+        load_spec(request.spec)  # binary file) before azure-ai-ml reads it whole
     spec = _load(request.spec, [{k: v} for k, v in request.overrides], "create")
     if spec.get("type") == "synapsespark":  # the ml extension's ml_compute_create
         raise LocalRunError("Create operation not supported for synapsespark compute type. "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mlops.api.views import GROUP, resource_id
 from mlops.errors import LocalRunError, NotFound
-from mlops.specs import SpecData
+from mlops.specs import SpecData, load_spec
 from mlops.workspace import resources
 from mlops.workspace.resources import DATASTORES
 from mlops.workspace.store import Workspace, workspace_root
@@ -48,6 +48,7 @@ def create(spec: Path, overrides: list[dict[str, object]], root: Path | None = N
     from azure.ai.ml import load_datastore
 
     logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
+    load_spec(spec)  # the project's limits first (a YAML bomb), before azure-ai-ml reads it
     try:
         entity = load_datastore(spec, params_override=overrides)
     except OSError as err:

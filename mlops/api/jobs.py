@@ -198,11 +198,13 @@ def validate(spec: Path, sets: list[str], name: str | None = None) -> dict[str, 
     from azure.ai.ml.entities._validate_funcs import validate_job
 
     from mlops.checks.overrides import parse_sets
+    from mlops.specs import load_spec
 
     logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
     override = [*parse_sets(sets, spec), *([{"name": name}] if name else [])]
     if not spec.is_file():
         raise LocalRunError(f"job validate: {spec} is not a file; give the job's YAML spec")
+    load_spec(spec)  # the project's limits first (a YAML bomb), before azure-ai-ml reads it
     try:
         result = validate_job(path=spec, ml_client=None, params_override=override)
     except Exception as err:  # noqa: BLE001 - what azure-ai-ml raises on reading the file

@@ -102,3 +102,17 @@ def test_a_datastore_is_kept_without_its_secrets_beside_the_workspaces_own(azml,
     spec.write_text("name: x\ntype: azure_blob\n")
     assert run(["datastore", "create", "-f", str(spec)]) == 2
     assert "account_name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", [["compute", "create"], ["datastore", "create"],
+                                  ["job", "validate"]])
+def test_a_yaml_bomb_is_refused_before_azure_ai_ml_reads_it(verb, tmp_path, monkeypatch,
+                                                            capsys):
+    monkeypatch.setenv("MLOPS_WORKSPACE_DIR", str(tmp_path / "ws"))
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    bomb = tmp_path / "bomb.yml"
+    bomb.write_text("\n".join([*lines, "name: x", "type: amlcompute"]) + "\n")
+    assert run([*verb, "-f", str(bomb)]) == 2
+    assert "expands to more than" in capsys.readouterr().err
