@@ -274,6 +274,11 @@ def invoke(endpoint: str, request: Path, deployment: str | None) -> str:
                         deployment=deployment).body.decode(errors="replace")
 
 
+def regenerate_keys(endpoint: str, key_type: str) -> None:
+    _created(endpoint)
+    actions.regenerate_key(endpoint, key_type)
+
+
 def credentials(endpoint: str) -> dict[str, object]:
     _created(endpoint)
     return json.loads(json.dumps(actions.credential_record(endpoint)))

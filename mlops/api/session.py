@@ -205,6 +205,9 @@ class Session(ResourceVerbs):
     def endpoint_credentials(self, name: str) -> dict[str, object]:
         return endpoints.credentials(name)
 
+    def regenerate_endpoint_key(self, name: str, key_type: str = "primary") -> None:
+        endpoints.regenerate_keys(name, key_type)
+
     def create_deployment(self, request: endpoints.DeploymentRequest) -> View:
         """`az ml online-deployment create|update -f [--all-traffic]`: its server started."""
         return endpoints.create_deployment(request)

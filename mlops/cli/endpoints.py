@@ -15,7 +15,7 @@ from mlops.runtime import DebugRequest, add_debug_arguments
 def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     endpoint = groups.add_parser("online-endpoint", help="local online endpoints").add_subparsers(
         dest="verb", required=True,
-        metavar="{create,show,list,update,invoke,get-credentials,delete}")
+        metavar="{create,show,list,update,invoke,get-credentials,regenerate-keys,delete}")
     create = verb.add(endpoint, "create", _create_endpoint, "create (or update) an endpoint")
     create.add_argument("-f", "--file", type=Path, help="(or --name alone: key auth)")
     create.add_argument("-n", "--name")
@@ -42,6 +42,11 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
             each.add_argument("--no-wait", action="store_true")
     add_switch(verb.add(endpoint, "list", _list_endpoints, "the endpoints"), "--local",
                "(every endpoint is local here)")
+    regenerate = verb.add(endpoint, "regenerate-keys", _regenerate, "a new primary or "
+                          "secondary key")
+    regenerate.add_argument("-n", "--name", required=True)
+    regenerate.add_argument("--key-type", default="primary", help="primary or secondary")
+    regenerate.add_argument("--no-wait", action="store_true", help="(local: at once)")
     add_update_invoke(endpoint, verb)
     add_deployments(groups, verb)
 
@@ -182,6 +187,10 @@ def _traffic_over(session: Session, args: argparse.Namespace, key: str) -> str |
 
 def _invoke(session: Session, args: argparse.Namespace) -> object:
     return session.invoke(args.name, args.request_file, deployment=args.deployment_name)
+
+
+def _regenerate(session: Session, args: argparse.Namespace) -> None:
+    session.regenerate_endpoint_key(args.name, args.key_type)
 
 
 def _credentials(session: Session, args: argparse.Namespace) -> object:

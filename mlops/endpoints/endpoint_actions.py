@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import secrets
 import sys
 import urllib.error
 import urllib.request
@@ -164,6 +165,23 @@ def credential_record(name: str | None) -> dict[str, object]:
         state.ensure_credentials()
         state.write(folder)
     return dict(state.keys) if state.auth_mode == AuthMode.KEY else asdict(state.tokens[-1])
+
+
+def regenerate_key(name: str | None, key_type: str) -> None:
+    """`az ml online-endpoint regenerate-keys`: a new primary (or secondary) key, effective at
+    once (the front reads endpoint.json again when it changes); the other key still opens it.
+    azure-ai-ml's refusals, in its words: a type other than primary or secondary, an endpoint
+    that does not use keys."""
+    if key_type.lower() not in ("primary", "secondary"):
+        raise LocalRunError("Key type must be 'primary' or 'secondary'.")
+    folder = chosen(name)
+    with endpoint_lock(folder, "regenerate-keys"):
+        state = running_state(folder)
+        if state.auth_mode != AuthMode.KEY:
+            raise LocalRunError(f"Endpoint '{state.name}' does not use keys for authentication.")
+        state.ensure_credentials()
+        state.keys[f"{key_type.lower()}Key"] = secrets.token_urlsafe(24)
+        state.write(folder)
 
 
 def show(name: str | None) -> int:

@@ -60,6 +60,8 @@ PARITY: dict[str, tuple[str, tuple[str, ...]]] = {
     "online-endpoint show": ("-n ep", ("--name ep", "-e", "--web", *LOCAL)),
     "online-endpoint delete": ("-n ep", ("--name ep", "--no-wait", "-y", "--yes", *LOCAL)),
     "online-endpoint get-credentials": ("-n ep", ("--name ep",)),
+    "online-endpoint regenerate-keys": ("-n ep", ("--name ep", "--key-type secondary",
+                                                  "--no-wait")),
     "online-endpoint list": ("", LOCAL),
     "online-endpoint update": ("-n ep", ("--name ep", "-r 'blue=100'", "--traffic 'b=90 g=10'",
                                          "--mirror-traffic 'g=10'", "-f e.yml", "--file e.yml",
