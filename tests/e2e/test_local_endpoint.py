@@ -23,6 +23,7 @@ from endpoint_client import Endpoints, post, servers_of, use_root
 from support import ROOT, until
 
 from mlops import serve
+from mlops.endpoints import endpoint_actions
 from mlops.runtime.records import Status, TaskRecord
 
 FIXTURE = ROOT / "tests" / "fixtures" / "endpoint"
@@ -128,6 +129,11 @@ def test_key_auth_as_azure_answers_it(rollout):
     assert (wrong.status, wrong.body) == (401, "key_auth_access_denied")
     for key in (keys["primaryKey"], keys["secondaryKey"]):
         assert post(url, {}, {"Authorization": f"Bearer {key}"}).status == 200
+    endpoint_actions.regenerate_key(endpoints.state().name, "primary")  # regenerate-keys
+    new = endpoints.state().keys["primaryKey"]
+    assert post(url, {}, {"Authorization": f"Bearer {new}"}).status == 200
+    assert post(url, {}, {"Authorization": f"Bearer {keys['primaryKey']}"}).status == 401
+    assert post(url, {}, {"Authorization": f"Bearer {keys['secondaryKey']}"}).status == 200
 
 
 @pytest.mark.proof
