@@ -105,8 +105,9 @@ def algorithm_flags(training: SpecData, task: str, where: str, flags: Flags) -> 
             if azure is None:
                 raise LocalRunError(f"{where}.training.{key}: {given!r} is not a {task} "
                                     f"algorithm of Azure's AutoML ({', '.join(known.values())})")
-            if not algorithms.canonical(azure, task):
-                flags.notes.append(f"{key}: {azure} has no counterpart in the stand-in")
+            if not algorithms.canonical(azure, task):  # blocked: absent here anyway
+                if key.startswith("allowed"):
+                    flags.notes.append(f"{key}: {azure} has no counterpart in the stand-in")
                 continue
             names.append(azure)
         if names:
@@ -160,7 +161,14 @@ def featurization_flags(featurization: SpecData, flags: Flags) -> None:
                            "stand-in featurizes with FLAML's own")
 
 
-def forecasting_flags(raw: SpecData, where: str) -> dict[str, object]:
+# forecasting settings Azure's featurization acts on that the stand-in does not apply
+FORECASTING_UNAPPLIED = ("target_lags", "target_rolling_window_size", "feature_lags",
+                         "seasonality", "use_stl", "short_series_handling_config",
+                         "target_aggregate_function", "country_or_region_for_holidays",
+                         "cv_step_size", "features_unknown_at_forecast_time")
+
+
+def forecasting_flags(raw: SpecData, where: str, flags: Flags) -> None:
     settings = raw.get("forecasting") or {}
     if not settings.get("time_column_name"):
         raise LocalRunError(f"{where}.forecasting.time_column_name: a forecasting job names its "
@@ -168,12 +176,20 @@ def forecasting_flags(raw: SpecData, where: str) -> dict[str, object]:
     if settings.get("time_series_id_column_names"):
         raise LocalRunError(f"{where}.forecasting.time_series_id_column_names: the local "
                             "stand-in forecasts one series; many series run on Azure")
-    found = {"time_column_name": settings["time_column_name"],
-             "forecast_horizon": int(number(settings.get("forecast_horizon") or 1,
-                                            f"{where}.forecasting.forecast_horizon"))}
+    horizon = settings.get("forecast_horizon") or 1
+    if str(horizon).lower() != "auto":  # auto: Azure's rule, on the data (standin/series.py)
+        horizon = int(number(horizon, f"{where}.forecasting.forecast_horizon"))
+    flags.values.update({"time_column_name": settings["time_column_name"],
+                         "forecast_horizon": str(horizon).lower()})
     if settings.get("frequency"):
-        found["frequency"] = str(settings["frequency"])
-    return found
+        flags.values["frequency"] = str(settings["frequency"])
+    unapplied = [key for key in FORECASTING_UNAPPLIED if settings.get(key) not in (None, "")]
+    if unapplied:
+        flags.notes.append(f"forecasting: {', '.join(unapplied)} are Azure's forecasting "
+                           "featurization; the stand-in makes its own lags")
+    if raw.get("test_data_size") not in (None, ""):
+        flags.notes.append("test_data_size: Azure does not split a test set off forecasting "
+                           "data (azure-ai-ml's forecasting() documentation); no test run")
 
 
 def search_flags(raw: SpecData, task: str, where: str) -> Flags:
@@ -185,7 +201,9 @@ def search_flags(raw: SpecData, task: str, where: str) -> Flags:
     flags = Flags({"task": task, "target_column_name": target,
                    "primary_metric": primary_metric(raw, task, where)})
     algorithm_flags(raw.get("training") or {}, task, where, flags)
-    for key in ("validation_data_size", "n_cross_validations"):
+    splits = ["validation_data_size", "n_cross_validations"] + \
+        ([] if task == "forecasting" else ["test_data_size"])  # forecasting: noted below
+    for key in splits:
         if raw.get(key) not in (None, ""):
             flags.values[key] = raw[key] if str(raw[key]) == "auto" else number(raw[key], where)
     if raw.get("weight_column_name"):
@@ -193,7 +211,7 @@ def search_flags(raw: SpecData, task: str, where: str) -> Flags:
     limit_flags(raw.get("limits") or {}, where, flags)
     featurization_flags(raw.get("featurization") or {}, flags)
     if task == "forecasting":
-        flags.values.update(forecasting_flags(raw, where))
+        forecasting_flags(raw, where, flags)
     if raw.get("cv_split_column_names"):
         flags.notes.append("cv_split_column_names: not applied by the stand-in (its own folds)")
     return flags

@@ -213,11 +213,44 @@ def test_without_validation_settings_azures_rule_by_rows_picks_folds_or_a_holdou
                                             ("M", "ME"), ("D", "D")])
 def test_a_forecasting_frequency_in_azures_older_pandas_spelling_is_read(alias, now, monkeypatch):
     monkeypatch.syspath_prepend(str(STANDIN))
+    series = pytest.importorskip("series")
+    import pandas as pd
+
+    assert series.offset(alias) == pd.tseries.frequencies.to_offset(now)
+    sys.modules.pop("series", None)
+
+
+@pytest.mark.parametrize(("frequency", "periods"), [
+    ("h", 24), ("2h", 12), ("5h", 1), ("15min", 4), ("7min", 1), ("D", 7), ("7D", 4),
+    ("3D", 1), ("W-SUN", 4), ("MS", 12), ("ME", 12), ("5MS", 1), ("QS", 4), ("YS", 1),
+    ("2YS", 1), ("B", 1)])
+def test_forecast_horizon_auto_is_one_season_of_the_frequency_by_azures_rule(
+        frequency, periods, monkeypatch):
+    """Azure's heuristic (azureml-training-tabular): a season's periods, else the default 1."""
+    monkeypatch.syspath_prepend(str(STANDIN))
+    series = pytest.importorskip("series")
+    assert series.horizon("auto", frequency) == periods
+    assert series.horizon("AUTO", frequency) == periods and series.horizon("48", frequency) == 48
+    sys.modules.pop("series", None)
+
+
+def test_test_data_size_holds_a_stratified_share_of_training_out_for_the_test_run(monkeypatch):
+    monkeypatch.syspath_prepend(str(STANDIN))
     search = pytest.importorskip("search")
     import pandas as pd
 
-    assert search.offset(alias) == pd.tseries.frequencies.to_offset(now)
-    sys.modules.pop("search", None)
+    y = pd.Series(["a"] * 80 + ["b"] * 20)
+    X = pd.DataFrame({"x": range(100)})
+    data = search.Data(X=X, y=y, weights=pd.Series([float(i) for i in range(100)]))
+    config = type("Config", (), {"task": "classification", "test_data_size": 0.2, "seed": 1})
+    search.hold_out_test(config, data)
+    X_test, y_test = data.test
+    assert (len(data.X), len(X_test)) == (80, 20)
+    assert y_test.value_counts().to_dict() == {"a": 16, "b": 4}  # the classes' shares kept
+    assert list(data.weights) == [float(v) for v in data.X["x"]]  # weights follow their rows
+    assert not set(X_test["x"]) & set(data.X["x"])
+    for module in ("search", "series", "azure_metrics"):
+        sys.modules.pop(module, None)
 
 
 def test_a_hostile_column_name_reaches_the_stand_in_as_one_value():
@@ -234,6 +267,31 @@ def test_a_hostile_column_name_reaches_the_stand_in_as_one_value():
         assert parsed.target_column_name == name and parsed.task == "classification"
     for module in ("automl_standin", "algorithms", "search", "tracking", "azure_metrics"):
         sys.modules.pop(module, None)  # the stand-in's top-level names, imported from its folder
+
+
+def test_forecasting_settings_pass_auto_horizons_and_note_what_the_stand_in_does_not_apply():
+    forecasting = {"time_column_name": "t", "forecast_horizon": "auto", "target_lags": [12],
+                   "target_rolling_window_size": 4, "frequency": "H"}
+    built = automl_command(spec(task="forecasting", forecasting=forecasting, test_data_size=0.1,
+                                training={"blocked_training_algorithms": ["prophet"]}), "j")
+    found = flags(built.definition["command"])
+    assert found["--forecast_horizon"] == "auto" and found["--frequency"] == "H"
+    assert "--test_data_size" not in found
+    assert [note.split(": ", 2)[2].split(":")[0] for note in built.notes] == [
+        "forecasting", "test_data_size"]  # a blocked algorithm absent here needs no note
+    assert "target_lags, target_rolling_window_size" in built.notes[0]
+    forecasting["forecast_horizon"] = 48
+    assert flags(automl_command(spec(task="forecasting", forecasting=forecasting), "j")
+                 .definition["command"])["--forecast_horizon"] == "48"
+    forecasting["forecast_horizon"] = "soon"
+    with pytest.raises(LocalRunError, match=r"forecast_horizon: 'soon' is not a number"):
+        automl_command(spec(task="forecasting", forecasting=forecasting), "j")
+
+
+def test_test_data_size_reaches_the_stand_in_for_classification_and_regression():
+    for task in ("classification", "regression"):
+        command = automl_command(spec(task=task, test_data_size=0.2), "j").definition["command"]
+        assert flags(command)["--test_data_size"] == "0.2"
 
 
 def test_max_cores_per_trial_minus_one_is_every_core_as_on_azure():

@@ -7,11 +7,11 @@
 Azure picks a tabular job's candidate pipelines through its AutoML service, which no machine
 outside Azure can call. This runs the same job with FLAML instead: the data is read by Azure's
 own `mltable` package; task, primary metric, limits, allowed and blocked algorithms, validation
-(validation_data, validation_data_size, n_cross_validations) and featurization off/auto are
-mapped; each trial becomes a child MLflow run with Azure's metric names; the best model is an
-MLflow model (scikit-learn flavour, python_function loader) in `best_model`, and in the best
-child run's outputs/mlflow-model as Azure writes it. The first line of the log says what
-differs from Azure's search.
+(validation_data, validation_data_size, n_cross_validations), test_data or test_data_size, and
+featurization off/auto are mapped; each trial becomes a child MLflow run with Azure's metric
+names; the best model is an MLflow model (scikit-learn flavour, python_function loader) in
+`best_model`, and in the best child run's outputs/mlflow-model as Azure writes it. The first
+line of the log says what differs from Azure's search.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class StandinConfig:
     validation_data: str = ""
     test_data: str = ""
     validation_data_size: float = 0.0
+    test_data_size: float = 0.0  # the share of training_data held out for the test run
     n_cross_validations: str = ""  # a number of folds, "auto", or "" (Azure's rule by rows)
     timeout_minutes: float = 0.0  # 0: none
     trial_timeout_minutes: float = 0.0
@@ -55,7 +56,7 @@ class StandinConfig:
     featurization: str = "auto"  # auto, off or custom
     categorical_columns: str = ""  # featurization.column_name_and_types: ... Categorical
     time_column_name: str = ""
-    forecast_horizon: int = 1
+    forecast_horizon: str = "1"  # periods ahead, or "auto" (Azure's rule: series.horizon)
     frequency: str = ""  # a pandas offset alias (H, D, W-THU); "" infers it
     seed: int = 1
     best_model: str = ""  # the output folder of the best model

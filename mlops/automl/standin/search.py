@@ -2,7 +2,8 @@
 
 Validation follows Azure's rule: validation_data when given; else validation_data_size as a
 holdout share; else n_cross_validations folds; else, by the number of training rows, 10 folds
-under 1,000 rows, 3 folds up to 20,000, and a 10% holdout above.
+under 1,000 rows, 3 folds up to 20,000, and a 10% holdout above. test_data_size holds its
+share of training_data out for the test run first, as Azure does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import azure_metrics
 import pandas as pd
+import series
+from sklearn.model_selection import train_test_split
 
 AZURE_TIMEOUT_MINUTES = 6 * 24 * 60  # limits.timeout_minutes when a spec sets none
 
@@ -28,6 +31,7 @@ class Data:
     validation: tuple | None = None  # (X, y)
     test: tuple | None = None
     weights: pd.Series | None = None  # weight_column_name's values for the training rows
+    horizon: int = 1  # forecasting: periods ahead (forecast_horizon, `auto` resolved)
     y_range: float = 0.0  # the target's range, which Azure's normalized errors divide by
 
 
@@ -69,54 +73,21 @@ def read_table(folder: str, config, role: str) -> pd.DataFrame:
 
 
 def split(frame: pd.DataFrame, config) -> tuple:
-    frame = frame.reset_index(drop=True)
+    """(X, y, the series' frequency: None unless forecasting)."""
+    frame, frequency = frame.reset_index(drop=True), None
     if config.task == "forecasting":
-        frame = regular(frame, config)
+        frame, frequency = series.regular(frame, config)
         first = [config.time_column_name]
         frame = frame[first + [c for c in frame.columns if c not in first]]
-    return frame.drop(columns=[config.target_column_name]), frame[config.target_column_name]
-
-
-# the aliases pandas 3 renamed, which specs written for Azure's older pandas use
-LEGACY_ALIASES = {"H": "h", "BH": "bh", "T": "min", "S": "s", "L": "ms", "U": "us", "N": "ns",
-                  "M": "ME", "BM": "BME", "SM": "SME", "Q": "QE", "BQ": "BQE", "A": "YE",
-                  "Y": "YE", "BA": "BYE", "BY": "BYE"}
-
-
-def offset(alias: str):
-    """forecasting.frequency as this pandas reads it ("H" is "h" since pandas 2.2)."""
-    try:
-        return pd.tseries.frequencies.to_offset(alias)
-    except ValueError:
-        number = alias.rstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ-")
-        unit, _, anchor = alias[len(number):].partition("-")
-        renamed = number + LEGACY_ALIASES.get(unit.upper(), unit) + (f"-{anchor}" if anchor
-                                                                    else "")
-        return pd.tseries.frequencies.to_offset(renamed)
-
-
-def regular(frame: pd.DataFrame, config) -> pd.DataFrame:
-    """A series on a regular grid, as Azure's forecasting featurization makes it: the time
-    column parsed, one row per time (the first), gaps filled at `frequency` (given, else
-    inferred, else the most common step) and carried forward."""
-    time = config.time_column_name
-    if time not in frame.columns:
-        raise SystemExit(f"error: no column {time!r} (forecasting.time_column_name); the "
-                         f"columns: {', '.join(map(str, frame.columns))}")
-    frame = frame.assign(**{time: pd.to_datetime(frame[time])})
-    frame = frame.sort_values(time).drop_duplicates(time).set_index(time)
-    frequency = offset(config.frequency) if config.frequency else \
-        pd.infer_freq(frame.index) or pd.Series(frame.index).diff().mode().iloc[0]
-    filled = frame.asfreq(frequency).ffill()
-    if len(filled) != len(frame):
-        print(f"note: {len(filled) - len(frame)} missing time(s) at frequency {frequency} "
-              "filled with the last value", flush=True)
-    return filled.reset_index()
+    target = config.target_column_name
+    return frame.drop(columns=[target]), frame[target], frequency
 
 
 def load_data(config) -> Data:
-    X, y = split(read_table(config.training_data, config, "training_data"), config)
+    X, y, frequency = split(read_table(config.training_data, config, "training_data"), config)
     data = Data(X=X, y=y)
+    if config.task == "forecasting":
+        data.horizon = series.horizon(config.forecast_horizon, frequency)
     if config.weight_column_name:
         if config.weight_column_name not in X.columns:
             raise SystemExit(f"error: training_data has no column "
@@ -124,9 +95,11 @@ def load_data(config) -> Data:
         data.weights = X.pop(config.weight_column_name)
     if config.validation_data:
         data.validation = split(read_table(config.validation_data, config,
-                                           "validation_data"), config)
+                                           "validation_data"), config)[:2]
     if config.test_data:
-        data.test = split(read_table(config.test_data, config, "test_data"), config)
+        data.test = split(read_table(config.test_data, config, "test_data"), config)[:2]
+    elif config.test_data_size:
+        hold_out_test(config, data)
     for part in (data.validation, data.test):  # weights are not features of the model
         if part is not None and config.weight_column_name in part[0].columns:
             part[0].pop(config.weight_column_name)
@@ -134,6 +107,23 @@ def load_data(config) -> Data:
         values = pd.concat([y] + ([data.validation[1]] if data.validation else []))
         data.y_range = float(values.max() - values.min())
     return data
+
+
+def hold_out_test(config, data: Data) -> None:
+    """test_data_size: Azure's test run scores this share of training_data, held out before
+    any validation split: stratified by class for classification, at random for regression."""
+    parts = [data.X, data.y] + ([data.weights] if data.weights is not None else [])
+    try:
+        found = train_test_split(*parts, test_size=config.test_data_size, random_state=config.seed,
+                                 stratify=data.y if config.task == "classification" else None)
+    except ValueError:  # a class too rare to stratify: a random share, as for regression
+        found = train_test_split(*parts, test_size=config.test_data_size, random_state=config.seed)
+    found = [part.reset_index(drop=True) for part in found]
+    data.X, data.y, data.test = found[0], found[2], (found[1], found[3])
+    if data.weights is not None:
+        data.weights = found[4]
+    print(f"test_data_size: {len(found[1])} of {len(found[0]) + len(found[1])} training rows "
+          "held out for the test run", flush=True)
 
 
 def validation(config, data: Data) -> dict[str, object]:
@@ -217,7 +207,7 @@ def run(config, data: Data, chosen: dict[str, str], flaml_task: str) -> Outcome:
     if data.weights is not None:
         extra["sample_weight"] = data.weights.to_numpy()
     if config.task == "forecasting":
-        extra["period"] = config.forecast_horizon
+        extra["period"] = data.horizon
         import statsmodels.tools.sm_exceptions  # noqa: F401 - it sets its warnings to "always"
 
         warnings.filterwarnings("ignore", message="No frequency information")  # each fit
