@@ -14,6 +14,7 @@ A stand-in is one generator and its options:
     csv: {rows: 200, columns: {age: int:18-90, income: float, churn: binary,
           city: category:a|b|c, note: text, day: date, id: id}, name: data.csv, folder: true}
     mltable: {rows: 50, columns: {...}}           # a folder: data.csv and its MLTable file
+                                                  # (a name `col_[0-783]` is col_0 ... col_783)
     parquet: {rows: 50, columns: {...}, name: x.parquet}   # typed; a date column a timestamp
     images: {classes: [cat, dog], per_class: 4, size: 32}   # a folder per class, PNG files
     text: "a line"                                # a file holding that text
@@ -39,6 +40,8 @@ GENERATORS = ("repo", "state", "shared", "csv", "mltable", "parquet", "images", 
 COLUMN = re.compile(r"^(int|float)(:-?\d+(\.\d+)?--?\d+(\.\d+)?)?$|^(binary|text|date|id)$|"
                     r"^category:[^|]+(\|[^|]+)+$")
 MAX_ROWS = 100_000
+MAX_COLUMNS = 10_000
+RANGE = re.compile(r"^(.*)\[(\d+)-(\d+)\](.*)$")  # col_[0-783]: col_0 ... col_783
 MAX_IMAGES = 2_000
 
 
@@ -100,6 +103,8 @@ def check_table(options: dict[str, object], where: str) -> None:
         if not isinstance(kind, str) or not COLUMN.match(kind):
             raise StandinError(f"{where}: columns.{name}: {kind!r} is not int[:lo-hi], "
                                "float[:lo-hi], binary, text, date, id or category:a|b")
+    if not 0 < len(expand(columns)) <= MAX_COLUMNS:
+        raise StandinError(f"{where}: columns: 1 to {MAX_COLUMNS} (a range [lo-hi] counts each)")
     rows = options.get("rows", 100)
     if not isinstance(rows, int) or not 0 < rows <= MAX_ROWS:
         raise StandinError(f"{where}: rows: 1 to {MAX_ROWS}")
@@ -169,8 +174,22 @@ def newest(state: Path, pattern: str, reference: str) -> Path:
     return found[-1]
 
 
+def expand(columns: dict[str, object]) -> dict[str, object]:
+    """Column names as written, a range `col_[0-783]` standing for col_0 ... col_783 (each of
+    its kind): a table of hundreds of pixel columns in one line of the manifest."""
+    found: dict[str, object] = {}
+    for name, kind in columns.items():
+        match = RANGE.match(str(name))
+        if match is None:
+            found[str(name)] = kind
+            continue
+        prefix, low, high, suffix = match.groups()
+        found.update({f"{prefix}{i}{suffix}": kind for i in range(int(low), int(high) + 1)})
+    return found
+
+
 def table(options: dict[str, object], rng: random.Random) -> str:
-    columns = dict(options["columns"])
+    columns = expand(dict(options["columns"]))
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
@@ -223,7 +242,7 @@ def write_parquet(options: dict[str, object], into: Path, rng: random.Random) ->
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns = dict(options["columns"])
+    columns = expand(dict(options["columns"]))
     rows = [[cell(str(kind), row, rng) for kind in columns.values()]
             for row in range(int(options.get("rows", 100)))]
     data = {}

@@ -110,6 +110,17 @@ def table_standin(tmp_path, options):
     return standins.generate(standin, tmp_path / "out", roots)
 
 
+def test_a_column_range_stands_for_each_numbered_column_of_its_kind(tmp_path):
+    """col_[0-783]: the 784 pixel columns of a flattened 28x28 image, one manifest line."""
+    path = table_standin(tmp_path, {"rows": 3, "columns": {"col_[0-783]": "float:0-1",
+                                                           "label": "category:0.0|1.0"}})
+    rows = list(csv.DictReader(path.open()))
+    assert list(rows[0]) == [f"col_{i}" for i in range(784)] + ["label"]
+    assert all(0 <= float(r["col_783"]) <= 1 for r in rows)
+    with pytest.raises(standins.StandinError, match="columns: 1 to 10000"):
+        standins.parse_one("azureml:t", {"csv": {"columns": {"c[0-10000]": "int"}}}, "t")
+
+
 def test_a_csv_stand_in_is_deterministic_typed_and_holds_every_label(tmp_path):
     columns = {"age": "int:18-90", "income": "float", "churn": "binary",
                "city": "category:north|south|east", "day": "date", "id": "id"}
