@@ -61,16 +61,21 @@ def test_a_classification_job_logs_each_trial_as_azure_does_and_leaves_its_best_
 
 def test_regression_with_folds_and_a_forecast_complete_under_azures_metric_names(tmp_path):
     assert local.main([str(FIXTURES / "regression.yml"), "--run-dir",
-                       str(tmp_path / "regression")]) == 0
+                       str(tmp_path / "regression"), "--set", "test_data_size=0.25"]) == 0
     parent, children = runs_of("automl-fixtures")
     assert {c.data.tags["run_algorithm"] for c in children} <= {
         "LightGBM", "RandomForest", "ExtremeRandomTrees"}  # the others are blocked
     assert all({"r2_score", "normalized_root_mean_squared_error", "spearman_correlation"}
                <= set(c.data.metrics) for c in children)
+    assert "test_r2_score" in parent.data.metrics  # the test run on the held-out share
+    assert "training rows held out for the test run" in \
+        (tmp_path / "regression/log.txt").read_text()
     assert local.main([str(FIXTURES / "forecasting.yml"), "--run-dir",
-                       str(tmp_path / "forecast")]) == 0
+                       str(tmp_path / "forecast"), "--set",
+                       "forecasting.forecast_horizon=auto"]) == 0
     summary = (tmp_path / "forecast/log.txt").read_text()
     assert "for forecasting (normalized_root_mean_squared_error)" in summary
+    assert "forecast_horizon: auto is 7 period(s) of D" in summary  # daily: Azure's rule
     assert (tmp_path / "forecast/outputs/best_model/MLmodel").is_file()
 
 

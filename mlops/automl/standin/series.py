@@ -82,6 +82,7 @@ def horizon(given: str, frequency) -> int:
     if str(given).lower() != "auto":
         return int(given)
     chosen = season(frequency) or DEFAULT_HORIZON
-    print(f"note: forecast_horizon: auto is {chosen} period(s) of {frequency}, by Azure's "
-          "rule (one season of the frequency)", flush=True)
+    step = pd.tseries.frequencies.to_offset(frequency).freqstr  # D, h, W-SUN, MS
+    print(f"note: forecast_horizon: auto is {chosen} period(s) of {step}, by Azure's rule (one "
+          "season of the frequency)", flush=True)
     return chosen
