@@ -62,7 +62,9 @@ def _most_specific(error: ValidationError) -> ValidationError:
 PRIVATE_PREVIEW = "AZURE_ML_CLI_PRIVATE_FEATURES_ENABLED"
 
 # kinds azure-ai-ml's loader alone checks: an AutoML job has one schema per task there
-SDK_ONLY = ("autoMLJob",)
+# Kinds with no published JSON schema vendored here: azure-ai-ml's loader alone checks them
+SDK_ONLY = ("autoMLJob", "pipelineComponent", "parallelComponent", "kubernetesOnlineEndpoint",
+            "pipelineComponentBatchDeployment")
 
 
 def schema_layer(spec: Spec) -> list[Finding]:
@@ -99,7 +101,10 @@ ENTITIES = {"commandJob": "Job", "sweepJob": "Job", "pipelineJob": "Job", "spark
             "managedOnlineEndpoint": "OnlineEndpoint",
             "managedOnlineDeployment": "OnlineDeployment",
             "kubernetesOnlineDeployment": "OnlineDeployment", "batchEndpoint": "BatchEndpoint",
-            "modelBatchDeployment": "ModelBatchDeployment", "batchDeployment": "BatchDeployment"}
+            "modelBatchDeployment": "ModelBatchDeployment", "batchDeployment": "BatchDeployment",
+            "pipelineComponent": "Component", "parallelComponent": "Component",
+            "kubernetesOnlineEndpoint": "OnlineEndpoint",
+            "pipelineComponentBatchDeployment": "PipelineComponentBatchDeployment"}
 
 
 def _entity_class(kind: str):

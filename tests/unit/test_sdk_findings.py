@@ -108,3 +108,27 @@ def test_a_component_that_uses_itself_is_named_with_its_chain(tmp_path):
     (tmp_path / "c.yml").write_text(head + "type: pipeline\njobs:\n  w:\n    component: ./c.yml\n")
     [finding] = from_other(load_spec(tmp_path / "a.yml"), RecursionError("maximum recursion"))
     assert "a component uses itself (c.yml -> c.yml)" in str(finding)
+
+
+@pytest.mark.parametrize(("kind", "body"), [
+    ("pipelineComponent", "name: pc\ntype: pipeline\njobs:\n  a:\n    type: command\n"
+                          "    component:\n      command: echo 1\n"
+                          "      environment: azureml:AzureML-sklearn-1.5@latest\n"),
+    ("parallelComponent", "name: par\ntype: parallel\nmini_batch_size: '1'\ninputs:\n"
+                          "  data:\n    type: uri_folder\ninput_data: ${{inputs.data}}\n"
+                          "task:\n  type: run_function\n  entry_script: score.py\n"
+                          "  environment: azureml:AzureML-sklearn-1.5@latest\n"),
+])
+def test_kinds_without_a_vendored_schema_are_checked_by_azure_ai_mls_loader(tmp_path, kind,
+                                                                             body):
+    """A pipeline or parallel component is what azure-ai-ml loads (no 'unknown $schema'); an
+    environment it refuses is its finding."""
+    from mlops.checks.validation import check
+    from mlops.specs import load_spec
+
+    path = tmp_path / "c.yml"
+    path.write_text(f"$schema: https://azuremlschemas.azureedge.net/latest/{kind}.schema.json\n"
+                    + body)
+    assert [str(f) for f in check(load_spec(path)) if f.is_error] == []
+    path.write_text(path.read_text().replace("environment: azureml:", "environment: 7 # "))
+    assert any("environment" in str(f) for f in check(load_spec(path)) if f.is_error)
