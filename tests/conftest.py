@@ -117,8 +117,9 @@ def _grouped(items) -> None:
     for item in items:
         groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
                          for mark in item.iter_markers("xdist_group")})
-        if groups and "@" not in item.nodeid:
-            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
+        suffix = f"@{'_'.join(groups)}"
+        if groups and not item.nodeid.endswith(suffix):  # an id's parameter may hold an @
+            item._id = NodeId.parse(f"{item.nodeid}{suffix}")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -31,6 +31,9 @@ HEAVY = {
         "test_automl_vision::test_weights_come_from_a_local_folder_else_the_model_keeps_its_"
         "initialisation",
         "test_config::test_every_steps_help_prints",
+        "test_full_disk::test_a_file_too_large_for_the_disk_leaves_the_old_one_and_names_the_"
+        "real_fault",
+        "test_scoring_without_torch",  # onnxruntime, which test_checkpoint_integrity imports
     ),
     # the house rules parse every file of the repository (each process once: support.syntax)
     "house": ("test_imports", "test_tiers"),
@@ -38,6 +41,11 @@ HEAVY = {
     # tests that import it, one each from modules that are azure-ai-ml's otherwise
     "mlflow": (
         "test_tracking", "test_tracking_rest", "test_tracking_server", "test_makefile",
+        "test_parallel_partitions",  # pandas (with pyarrow), which MLflow imports
+        "test_conformance::test_a_parquet_stand_in_is_typed_with_dates_as_timestamps",
+        # SciPy, which scikit-learn's metrics import
+        "test_sweep_summary::test_random_sampling_with_azures_sobol_rule_is_a_seeded_sobol_"
+        "sequence",
         "test_kept_verdicts::test_mlflows_registry_is_asked_again_only_once_its_store_or_the_"
         "workspace_changed",
         "test_workspace::test_an_mlflow_registration_is_fetched_from_the_state_store_from_any_"
@@ -57,7 +65,7 @@ HEAVY = {
         "test_endpoint_rules", "test_hostile_specs", "test_prepare_references", "test_registry",
         "test_run_folders", "test_runtime_rules", "test_sdk_findings", "test_specs",
         "test_automl_vision", "test_reuse_keys", "test_kept_verdicts", "test_workspace",
-        "test_workspace_hostile",
+        "test_workspace_hostile", "test_asset_flags", "test_az_flags",
     ),
 }
 # the groups by their CPU on 2 cores, costliest first (MLOPS_TEST_TIMES, docs/development.md)

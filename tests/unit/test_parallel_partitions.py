@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
+from support import lazy
 
 from mlops.errors import LocalRunError
 from mlops.orchestrators import parallel
 from mlops.runtime.minibatch_worker import MiniBatchContext, score, score_item
 from mlops.runtime.mltable import partition_batches
+
+# pandas (and pyarrow: 0.8 s of CPU) loads with the first test that needs it, in MLflow's worker
+# (tests/unit/conftest.py HEAVY), which imports it anyway
+pd = lazy("pandas")
 
 
 def test_each_value_of_the_keys_is_one_mini_batch_with_its_values(tmp_path):
