@@ -150,8 +150,21 @@ def _mapped(reference: str, where: str, asset_file: Path | None) -> ModelSource:
     if not path.exists():
         raise LocalRunError(f"{where}: {reference} maps to {path} ({named}), which does "
                             "not exist")
-    return ModelSource(path=path, name=name, version=version,
+    return ModelSource(path=path, name=name, version=stand_in_version(reference, version),
                        origin=f"{Path(named).name}: {reference}")
+
+
+FIRST_VERSION = "1"  # the version an asset's first registration gets
+
+
+def stand_in_version(reference: str, version: str) -> str:
+    """The version a mapped model is laid out under (AZUREML_MODEL_DIR's last part). Azure
+    never deploys a label: az ml resolves `name@label` and `.../labels/<label>` to the version
+    it points at before the deployment is created (azure-ai-ml's OperationOrchestrator.
+    _resolve_name_version_from_name_label), so the folder is a version, never `latest`. A
+    stand-in has one version: the one an asset's first registration gets."""
+    labelled = (bool(NAMED.match(reference)) and "@" in reference) or "/labels/" in reference
+    return FIRST_VERSION if labelled else version
 
 
 def model_source(model, base: Path, where: str, *, override: str | None = None,

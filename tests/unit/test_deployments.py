@@ -49,6 +49,21 @@ def test_registered_models_map_through_the_mapping_file_by_reference_or_name(tmp
     assert (other.path, other.name, other.version) == (tmp_path, "other", "2")
 
 
+def test_a_mapped_model_named_by_a_label_is_laid_out_under_a_version_never_the_label(
+        tmp_path):
+    """az ml resolves name@label (and /labels/<label>) to a version before deploying, so
+    AZUREML_MODEL_DIR ends in a version; a stand-in's is the first one, 1."""
+    (tmp_path / "m.pkl").write_bytes(b"x")
+    assets = tmp_path / "local-paths.yml"
+    assets.write_text(f"azureml:clf: {tmp_path / 'm.pkl'}\n"
+                      f"azureml://registries/shared/models/other: {tmp_path}\n")
+    versions = {reference: model_source(reference, tmp_path, "d.yml", asset_file=assets).version
+                for reference in ("azureml:clf@latest", "azureml:clf@production", "azureml:clf:3",
+                                  "azureml://registries/shared/models/other/labels/latest",
+                                  "azureml://registries/shared/models/other/versions/2")}
+    assert list(versions.values()) == ["1", "1", "3", "1", "2"]
+
+
 def test_an_unmapped_model_is_an_error_that_names_the_line_to_add(tmp_path):
     assets = tmp_path / "local-paths.yml"
     assets.write_text("{}\n")
