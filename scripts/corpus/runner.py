@@ -86,8 +86,13 @@ def setup_command(spec: str, place: Place) -> list[str]:
 
 
 def job_command(case: Case, place: Place) -> list[str]:
-    sets = [arg for value in case.sets for arg in ("--set", value)]
-    return azml("job", "run", "-f", case.path, *sets)
+    return azml("job", "run", "-f", case.path, *_sets(case))
+
+
+def _sets(case: Case) -> list[str]:
+    """The manifest's `sets` as az ml's `--set`: what a user's workflow fills into the spec
+    (a template's placeholders a script substitutes, a job's inputs)."""
+    return [arg for value in case.sets for arg in ("--set", value)]
 
 
 def write_settings(place: Place) -> Path:
@@ -143,7 +148,7 @@ def online_commands(case: Case, place: Place, port: int, request: str) -> Endpoi
     return Endpoint(create=azml("online-endpoint", "create", *given, "-n", name, "--port",
                                 str(port), "-o", "none"),
                     deploy=azml("online-deployment", "create", "-f", case.path, "-e", name,
-                                "--all-traffic", "-o", "none"),
+                                *_sets(case), "--all-traffic", "-o", "none"),
                     invoke=azml("online-endpoint", "invoke", "-n", name, "-r", request),
                     delete=azml("online-endpoint", "delete", "-n", name, "--yes"))
 
@@ -159,7 +164,7 @@ def batch_commands(case: Case, place: Place, input_path: str) -> Endpoint:
     kind = ["--input-type", case.input_type] if case.input_type == "mltable" else []
     return Endpoint(create=azml("batch-endpoint", "create", *given, "-n", name, "-o", "none"),
                     deploy=azml("batch-deployment", "create", "-f", case.path, "-e", name,
-                                "--set-default", "-o", "none"),
+                                *_sets(case), "--set-default", "-o", "none"),
                     invoke=azml("batch-endpoint", "invoke", "-n", name, "--input", input_path,
                                 *kind, "--stream"),
                     delete=azml("batch-endpoint", "delete", "-n", name, "--yes"))

@@ -293,6 +293,10 @@ def test_the_runner_speaks_azml_for_jobs_assets_and_endpoints(tmp_path):
     assert commands.invoke[1:] == ["batch-endpoint", "invoke", "-n", "my-batch", "--input", "in",
                                    "--input-type", "mltable", "--stream"]
     assert commands.delete[1:] == ["batch-endpoint", "delete", "-n", "my-batch", "--yes"]
+    filled = manifest.parse_case(entry(kind="online", request="r.json", path="d.yml",
+                                       sets=["instance_type=Standard_F2s_v2"]), "t")
+    assert runner.online_commands(filled, place, 5005, "r.json").deploy[5:9] == \
+        ["-e", "my-ep", "--set", "instance_type=Standard_F2s_v2"]  # a template's placeholders
     job = manifest.parse_case(entry(sets=["inputs.epochs=1"]), "t")
     assert runner.job_command(job, place)[1:] == ["job", "run", "-f", "jobs/job.yml", "--set",
                                                   "inputs.epochs=1"]
