@@ -187,10 +187,24 @@ def model_source(model, base: Path, where: str, *, override: str | None = None,
         if not path.exists():
             raise LocalRunError(f"{where}: model.path {reference} does not exist ({path})")
         inline = model if isinstance(model, dict) else {}
-        source = ModelSource(path=path, name=str(inline.get("name") or path.stem),
-                             version=str(inline.get("version") or 1), origin=f"{where}: model.path")
+        name, version = inline.get("name"), inline.get("version")
+        if not name and version is None:
+            name, version = anonymous_name(path), FIRST_VERSION
+        source = ModelSource(path=path, name=str(name), version=str(version or 1),
+                             origin=f"{where}: model.path")
     source.mlflow = source.mlflow or _is_mlflow(source.path, declared)
     return source
+
+
+def anonymous_name(path: Path) -> str:
+    """The name az ml gives a model a deployment spec holds inline without a name or version:
+    version 1 of an anonymous asset named the sha256 of its upload's hash (azure-ai-ml's
+    Asset and Model constructors: get_object_hash over the files the ignore file keeps), so
+    AZUREML_MODEL_DIR is azureml-models/<that hash>/1 on Azure."""
+    from azure.ai.ml._utils._asset_utils import get_ignore_file, get_object_hash
+    from azure.ai.ml.entities._util import get_sha256_string
+
+    return get_sha256_string(get_object_hash(path, get_ignore_file(path)))
 
 
 def lay_out(source: ModelSource, app: Path) -> ModelLayout:

@@ -35,6 +35,24 @@ def test_a_local_model_path_is_relative_to_the_spec_and_must_exist(tmp_path):
         model_source({"path": "gone"}, tmp_path, "d.yml")
 
 
+def test_an_inline_model_without_a_name_is_azure_ml_s_anonymous_asset_named_by_its_hash(
+        tmp_path):
+    """azure-ai-ml names a deployment's unnamed inline model the sha256 of its upload hash,
+    version 1, so AZUREML_MODEL_DIR is azureml-models/<hash>/1 (not the file's stem)."""
+    from azure.ai.ml import load_online_deployment
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "clf.pkl").write_bytes(b"weights")
+    spec = tmp_path / "d.yml"
+    spec.write_text("name: blue\nendpoint_name: e\ninstance_type: Standard_F2s_v2\n"
+                    "model:\n  path: model/clf.pkl\n")
+    azure = load_online_deployment(spec).model
+    source = model_source({"path": "model/clf.pkl"}, tmp_path, "d.yml")
+    assert (source.name, source.version) == (azure.name, azure.version) != ("clf", "1")
+    named = model_source({"path": "model", "name": "clf"}, tmp_path, "d.yml")
+    assert (named.name, named.version) == ("clf", "1")
+
+
 def test_registered_models_map_through_the_mapping_file_by_reference_or_name(tmp_path):
     (tmp_path / "m.pkl").write_bytes(b"x")
     assets = tmp_path / "local-paths.yml"
