@@ -10,11 +10,11 @@ every job runs on this machine whatever `compute:` it names, which a note says o
 from __future__ import annotations
 
 import io
-import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlops.api.sdk_load import sdk_loaded
 from mlops.api.views import GROUP, resource_id
 from mlops.errors import LocalRunError, NotFound
 from mlops.specs import SpecData, load_spec
@@ -41,16 +41,7 @@ def _load(source: Path | io.StringIO | None, override: list[dict[str, object]],
           verb: str) -> SpecData:
     """The compute as azure-ai-ml's load_compute makes it (from the spec, or from the flags
     alone where there is none, as az does), or its refusal in its words."""
-    from azure.ai.ml import load_compute
-
-    logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
-    try:
-        entity = load_compute(source, params_override=override)
-    except OSError as err:
-        raise LocalRunError(f"compute {verb}: {err}") from None
-    except Exception as err:  # noqa: BLE001 - marshmallow's and azure-ai-ml's refusals
-        raise LocalRunError(f"compute {verb}: {str(err).strip()}") from None
-    return entity._to_dict()  # noqa: SLF001 - what az ml prints and keeps
+    return sdk_loaded("compute", source, override, f"compute {verb}")
 
 
 def _view(record: resources.ResourceRecord) -> View:

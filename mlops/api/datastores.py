@@ -10,10 +10,10 @@ only through the asset map (assets/local-paths.yml), which a note says.
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
+from mlops.api.sdk_load import sdk_loaded
 from mlops.api.views import GROUP, resource_id
 from mlops.errors import LocalRunError, NotFound
 from mlops.specs import SpecData, load_spec
@@ -45,19 +45,11 @@ def _view(name: str, spec: SpecData) -> View:
 
 
 def create(spec: Path, overrides: list[dict[str, object]], root: Path | None = None) -> View:
-    from azure.ai.ml import load_datastore
-
-    logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
     load_spec(spec)  # the project's limits first (a YAML bomb), before azure-ai-ml reads it
-    try:
-        entity = load_datastore(spec, params_override=overrides)
-    except OSError as err:
-        raise LocalRunError(f"datastore create: {err}") from None
-    except Exception as err:  # noqa: BLE001 - marshmallow's and azure-ai-ml's refusals
-        raise LocalRunError(f"datastore create: {str(err).strip()}") from None
-    data = _view(entity.name, entity._to_dict())  # noqa: SLF001 - what az ml keeps
-    kept = {k: v for k, v in data.items() if k not in ("id", "resourceGroup")}
-    record = resources.write(Workspace(root or workspace_root()), DATASTORES, entity.name, kept)
+    loaded = sdk_loaded("datastore", spec, overrides, "datastore create")
+    name = str(loaded["name"])
+    kept = {k: v for k, v in _view(name, loaded).items() if k not in ("id", "resourceGroup")}
+    record = resources.write(Workspace(root or workspace_root()), DATASTORES, name, kept)
     print(f"WARNING: {NOT_CONNECTED.format(name=record.name)}", file=sys.stderr)
     return _view(record.name, record.spec)
 
