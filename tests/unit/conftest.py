@@ -65,7 +65,8 @@ HEAVY = {
         "test_endpoint_rules", "test_hostile_specs", "test_prepare_references", "test_registry",
         "test_run_folders", "test_runtime_rules", "test_sdk_findings", "test_specs",
         "test_automl_vision", "test_reuse_keys", "test_kept_verdicts", "test_workspace",
-        "test_workspace_hostile", "test_asset_flags", "test_az_flags",
+        "test_workspace_hostile", "test_asset_flags", "test_az_flags", "test_computes",
+        "test_job_validate", "test_model_download",
     ),
 }
 # the groups by their CPU on 2 cores, costliest first (MLOPS_TEST_TIMES, docs/development.md)
