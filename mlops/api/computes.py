@@ -76,11 +76,15 @@ def create(request: ComputeRequest, root: Path | None = None) -> View:
 
 
 def show(name: str, root: Path | None = None) -> View:
+    return _view(_kept(name, root))
+
+
+def _kept(name: str, root: Path | None) -> resources.ResourceRecord:
     record = resources.read(Workspace(root or workspace_root()), COMPUTES, name)
     if record is None:
         raise NotFound(f"compute {name!r} is not in the local workspace "
                        f"({root or workspace_root()}); create it: azml compute create -f <spec>")
-    return _view(record)
+    return record
 
 
 def every(kind: str | None = None, root: Path | None = None) -> list[View]:
@@ -94,9 +98,7 @@ def update(name: str, overrides: tuple[tuple[str, object], ...],
     """`az ml compute update -n N [--min-instances ...] [--set ...]`: as the ml extension's
     _ml_compute_update, the kept compute's fields (less ssh_settings), its name, then the
     changes, loaded by load_compute; only the types it updates."""
-    workspace = Workspace(root or workspace_root())
-    show(name, root)
-    kept = resources.read(workspace, COMPUTES, name)
+    kept = _kept(name, root)
     if kept.spec.get("type") not in UPDATABLE:
         raise LocalRunError(f"Only AmlCompute/KubernetesCompute cluster properties are "
                             f"supported, compute name {name}, is {kept.spec.get('type')} type.")
@@ -105,7 +107,7 @@ def update(name: str, overrides: tuple[tuple[str, object], ...],
     if spec.get("name") != name:
         raise LocalRunError("compute update: a compute's name cannot change; create another")
     _size_note(spec)
-    return _view(resources.write(workspace, COMPUTES, name, spec))
+    return _view(resources.write(Workspace(root or workspace_root()), COMPUTES, name, spec))
 
 
 def delete(name: str, root: Path | None = None) -> None:

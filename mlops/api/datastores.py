@@ -35,21 +35,23 @@ NOT_CONNECTED = ("datastore {name} is kept in the local workspace; nothing is co
                  "map (assets/local-paths.yml: 'azureml://datastores/{name}/paths/: <folder>/')")
 
 
-def _view(name: str, spec: SpecData) -> View:
+def _without_secrets(spec: SpecData) -> SpecData:
     credentials = spec.get("credentials")
-    kept = {k: v for k, v in (credentials.items() if isinstance(credentials, dict) else ())
-            if k not in SECRETS}
+    return {**spec, "credentials": {k: v for k, v in (credentials.items() if isinstance(
+        credentials, dict) else ()) if k not in SECRETS}}
+
+
+def _view(name: str, spec: SpecData) -> View:
     return {"name": name, "account_name": "local", "endpoint": "core.windows.net",
-            "protocol": "https", "tags": {}, **spec, "credentials": kept,
+            "protocol": "https", "tags": {}, **_without_secrets(spec),
             "id": resource_id("datastores", name), "resourceGroup": GROUP}
 
 
 def create(spec: Path, overrides: list[dict[str, object]], root: Path | None = None) -> View:
     load_spec(spec)  # the project's limits first (a YAML bomb), before azure-ai-ml reads it
     loaded = sdk_loaded("datastore", spec, overrides, "datastore create")
-    name = str(loaded["name"])
-    kept = {k: v for k, v in _view(name, loaded).items() if k not in ("id", "resourceGroup")}
-    record = resources.write(Workspace(root or workspace_root()), DATASTORES, name, kept)
+    record = resources.write(Workspace(root or workspace_root()), DATASTORES,
+                             str(loaded["name"]), _without_secrets(loaded))
     print(f"WARNING: {NOT_CONNECTED.format(name=record.name)}", file=sys.stderr)
     return _view(record.name, record.spec)
 
