@@ -9,23 +9,20 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from mlops.api import (
-    batch_endpoints,
-    batch_jobs,
-    endpoints,
-    jobs,
-    registry,
-)
+from mlops.api import jobs, registry
 from mlops.api.assets import AssetView, asset_view
-from mlops.api.endpoints import View
 from mlops.api.records import all_jobs, find_job
 from mlops.api.resource_verbs import ResourceVerbs
 from mlops.api.views import JobView, job_view
 from mlops.errors import LocalError, LocalRunError
 from mlops.runtime import BATCH_JOB, DebugRequest, Selection, usable_cores
 from mlops.workspace.records import AssetKind
+
+if TYPE_CHECKING:  # the endpoints' engines are imported on first use: a job never needs them
+    from mlops.api import batch_endpoints, batch_jobs, endpoints
+    from mlops.api.endpoints import View
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,93 +177,111 @@ class Session(ResourceVerbs):
                         sets: tuple[str, ...] = ()) -> View:
         """`az ml online-endpoint create -f [--set]` (or --name alone): recorded; nothing
         starts until a deployment (local only: the front's `port`, `auth` "none")."""
-        return endpoints.create_endpoint(spec, name=name, port=port, auth=auth, sets=sets)
+        return _online().create_endpoint(spec, name=name, port=port, auth=auth, sets=sets)
 
     def update_endpoint(self, name: str, sets: tuple[str, ...]) -> View:
         """`az ml online-endpoint update -n N --set k=v`, over the endpoint as recorded."""
-        return endpoints.update_endpoint(name, sets)
+        return _online().update_endpoint(name, sets)
 
     def show_endpoint(self, name: str) -> View:
-        return endpoints.endpoint_view(name)
+        return _online().endpoint_view(name)
 
     def list_endpoints(self) -> list[View]:
-        return endpoints.endpoints()
+        return _online().endpoints()
 
     def delete_endpoint(self, name: str) -> None:
-        endpoints.delete_endpoint(name)
+        _online().delete_endpoint(name)
 
     def update_traffic(self, name: str, *, traffic: str | None, mirror: str | None) -> View:
         """`az ml online-endpoint update --traffic --mirror-traffic`."""
-        return endpoints.update_traffic(name, traffic=traffic, mirror=mirror)
+        return _online().update_traffic(name, traffic=traffic, mirror=mirror)
 
     def invoke(self, name: str, request: Path, *, deployment: str | None = None) -> str:
-        return endpoints.invoke(name, request, deployment)
+        return _online().invoke(name, request, deployment)
 
     def endpoint_credentials(self, name: str) -> dict[str, object]:
-        return endpoints.credentials(name)
+        return _online().credentials(name)
 
     def regenerate_endpoint_key(self, name: str, key_type: str = "primary") -> None:
-        endpoints.regenerate_keys(name, key_type)
+        _online().regenerate_keys(name, key_type)
 
     def create_deployment(self, request: endpoints.DeploymentRequest) -> View:
         """`az ml online-deployment create|update -f [--all-traffic]`: its server started."""
-        return endpoints.create_deployment(request)
+        return _online().create_deployment(request)
 
     def show_deployment(self, endpoint: str, name: str) -> View:
-        return endpoints.deployment_view(endpoint, name)
+        return _online().deployment_view(endpoint, name)
 
     def list_deployments(self, endpoint: str) -> list[View]:
-        return endpoints.deployments(endpoint)
+        return _online().deployments(endpoint)
 
     def deployment_logs(self, endpoint: str, name: str, *, lines: int | None = None) -> str:
-        return endpoints.deployment_logs(endpoint, name, lines)
+        return _online().deployment_logs(endpoint, name, lines)
 
     def delete_deployment(self, endpoint: str, name: str) -> None:
-        endpoints.delete_deployment(endpoint, name)
+        _online().delete_deployment(endpoint, name)
 
     # batch endpoints ------------------------------------------------------------------
     def create_batch_endpoint(self, spec: Path | None, *, name: str | None = None,
                               sets: list[str] | None = None) -> View:
         """`az ml batch-endpoint create|update -f` (create: or --name alone): recorded; nothing
         runs until invoked."""
-        return batch_endpoints.create_endpoint(spec, name=name, sets=sets)
+        return _batch().create_endpoint(spec, name=name, sets=sets)
 
     def update_batch_endpoint(self, name: str, sets: list[str]) -> View:
-        return batch_endpoints.update_endpoint(name, sets)
+        return _batch().update_endpoint(name, sets)
 
     def show_batch_endpoint(self, name: str) -> View:
-        return batch_endpoints.endpoint_view(name)
+        return _batch().endpoint_view(name)
 
     def list_batch_endpoints(self) -> list[View]:
-        return batch_endpoints.endpoints()
+        return _batch().endpoints()
 
     def delete_batch_endpoint(self, name: str) -> None:
-        batch_endpoints.delete_endpoint(name)
+        _batch().delete_endpoint(name)
 
     def create_batch_deployment(self, request: batch_endpoints.DeploymentRequest, *,
                                 update: bool = False) -> View:
         """`az ml batch-deployment create|update -f [--set-default]`: checked and recorded."""
-        return batch_endpoints.create_deployment(replace(request, asset_file=self.asset_file),
+        return _batch().create_deployment(replace(request, asset_file=self.asset_file),
                                                  update=update)
 
     def show_batch_deployment(self, endpoint: str, name: str) -> View:
-        return batch_endpoints.deployment_view(endpoint, name)
+        return _batch().deployment_view(endpoint, name)
 
     def list_batch_deployments(self, endpoint: str) -> list[View]:
-        return batch_endpoints.deployments(endpoint)
+        return _batch().deployments(endpoint)
 
     def delete_batch_deployment(self, endpoint: str, name: str) -> None:
-        batch_endpoints.delete_deployment(endpoint, name)
+        _batch().delete_deployment(endpoint, name)
 
     def invoke_batch(self, invocation: batch_jobs.Invocation) -> JobView:
         """`az ml batch-endpoint invoke`: a job, recorded Starting, run in the background."""
-        return job_view(batch_jobs.invoke(replace(
+        return job_view(_batch_jobs().invoke(replace(
             invocation, asset_file=self.asset_file, env_file=self.env_file,
             max_procs=invocation.max_procs or self.max_procs)))
 
     def list_batch_jobs(self, endpoint: str, deployment: str | None = None) -> list[JobView]:
         """`az ml batch-endpoint list-jobs`, or `batch-deployment list-jobs` (`deployment`)."""
-        return [job_view(r) for r in batch_jobs.endpoint_jobs(endpoint, deployment)]
+        return [job_view(r) for r in _batch_jobs().endpoint_jobs(endpoint, deployment)]
+
+
+def _online():  # -> the module mlops.api.endpoints
+    from mlops.api import endpoints
+
+    return endpoints
+
+
+def _batch():  # -> the module mlops.api.batch_endpoints
+    from mlops.api import batch_endpoints
+
+    return batch_endpoints
+
+
+def _batch_jobs():  # -> the module mlops.api.batch_jobs
+    from mlops.api import batch_jobs
+
+    return batch_jobs
 
 
 def _resumed(name: str, spec: str | Path | None, run_dir: Path | None) -> tuple[str, Path]:
