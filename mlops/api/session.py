@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, TextIO
 
 from mlops.api import jobs, registry
 from mlops.api.assets import AssetView, asset_view
-from mlops.api.records import all_jobs, find_job
+from mlops.api.job_verbs import JobVerbs
+from mlops.api.records import find_job
 from mlops.api.resource_verbs import ResourceVerbs
 from mlops.api.views import JobView, job_view
 from mlops.errors import LocalError, LocalRunError
@@ -44,7 +45,7 @@ class AssetRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Session(ResourceVerbs):
+class Session(ResourceVerbs, JobVerbs):
     """Settings shared by every call; building one starts nothing."""
 
     asset_file: Path | None = None  # else the repository's asset_map (mlops/project.py)
@@ -92,12 +93,6 @@ class Session(ResourceVerbs):
 
     def show_job(self, name: str) -> JobView:
         return job_view(find_job(name))
-
-    def list_jobs(self, max_results: int | None = None) -> list[JobView]:
-        """`az ml job list`: the newest first, at most `max_results` (None: all)."""
-        records = all_jobs()
-        return [job_view(r) for r in (records if max_results is None else
-                                      records[:max_results])]
 
     def stream_job(self, name: str, out: TextIO = sys.stdout) -> int:
         """`az ml job stream`: 0 when the job completed, 1 (with its reason) when not."""

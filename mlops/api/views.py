@@ -11,6 +11,7 @@ import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
+from mlops.api.job_edits import JobEdits
 from mlops.api.records import JobRecord
 from mlops.project import RESOURCE_GROUP, SUBSCRIPTION, WORKSPACE_NAME, tracking_uri
 from mlops.runtime import BATCH_JOB
@@ -96,7 +97,8 @@ def _raw_view(record: JobRecord, status: str) -> JobView:
 
 def _local_properties(view: JobView, record: JobRecord) -> JobView:
     """What the local run adds under `properties` (Azure keeps its own there), and the
-    resource group az adds to every resource it prints."""
+    resource group az adds to every resource it prints; what `job update` changed first."""
+    JobEdits.read(record.folder).over(view)
     properties = dict(view.get("properties") or {})
     properties["azml.run_folder"] = str(record.folder)
     if record.run and record.run.mlflow_run_id:

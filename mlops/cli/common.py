@@ -68,3 +68,27 @@ class Verb:
         for flag in ("--debug", "--verbose", "--only-show-errors")[0 if az_debug else 1:]:
             parser.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
         return parser
+
+
+class _Ordered(argparse.Action):
+    """Each --set/--add/--remove, kept in the order given (az applies them so)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from mlops.api.generic_update import Edit
+
+        kept = list(getattr(namespace, self.dest, None) or [])
+        kept.append(Edit(action=option_string.lstrip("-"), values=tuple(values)))
+        setattr(namespace, self.dest, kept)
+
+
+def add_generic_update(parser: argparse.ArgumentParser) -> None:
+    """az's generic update arguments (azure-cli's generic_update_command): --set KEY=VALUE,
+    --add PATH VALUE..., --remove PATH [INDEX], --force-string; into `edits`, in order."""
+    for flag, metavar, what in (
+            ("--set", "KEY=VALUE", "set a value by its path (az's generic update)"),
+            ("--add", "PATH VALUE", "add to a list by its path"),
+            ("--remove", "PATH [INDEX]", "remove a key, or a list's item")):
+        parser.add_argument(flag, dest="edits", nargs="+", action=_Ordered, default=[],
+                            metavar=metavar, help=what)
+    parser.add_argument("--force-string", action="store_true",
+                        help="keep --set/--add values as text, not JSON")

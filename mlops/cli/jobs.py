@@ -8,8 +8,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from mlops.api.job_verbs import ListView
 from mlops.api.session import Session
 from mlops.api.views import JobView
+from mlops.cli import job_manage
 from mlops.cli.common import Verb, add_sets, add_switch, note, set_values
 from mlops.cli.output import render
 from mlops.errors import LocalRunError
@@ -19,7 +21,7 @@ from mlops.runtime import DebugRequest, add_debug_arguments, add_selection_argum
 def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     job = groups.add_parser("job", help="run and manage jobs locally").add_subparsers(
         dest="verb", required=True,
-        metavar="{create,run,validate,show,list,stream,cancel,download}")
+        metavar="{create,run,validate,show,list,stream,cancel,download," + job_manage.VERBS + "}")
     create = verb.add(job, "create", _create, "create a job: checked, then run in the "
                       "background (--stream: follow it to its end)")
     create.add_argument("-f", "--file", required=True, type=Path, help="the job's YAML spec")
@@ -53,6 +55,7 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     download.add_argument("-p", "--download-path", type=Path, default=Path("."))
     download.add_argument("--output-name")
     download.add_argument("--all", dest="everything", action="store_true")
+    job_manage.add(job, verb)
 
 
 def add_validate(job: argparse._SubParsersAction, verb: type[Verb]) -> None:
@@ -138,12 +141,11 @@ def _list(session: Session, args: argparse.Namespace) -> object:
         raise LocalRunError("--parent-job-name: a local pipeline's steps are folders of its "
                             "run (steps/<node>), not jobs of their own; azml job show -n "
                             f"{args.parent_job_name} names the run folder")
-    if args.archived_only:
-        return []  # jobs are never archived here
+    view = ListView.of(args.include_archived, args.archived_only)
     limit = None if args.all_results else args.max_results
     if limit is not None:
         note(f"Displaying top {limit} results from the list command.")
-    return session.list_jobs(limit)
+    return session.list_jobs(limit, view)
 
 
 def _stream(session: Session, args: argparse.Namespace) -> None:

@@ -39,6 +39,13 @@ PARITY: dict[str, tuple[str, tuple[str, ...]]] = {
                       "-p x", "--parent-job-name x")),
     "job download": ("-n x", ("--name x", "-p d", "--download-path d", "--output-name score",
                               "--all")),
+    # az's generic update arguments (azure-cli's generic_update_command) and -e/--web
+    "job update": ("-n x", ("--name x", "-e", "--web", "--set a=1 b=2", "--set a=1 --set b=2",
+                            "--add a.b c=d 4", "--remove tags.a", "--remove a.b 0",
+                            "--force-string")),
+    "job archive": ("-n x", ("--name x",)),
+    "job restore": ("-n x", ("--name x",)),
+    "job show-services": ("-n x", ("--name x", "-i 1", "--node-index 0", "-e", "--web")),
     "model create": ("", (*CREATE_ASSET, "--datastore ds", "-s Production",
                           "--stage Production", "-p m", "--path m", "-t mlflow_model",
                           "--type custom_model", "--description d", "--tags a=1 b",
@@ -207,6 +214,9 @@ PUBLISHED = [
     "online-endpoint invoke --name EP --deployment green --request-file "
     "endpoints/online/model-2/sample-request.json",
     "online-endpoint delete --name EP --yes --no-wait",
+    # Azure/azureml-examples cli/train.sh (hello_world_org_set)
+    "job update -n RUN --set display_name='updated display name' experiment_name='updated "
+    "experiment name' description='updated description' tags.hello='updated tag'",
     # docqai/docq infra/inference/azure/cli/update.sh
     "online-deployment update --name llama2-7b-chat-8 --workspace-name WS --resource-group RG "
     "--endpoint-name EP --file online-deployment-llama2-7b-chat-v8.yaml",
