@@ -1,12 +1,12 @@
 """The workspace's named resources as Session's verbs: the local workspace itself, its
-computes and its datastores (`az ml workspace|compute|datastore ...`). Session takes them in;
-they hold no settings of their own."""
+computes, datastores and schedules (`az ml workspace|compute|datastore|schedule ...`). Session
+takes them in; a schedule's job is checked and run with the session's maps."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from mlops.api import computes, datastores
+from mlops.api import computes, datastores, generic_update, schedules
 
 
 class ResourceVerbs:
@@ -47,3 +47,31 @@ class ResourceVerbs:
     def delete_datastore(self, name: str) -> None:
         datastores.delete(name)
 
+
+    # schedules --------------------------------------------------------------------------
+    def create_schedule(self, spec: Path, *, name: str | None = None,
+                        sets: tuple[str, ...] = ()) -> schedules.View:
+        return schedules.create(schedules.ScheduleRequest(
+            spec=spec, name=name, sets=sets, asset_file=self.asset_file,
+            env_file=self.env_file))
+
+    def show_schedule(self, name: str) -> schedules.View:
+        return schedules.show(name)
+
+    def list_schedules(self, enabled: bool | None = True) -> list[schedules.View]:
+        return schedules.every(enabled)
+
+    def update_schedule(self, name: str, edits: list[generic_update.Edit], *,
+                        force_string: bool = False) -> schedules.View:
+        return schedules.update(name, edits, force_string=force_string)
+
+    def enable_schedule(self, name: str, *, enabled: bool = True) -> schedules.View:
+        return schedules.enable(name, enabled)
+
+    def delete_schedule(self, name: str) -> None:
+        schedules.delete(name)
+
+    def trigger_schedule(self, name: str) -> schedules.View:
+        return schedules.trigger(schedules.Trigger(
+            name=name, asset_file=self.asset_file, env_file=self.env_file,
+            max_procs=self.max_procs))

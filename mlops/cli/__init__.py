@@ -6,7 +6,8 @@ command line or the input), 3 (no such job, endpoint or asset).
   common   az's global arguments, notes on stderr
   output   --query and -o
   jobs     azml job create|run|show|list|stream|cancel|download (run: local only, the job in
-           the foreground, what make's targets call)
+           the foreground, what make's targets call); job_manage: update|archive|restore|
+           show-services
   assets   azml model|data|environment|component create|list|show|archive|restore
   endpoints  azml online-endpoint create|show|list|update|invoke|get-credentials|delete,
            online-deployment create|update|show|list|get-logs|delete
@@ -14,6 +15,8 @@ command line or the input), 3 (no such job, endpoint or asset).
            batch-deployment create|update|show|list|list-jobs|delete
   computes azml compute create|show|list|update|delete (kept in the local workspace)
   datastores azml datastore create|show|list|delete (kept; URIs map through the asset map)
+  schedules  azml schedule create|show|list|update|enable|disable|delete|trigger (kept; trigger
+           runs a schedule's job once)
   workspace  azml workspace show|list: the local workspace (mlflow_tracking_uri: its store)
 """
 
@@ -23,7 +26,16 @@ import argparse
 import sys
 
 from mlops.api.session import Session
-from mlops.cli import assets, batch, computes, datastores, endpoints, jobs, workspace
+from mlops.cli import (
+    assets,
+    batch,
+    computes,
+    datastores,
+    endpoints,
+    jobs,
+    schedules,
+    workspace,
+)
 from mlops.cli.common import Verb, Warnings, note
 from mlops.cli.output import query, render
 from mlops.errors import LocalError, machine_faults_raised
@@ -43,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add(groups, Verb)
     computes.add(groups, Verb)
     datastores.add(groups, Verb)
+    schedules.add(groups, Verb)
     workspace.add(groups, Verb)
     return parser
 

@@ -1,4 +1,5 @@
-"""Named workspace resources the local workspace keeps as records: computes and datastores.
+"""Named workspace resources the local workspace keeps as records: computes, datastores and
+schedules.
 One JSON file a name, `<kind>/<name>.json` (`computes/cpu-cluster.json`), holding the spec
 `az ml <kind> create` was given (after its flags) and when it was made.
 
@@ -20,7 +21,7 @@ from mlops.workspace import names
 from mlops.workspace.records import DamagedRecord, held, write_atomic
 from mlops.workspace.store import Workspace
 
-COMPUTES, DATASTORES = "computes", "datastores"  # the folders, by kind
+COMPUTES, DATASTORES, SCHEDULES = "computes", "datastores", "schedules"  # folders, by kind
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -142,6 +142,19 @@ PARITY.update({  # the ml extension's _params/_compute_params.py
     "datastore show": ("-n d", ("--name d",)),
     "datastore list": ("", ("-r 5", "--max-results 5")),
     "datastore delete": ("-n d", ("--name d",)),
+    # _params/_schedule_params.py (commands.py: create, update, enable, disable and delete
+    # support --no-wait; update is az's generic update)
+    "schedule create": ("-f s.yml", ("--file s.yml", "-n s", "--name s", "--set a=1 b=2",
+                                     "--set a=1 --set b=2", "--no-wait")),
+    "schedule show": ("-n s", ("--name s",)),
+    "schedule list": ("", ("-r 5", "--max-results 5", "--include-disabled", "--disabled-only")),
+    "schedule update": ("-n s", ("--name s", "--set trigger.expression='0 3 * * *'",
+                                 "--add a.b c=d", "--remove tags.a", "--force-string",
+                                 "--no-wait")),
+    "schedule enable": ("-n s", ("--name s", "--no-wait")),
+    "schedule disable": ("-n s", ("--name s", "--no-wait")),
+    "schedule delete": ("-n s", ("--name s", "--no-wait")),
+    "schedule trigger": ("-n s", ("--name s",)),
     # _params/_workspace_params.py: workspace verbs take the workspace as --name
     "workspace show": ("", ("-n ws", "--name ws", "-g rg")),
     "workspace list": ("", ("-g rg", "--filtered-kinds hub,project", "-r 5",
@@ -214,6 +227,11 @@ PUBLISHED = [
     "online-endpoint invoke --name EP --deployment green --request-file "
     "endpoints/online/model-2/sample-request.json",
     "online-endpoint delete --name EP --yes --no-wait",
+    # the ml extension's own help (_help/_schedule_help.py)
+    "schedule update --name my-schedule --set tags.key1=value1 tags.key2=value2 "
+    "--resource-group my-resource-group --workspace-name my-workspace",
+    "schedule trigger --name my-schedule --resource-group my-resource-group --workspace-name "
+    "my-workspace",
     # Azure/azureml-examples cli/train.sh (hello_world_org_set)
     "job update -n RUN --set display_name='updated display name' experiment_name='updated "
     "experiment name' description='updated description' tags.hello='updated tag'",
