@@ -24,6 +24,7 @@ from mlops.workspace.store import Workspace, workspace_root
 
 View = dict[str, object]
 UPDATABLE = ("amlcompute", "kubernetes", "computeinstance", "synapsespark")  # the extension's
+INSTANCE, RUNNING, STOPPED = "computeinstance", "Running", "Stopped"
 NOT_PROVISIONED = ("compute {name} is kept in the local workspace; nothing is provisioned: "
                    "jobs here run on this machine whatever compute: they name")
 
@@ -70,6 +71,8 @@ def create(request: ComputeRequest, root: Path | None = None) -> View:
         raise LocalRunError("compute create: the compute has no name; give name: in the spec "
                             "or --name")
     _size_note(spec)
+    if spec.get("type") == INSTANCE:  # what the service reports once an instance is created
+        spec["state"] = RUNNING
     print(f"WARNING: {NOT_PROVISIONED.format(name=spec['name'])}", file=sys.stderr)
     workspace = Workspace(root or workspace_root())
     return _view(resources.write(workspace, COMPUTES, str(spec["name"]), spec))
@@ -102,14 +105,35 @@ def update(name: str, overrides: tuple[tuple[str, object], ...],
     if kept.spec.get("type") not in UPDATABLE:
         raise LocalRunError(f"Only AmlCompute/KubernetesCompute cluster properties are "
                             f"supported, compute name {name}, is {kept.spec.get('type')} type.")
-    given = [{k: v} for k, v in kept.spec.items() if k != "ssh_settings"]
+    given = [{k: v} for k, v in kept.spec.items() if k not in ("ssh_settings", "state")]
     spec = _load(None, [*given, {"name": name}, *({k: v} for k, v in overrides)], "update")
     if spec.get("name") != name:
         raise LocalRunError("compute update: a compute's name cannot change; create another")
     _size_note(spec)
+    if "state" in kept.spec:  # the instance's own (dump-only: no load sets it)
+        spec["state"] = kept.spec["state"]
     return _view(resources.write(Workspace(root or workspace_root()), COMPUTES, name, spec))
 
 
 def delete(name: str, root: Path | None = None) -> None:
     if not resources.remove(Workspace(root or workspace_root()), COMPUTES, name):
         raise NotFound(f"compute {name!r} is not in the local workspace")
+
+
+def power(name: str, action: str, root: Path | None = None) -> None:
+    """`az ml compute start|stop|restart -n N`: the compute instance's state, as its record keeps
+    it (nothing runs: jobs run on this machine whatever the state). The service's Compute
+    Start/Stop/Restart act on a compute instance (azure-ai-ml's begin_start: "Start a compute
+    instance"); start is refused unless it is stopped, in the service's words."""
+    kept = _kept(name, root)
+    if kept.spec.get("type") != INSTANCE:
+        raise LocalRunError(f"compute {action}: {name} is {kept.spec.get('type')}: the "
+                            f"service's {action} acts on a compute instance (computeinstance) "
+                            "only; a cluster scales with min_instances/max_instances (azml "
+                            "compute update)")
+    if action == "start" and kept.spec.get("state") != STOPPED:
+        raise LocalRunError("(StartComputeInstanceOnlyAllowedInStoppedState) Start Azure ML "
+                            f"Compute Instance is only allowed when the instance {name} is in "
+                            "'stopped' state")
+    spec = {**kept.spec, "state": STOPPED if action == "stop" else RUNNING}
+    resources.write(Workspace(root or workspace_root()), COMPUTES, name, spec)

@@ -33,6 +33,10 @@ class ResourceVerbs:
     def delete_compute(self, name: str) -> None:
         computes.delete(name)
 
+    def power_compute(self, name: str, action: str) -> None:
+        """`az ml compute start|stop|restart` (action)."""
+        computes.power(name, action)
+
     # datastores -------------------------------------------------------------------------
     def create_datastore(self, spec: Path, overrides: list[dict[str, object]]) -> \
             datastores.View:

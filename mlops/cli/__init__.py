@@ -13,7 +13,8 @@ command line or the input), 3 (no such job, endpoint or asset).
            online-deployment create|update|show|list|get-logs|delete
   batch    azml batch-endpoint create|update|show|list|delete|invoke|list-jobs,
            batch-deployment create|update|show|list|list-jobs|delete
-  computes azml compute create|show|list|update|delete (kept in the local workspace)
+  computes azml compute create|show|list|update|delete|start|stop|restart (kept in the local
+           workspace; an instance's state)
   datastores azml datastore create|show|list|delete (kept; URIs map through the asset map)
   schedules  azml schedule create|show|list|update|enable|disable|delete|trigger (kept; trigger
            runs a schedule's job once)

@@ -1,5 +1,6 @@
-"""`azml compute create|show|list|update|delete`: the arguments `az ml compute` takes, through
-Session; the computes are kept in the local workspace and nothing is provisioned."""
+"""`azml compute create|show|list|update|delete|start|stop|restart`: the arguments `az ml
+compute` takes, through Session; the computes are kept in the local workspace and nothing is
+provisioned (an instance's start/stop/restart changes its kept state only)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ UPDATE_FLAGS = ("max_instances", "min_instances", "idle_time_before_scale_down",
 def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     group = groups.add_parser("compute", help="computes in the local workspace (kept; jobs "
                               "run on this machine)").add_subparsers(
-        dest="verb", required=True, metavar="{create,show,list,update,delete}")
+        dest="verb", required=True,
+        metavar="{create,show,list,update,delete,start,stop,restart}")
     create = verb.add(group, "create", _create, "keep a compute in the local workspace")
     create.add_argument("-f", "--file", type=Path, help="its YAML spec")
     _flags(create, [key for key, _ in CREATE_FLAGS])
@@ -53,6 +55,12 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     delete.add_argument("-n", "--name", required=True)
     delete.add_argument("-y", "--yes", action="store_true", help="do not ask")
     delete.add_argument("--no-wait", action="store_true", help="(local: gone when it returns)")
+    for action in ("start", "stop", "restart"):
+        power = verb.add(group, action, _power, f"{action} a compute instance (its state, "
+                         "kept; jobs run on this machine whatever it is)")
+        power.add_argument("-n", "--name", required=True)
+        power.add_argument("--no-wait", action="store_true", help="(local: done when it "
+                           "returns)")
 
 
 def _flags(parser: argparse.ArgumentParser, keys: list[str]) -> None:
@@ -111,3 +119,7 @@ def _delete(session: Session, args: argparse.Namespace) -> None:
         if answer.strip().lower() not in ("y", "yes"):
             return
     session.delete_compute(args.name)
+
+
+def _power(session: Session, args: argparse.Namespace) -> None:
+    session.power_compute(args.name, args.verb)

@@ -135,6 +135,9 @@ PARITY.update({  # the ml extension's _params/_compute_params.py
                                   "--identity-type UserAssigned", "-i /r/1", "--set tier=dedicated",
                                   "--no-wait")),
     "compute delete": ("-n cpu", ("--name cpu", "-y", "--yes", "--no-wait")),
+    "compute start": ("-n ci", ("--name ci", "--no-wait")),
+    "compute stop": ("-n ci", ("--name ci", "--no-wait")),
+    "compute restart": ("-n ci", ("--name ci", "--no-wait")),
     "model download": ("-n m -v 1", ("--name m", "--version 1", "-p d", "--download-path d",
                                      "--registry-name r")),
     # _params/_datastore_params.py

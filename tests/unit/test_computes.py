@@ -116,3 +116,26 @@ def test_a_yaml_bomb_is_refused_before_azure_ai_ml_reads_it(verb, tmp_path, monk
     bomb.write_text("\n".join([*lines, "name: x", "type: amlcompute"]) + "\n")
     assert run([*verb, "-f", str(bomb)]) == 2
     assert "expands to more than" in capsys.readouterr().err
+
+
+def test_an_instance_starts_stops_and_restarts_as_its_state_allows_and_a_cluster_does_not(azml):
+    """The service's start acts on a stopped compute instance only, in its words; a cluster is
+    no instance (azure-ai-ml's begin_start: "Start a compute instance")."""
+    code, made, _ = azml(["create", "-n", "ci1", "--type", "computeinstance", "--size",
+                          "Standard_DS3_v2"])
+    assert code == 0 and made["state"] == "Running"
+    code, _, err = azml(["start", "-n", "ci1"])
+    assert code == 2 and "StartComputeInstanceOnlyAllowedInStoppedState" in err
+    assert azml(["stop", "-n", "ci1", "--no-wait"])[:2] == (0, None)
+    assert azml(["show", "-n", "ci1"])[1]["state"] == "Stopped"
+    code, made, _ = azml(["update", "-n", "ci1", "--tags", "a=1"])
+    assert code == 0 and made["state"] == "Stopped"  # an update keeps the instance's state
+    assert azml(["start", "-n", "ci1"])[0] == 0
+    assert azml(["show", "-n", "ci1"])[1]["state"] == "Running"
+    assert azml(["stop", "-n", "ci1"])[0] == 0 and azml(["restart", "-n", "ci1"])[0] == 0
+    assert azml(["show", "-n", "ci1"])[1]["state"] == "Running"
+    azml(["create", "-n", "cpu", "--type", "amlcompute"])
+    for action in ("start", "stop", "restart"):
+        code, _, err = azml([action, "-n", "cpu"])
+        assert code == 2 and "acts on a compute instance (computeinstance) only" in err
+    assert azml(["stop", "-n", "nope"])[0] == 3
