@@ -125,3 +125,27 @@ def test_an_online_endpoint_is_created_deployed_to_rolled_out_and_deleted_as_wit
           all('"Running"' not in p.read_text() for p in
               repo.glob(".azml/runs/endpoints/rollout-local/*/status.json")),
           60, "every server of the endpoint to stop")
+
+
+def test_a_schedules_trigger_runs_its_job_in_the_background_and_update_archive_follow(repo):
+    """`az ml schedule trigger` (nothing fires a schedule here): its job runs through job
+    create's own path with the schedule's values over it; the job is then updated and archived
+    as az ml does it."""
+    (repo / "cli" / "jobs" / "nightly.yml").write_text(
+        "$schema: https://azuremlschemas.azureedge.net/latest/schedule.schema.json\n"
+        "name: nightly\ntrigger:\n  type: cron\n  expression: \"0 2 * * *\"\n"
+        "create_job:\n  type: command\n  job: ./hello-command.yml\n  inputs:\n    steps: 3\n")
+    made = azml(repo, "schedule", "create", "-f", "cli/jobs/nightly.yml")
+    assert "nothing here fires it" in made.stderr
+    name = json.loads(azml(repo, "schedule", "trigger", "-n", "nightly").stdout)["job_name"]
+    until(lambda: recorded_status(repo, name) not in (None, "Starting", "Running"), 240,
+          "the triggered job to end", step=0.2)
+    shown = json.loads(azml(repo, "job", "show", "-n", name).stdout)
+    assert (shown["status"], shown["inputs"]["steps"]) == ("Completed", "3")
+    updated = azml(repo, "job", "update", "-n", name, "--set", "tags.reviewed=yes",
+                   "--query", "tags.reviewed", "-o", "tsv")
+    assert updated.stdout.strip() == "yes"
+    azml(repo, "job", "archive", "-n", name)
+    assert azml(repo, "job", "list", "--query", "[].name", "-o", "tsv").stdout.split() == []
+    assert azml(repo, "job", "list", "--archived-only", "--query", "[].name", "-o",
+                "tsv").stdout.split() == [name]
