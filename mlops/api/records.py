@@ -74,10 +74,18 @@ class JobRecord:
         if recorded is None:
             return self._from_task()
         if not recorded.terminal and not _alive(self.pid):
-            task = TaskRecord.read(self.folder)
-            ended = task is not None and task.status != Status.RUNNING
-            return self._from_task() if ended else JobStatus.FAILED
+            return JobStatus.FAILED if self.runner_lost else self._from_task()
         return recorded
+
+    @property
+    def runner_lost(self) -> bool:
+        """The job's runner is gone and neither it nor its task's watchdog recorded an end
+        (kill -9 of the runner before its task started, the machine stopped)."""
+        recorded = self.run.status if self.run else None
+        if recorded is None or recorded.terminal or _alive(self.pid):
+            return False
+        task = TaskRecord.read(self.folder)
+        return task is None or task.status == Status.RUNNING
 
     def _from_task(self) -> JobStatus:
         task = TaskRecord.read(self.folder)

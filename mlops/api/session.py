@@ -99,7 +99,10 @@ class Session(ResourceVerbs, JobVerbs):
         record = jobs.stream(name, out)
         if str(record.status) != "Completed":
             code = record.run.exit_code if record.run else None
-            raise JobEnded(f"job {record.name} ended {record.status}"
+            lost = (f": its runner (process {record.pid}) is gone without recording an end "
+                    "(killed, or the machine stopped); run the job again") \
+                if record.runner_lost else ""
+            raise JobEnded(f"job {record.name} ended {record.status}{lost}"
                            + (f" (exit {code})" if code is not None else "")
                            + f"; its log: {record.folder / jobs.RUNNER_LOG}")
         return 0

@@ -5,6 +5,7 @@ mlops/api)."""
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 from pathlib import Path
@@ -14,10 +15,11 @@ import yaml
 
 from mlops.api.jobs import download
 from mlops.api.records import JobRecord, all_jobs, find_job
+from mlops.api.session import Session
 from mlops.api.views import job_view
 from mlops.cli import run
 from mlops.cli.output import query, render
-from mlops.errors import LocalRunError, NotFound
+from mlops.errors import LocalError, LocalRunError, NotFound
 from mlops.runtime.records import JobStatus, RunRecord
 from mlops.workspace.jobs import claim_name, record_job
 from mlops.workspace.store import Workspace, workspace_root
@@ -72,6 +74,19 @@ def test_a_job_whose_runner_died_is_what_its_tasks_watchdog_recorded(repo):
     running = a_job("cut", JobStatus.RUNNING, pid=DEAD_PID)
     TaskRecord(status=Status.RUNNING, pid=DEAD_PID).write(running.folder)
     assert running.status == JobStatus.FAILED  # no watchdog's word: the runner's death
+    assert running.runner_lost and not killed.runner_lost
+
+
+def test_stream_of_a_job_whose_runner_is_gone_says_so(repo):
+    """kill -9 of `job create`'s runner before its task starts: stream said only "ended
+    Failed" beside a log that ends mid-run."""
+    lost = a_job("lost", JobStatus.RUNNING, pid=DEAD_PID)
+    with pytest.raises(LocalError, match=f"its runner \\(process {DEAD_PID}\\) is gone"):
+        Session().stream_job(lost.name, io.StringIO())
+    failed = a_job("failed", JobStatus.FAILED, code=1)
+    with pytest.raises(LocalError, match=r"ended Failed \(exit 1\)") as ended:
+        Session().stream_job(failed.name, io.StringIO())
+    assert "gone" not in str(ended.value) and not failed.runner_lost
 
 
 def test_show_prints_the_keys_az_ml_job_show_prints_for_a_command_job(repo):
