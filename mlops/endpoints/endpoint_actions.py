@@ -222,9 +222,17 @@ def request_body(request: Path) -> bytes:
     """What `az ml online-endpoint invoke --request-file` sends: azure-ai-ml reads the file with
     json.loads (a UTF-8 BOM or UTF-16 is fine) and posts it as `json=`, re-encoded by
     json.dumps, so the scorer sees that text, not the file's bytes; JSON `null` is no body at
-    all. A file that is not JSON is refused before anything is sent, as az ml refuses it."""
+    all. A file that is not JSON, or that cannot be read (missing, a folder), is refused before
+    anything is sent, as az ml refuses it (azure-ai-ml opens it before any call)."""
     try:
-        data = json.loads(request.read_bytes())
+        raw = request.read_bytes()
+    except OSError as err:
+        raise LocalRunError(f"--request-file {request}: cannot be read ({err.strerror}): "
+                            "az ml online-endpoint invoke opens it before sending anything; "
+                            "name a JSON file that exists (a relative path is from the folder "
+                            "you run in)") from None
+    try:
+        data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise LocalRunError(f"{request}: not JSON ({err}): az ml online-endpoint invoke reads "
                             "the request file as JSON and sends it re-encoded; fix the file, "

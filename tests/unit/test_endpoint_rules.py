@@ -315,6 +315,9 @@ def test_invoke_sends_the_request_files_json_re_encoded_as_az_ml_does(tmp_path, 
         request.write_bytes(bad)
         with pytest.raises(LocalRunError, match="not JSON"):
             actions.request_body(request)
+    for unreadable in (tmp_path / "missing.json", tmp_path):  # absent, a folder: no traceback
+        with pytest.raises(LocalRunError, match="cannot be read"):
+            actions.request_body(unreadable)
     sent = []
     monkeypatch.setattr(endpoints, "_created", lambda name: None)
     monkeypatch.setattr(actions, "post", lambda body, **kw: sent.append(body) or
