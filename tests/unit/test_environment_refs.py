@@ -295,3 +295,20 @@ def test_a_retired_curated_environment_resolves_as_pypi_was_when_it_was_removed(
     assert retired.requirements[-1] == "--exclude-newer 2022-06-20T12:00:00Z"
     assert not any(r.startswith("--exclude-newer")
                    for r in plan_for("azureml:AzureML-current:3", tmp_path, env_map).requirements)
+
+
+@pytest.mark.parametrize("reference, python, framework", [
+    ("azureml:AzureML-pytorch-1.10-ubuntu18.04-py37-cpu-inference@latest", "3.7", "torch~=1.10"),
+    ({"image": "mcr.microsoft.com/azureml/pytorch-1.10-ubuntu18.04-py37-cpu-inference:latest"},
+     "3.7", "torch~=1.10"),
+    ("azureml:AzureML-sklearn-0.24.1-ubuntu18.04-py37-cpu-inference:1", "3.7",
+     "scikit-learn==0.24.1"),
+    ({"image": "mcr.microsoft.com/azureml/minimal-ubuntu18.04-py37-cpu-inference"}, "3.7",
+     "azureml-inference-server-http")])
+def test_a_2022_prebuilt_inference_image_runs_on_its_python_with_its_framework(
+        tmp_path, reference, python, framework):
+    """Azure's prebuilt inference images of 2022 (py37, in no azureml-assets record) are their
+    Python and documented packages, by curated name and by image, never .venv's Python."""
+    plan = plan_for(reference, tmp_path, EnvMap(), "deployment")
+    assert plan.python == python and plan.notice is None and not plan.undefined
+    assert any(line.startswith(framework) for line in plan.requirements)
