@@ -5,19 +5,26 @@ the ARG and ENV values each line sees); the final stage is followed back through
 is built `FROM`. Each RUN's command (shell form, exec form, or a heredoc script) is split as a
 shell splits it (shlex: quotes, `&&`/`||`/`;`/`|` between commands, redirections), and every
 `pip install`, `pip3 install`, `python -m pip install`, `uv pip install` in it becomes an
-install with its flags, as well as `conda env create|update -f <file>` (and mamba's). What else
-a RUN does (apt-get, R, curl | sh, a `COPY`'d wheel built in the image) is not read.
+install with its flags, as well as `conda env create|update -f <file>` (and mamba's), the files
+they read named by their path in the image (a relative one from the RUN's WORKDIR). The COPY and
+ADD lines that take files from the build context are kept, so those paths can be traced back
+to the context (build_context.py). What else a RUN does (apt-get, R, curl | sh, a `COPY`'d
+wheel built in the image) is not read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import posixpath
 import re
 import shlex
 from dataclasses import dataclass, field
 
 from dockerfile_parse import DockerfileParser
+
+from mlops.environments.build_context import Copy, copied
 
 # pip install's options that take a value, and where the value goes
 VALUED = {"-r": "requirements", "--requirement": "requirements", "-c": "constraints",
@@ -65,6 +72,7 @@ class Installs:
     steps: list[PipInstall | CondaFile] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
     envs: dict[str, str] = field(default_factory=dict)
+    copies: list[Copy] = field(default_factory=list)  # from the build context, in order
 
 
 @dataclass(kw_only=True)
@@ -73,6 +81,9 @@ class _Stage:
     name: str | None
     commands: list[str] = field(default_factory=list)
     envs: dict[str, str] = field(default_factory=dict)  # ENV values at its last instruction
+    workdir: str = "/"
+    workdirs: list[str] = field(default_factory=list)  # each command's WORKDIR
+    copies: list[Copy] = field(default_factory=list)
 
 
 def read_installs(text: str) -> Installs:
@@ -88,9 +99,22 @@ def read_installs(text: str) -> Installs:
         image = named[image].image
     commands = [command for stage in chain for command in stage.commands]
     envs = {name: value for stage in chain for name, value in stage.envs.items()}
+    steps = [_from_workdir(step, workdir) for stage in chain
+             for command, workdir in zip(stage.commands, stage.workdirs, strict=True)
+             for step in command_installs(command)]
     return Installs(image=image if image and "$" not in image else None, commands=commands,
-                    steps=[step for command in commands for step in command_installs(command)],
-                    envs=envs)
+                    steps=steps, envs=envs,
+                    copies=[copy for stage in chain for copy in stage.copies])
+
+
+def _from_workdir(step: PipInstall | CondaFile, workdir: str) -> PipInstall | CondaFile:
+    """The files an install reads, by their path in the image (a relative one is the RUN's
+    WORKDIR's)."""
+    if isinstance(step, CondaFile):
+        return CondaFile(posixpath.join(workdir, step.path))
+    return dataclasses.replace(
+        step, requirements=tuple(posixpath.join(workdir, f) for f in step.requirements),
+        constraints=tuple(posixpath.join(workdir, f) for f in step.constraints))
 
 
 def _stages(text: str) -> list[_Stage]:
@@ -105,13 +129,20 @@ def _stages(text: str) -> list[_Stage]:
         if instruction == "FROM":
             words = [w for w in value.split() if not w.startswith("--")]
             alias = words[2] if len(words) > 2 and words[1].lower() == "as" else None
-            stages.append(_Stage(image=_substituted(words[0], variables) if words else None,
-                                 name=alias))
+            image = _substituted(words[0], variables) if words else None
+            below = [stage.workdir for stage in stages if stage.name and stage.name == image]
+            stages.append(_Stage(image=image, name=alias, workdir=(below or ["/"])[-1]))
         elif instruction == "ENV" and stages:
             stages[-1].envs = dict(contexts[index].envs)
+        elif instruction == "WORKDIR" and stages:
+            stages[-1].workdir = posixpath.join(stages[-1].workdir,
+                                                _substituted(value.strip(), variables))
+        elif instruction in ("COPY", "ADD") and stages:
+            stages[-1].copies += copied(_substituted(value, variables), stages[-1].workdir)
         elif instruction == "RUN" and stages:
             command, index = _run_command(structure, index)
             stages[-1].commands.append(_substituted(command, variables))
+            stages[-1].workdirs.append(stages[-1].workdir)
         index += 1
     return stages
 

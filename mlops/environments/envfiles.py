@@ -7,12 +7,14 @@ their RUN lines an install step of its own, and the image they start `FROM`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from mlops.environments import steps
+from mlops.environments.build_context import in_context
 from mlops.environments.docker_python import build_python
 from mlops.environments.dockerfiles import CondaFile, PipInstall, read_installs
 from mlops.errors import LocalRunError
@@ -234,26 +236,26 @@ def read_dockerfile(context: Path, dockerfile: str, plan: EnvPlan) -> str | None
     for install in found.steps:
         if isinstance(install, CondaFile):
             plan.requirements.append(steps.step_line())
-            read_conda(context / Path(install.path).name, plan)
+            read_conda(in_context(install.path, found.copies, context), plan)
         else:
-            _pip_step(install, context, plan)
+            _pip_step(install, lambda name: in_context(name, found.copies, context), plan)
     if not found.steps:
         plan.notice = f"{path} installs nothing with plain pip or a conda file"
     plan.python = plan.python or build_python(found.image, found.commands, found.envs)
     return found.image
 
 
-def _pip_step(install: PipInstall, context: Path, plan: EnvPlan) -> None:
+def _pip_step(install: PipInstall, context: Callable[[str], Path], plan: EnvPlan) -> None:
     """One `pip install` as an install step: its flags, its packages and requirement files (the
-    files by name in the build context, where a COPY took them from), its constraints."""
+    build context's files the COPY lines put at their paths), its constraints."""
     plan.requirements.append(steps.step_line(no_deps=install.no_deps, upgrade=install.upgrade,
                                              pre=install.pre))
     plan.requirements += list(install.indexes)
     for name in install.requirements:
-        read_requirements(context / Path(name).name, plan)
+        read_requirements(context(name), plan)
     for name in install.constraints:
         held = EnvPlan(label=plan.label)
-        read_requirements(context / Path(name).name, held)
+        read_requirements(context(name), held)
         plan.requirements += [f"{steps.CONSTRAINT} {line}" for line in held.requirements
                               if not line.startswith("-")]
     plan.requirements += list(install.packages)

@@ -145,3 +145,29 @@ def test_the_curated_catalogue_keeps_each_install_in_order_and_drops_empty_ones(
     assert entry(plan)["pip"] == [
         "pip", "torch", STEP, "a==1", NO_DEPS, "domonic==0.9.10",
         STEP, "requests>=2.32.4", f"{steps.CONSTRAINT} numpy<2", "pip"]
+
+
+def test_an_installs_file_is_the_context_file_the_copy_lines_put_at_its_path(tmp_path):
+    """`conda env create -f /tmp/conda.yaml` after `COPY environment/conda.yaml /tmp/conda.yaml`
+    reads environment/conda.yaml (not a context-root file of that name); after `COPY . /app`
+    and `WORKDIR /app`, `-r reqs/prod.txt` is the context's reqs/prod.txt, as Docker builds."""
+    context = tmp_path / "ctx"
+    (context / "environment").mkdir(parents=True)
+    (context / "reqs").mkdir()
+    (context / "environment" / "conda.yaml").write_text(
+        "dependencies:\n  - python=3.11\n  - pip\n  - pip:\n    - joblib==1.2.0\n")
+    (context / "conda.yaml").write_text("dependencies:\n  - python=3.8\n")  # not copied
+    (context / "reqs" / "prod.txt").write_text("pandas==2.2.3\n")
+    (context / "Dockerfile").write_text(
+        "FROM ubuntu:22.04 AS build\nFROM ubuntu:22.04\n"
+        "COPY ./environment/conda.yaml /tmp/conda.yaml\n"
+        "COPY --from=build /etc/hosts /tmp/conda.yaml.bak\n"
+        "RUN conda env create -n userenv -f /tmp/conda.yaml\n"
+        "ENV PATH=/opt/conda/envs/userenv/bin:$PATH\n"
+        "COPY . /app\nWORKDIR /app\nRUN pip install -r reqs/prod.txt\n")
+    plan = plan_for({"build": {"path": "ctx"}}, tmp_path, EnvMap(), "job")
+    assert plan.python == "3.11"
+    assert "joblib==1.2.0" in plan.requirements and "pandas==2.2.3" in plan.requirements
+    found = read_installs((context / "Dockerfile").read_text())
+    assert [step.path if hasattr(step, "path") else step.requirements
+            for step in found.steps] == ["/tmp/conda.yaml", ("/app/reqs/prod.txt",)]
