@@ -83,7 +83,8 @@ def wheel_builder(calls: list[str], damaged_builds: int):
         (site / "pkg-1.0.dist-info").mkdir(parents=True)
         good = b"x = 1\n"
         digest = base64.urlsafe_b64encode(hashlib.sha256(good).digest()).rstrip(b"=").decode()
-        (site / "pkg.py").write_bytes(b"x = 666\n" if len(calls) <= damaged_builds else good)
+        damaged = f"x = {665 + len(calls)}\n".encode()  # a damaged copy differs each time
+        (site / "pkg.py").write_bytes(damaged if len(calls) <= damaged_builds else good)
         (site / "pkg-1.0.dist-info" / "RECORD").write_text(
             f"pkg.py,sha256={digest},6\npkg-1.0.dist-info/RECORD,,\n")
         (folder / "layer.json").write_text("{}")
@@ -107,6 +108,29 @@ def test_a_build_that_stays_damaged_is_the_machines_error(tmp_path):
                                            "downloaded packages"):
         cached_layer(tmp_path / "layer", wheel_builder([], damaged_builds=2))
     assert not (tmp_path / "layer").exists()
+
+
+def test_a_wheel_whose_own_record_misstates_a_digest_is_installed_as_pip_installs_it(
+        tmp_path, capsys):
+    """The same bytes from the package cache and from fresh downloads, unlike the RECORD's
+    digest: the wheel was published so (torch 1.10.2 cp37's METADATA); pip checks no RECORD
+    digest, so Azure's image holds it: built, with a note, and trusted afterwards."""
+    calls: list[str] = []
+
+    def build(folder: Path) -> None:
+        calls.append(os.environ.get("UV_NO_CACHE", ""))
+        info = folder / "lib" / "python3.7" / "site-packages" / "torch-1.10.2.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_bytes(b"Name: torch\n")
+        (info / "RECORD").write_text("torch-1.10.2.dist-info/METADATA,sha256=4GP4_qtp,24834\n")
+        (folder / "layer.json").write_text("{}")
+
+    layer = cached_layer(tmp_path / "layer", build)
+    assert calls == ["", "1"] and (layer / MANIFEST).is_file()
+    assert "the wheels were published so, and pip installs them as they are" in \
+        capsys.readouterr().err
+    layers.CHECKED.clear()
+    assert cached_layer(tmp_path / "layer", build) == layer and calls == ["", "1"]
 
 
 def test_a_cache_that_cannot_be_written_serves_what_it_holds_and_names_what_it_lacks(
