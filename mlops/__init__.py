@@ -9,8 +9,8 @@ shared: errors, specs (loading, kinds, line numbers), project (the repository, i
         its state folder and MLflow store), yaml_limits; exit_with / exit_code below
   workspace/      the local workspace: records, store, references (`azureml:` names and URIs),
                   jobs (finished jobs by name), mlflow_models (MLflow's registry taken in)
-  environments/   envspec, envfiles, dockerfiles and build_context (reading environment
-                  definitions, a Dockerfile's files through its COPY lines; steps:
+  environments/   envspec, envfiles, dockerfiles, shell_words and build_context (reading
+                  environment definitions, a Dockerfile's files through its COPY lines; steps:
                   a Dockerfile's installs in order, as a plan's lines carry them), requirements and
                   pins (what a layer installs), resolve and closures (Azure's resolution of an
                   environment), interpreters (the Python an environment asks for), own_python

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from mlops.environments.dockerfiles import shell_commands
+from mlops.environments.shell_words import shell_commands
 
 VERSION = re.compile(r"^(?:c?python-?)?(\d+\.\d+)(?![\d])")
 PYTHON_EXE = re.compile(r"^python(\d+\.\d+)$")

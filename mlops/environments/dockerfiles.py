@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from dockerfile_parse import DockerfileParser
 
 from mlops.environments.build_context import Copy, copied
+from mlops.environments.shell_words import shell_commands, substituted
 
 # pip install's options that take a value, and where the value goes
 VALUED = {"-r": "requirements", "--requirement": "requirements", "-c": "constraints",
@@ -37,10 +38,7 @@ IGNORED_VALUED = {"-t", "--target", "--prefix", "--root", "--src", "--cache-dir"
                   "--python", "-p", "--exists-action", "--no-binary", "--only-binary",
                   "--report", "--root-user-action", "--index-strategy", "--extra-index",
                   "--resolution", "--prerelease"}
-SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")", ";;"}
-REDIRECTION = re.compile(r"^[<>]+&?$|^&>+$")
 PIP = re.compile(r"^pip(\d+(\.\d+)*)?$")
-VARIABLE = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}|\$(\w+)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +82,17 @@ class _Stage:
     workdir: str = "/"
     workdirs: list[str] = field(default_factory=list)  # each command's WORKDIR
     copies: list[Copy] = field(default_factory=list)
+    imports: list[tuple[int, str]] = field(default_factory=list)  # COPY --from=<stage>, where
+
+
+@dataclass(kw_only=True)
+class _Runs:
+    """The RUN commands whose installs an image holds, in build order, with their WORKDIRs, and
+    the copies from the build context they read."""
+
+    commands: list[str] = field(default_factory=list)
+    workdirs: list[str] = field(default_factory=list)
+    copies: list[Copy] = field(default_factory=list)
 
 
 def read_installs(text: str) -> Installs:
@@ -92,19 +101,43 @@ def read_installs(text: str) -> Installs:
     stages = _stages(text)
     if not stages:
         return Installs(image=None)
-    chain, image = [stages[-1]], stages[-1].image
     named = {stage.name: stage for stage in stages if stage.name}
-    while image in named and named[image] not in chain:
-        chain.insert(0, named[image])
-        image = named[image].image
-    commands = [command for stage in chain for command in stage.commands]
+    chain = _chain(stages[-1], named)
+    image = chain[0].image
+    runs = _Runs()
+    for stage in chain:
+        _add_runs(stage, named, runs, {id(s) for s in chain})
     envs = {name: value for stage in chain for name, value in stage.envs.items()}
-    steps = [_from_workdir(step, workdir) for stage in chain
-             for command, workdir in zip(stage.commands, stage.workdirs, strict=True)
+    steps = [_from_workdir(step, workdir)
+             for command, workdir in zip(runs.commands, runs.workdirs, strict=True)
              for step in command_installs(command)]
-    return Installs(image=image if image and "$" not in image else None, commands=commands,
-                    steps=steps, envs=envs,
-                    copies=[copy for stage in chain for copy in stage.copies])
+    return Installs(image=image if image and "$" not in image else None,
+                    commands=runs.commands, steps=steps, envs=envs, copies=runs.copies)
+
+
+def _chain(stage: _Stage, named: dict[str, _Stage]) -> list[_Stage]:
+    """The stage and the stages it is built FROM, the first one first."""
+    chain = [stage]
+    while chain[0].image in named and named[chain[0].image] not in chain:
+        chain.insert(0, named[chain[0].image])
+    return chain
+
+
+def _add_runs(stage: _Stage, named: dict[str, _Stage], runs: _Runs, seen: set[int]) -> None:
+    """The stage's RUN commands into `runs`, and where it copies files from another stage
+    (`COPY --from=<stage> /opt/conda /opt/conda`), that stage's (and those it is built FROM)
+    first: what they installed comes with the files."""
+    imports = dict(stage.imports)
+    for index in range(len(stage.commands) + 1):
+        below = named.get(imports.get(index, ""))
+        if below is not None and id(below) not in seen:
+            for earlier in _chain(below, named):
+                seen.add(id(earlier))
+                _add_runs(earlier, named, runs, seen)
+        if index < len(stage.commands):
+            runs.commands.append(stage.commands[index])
+            runs.workdirs.append(stage.workdirs[index])
+    runs.copies += stage.copies
 
 
 def _from_workdir(step: PipInstall | CondaFile, workdir: str) -> PipInstall | CondaFile:
@@ -129,19 +162,22 @@ def _stages(text: str) -> list[_Stage]:
         if instruction == "FROM":
             words = [w for w in value.split() if not w.startswith("--")]
             alias = words[2] if len(words) > 2 and words[1].lower() == "as" else None
-            image = _substituted(words[0], variables) if words else None
+            image = substituted(words[0], variables) if words else None
             below = [stage.workdir for stage in stages if stage.name and stage.name == image]
             stages.append(_Stage(image=image, name=alias, workdir=(below or ["/"])[-1]))
         elif instruction == "ENV" and stages:
             stages[-1].envs = dict(contexts[index].envs)
         elif instruction == "WORKDIR" and stages:
             stages[-1].workdir = posixpath.join(stages[-1].workdir,
-                                                _substituted(value.strip(), variables))
+                                                substituted(value.strip(), variables))
         elif instruction in ("COPY", "ADD") and stages:
-            stages[-1].copies += copied(_substituted(value, variables), stages[-1].workdir)
+            stages[-1].copies += copied(substituted(value, variables), stages[-1].workdir)
+            source = re.search(r"--from=(\S+)", value)
+            if source:
+                stages[-1].imports.append((len(stages[-1].commands), source.group(1)))
         elif instruction == "RUN" and stages:
             command, index = _run_command(structure, index)
-            stages[-1].commands.append(_substituted(command, variables))
+            stages[-1].commands.append(substituted(command, variables))
             stages[-1].workdirs.append(stages[-1].workdir)
         index += 1
     return stages
@@ -167,64 +203,6 @@ def _run_command(structure: list, index: int) -> tuple[str, int]:
             shell = len(words) > 2 and words[1] == "-c" and words[0].endswith("sh")
             return words[2] if shell else shlex.join(words), index
     return value, index
-
-
-def _substituted(text: str, variables: dict[str, str]) -> str:
-    """`$NAME`, `${NAME}` and `${NAME:-default}` replaced by the ARG or ENV value the line sees
-    (the shell that runs it sees them as variables), else the default; others kept as written,
-    and what a shell keeps as written too: inside single quotes, after a backslash."""
-
-    def value(match: re.Match) -> str:
-        name = match.group(1) or match.group(3)
-        if name in variables:
-            return variables[name]
-        return match.group(2) if match.group(2) is not None else match.group(0)
-
-    return "".join(part if literal else VARIABLE.sub(value, part)
-                   for part, literal in _quoted_parts(text))
-
-
-def _quoted_parts(text: str) -> list[tuple[str, bool]]:
-    """The text in runs, each marked literal (single-quoted outside double quotes, or a
-    backslash and what it escapes) or not."""
-    parts: list[tuple[str, bool]] = []
-    start, index, double = 0, 0, False
-    while index < len(text):
-        char = text[index]
-        if char == "\\" or (char == "'" and not double):
-            end = index + 2 if char == "\\" else text.find("'", index + 1) + 1 or len(text)
-            parts += [(text[start:index], False), (text[index:end], True)]
-            start = index = end
-            continue
-        double ^= char == '"'
-        index += 1
-    return [*parts, (text[start:], False)]
-
-
-def shell_commands(command: str) -> list[list[str]]:
-    """The simple commands of a shell command line, each as its words, redirections left out."""
-    tokens = []
-    for line in command.replace("\\\n", " ").splitlines():  # a script's lines: commands
-        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        try:
-            tokens += [*lexer, ";"]
-        except ValueError:  # an unbalanced quote: the words shlex can split
-            tokens += [*line.split(), ";"]
-    commands, words, skip = [], [], False
-    for token in tokens:
-        if skip:
-            skip = False
-        elif token in SEPARATORS:
-            commands.append(words)
-            words = []
-        elif REDIRECTION.match(token):
-            if words and words[-1].isdigit():
-                words.pop()  # 2>/dev/null: the descriptor is not an argument
-            skip = True  # its target (a file, a descriptor)
-        else:
-            words.append(token)
-    return [words for words in [*commands, words] if words]
 
 
 def command_installs(command: str) -> list[PipInstall | CondaFile]:

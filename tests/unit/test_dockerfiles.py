@@ -171,3 +171,30 @@ def test_an_installs_file_is_the_context_file_the_copy_lines_put_at_its_path(tmp
     found = read_installs((context / "Dockerfile").read_text())
     assert [step.path if hasattr(step, "path") else step.requirements
             for step in found.steps] == ["/tmp/conda.yaml", ("/app/reqs/prod.txt",)]
+
+
+def test_a_stage_the_final_one_copies_files_from_brings_its_installs(tmp_path):
+    """`FROM ubuntu` + `COPY --from=compile-image /opt/conda /opt/conda` holds the conda
+    environment the compile stage created (its Python, its packages), where the copy happens;
+    a stage nothing copies from still counts for nothing."""
+    found = read_installs("FROM python:3.11 AS unused\nRUN pip install not-copied\n"
+                          "FROM condaforge/mambaforge AS compile-image\nCOPY environment.yaml .\n"
+                          "RUN mamba env create --name core --file environment.yaml\n"
+                          "FROM ubuntu:22.04\nRUN pip install before\n"
+                          "COPY --from=compile-image /opt/conda /opt/conda\n"
+                          "ENV PATH /opt/conda/envs/core/bin:$PATH\nRUN pip install after\n")
+    assert found.image == "ubuntu:22.04"
+    assert found.steps == [PipInstall(packages=("before",)), CondaFile("/environment.yaml"),
+                           PipInstall(packages=("after",))]
+    context = tmp_path / "environment"
+    context.mkdir()
+    (context / "environment.yaml").write_text(
+        "channels: [conda-forge]\ndependencies:\n  - python=3.10.12\n  - pandas=2.0.3\n")
+    (context / "Dockerfile").write_text(
+        "FROM condaforge/mambaforge:latest AS compile-image\nCOPY environment.yaml .\n"
+        "RUN mamba env create --name core --file environment.yaml\n"
+        "FROM ubuntu:22.04 AS build-image\nCOPY --from=compile-image /opt/conda /opt/conda\n"
+        "ENV PATH /opt/conda/envs/core/bin:/opt/conda/bin:$PATH\n")
+    plan = plan_for({"build": {"path": "./environment"}}, tmp_path, EnvMap(), "job")
+    assert plan.python == "3.10.12" and "pandas==2.0.3" in plan.requirements
+    assert plan.notice is None and not plan.undefined
