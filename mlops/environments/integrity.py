@@ -224,13 +224,15 @@ def _build_whole(folder: Path, build: Callable[[Path], None]) -> None:
             return
         first = held
         print(f"warning: {len(wrong)} file(s) of the environment {folder} differ from their "
-              f"packages' digests ({', '.join(wrong[:3])}): uv's package cache is damaged"
-              + ("; building it again from freshly downloaded packages" if not fresh else ""),
+              f"packages' digests ({', '.join(wrong[:3])}): "
+              + ("uv's package cache may be damaged; building it again from freshly "
+                 "downloaded packages" if not fresh else "different bytes from fresh downloads"),
               file=sys.stderr, flush=True)
     shutil.rmtree(folder, ignore_errors=True)
     raise MachineError(f"the environment {folder.name} was built twice, the second time from "
                        f"freshly downloaded packages, and its files still differ from their "
-                       f"digests ({', '.join(wrong[:3])}): check the disk and the package index")
+                       f"digests, each time otherwise ({', '.join(wrong[:3])}): check the "
+                       "disk and the package index")
 
 
 def _as_published(folder: Path, wrong: list[str]) -> None:

@@ -99,7 +99,7 @@ def test_a_build_from_a_damaged_package_cache_is_built_again_from_fresh_download
     assert calls == ["", "1"] and "UV_NO_CACHE" not in os.environ  # the second: no cache
     assert (layer / "lib/python3.11/site-packages/pkg.py").read_bytes() == b"x = 1\n"
     assert "differ from their packages' digests (lib/python3.11/site-packages/pkg.py): uv's " \
-           "package cache is damaged; building it again from freshly downloaded packages" in \
+           "package cache may be damaged; building it again from freshly downloaded packages" in \
            capsys.readouterr().err
 
 
