@@ -155,14 +155,17 @@ def _stages(text: str) -> list[_Stage]:
     parser = DockerfileParser(fileobj=io.BytesIO(text.encode() + b"\n"))
     structure, contexts = parser.structure, parser.context_structure
     stages: list[_Stage] = []
+    before_from: dict[str, str] = {}  # ARGs above the first FROM: what FROM lines can name
     index = 0
     while index < len(structure):
         instruction, value = structure[index]["instruction"], structure[index]["value"]
         variables = {**contexts[index].args, **contexts[index].envs}
-        if instruction == "FROM":
+        if instruction == "ARG" and not stages:
+            before_from.update(contexts[index].args)
+        elif instruction == "FROM":
             words = [w for w in value.split() if not w.startswith("--")]
             alias = words[2] if len(words) > 2 and words[1].lower() == "as" else None
-            image = substituted(words[0], variables) if words else None
+            image = substituted(words[0], {**before_from, **variables}) if words else None
             below = [stage.workdir for stage in stages if stage.name and stage.name == image]
             stages.append(_Stage(image=image, name=alias, workdir=(below or ["/"])[-1]))
         elif instruction == "ENV" and stages:

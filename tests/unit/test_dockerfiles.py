@@ -93,6 +93,15 @@ def test_variables_take_the_value_the_line_sees_else_their_default_and_a_last_li
     assert found.steps == [PipInstall(packages=("x==1", "y==3", "z==$U"))]
 
 
+def test_a_from_line_sees_the_args_declared_above_the_first_from_and_no_others():
+    """Docker: FROM lines may use the ARGs declared before the first FROM (their defaults,
+    where az ml passes no build argument); an ARG inside a stage is not seen by a later FROM."""
+    found = read_installs("ARG PYTHON_VERSION=3.9\nFROM python:${PYTHON_VERSION}-slim\n"
+                          "RUN pip install x\n")
+    assert found.image == "python:3.9-slim"
+    assert read_installs("FROM a\nARG TAG=1\nFROM b:${TAG}\n").image is None
+
+
 def test_a_variable_is_kept_as_written_where_the_shell_keeps_it():
     """Docker hands a RUN line to the shell, which expands variables outside single quotes and
     not after a backslash."""
