@@ -312,3 +312,17 @@ def test_a_2022_prebuilt_inference_image_runs_on_its_python_with_its_framework(
     plan = plan_for(reference, tmp_path, EnvMap(), "deployment")
     assert plan.python == python and plan.notice is None and not plan.undefined
     assert any(line.startswith(framework) for line in plan.requirements)
+
+
+@pytest.mark.parametrize("line, python", [
+    ("python=3.9", "3.9"), ("python 3.9", "3.9"), ("python==3.10.9", "3.10.9"),
+    ("python=3.10.*", "3.10"), ("python=3.9=h12debd9_1", "3.9"),
+    ("python>=3.8,<3.10", "3.9"), ("python<3.11", "3.10"), ("python<=3.10", "3.10"),
+    ("conda-forge::python=3.8", "3.8")])
+def test_a_conda_files_python_line_is_the_release_line_conda_gives(tmp_path, line, python):
+    """A range under an upper bound is the newest release line it allows (conda's solver
+    prefers the newest), never the bound itself (`python<3.11` is not 3.11)."""
+    (tmp_path / "conda.yml").write_text(f'dependencies:\n  - "{line}"\n  - pip:\n    - six\n')
+    plan = plan_for({"image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04",
+                     "conda_file": "conda.yml"}, tmp_path, EnvMap(), "job")
+    assert plan.python == python
