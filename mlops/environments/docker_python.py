@@ -4,7 +4,8 @@ a Dockerfile (or named by `image:`).
 Read from what fixes it, in the order the build runs:
 - the base image, where its tag names the version: the Python images (`python:3.9-slim`,
   `mcr.microsoft.com/devcontainers/python:3.12`, any `…/python:<major.minor>…`);
-- `conda install python=X` (mamba, micromamba) into the image's base environment;
+- `conda install python=X` (mamba, micromamba) into the image's base environment (a range,
+  `"python<3.11"`, read as a conda file's python line: conda_python);
 - `pyenv global X`, `uv python install X --default`;
 - a virtual environment the final stage puts first on `PATH` (`ENV PATH=<env>/bin:$PATH`) or
   names in `VIRTUAL_ENV`: its Python is the one the RUN that made it asked for (`uv venv -p X`,
@@ -103,7 +104,7 @@ def _conda(args: list[str], build: _Build) -> None:
     """`conda create|install … python=X`: a new environment (-p/-n) or the base one's Python."""
     if not args or args[0] not in ("create", "install"):
         return
-    asked = [_minor(w.split("=", 1)[1].lstrip("=")) for w in args if w.startswith("python=")]
+    asked = [_minor(conda_python(w) or "") for w in args if re.match(r"^python[=<>!]", w)]
     if not asked or not asked[-1]:
         return
     prefix = _option(args, ("-p", "--prefix"))
@@ -114,6 +115,31 @@ def _conda(args: list[str], build: _Build) -> None:
         build.envs[f"envs/{name}"] = asked[-1]
     elif args[0] == "install":
         build.python = asked[-1]
+
+
+def conda_python(spec: str) -> str | None:
+    """The Python a conda file's `python` line gives: its version (`python=3.9`, `python 3.9`,
+    `python==3.9.5`, `python=3.10.*`, a build string after it dropped), or under an upper bound
+    the newest release line it allows (`python>=3.8,<3.10`: 3.9; `python<3.11`: 3.10), as
+    conda's solver prefers the newest; a lower bound alone gives its own version (the newest
+    Python the channel holds is not known here)."""
+    version = re.sub(r"^(\S+::)?python\s*", "", spec.strip())
+    version = re.sub(r"^(=?=?[^=<>!,\s]+)[=\s].*$", r"\1", version)  # a build string
+    if not re.search(r"[<>!,]", version):
+        return version.lstrip("=").removesuffix(".*").strip() or None
+    lower = upper = None
+    for part in version.split(","):
+        found = re.match(r"^\s*(<=|<|>=|>)\s*(\d+)\.(\d+)(?:\.(\d+))?", part)
+        if not found:
+            continue
+        major, minor, patch = int(found[2]), int(found[3]), int(found[4] or 0)
+        if found[1] == "<":
+            upper = f"{major}.{minor - 1}" if patch == 0 else f"{major}.{minor}"
+        elif found[1] == "<=":
+            upper = f"{major}.{minor}"
+        else:
+            lower = f"{major}.{minor}" + (f".{patch}" if found[4] else "")
+    return upper or lower
 
 
 def _option(words: list[str], names: tuple[str, ...]) -> str | None:

@@ -15,7 +15,7 @@ import yaml
 
 from mlops.environments import steps
 from mlops.environments.build_context import in_context
-from mlops.environments.docker_python import build_python
+from mlops.environments.docker_python import build_python, conda_python
 from mlops.environments.dockerfiles import CondaFile, PipInstall, read_installs
 from mlops.errors import LocalRunError
 from mlops.specs import SpecData, read_yaml
@@ -182,31 +182,6 @@ def read_conda_data(data: SpecData, base: Path, plan: EnvPlan, *, phases: bool =
         return
     plan.requirements += pip.requirements if pip is not plan else []  # one install
     with_conda_base(plan)
-
-
-def conda_python(spec: str) -> str | None:
-    """The Python a conda file's `python` line gives: its version (`python=3.9`, `python 3.9`,
-    `python==3.9.5`, `python=3.10.*`, a build string after it dropped), or under an upper bound
-    the newest release line it allows (`python>=3.8,<3.10`: 3.9; `python<3.11`: 3.10), as
-    conda's solver prefers the newest; a lower bound alone gives its own version (the newest
-    Python the channel holds is not known here)."""
-    version = re.sub(r"^(\S+::)?python\s*", "", spec.strip())
-    version = re.sub(r"^(=?=?[^=<>!,\s]+)[=\s].*$", r"\1", version)  # a build string
-    if not re.search(r"[<>!,]", version):
-        return version.lstrip("=").removesuffix(".*").strip() or None
-    lower = upper = None
-    for part in version.split(","):
-        found = re.match(r"^\s*(<=|<|>=|>)\s*(\d+)\.(\d+)(?:\.(\d+))?", part)
-        if not found:
-            continue
-        major, minor, patch = int(found[2]), int(found[3]), int(found[4] or 0)
-        if found[1] == "<":
-            upper = f"{major}.{minor - 1}" if patch == 0 else f"{major}.{minor}"
-        elif found[1] == "<=":
-            upper = f"{major}.{minor}"
-        else:
-            lower = f"{major}.{minor}" + (f".{patch}" if found[4] else "")
-    return upper or lower
 
 
 def _named(line: str) -> str:

@@ -40,6 +40,9 @@ RUN uv pip install -r requirements.txt
      "3.13"),
     ("FROM ubuntu\nRUN sudo pyenv install 3.8.18 && pyenv global 3.8.18\n", "3.8"),
     ("FROM ubuntu\nRUN uv python install 3.12 --default\n", "3.12"),
+    ("FROM continuumio/miniconda3\nRUN conda install -y 'python<3.11'\n", "3.10"),
+    ("FROM ubuntu\nRUN conda create -y -p /env 'python>=3.8,<3.10'\nENV PATH=/env/bin:$PATH\n",
+     "3.9"),
     # what leaves the image's own Python, not known here: None (the runtime's default)
     ("FROM ubuntu:22.04\nRUN conda create -p /envs/e python=3.7 -y\nRUN pip install six\n", None),
     ("FROM ubuntu:22.04\nRUN apt-get install -y python3.10 python3-pip && pip3 install six\n",
@@ -47,7 +50,8 @@ RUN uv pip install -r requirements.txt
     ("FROM ubuntu:22.04\nRUN uv python install 3.12\n", None),
     ("FROM python:3.9 AS build\nRUN pip wheel .\nFROM ubuntu\nRUN pip install six\n", None),
 ], ids=["uv-stages", "slim", "docker-io", "conda-base", "conda-prefix", "mamba-name", "venv",
-        "relative-venv", "pyenv", "uv-default", "env-not-on-path", "deadsnakes-beside",
+        "relative-venv", "pyenv", "uv-default", "conda-range", "conda-create-range",
+        "env-not-on-path", "deadsnakes-beside",
         "uv-fetched-only", "other-stage"])
 def test_the_python_a_dockerfile_runs_is_read_from_what_fixes_it(dockerfile, python):
     found = read_installs(dockerfile)
