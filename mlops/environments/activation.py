@@ -46,7 +46,13 @@ from mlops.environments.interpreters import (
 )
 from mlops.environments.layers import Stack, layer_record, make_venv
 from mlops.environments.own_python import build_own_environment, resolved_for
-from mlops.environments.requirements import hidden_families, name_of, unfetchable, with_mpi
+from mlops.environments.requirements import (
+    hidden_families,
+    name_of,
+    public_releases,
+    unfetchable,
+    with_mpi,
+)
 from mlops.environments.startup import absent, refuse_absent
 from mlops.environments.steps import is_step_option
 from mlops.errors import LocalRunError
@@ -235,7 +241,9 @@ class Environments:
         for line in remote:  # Azure's build fetches them; this machine reaches PyPI only
             self._say(f"warning: {plan.label}: skipped {line!r}: this machine cannot fetch it "
                       "(only the package registries are reachable); the rest is installed")
-        lines = [line for line in plan.requirements if line not in remote]
+        lines, moved = public_releases([x for x in plan.requirements if x not in remote], remote)
+        for line in moved:
+            self._say(f"warning: {plan.label}: {line}")
         python = self._interpreter(plan) if python_of(plan) != HERE.minor else HERE
         stack = self._built(plan, BuildRequest(lines, adds, python), where)
         if plan.complete:  # the image's own check, on what the environment installs

@@ -1,6 +1,7 @@
 """What an environment's requirement list becomes on this machine, before pip sees it.
 
-- what cannot be fetched here (VCS and URL requirements, private indexes) is set aside;
+- what cannot be fetched here (VCS and URL requirements, private indexes) is set aside, and a
+  pin of a local version only such an index serves (`torch==2.0.1+cpu`) becomes its release;
 - mpi4py brings an MPI, as Azure's images carry Open MPI;
 - a family of distributions (MLflow's) that the environment names replaces .venv's as a whole.
 What the whole closure becomes here is mlops/environments/closures.py.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 
 
 def canonical(name: str) -> str:
@@ -38,6 +40,32 @@ def unfetchable(line: str) -> bool:
     except InvalidRequirement:
         return False
     return bool(url) and url.startswith(REMOTE_PREFIXES)
+
+
+def public_releases(lines: list[str], skipped: list[str]) -> tuple[list[str], list[str]]:
+    """Where an index option was skipped, a pin of a local version (`torch==2.0.1+cpu`: PyPI
+    accepts no local versions, so only that index serves it) becomes its public release
+    (`torch==2.0.1`, PyPI's build standing in), each change said in a line; where no index was
+    skipped the pin stays, and fails to resolve as Azure's build fails it."""
+    if not any(line.split()[0].split("=")[0] in INDEX_OPTIONS for line in skipped if line.split()):
+        return lines, []
+    kept, said = [], []
+    for line in lines:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            kept.append(line)
+            continue
+        pins = [spec for spec in requirement.specifier if "+" in spec.version]
+        if not pins or any(spec.operator not in ("==", "===") for spec in pins):
+            kept.append(line)
+            continue
+        requirement.specifier = SpecifierSet(",".join(
+            f"{spec.operator}{spec.version.split('+')[0]}" for spec in requirement.specifier))
+        kept.append(str(requirement))
+        said.append(f"{line!r} is a local version only the skipped index serves (PyPI holds "
+                    f"none): {str(requirement)!r}, PyPI's build, stands in")
+    return kept, said
 
 
 # Distributions .venv's build stands in for whatever version an environment names: a CUDA image's
