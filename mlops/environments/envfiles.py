@@ -71,13 +71,17 @@ def conda_only_note(line: str) -> str:
 
 
 def _conda_spec(entry: str) -> str | None:
-    """`numpy=1.21.2`, `conda-forge::numpy>=1.2`, `numpy 1.21.*`, `numpy=1.21=py38_0` -> a pip
-    requirement (conda's `=1.21` means any 1.21.x); None for packages PyPI does not have."""
+    """`numpy=1.21.2`, `conda-forge::numpy>=1.2`, `numpy 1.21.*`, `numpy=1.21=py38_0`,
+    `numpy 1.21.2 py38h_0` -> a pip requirement (conda's `=1.21` means any 1.21.x; a build
+    string dropped); None for packages PyPI does not have."""
     entry = entry.split("::")[-1].strip()
     match = re.match(r"^([A-Za-z0-9_.\-]+)\s*(.*)$", entry)
     if not match:
         return None
-    name, rest = match.group(1).lower(), match.group(2).replace(" ", "")
+    words = match.group(2).split()
+    if len(words) == 2 and re.match(r"^[\d*]", words[0]) and re.match(r"^\w", words[1]):
+        words = words[:1]  # `name version build`: the build string is conda's alone
+    name, rest = match.group(1).lower(), "".join(words)
     pypi = CONDA_TO_PYPI.get(name, name)
     if pypi is None or name in CONDA_ONLY:
         return None
@@ -87,6 +91,8 @@ def _conda_spec(entry: str) -> str | None:
             f"=={version}.*"
     elif rest[:1].isdigit():
         rest = "==" + rest.split("=")[0]
+    if re.search(r"\d\*$", rest):  # conda's `1.2*`: any 1.2.x
+        rest = rest[:-1] + ".*"
     return pypi + rest
 
 

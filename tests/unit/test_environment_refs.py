@@ -326,3 +326,18 @@ def test_a_conda_files_python_line_is_the_release_line_conda_gives(tmp_path, lin
     plan = plan_for({"image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04",
                      "conda_file": "conda.yml"}, tmp_path, EnvMap(), "job")
     assert plan.python == python
+
+
+@pytest.mark.parametrize("line, requirement", [
+    ("numpy 1.24.3 py310h5f9d8c6_1", "numpy==1.24.3"), ("numpy=1.24.3=py310h5f9d8c6_1",
+                                                        "numpy==1.24.3"),
+    ("numpy >=1.20, <1.24", "numpy>=1.20,<1.24"), ("numpy 1.2*", "numpy==1.2.*"),
+    ("numpy=1.24", "numpy==1.24.*")])
+def test_a_conda_match_spec_becomes_the_pip_requirement_of_its_versions(tmp_path, line,
+                                                                          requirement):
+    """conda's `name version build` form drops the build string (it was run into the
+    version: `numpy==1.24.3py310h5f9d8c6_1`, no requirement at all)."""
+    (tmp_path / "conda.yml").write_text(f'dependencies:\n  - python=3.10\n  - "{line}"\n')
+    plan = plan_for({"image": "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04",
+                     "conda_file": "conda.yml"}, tmp_path, EnvMap(), "job")
+    assert requirement in plan.requirements
