@@ -27,6 +27,7 @@ from mlops.api.views import GROUP, resource_id
 from mlops.checks.overrides import apply_sets, parse_sets
 from mlops.endpoints.deployment import load
 from mlops.endpoints.local_endpoint import checked_name, endpoint_lock
+from mlops.endpoints.pipeline_deployment import load_pipeline_deployment
 from mlops.errors import LocalRunError, NotFound
 from mlops.project import project
 from mlops.specs import SpecData, load_spec
@@ -34,6 +35,7 @@ from mlops.specs import SpecData, load_spec
 View = dict[str, object]
 ENDPOINT = "endpoint.yml"
 DEPLOYMENTS = "deployments"
+PIPELINE = "pipelineComponentBatchDeployment"  # its kind: it runs as a pipeline job
 # Azure's rule for a batch deployment's name (its REST API's pattern)
 DEPLOYMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
 
@@ -196,7 +198,7 @@ def create_deployment(request: DeploymentRequest, *, update: bool = False) -> Vi
     path = endpoint_folder(endpoint) / DEPLOYMENTS / f"{name}.yml"
     if update and not path.is_file():
         raise NotFound(f"batch deployment {name!r} was not found in batch endpoint {endpoint}")
-    load(request.spec, "batch-deployment", request.model, request.asset_file, sets=sets)
+    _checked_deployment(request.spec, request, sets)
     with endpoint_lock(endpoint_folder(endpoint), f"batch-deployment create {name}"):
         first = not any(path.parent.glob("*.yml"))
         _write(path, {"source": str(request.spec.resolve()), "sets": sets,
@@ -204,6 +206,18 @@ def create_deployment(request: DeploymentRequest, *, update: bool = False) -> Vi
         if request.set_default or (first and not _default(endpoint_spec(endpoint))):
             set_default(endpoint, name)
     return deployment_view(endpoint, name)
+
+
+def _checked_deployment(spec: Path, request: DeploymentRequest, sets: list[str]) -> None:
+    """A model deployment's model, code and environment found, or a pipeline component
+    deployment's component (or job) found, as Azure resolves them at create."""
+    if load_spec(spec, "batch-deployment").kind != PIPELINE:
+        load(spec, "batch-deployment", request.model, request.asset_file, sets=sets)
+        return
+    if request.model:
+        raise LocalRunError(f"--model: {spec} is a pipeline component deployment, which has "
+                            "no model (its component's steps name theirs)")
+    load_pipeline_deployment(spec, sets, request.asset_file)
 
 
 def _as_recorded(request: DeploymentRequest) -> DeploymentRequest:
@@ -233,8 +247,9 @@ def deployment_view(endpoint: str, name: str) -> View:
         spec = load_spec(source, "batch-deployment")
         data = apply_sets(spec.data, parse_sets(list(record.get("sets") or []), source), source)
         entities = _sdk()
-        kind = entities.ModelBatchDeployment if spec.kind == "modelBatchDeployment" else \
-            entities.BatchDeployment
+        kind = {"modelBatchDeployment": entities.ModelBatchDeployment,
+                PIPELINE: entities.PipelineComponentBatchDeployment}.get(
+                    spec.kind, entities.BatchDeployment)
         view = kind._load(data=data, yaml_path=source)._to_dict()  # noqa: SLF001
     except Exception:  # noqa: BLE001 - the spec moved or broke since: what the record holds
         view = {"name": name, "endpoint_name": endpoint, "source": str(source)}

@@ -16,6 +16,8 @@ is noted and ignored.
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,7 @@ from mlops.runtime import BATCH_JOB, AssetMap, is_remote
 from mlops.specs import SpecData, load_spec
 
 DATA_TYPES = ("uri_folder", "uri_file", "mltable")
+JOB_FILE = "batch-job.yml"  # a pipeline deployment's job, in its run folder
 # a job's settings (BatchJobSchema's) -> where a model deployment's spec holds them
 JOB_SETTINGS = {"mini_batch_size": "settings.mini_batch_size",
                 "output_file_name": "settings.output_file_name",
@@ -78,6 +81,15 @@ def named_inputs(invocation: Invocation) -> SpecData:
         found.update(given)
     sets = [s for s in invocation.sets if s.startswith("inputs.")]
     return apply_sets({"inputs": found}, parse_sets(sets, Path("--set")), Path("--set"))["inputs"]
+
+
+def named_outputs(invocation: Invocation) -> SpecData:
+    """Every output the invocation names: -f's `outputs:`, then --set outputs.*."""
+    found = dict(load_spec(invocation.file).data.get("outputs") or {}) \
+        if invocation.file is not None else {}
+    sets = [s for s in invocation.sets if s.startswith("outputs.")]
+    return apply_sets({"outputs": found}, parse_sets(sets, Path("--set")),
+                      Path("--set"))["outputs"]
 
 
 def the_input(invocation: Invocation) -> tuple[str, str]:
@@ -139,6 +151,8 @@ def invoke(invocation: Invocation) -> JobRecord:
     """The job, recorded Starting and started in the background (module docstring)."""
     name, record = _deployment(invocation)
     spec = Path(str(record["source"]))
+    if load_spec(spec, "batch-deployment").kind == state.PIPELINE:
+        return invoke_pipeline(invocation, record)
     path, kind = the_input(invocation)
     sets = list(record.get("sets") or []) + job_sets(invocation, load_spec(spec).data)
     request = BatchRequest(deployment=spec, input=_source(path, kind, invocation), sets=sets,
@@ -153,6 +167,44 @@ def invoke(invocation: Invocation) -> JobRecord:
     run = identity(request, deployment=name, folder=folder, kind=input_type(request))
     start(run, folder, runner_argv(request, folder, invocation.debug))
     return JobRecord.at(run.name, folder)
+
+
+def invoke_pipeline(invocation: Invocation, record: SpecData) -> JobRecord:
+    """A pipeline component deployment's job: the pipeline job the service would run
+    (mlops/endpoints/pipeline_deployment.py), written into its run folder as `batch-job.yml`,
+    checked as `azml job create` checks a job, recorded Starting and run in the background by
+    the pipeline runner (`python -m mlops.run`)."""
+    from mlops.api.jobs import Submission
+    from mlops.checks.prepare import prepare_job
+    from mlops.endpoints import pipeline_deployment as pipeline
+
+    deployment = pipeline.load_pipeline_deployment(
+        Path(str(record["source"])), list(record.get("sets") or []), invocation.asset_file)
+    job_sets(invocation, {})  # what an invoke may --set
+    if invocation.settings or any(s.split("=", 1)[0] in JOB_SETTINGS for s in invocation.sets):
+        print("note: a pipeline component deployment's job has no mini-batch settings: "
+              f"{', '.join(JOB_SETTINGS)} are not used", file=sys.stderr)
+    name = invocation.job_name or f"batchjob-{uuid.uuid4()}"
+    folder = project().runs_dir.resolve() / name
+    if folder.exists():
+        raise LocalRunError(f"job name {name!r} is taken by the local run {folder}: names are "
+                            "unique in a workspace; give another --job-name")
+    data = pipeline.job_spec(deployment, pipeline.JobRequest(
+        name=name, endpoint=invocation.endpoint, outputs=pipeline.invoke_outputs(
+            named_outputs(invocation)),
+        inputs=pipeline.invoke_inputs(named_inputs(invocation), Path.cwd())))
+    submission = Submission(spec=folder / JOB_FILE, asset_file=invocation.asset_file,
+                            env_file=invocation.env_file, max_procs=invocation.max_procs or 1)
+    try:
+        folder.mkdir(parents=True)
+        submission.spec.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        job = prepare_job(submission.spec, [], [], AssetMap(invocation.asset_file),
+                          env_file=invocation.env_file)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # nothing started: leave nothing behind
+        raise
+    start(job.identity(folder), folder, [*submission.runner_argv(folder), *invocation.debug])
+    return JobRecord.at(name, folder)
 
 
 def runner_argv(request: BatchRequest, folder: Path, debug: list[str]) -> list[str]:
@@ -176,7 +228,7 @@ def endpoint_jobs(endpoint: str, deployment: str | None = None) -> list[JobRecor
         state.deployment_record(endpoint, deployment)
     found = []
     for record in all_jobs():
-        if record.run and record.run.kind == BATCH_JOB:
+        if record.run and record.run.kind in (BATCH_JOB, "pipelineJob"):
             properties = _properties_of(record)
             if properties.get("azureml.endpointname") == endpoint and deployment in (
                     None, properties.get("azureml.deploymentname")):

@@ -169,14 +169,50 @@ def _bundle(spec: Spec, kind: AssetKind, folder: Path) -> Path:
     base = spec.path.parent
     if kind == AssetKind.ENVIRONMENT:
         data = _environment_files(data, base, folder, "")
-    else:  # a component: its inline environment's files (Azure registers their content), code
-        if isinstance(data.get("environment"), dict):
-            data["environment"] = _environment_files(dict(data["environment"]), base, folder,
-                                                     "environment-")
-        _component_code(data, spec, folder)
-        _component_environment(data, base, str(spec.path))
+    else:
+        data = _component_files(data, base, str(spec.path), folder, "")
     (folder / SPEC_FILE).write_text(yaml.safe_dump(data, sort_keys=False))
     return folder
+
+
+def _component_files(data: dict[str, object], base: Path, where: str, folder: Path,
+                     prefix: str) -> dict[str, object]:
+    """A component's inline environment's files (Azure registers their content), its code, and
+    a pipeline component's nodes' (each file name in `folder` starting with `prefix`)."""
+    if isinstance(data.get("environment"), dict):
+        data["environment"] = _environment_files(dict(data["environment"]), base, folder,
+                                                 f"{prefix}environment-")
+    _component_code(data, base, where, folder, f"{prefix}code")
+    _component_environment(data, base, where)
+    _pipeline_nodes(data, base, where, folder, prefix)
+    return data
+
+
+def _pipeline_nodes(data: dict[str, object], base: Path, where: str, folder: Path,
+                    prefix: str) -> None:
+    """A pipeline component's nodes: a component file a node names, its inline component, an
+    inline command's code, registered with it (Azure registers each node's component, its code
+    uploaded, with the pipeline component), so the registered copy runs from any folder. A
+    component file becomes `<node>-spec.yml` beside it, its files named after the node."""
+    jobs = data.get("jobs")
+    if data.get("type") != "pipeline" or not isinstance(jobs, dict):
+        return
+    nodes = data["jobs"] = dict(jobs)
+    for name, node in jobs.items():
+        if not isinstance(node, dict):
+            continue
+        node = nodes[name] = dict(node)
+        key = "trial" if node.get("type") == "sweep" else "component"
+        ref, mine, at = node.get(key), f"{prefix}{name}-", f"{where}: jobs.{name}"
+        if isinstance(ref, dict):
+            node[key] = _component_files(dict(ref), base, at, folder, mine)
+        elif isinstance(ref, str) and not is_remote(ref):
+            sub = load_spec((base / ref.removeprefix("file:")).resolve(), role="component")
+            made = _component_files(dict(sub.data), sub.path.parent, str(sub.path), folder, mine)
+            (folder / f"{mine}{SPEC_FILE}").write_text(yaml.safe_dump(made, sort_keys=False))
+            node[key] = f"{mine}{SPEC_FILE}"
+        elif ref is None:  # an inline command: its own code
+            _component_code(node, base, at, folder, f"{mine}code")
 
 
 def _component_environment(data: dict[str, object], base: Path, where: str) -> None:
@@ -196,20 +232,20 @@ def _component_environment(data: dict[str, object], base: Path, where: str) -> N
                                 by=submission("component"))
 
 
-def _component_code(data: dict[str, object], spec: Spec, folder: Path) -> None:
-    """The component's `code:` copied into `folder` (its `additional_includes` merged in, as
-    Azure merges them when it registers the component)."""
-    base = spec.path.parent
+def _component_code(data: dict[str, object], base: Path, where: str, folder: Path,
+                    name: str) -> None:
+    """The component's `code:` copied into `folder` as `name` (its `additional_includes`
+    merged in, as Azure merges them when it registers the component)."""
     if data.get("additional_includes"):
         from mlops.runtime import include_paths, merged
 
         code = (base / str(data["code"]).removeprefix("file:")).resolve() \
             if data.get("code") else None
-        includes = include_paths(data.pop("additional_includes"), base, str(spec.path))
+        includes = include_paths(data.pop("additional_includes"), base, where)
         with merged(code, includes) as code_folder:
-            data["code"] = _take(code_folder, ".", folder, "code")
+            data["code"] = _take(code_folder, ".", folder, name)
     elif data.get("code") and not is_remote(str(data["code"])):
-        data["code"] = _take(base, str(data["code"]), folder, "code")
+        data["code"] = _take(base, str(data["code"]), folder, name)
 
 
 def _environment_files(env: dict[str, object], base: Path, folder: Path,

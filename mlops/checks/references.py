@@ -73,6 +73,7 @@ def check_references(spec: Spec, assets: AssetMap, env_file: Path | None = None)
         check_component(data.get("trial"), base, refs, "trial")
     if spec.kind == "pipelineJob":
         check_nodes(data.get("jobs"), base, refs, "")
+        check_component(data.get("component"), base, refs, "component")
 
 
 def check_definition(data: SpecData, base: Path, refs: Refs, where: str) -> None:

@@ -68,12 +68,16 @@ def load(path: str | Path, role: str, model: str | None = None,
     runnable = {kind: name for kind, name in table.items() if kind != "pipeline"}
     if spec.kind not in {*runnable.values(), "batchDeployment"}:  # the flat layout runs too
         kind = spec.data.get("type") or default
-        hint = (": run its pipeline as a local job instead, `make local JOB=<a pipeline job "
-                "spec>` (its job_definition file, or a pipeline job with the component as a "
-                "node)") if kind == "pipeline" else ""
+        if kind == "pipeline":
+            raise LocalRunError(f"{path}: a deployment of type pipeline runs a pipeline "
+                                "component, not a model, so this model runner does not run it; "
+                                "it runs as its batch endpoint's job, as on Azure: `azml "
+                                "batch-deployment create -f <it> -e <endpoint>`, then `azml "
+                                "batch-endpoint invoke -n <endpoint> -d <name> --file "
+                                "<inputs.yml>` (mlops/endpoints/pipeline_deployment.py)")
         raise LocalRunError(f"{path}: a deployment of type {kind} does not run locally (a "
                             f"local {role.replace('-', ' ')} is of type "
-                            f"{' or '.join(runnable)}){hint}")
+                            f"{' or '.join(runnable)})")
     errors = [str(f) for f in check(spec, for_run=True) if f.is_error]
     if errors:
         raise LocalRunError("\n".join(errors) + "\nAzure would refuse this deployment")

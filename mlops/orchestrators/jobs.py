@@ -117,6 +117,10 @@ def remember(job: Job, folder: Path) -> int:
 
     assets = None if job.spec.kind == "sweepJob" else job.assets  # a sweep publishes in folder
     outputs = job.data.get("outputs")
+    if job.spec.kind == "pipelineJob" and job.data.get("component") is not None:
+        from mlops.orchestrators.component_job import pipeline_body  # its component's too
+
+        outputs = pipeline_body(job.data, job.spec.path, job.assets).outputs
     if job.spec.kind == "autoMLJob":
         from mlops.automl.translate import automl_outputs
 

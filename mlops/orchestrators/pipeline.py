@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mlops.orchestrators import loops, parallel, subset
+from mlops.orchestrators.component_job import pipeline_body
 from mlops.orchestrators.graph import (
     STEP_OUTPUT,
     Node,
@@ -271,7 +272,8 @@ def addresses(nodes: list[Node], assets: AssetMap, above: tuple[str, ...] = (),
 
 def run_pipeline_job(job: Job, rt: Runtime) -> int:
     data, path = job.data, job.spec.path
-    nodes = build_nodes(data.get("jobs"), path.parent, job.assets, str(path))
+    body = pipeline_body(data, path, job.assets)
+    nodes = build_nodes(body.jobs, body.base, job.assets, str(path), registry=body.registry)
     if rt.debug is not None:
         rt.debug.check(addresses(nodes, job.assets, wanted=rt.debug.path))
     spec_file = str(path.resolve())
@@ -279,8 +281,8 @@ def run_pipeline_job(job: Job, rt: Runtime) -> int:
         subset.plan(rt.selection, nodes, job.assets, lambda a: ever_completed(rt, spec_file, a))
     experiment = experiment_name(data)
     outputs = {name: replace(spec, target=slot(name, spec, rt.root))
-               for name, spec in job_outputs(data.get("outputs"), job.assets).items()}
-    inputs = job_inputs(data.get("inputs"), path.parent, job.assets)
+               for name, spec in job_outputs(body.outputs, job.assets).items()}
+    inputs = job_inputs(body.inputs, path.parent, job.assets)
     earlier = read_record(rt.root)
     tags = {"mlops.spec": str(path), "mlops.local": "true"}
     settings = data.get("settings") or {}
@@ -288,7 +290,7 @@ def run_pipeline_job(job: Job, rt: Runtime) -> int:
                           reopen=earlier.mlflow_run_id if earlier else None) as run:
         update_record(rt.root, mlflow_run_id=run.run_id)
         scope = Scope(inputs=inputs, outputs=outputs, folder=rt.root, run_id=run.run_id,
-                      experiment=experiment, assets=job.assets, base=path.parent,
+                      experiment=experiment, assets=job.assets, base=body.base,
                       continue_on_failure=flag(settings.get("continue_on_step_failure")),
                       force_rerun=flag(settings.get("force_rerun")), spec=spec_file)
         print(f"{job.name}: steps {' -> '.join(n.name for n in nodes)}; run folder {rt.shown}")

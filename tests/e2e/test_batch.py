@@ -160,8 +160,8 @@ def test_a_pipeline_component_deployment_is_refused_with_what_runs_it_here(tmp_p
     assert batch.main([str(tmp_path / "deployment.yml"), "--input", str(tmp_path),
                        "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    assert "a deployment of type pipeline does not run locally" in err
-    assert "make local JOB=" in err and not (tmp_path / "run").exists()
+    assert "a deployment of type pipeline runs a pipeline component, not a model" in err
+    assert "azml batch-endpoint invoke" in err and not (tmp_path / "run").exists()
 
 
 def test_names_that_are_not_utf8_fifos_and_link_loops_lose_nothing(tiny_data, model_dir,
