@@ -162,7 +162,8 @@ def check_pipeline(spec: Spec) -> list[Finding]:
                     found += _check_binding(spec, f"jobs.{name}.{io}.{key}", value=value, jobs=jobs,
                                             outputs_of=outputs_of)
     text = str(jobs)
-    for name in spec.data.get("inputs") or {}:
+    # a job of a pipeline component (component:) binds its inputs inside the component
+    for name in {} if spec.data.get("component") is not None else spec.data.get("inputs") or {}:
         if f"parent.inputs.{name}" not in text:
             found.append(spec.warning(f"inputs.{name}", f"pipeline input '{name}' is not used "
                                       "by any step", f"bind it with ${{{{parent.inputs.{name}}}}}"

@@ -67,12 +67,14 @@ def load_pipeline_deployment(path: str | Path, sets: list[str] | None = None,
         raise LocalRunError(f"{spec.path}: a pipeline deployment names its component: (a "
                             "pipeline component file or azureml:<name>:<version>) or "
                             "job_definition: (azureml:<pipeline job name>)")
-    name = definition.get("name") if isinstance(definition, dict) else \
-        str(definition).removeprefix("azureml:")
-    if not name:  # azure-ai-ml looks the inline job up by its name (jobs.get(name=...))
-        raise LocalRunError(f"{spec.path}: job_definition: an inline pipeline job is looked up "
-                            "by its name: give the name: of a pipeline job that ran")
-    source_job(str(name), f"{spec.path}: job_definition")
+    if isinstance(definition, dict):  # azure-ai-ml loads it as a pipeline node
+        raise LocalRunError(f"{spec.path}: job_definition: azure-ai-ml loads an inline "
+                            "job_definition as a pipeline node, which az ml batch-deployment "
+                            "create makes no component of (_validate_component takes a job's "
+                            "name or a PipelineJob), so the deployment would have none: name "
+                            "the job that ran, job_definition: azureml:<job name>")
+    name = str(definition).removeprefix("azureml:")
+    source_job(name, f"{spec.path}: job_definition")
     return PipelineDeployment(job=str(name), **made)
 
 

@@ -67,6 +67,7 @@ HEAVY = {
         "test_automl_vision", "test_reuse_keys", "test_kept_verdicts", "test_workspace",
         "test_workspace_hostile", "test_asset_flags", "test_az_flags", "test_computes",
         "test_job_validate", "test_model_download", "test_job_verbs", "test_schedules",
+        "test_pipeline_deployment",
     ),
 }
 # the groups by their CPU on 2 cores, costliest first (MLOPS_TEST_TIMES, docs/development.md)
