@@ -268,13 +268,15 @@ def node_outputs(node: Node, scope: Scope) -> dict[str, OutputSpec]:
     for name in [*decls, *[b for b in bindings if b not in decls]]:
         spec = output_spec(decls.get(name) if isinstance(decls.get(name), dict) else None)
         binding = bindings.get(name)
-        if isinstance(binding, str) and (match := PARENT_OUTPUT.match(binding.strip())):
+        bound = binding.get("path") if isinstance(binding, dict) else binding
+        if isinstance(bound, str) and (match := PARENT_OUTPUT.match(bound.strip())):
             if match.group(1) not in scope.outputs:
                 raise LocalRunError(f"{node.where}.outputs.{name}: the pipeline has no output "
                                     f"{match.group(1)}")
-            parent = scope.outputs[match.group(1)]
+            parent = scope.outputs[match.group(1)]  # a mapping's own mode holds over it
+            own = str(binding.get("mode") or "").lower() if isinstance(binding, dict) else ""
             spec = replace(spec, type=parent.type, filename=parent.filename,
-                           target=parent.target, mode=parent.mode or spec.mode)
+                           target=parent.target, mode=own or parent.mode or spec.mode)
         elif isinstance(binding, dict) and binding.get("type"):
             spec = output_spec(binding, scope.assets)
         specs[name] = spec

@@ -195,3 +195,27 @@ def test_a_pipeline_jobs_component_is_resolved_before_it_runs_its_inputs_bound_i
     capsys.readouterr()
     assert prepare_job(job, [], [], AssetMap(None)).spec.kind == "pipelineJob"
     assert "not used by any step" not in capsys.readouterr().err
+
+
+def test_a_node_output_mapping_whose_path_binds_a_pipeline_output_writes_it(tmp_path):
+    """`outputs: {scores: {mode: upload, path: ${{parent.outputs.scores}}}}` (Azure's published
+    pipeline components write it so) is the pipeline's output, as the bare binding is."""
+    from mlops.orchestrators.graph import Node, Scope, node_outputs
+    from mlops.runtime import OutputSpec
+
+    target = tmp_path / "outputs" / "scores"
+    scope = Scope(inputs={}, outputs={"scores": OutputSpec(type="uri_folder", target=target)},
+                  folder=tmp_path, run_id="r", experiment="e", assets=AssetMap(None),
+                  base=tmp_path)
+    for binding, mode in (({"mode": "upload", "path": "${{parent.outputs.scores}}"}, "upload"),
+                          ({"type": "uri_folder", "path": "${{parent.outputs.scores}}"}, None),
+                          ("${{parent.outputs.scores}}", None)):
+        node = Node(name="score", kind="command", raw={"outputs": {"scores": binding}},
+                    definition={"outputs": {"scores": {"type": "uri_folder"}}}, base=tmp_path,
+                    where="p.yml: jobs.score")
+        made = node_outputs(node, scope)["scores"]
+        assert (made.target, made.mode) == (target, mode)
+    with pytest.raises(LocalRunError, match="the pipeline has no output nope"):
+        node_outputs(Node(name="s", kind="command", raw={"outputs": {"scores": {
+            "path": "${{parent.outputs.nope}}"}}}, definition={}, base=tmp_path, where="w"),
+            scope)
