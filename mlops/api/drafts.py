@@ -170,25 +170,25 @@ def _bundle(spec: Spec, kind: AssetKind, folder: Path) -> Path:
     if kind == AssetKind.ENVIRONMENT:
         data = _environment_files(data, base, folder, "")
     else:
-        data = _component_files(data, base, str(spec.path), folder, "")
+        data = _component_files(data, base, where=str(spec.path), folder=folder, prefix="")
     (folder / SPEC_FILE).write_text(yaml.safe_dump(data, sort_keys=False))
     return folder
 
 
-def _component_files(data: dict[str, object], base: Path, where: str, folder: Path,
+def _component_files(data: dict[str, object], base: Path, *, where: str, folder: Path,
                      prefix: str) -> dict[str, object]:
     """A component's inline environment's files (Azure registers their content), its code, and
     a pipeline component's nodes' (each file name in `folder` starting with `prefix`)."""
     if isinstance(data.get("environment"), dict):
         data["environment"] = _environment_files(dict(data["environment"]), base, folder,
                                                  f"{prefix}environment-")
-    _component_code(data, base, where, folder, f"{prefix}code")
+    _component_code(data, base, where=where, folder=folder, name=f"{prefix}code")
     _component_environment(data, base, where)
-    _pipeline_nodes(data, base, where, folder, prefix)
+    _pipeline_nodes(data, base, where=where, folder=folder, prefix=prefix)
     return data
 
 
-def _pipeline_nodes(data: dict[str, object], base: Path, where: str, folder: Path,
+def _pipeline_nodes(data: dict[str, object], base: Path, *, where: str, folder: Path,
                     prefix: str) -> None:
     """A pipeline component's nodes: a component file a node names, its inline component, an
     inline command's code, registered with it (Azure registers each node's component, its code
@@ -205,14 +205,15 @@ def _pipeline_nodes(data: dict[str, object], base: Path, where: str, folder: Pat
         key = "trial" if node.get("type") == "sweep" else "component"
         ref, mine, at = node.get(key), f"{prefix}{name}-", f"{where}: jobs.{name}"
         if isinstance(ref, dict):
-            node[key] = _component_files(dict(ref), base, at, folder, mine)
+            node[key] = _component_files(dict(ref), base, where=at, folder=folder, prefix=mine)
         elif isinstance(ref, str) and not is_remote(ref):
             sub = load_spec((base / ref.removeprefix("file:")).resolve(), role="component")
-            made = _component_files(dict(sub.data), sub.path.parent, str(sub.path), folder, mine)
+            made = _component_files(dict(sub.data), sub.path.parent, where=str(sub.path),
+                                    folder=folder, prefix=mine)
             (folder / f"{mine}{SPEC_FILE}").write_text(yaml.safe_dump(made, sort_keys=False))
             node[key] = f"{mine}{SPEC_FILE}"
         elif ref is None:  # an inline command: its own code
-            _component_code(node, base, at, folder, f"{mine}code")
+            _component_code(node, base, where=at, folder=folder, name=f"{mine}code")
 
 
 def _component_environment(data: dict[str, object], base: Path, where: str) -> None:
@@ -232,7 +233,7 @@ def _component_environment(data: dict[str, object], base: Path, where: str) -> N
                                 by=submission("component"))
 
 
-def _component_code(data: dict[str, object], base: Path, where: str, folder: Path,
+def _component_code(data: dict[str, object], base: Path, *, where: str, folder: Path,
                     name: str) -> None:
     """The component's `code:` copied into `folder` as `name` (its `additional_includes`
     merged in, as Azure merges them when it registers the component)."""

@@ -93,12 +93,12 @@ def source_job(name: str, where: str) -> tuple[SpecData, Path]:
     relative paths start from."""
     import yaml
 
-    from mlops.runtime.records import RunRecord
+    from mlops.runtime import read_record
     from mlops.workspace.jobs import job_folder
     from mlops.workspace.store import Workspace, workspace_root
 
     folder = job_folder(Workspace(workspace_root()), name)
-    record = RunRecord.read(folder) if folder is not None and folder.is_dir() else None
+    record = read_record(folder) if folder is not None and folder.is_dir() else None
     if record is None:
         raise LocalRunError(f"{where}: job {name!r} was not found in the local workspace: "
                             "Azure makes the deployment's component from an existing pipeline "
