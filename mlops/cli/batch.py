@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mlops.api.batch_endpoints import DeploymentRequest
-from mlops.api.batch_jobs import Invocation
 from mlops.api.session import Session
 from mlops.cli.common import Verb, add_sets, note, set_values
 from mlops.errors import LocalRunError
 from mlops.runtime import add_debug_arguments
+
+if TYPE_CHECKING:  # the batch engines are imported by the verbs that use them
+    from mlops.api.batch_jobs import Invocation
 
 SETTINGS = ((("-m", "--mini-batch-size"), "mini_batch_size"),
             (("-c", "--instance-count"), "instance_count"),
@@ -134,6 +136,7 @@ def _list_jobs(session: Session, args: argparse.Namespace) -> object:
 
 def invocation(args: argparse.Namespace) -> Invocation:
     """The invoke's arguments as Session takes them."""
+    from mlops.api.batch_jobs import Invocation
     if args.output_path or args.outputs:
         note("--output-path/--outputs name Azure storage; the job's output stays in its run "
              "folder: azml job download -n <job> --output-name score")
@@ -159,6 +162,8 @@ def _invoke(session: Session, args: argparse.Namespace) -> object:
 
 
 def _create_deployment(session: Session, args: argparse.Namespace) -> object:
+    from mlops.api.batch_endpoints import DeploymentRequest
+
     return session.create_batch_deployment(DeploymentRequest(
         spec=args.file, endpoint=args.endpoint_name, name=args.name,
         sets=set_values(args.sets), set_default=args.set_default, model=args.model),

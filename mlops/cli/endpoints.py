@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mlops.api.endpoints import DeploymentRequest
 from mlops.api.session import Session
 from mlops.cli.common import Verb, add_sets, add_switch, note, set_values
 from mlops.runtime import DebugRequest, add_debug_arguments
@@ -198,6 +197,8 @@ def _credentials(session: Session, args: argparse.Namespace) -> object:
 
 
 def _create_deployment(session: Session, args: argparse.Namespace) -> object:
+    from mlops.api.endpoints import DeploymentRequest  # the engine, for this verb alone
+
     _local_note(args)
     return session.create_deployment(DeploymentRequest(
         spec=args.file, endpoint=args.endpoint_name, traffic=args.traffic, model=args.model,
