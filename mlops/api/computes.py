@@ -10,6 +10,7 @@ every job runs on this machine whatever `compute:` it names, which a note says o
 from __future__ import annotations
 
 import io
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,20 @@ from mlops.workspace.store import Workspace, workspace_root
 View = dict[str, object]
 UPDATABLE = ("amlcompute", "kubernetes", "computeinstance", "synapsespark")  # the extension's
 INSTANCE, RUNNING, STOPPED = "computeinstance", "Running", "Stopped"
+# the service's refusals of a name, as users quote them (a cluster: MicrosoftLearning/DP100#50,
+# MicrosoftDocs/mslearn-aml-labs#17; an instance: MicrosoftDocs/pipelines-azureml#19); the
+# names of other kinds (attached computes) have no refusal on record here and are not checked
+NAME_RULES = {
+    "amlcompute": (r"[A-Za-z]([A-Za-z0-9-]{0,14}[A-Za-z0-9])?",
+                   "Compute name is invalid. It can include letters, digits and dashes. It must "
+                   "start with a letter, end with a letter or digit, and be between 2 and 16 "
+                   "characters in length."),
+    INSTANCE: (r"[A-Za-z][A-Za-z0-9-]{1,22}[A-Za-z0-9](?<!-[0-9])",
+               "A name for an Azure ML Compute Instance must be between 3 and 24 characters in "
+               "length and must use only numbers, letters and minus symbol (-), must start with "
+               "letters. Numbers cannot be the ending of the name if the previous character is "
+               "a minus symbol (-)."),
+}
 NOT_PROVISIONED = ("compute {name} is kept in the local workspace; nothing is provisioned: "
                    "jobs here run on this machine whatever compute: they name")
 
@@ -60,6 +75,15 @@ def _size_note(spec: SpecData) -> None:
               f"(mlops/checks/skus.py). {skus.suggestion(size)}".rstrip(), file=sys.stderr)
 
 
+def _check_name(spec: SpecData) -> None:
+    """The name the service takes for the compute's kind (NAME_RULES), else its refusal."""
+    rule = NAME_RULES.get(str(spec.get("type") or "").lower())
+    name = str(spec["name"])
+    if rule and (len(name) < 2 or not re.fullmatch(rule[0], name)):
+        raise LocalRunError(f"compute create: Compute name '{name}' is not available. Reason: "
+                            f"Invalid. {rule[1]} Fix: rename it")
+
+
 def create(request: ComputeRequest, root: Path | None = None) -> View:
     if request.spec is not None:  # read with the project's limits first (a YAML bomb, a
         load_spec(request.spec)  # binary file) before azure-ai-ml reads it whole
@@ -70,6 +94,7 @@ def create(request: ComputeRequest, root: Path | None = None) -> View:
     if not spec.get("name"):
         raise LocalRunError("compute create: the compute has no name; give name: in the spec "
                             "or --name")
+    _check_name(spec)
     _size_note(spec)
     if spec.get("type") == INSTANCE:  # what the service reports once an instance is created
         spec["state"] = RUNNING

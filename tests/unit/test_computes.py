@@ -52,7 +52,7 @@ def test_a_spec_and_flags_make_the_compute_az_shows_and_updates(azml):
     (["-n", "x", "--type", "amlcompute", "--max-instances", "many"], "Not a valid integer"),
     (["-n", "s", "--type", "synapsespark", "--set", "resource_id=/r"],
      "Create operation not supported for synapsespark"),
-    (["-n", "a/b", "--type", "amlcompute"], "compute name 'a/b' is not one Azure takes"),
+    (["-n", "a/b", "--type", "amlcompute"], "Compute name 'a/b' is not available"),
 ])
 def test_what_load_compute_refuses_is_refused_in_its_words(azml, argv, says):
     code, out, err = azml(["create", *argv])
@@ -139,3 +139,21 @@ def test_an_instance_starts_stops_and_restarts_as_its_state_allows_and_a_cluster
         code, _, err = azml([action, "-n", "cpu"])
         assert code == 2 and "acts on a compute instance (computeinstance) only" in err
     assert azml(["stop", "-n", "nope"])[0] == 3
+
+
+@pytest.mark.parametrize("argv,taken", [
+    (["-n", "cpu-cluster", "--type", "amlcompute"], True),
+    (["-n", "c", "--type", "amlcompute"], False),  # under 2 characters
+    (["-n", "my-cpu-cluster-ds3", "--type", "amlcompute"], False),  # over 16
+    (["-n", "cpu_cluster", "--type", "amlcompute"], False),
+    (["-n", "cluster-", "--type", "amlcompute"], False),
+    (["-n", "my-compute-instance-ds11", "--type", "computeinstance"], True),  # 24
+    (["-n", "cpu-cluster-1", "--type", "computeinstance"], False),  # a digit after '-' ends it
+    (["-n", "ci", "--type", "computeinstance"], False),  # under 3
+])
+def test_a_name_the_service_refuses_for_its_kind_is_refused_and_nothing_kept(azml, argv, taken):
+    code, made, err = azml(["create", *argv])
+    assert (code == 0) is taken
+    if not taken:
+        assert code == 2 and "Reason: Invalid" in err and "Fix: rename it" in err
+        assert azml(["list"])[1] == []
