@@ -15,7 +15,9 @@ is noted and ignored.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import shutil
 import sys
 import uuid
@@ -200,11 +202,26 @@ def invoke_pipeline(invocation: Invocation, record: SpecData) -> JobRecord:
         submission.spec.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         job = prepare_job(submission.spec, [], [], AssetMap(invocation.asset_file),
                           env_file=invocation.env_file)
+    except LocalRunError as err:  # the job file is removed with its folder: name the invoke
+        shutil.rmtree(folder, ignore_errors=True)
+        raise LocalRunError(invoke_said(str(err), submission.spec, invocation)) from None
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)  # nothing started: leave nothing behind
         raise
     start(job.identity(folder), folder, [*submission.runner_argv(folder), *invocation.debug])
     return JobRecord.at(name, folder)
+
+
+def invoke_said(message: str, job_file: Path, invocation: Invocation) -> str:
+    """A refusal of the pipeline job an invoke makes, said of the invoke: the job's file (its
+    path as given, absolute or from here, and a line number) is gone with its folder."""
+    said = f"batch-endpoint invoke -n {invocation.endpoint} (the pipeline job its inputs make)"
+    names = {str(job_file)}
+    with contextlib.suppress(ValueError):
+        names.add(str(job_file.relative_to(Path.cwd())))
+    for name in sorted(names, key=len, reverse=True):
+        message = re.sub(re.escape(name) + r"(:\d+)?", lambda _: said, message)
+    return message
 
 
 def runner_argv(request: BatchRequest, folder: Path, debug: list[str]) -> list[str]:

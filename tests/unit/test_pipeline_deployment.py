@@ -18,6 +18,7 @@ from mlops.cli import run
 from mlops.endpoints import pipeline_deployment as pipeline
 from mlops.errors import LocalRunError
 from mlops.orchestrators.component_job import pipeline_body
+from mlops.project import project
 from mlops.runtime import AssetMap
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,3 +220,20 @@ def test_a_node_output_mapping_whose_path_binds_a_pipeline_output_writes_it(tmp_
         node_outputs(Node(name="s", kind="command", raw={"outputs": {"scores": {
             "path": "${{parent.outputs.nope}}"}}}, definition={}, base=tmp_path, where="w"),
             scope)
+
+
+def test_an_invoke_whose_job_is_refused_names_the_invoke_not_its_removed_file(fixture, capsys,
+                                                                              monkeypatch):
+    """The job an invoke makes is written in its run folder, checked, and the folder removed
+    when refused: the error named that file (gone) and its line."""
+    monkeypatch.chdir(fixture)
+    for argv in (["batch-endpoint", "create", "-f", "endpoint.yml"],
+                 ["batch-deployment", "create", "-f", "deployment.yml", "--set-default"]):
+        assert run(argv) == 0
+    capsys.readouterr()
+    assert run(["batch-endpoint", "invoke", "-n", "shout-batch", "--set",
+                "inputs.lines.path=/nonexistent/lines"]) == 2
+    err = capsys.readouterr().err
+    assert "batch-endpoint invoke -n shout-batch (the pipeline job its inputs make)" in err
+    assert "/nonexistent/lines" in err and "batch-job.yml" not in err
+    assert not list(project().runs_dir.glob("batchjob-*"))  # nothing left behind
