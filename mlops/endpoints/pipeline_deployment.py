@@ -24,6 +24,7 @@ from mlops.checks.validation import check
 from mlops.errors import LocalRunError
 from mlops.runtime import AssetMap, is_remote, load_component
 from mlops.specs import Spec, SpecData, load_spec
+from mlops.workspace.references import submission
 
 PIPELINE_JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/pipelineJob.schema.json"
 LITERALS = ("string", "integer", "number", "boolean")
@@ -82,7 +83,8 @@ def _component(ref: str, spec: Spec, asset_file: Path | None) -> str:
     """A component file as an absolute path, or a name found as jobs find it (the local
     workspace, then the asset map): Azure resolves it at create."""
     where = f"{spec.path}: component"
-    load_component(ref, spec.path.parent, AssetMap(asset_file), where)
+    load_component(ref, spec.path.parent, AssetMap(asset_file, by=submission("batch-deployment")),
+                   where)
     if is_remote(ref):
         return ref
     return str((spec.path.parent / ref.removeprefix("file:")).resolve())

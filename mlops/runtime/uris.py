@@ -30,6 +30,7 @@ from mlops.project import CONFIG, project
 from mlops.specs import read_yaml
 from mlops.workspace import registry
 from mlops.workspace.records import AssetKind
+from mlops.workspace.references import JOB, Submission, azure_refusal
 
 # What Azure fetches itself: assets, datastores, storage and web URLs, git repositories (code).
 REMOTE = re.compile(r"^(azureml:|https?://|wasbs?://|abfss?://|adl://|s3://|gs://|git\+)", re.I)
@@ -41,12 +42,10 @@ WHAT = {"component": "local component .yml", "model": "local file or folder"}
 REGISTER = "Register it as az ml would (azml {noun} create -f <its YAML>), or: "
 
 
-def azure_says(reference: str, kind: str) -> str:
-    """What az ml job create says of a short name its workspace lacks, as a parenthesis ("" for
-    other references): mlops/workspace/references.py."""
-    from mlops.workspace.references import azure_refusal
-
-    refusal = azure_refusal(reference, AssetKind.parse(kind if kind in WHAT else "data"))
+def azure_says(reference: str, kind: str, by: Submission = JOB) -> str:
+    """What `by` (az ml job create, unless a deployment's) says of a short name its workspace
+    lacks, as a parenthesis ("" for other references): mlops/workspace/references.py."""
+    refusal = azure_refusal(reference, AssetKind.parse(kind if kind in WHAT else "data"), by)
     return f" ({refusal})" if refusal else ""
 
 
@@ -111,8 +110,11 @@ class AssetMap:
     """The mapping file, loaded once per run: `path`, else the repository's (its settings'
     `asset_map`; none when it names none). Its values are relative to the repository."""
 
-    def __init__(self, path: Path | None = None):
+    def __init__(self, path: Path | None = None, by: Submission = JOB):
+        """`by`: the az ml command that resolves the names looked up through this map, as its
+        refusal of a name the workspace lacks says (a job's, unless a deployment's)."""
         settings = project()
+        self.by = by
         self.file = Path(path) if path is not None else settings.asset_map
         self.base = settings.root
         written = read_map(self.file)
@@ -230,8 +232,8 @@ class AssetMap:
                 register = REGISTER.format(noun=kind if kind in WHAT else "data") if named else ""
                 raise LocalRunError(
                     f"{key}: {reference} has no local stand-in: neither the local workspace nor "
-                    f"{self.named} knows it{azure_says(reference, kind)}. {register}Add a line "
-                    f"'{suggestion}: <{what}>' to {self.named}, or override it: "
+                    f"{self.named} knows it{azure_says(reference, kind, self.by)}. {register}"
+                    f"Add a line '{suggestion}: <{what}>' to {self.named}, or override it: "
                     f"--set {dotted}=<{what}>")
             path = (self.base / local).resolve()
         else:

@@ -237,3 +237,14 @@ def test_an_invoke_whose_job_is_refused_names_the_invoke_not_its_removed_file(fi
     assert "batch-endpoint invoke -n shout-batch (the pipeline job its inputs make)" in err
     assert "/nonexistent/lines" in err and "batch-job.yml" not in err
     assert not list(project().runs_dir.glob("batchjob-*"))  # nothing left behind
+
+
+def test_a_component_name_the_workspace_lacks_is_refused_as_batch_deployment_create_does(
+        fixture):
+    """az ml batch-deployment create resolves the component's name (it said job create's)."""
+    with pytest.raises(LocalRunError) as refused:
+        pipeline.load_pipeline_deployment(fixture / "deployment.yml",
+                                          ["component=azureml:missing@latest"])
+    said = str(refused.value)
+    assert "az ml batch-deployment create looks it up and refuses the deployment" in said
+    assert "job create" not in said
