@@ -104,15 +104,8 @@ def create(request: ComputeRequest, root: Path | None = None) -> View:
 
 
 def show(name: str, root: Path | None = None) -> View:
-    return _view(_kept(name, root))
+    return _view(resources.required(root, COMPUTES, name))
 
-
-def _kept(name: str, root: Path | None) -> resources.ResourceRecord:
-    record = resources.read(Workspace(root or workspace_root()), COMPUTES, name)
-    if record is None:
-        raise NotFound(f"compute {name!r} is not in the local workspace "
-                       f"({root or workspace_root()}); create it: azml compute create -f <spec>")
-    return record
 
 
 def every(kind: str | None = None, root: Path | None = None) -> list[View]:
@@ -126,7 +119,7 @@ def update(name: str, overrides: tuple[tuple[str, object], ...],
     """`az ml compute update -n N [--min-instances ...] [--set ...]`: as the ml extension's
     _ml_compute_update, the kept compute's fields (less ssh_settings), its name, then the
     changes, loaded by load_compute; only the types it updates."""
-    kept = _kept(name, root)
+    kept = resources.required(root, COMPUTES, name)
     if kept.spec.get("type") not in UPDATABLE:
         raise LocalRunError(f"Only AmlCompute/KubernetesCompute cluster properties are "
                             f"supported, compute name {name}, is {kept.spec.get('type')} type.")
@@ -150,7 +143,7 @@ def power(name: str, action: str, root: Path | None = None) -> None:
     it (nothing runs: jobs run on this machine whatever the state). The service's Compute
     Start/Stop/Restart act on a compute instance (azure-ai-ml's begin_start: "Start a compute
     instance"); start is refused unless it is stopped, in the service's words."""
-    kept = _kept(name, root)
+    kept = resources.required(root, COMPUTES, name)
     if kept.spec.get("type") != INSTANCE:
         raise LocalRunError(f"compute {action}: {name} is {kept.spec.get('type')}: the "
                             f"service's {action} acts on a compute instance (computeinstance) "

@@ -105,16 +105,9 @@ def _view(record: resources.ResourceRecord) -> View:
             "resourceGroup": GROUP}
 
 
-def _kept(name: str, root: Path | None) -> resources.ResourceRecord:
-    record = resources.read(Workspace(root or workspace_root()), SCHEDULES, name)
-    if record is None:
-        raise NotFound(f"schedule {name!r} is not in the local workspace "
-                       f"({root or workspace_root()}); create it: azml schedule create -f <spec>")
-    return record
-
 
 def show(name: str, root: Path | None = None) -> View:
-    return _view(_kept(name, root))
+    return _view(resources.required(root, SCHEDULES, name))
 
 
 def every(enabled: bool | None = True, root: Path | None = None) -> list[View]:
@@ -125,7 +118,7 @@ def every(enabled: bool | None = True, root: Path | None = None) -> list[View]:
 
 def enable(name: str, enabled: bool, root: Path | None = None) -> View:
     """`az ml schedule enable|disable`: the schedule, kept again with its new state."""
-    record = _kept(name, root)
+    record = resources.required(root, SCHEDULES, name)
     kept = {**record.spec, "is_enabled": enabled}
     return _view(resources.write(Workspace(root or workspace_root()), SCHEDULES, name, kept))
 
@@ -140,7 +133,7 @@ def update(name: str, edits: list[generic_update.Edit], *, force_string: bool = 
            root: Path | None = None) -> View:
     """`az ml schedule update -n N --set ...`: az's generic update over the schedule as shown;
     its own fields loaded again by load_schedule (a trigger it refuses: exit 2)."""
-    record = _kept(name, root)
+    record = resources.required(root, SCHEDULES, name)
     before = _view(record)
     after = generic_update.apply(copy.deepcopy(before), edits, force_string=force_string)
     if after.get("name") != name:
@@ -173,7 +166,7 @@ def trigger(request: Trigger, root: Path | None = None) -> View:
     (azure-ai-ml's ScheduleTriggerResult)."""
     from mlops.api import jobs
 
-    record = _kept(request.name, root)
+    record = resources.required(root, SCHEDULES, request.name)
     plan = Plan.of(record.spec.get("run"))
     spec, sets = _job_spec(plan, request.name)
     created = jobs.create(jobs.Submission(

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from mlops.errors import NotFound
 from mlops.specs import SpecData
 from mlops.workspace import names
 from mlops.workspace.records import DamagedRecord, held, write_atomic
-from mlops.workspace.store import Workspace
+from mlops.workspace.store import Workspace, workspace_root
 
 COMPUTES, DATASTORES, SCHEDULES = "computes", "datastores", "schedules"  # folders, by kind
 
@@ -50,6 +51,18 @@ def read(workspace: Workspace, kind: str, name: str) -> ResourceRecord | None:
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise DamagedRecord(f"{path}: not a {kind.rstrip('s')} record ({err}); remove it and "
                             "create it again") from None
+
+
+def required(root: Path | None, kind: str, name: str) -> ResourceRecord:
+    """The resource of that kind and name in the workspace at `root` (else the project's);
+    NotFound, saying how to make it, when there is none."""
+    workspace = Workspace(root or workspace_root())
+    record = read(workspace, kind, name)
+    if record is None:
+        noun = kind.rstrip("s")
+        raise NotFound(f"{noun} {name!r} is not in the local workspace ({workspace.root}); "
+                       f"create it: azml {noun} create -f <spec>")
+    return record
 
 
 def write(workspace: Workspace, kind: str, name: str, spec: SpecData) -> ResourceRecord:
