@@ -11,6 +11,7 @@ still passes, at the cost of the import in a second worker.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import itertools
@@ -57,6 +58,9 @@ HEAVY = {
         "test_automl::test_without_validation_settings_azures_rule_by_rows_picks_folds_or_a_"
         "holdout",
         "test_automl::test_a_forecasting_frequency_in_azures_older_pandas_spelling_is_read",
+        "test_automl::test_forecast_horizon_auto_is_one_season_of_the_frequency_by_azures_rule",
+        "test_automl::test_test_data_size_holds_a_stratified_share_of_training_out_for_the_"
+        "test_run",
     ),
     # azure-ai-ml (2 s; the workspace lists an upload's files with it): apart from MLflow's,
     # so that the two largest groups take a worker each
@@ -109,6 +113,20 @@ def processes_started_once() -> None:
     if importlib.util.find_spec("cuda") and importlib.util.find_spec("cuda.pathfinder"):
         importlib.import_module("cuda.pathfinder")
     platform.processor()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_azml_parser() -> Iterator[None]:
+    """azml's parser built once per worker, not once per `run` (70 ms of CPU each: a thousand
+    arguments under 67 verbs; 137 calls cost the azure-ai-ml worker 9 s). The `azml` command
+    builds it once per process too; parsing never changes a parser, and no verb changes the
+    lists its arguments default to. Every worker has imported mlops.cli already: test modules
+    of both groups import it to collect."""
+    from mlops import cli
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cli, "build_parser", functools.cache(cli.build_parser))
+        yield
 
 
 @pytest.fixture(autouse=True)
