@@ -75,7 +75,8 @@ def test_members_of_one_name_are_each_kept_and_named_in_a_warning(tmp_path):
 
 
 def test_a_batch_input_zip_goes_through_the_limits(tmp_path):
-    bomb = zipped(tmp_path / "input.zip", {"x.jpg": b"\0" * (50 << 20)})
+    # 4 MB of zeros in 4 kB: over the 1 MB a member's ratio is checked from, a ratio of 1,000
+    bomb = zipped(tmp_path / "input.zip", {"x.jpg": b"\0" * (4 << 20)})
     with pytest.raises(LocalRunError, match="a zip bomb's ratio"):
         input_files(bomb, tmp_path / "run")
     ok = zipped(tmp_path / "ok.zip", {"a/1.jpg": b"1", "a/2.jpg": b"2"})
@@ -102,7 +103,7 @@ def test_the_directory_check_alone_needs_no_extraction():
 def test_the_trainers_zip_input_is_refused_as_a_bomb_too(tmp_path):
     from image_classifier.data import DataError, resolve_data_root
 
-    bomb = zipped(tmp_path / "data.zip", {"train/a/x.jpg": b"\0" * (50 << 20)})
+    bomb = zipped(tmp_path / "data.zip", {"train/a/x.jpg": b"\0" * (4 << 20)})  # ratio 1,000
     with pytest.raises(DataError, match=r"data.zip: refused as a zip bomb: ratio [\d,]+ is over "
                                         r"the limit 200 \(ARCHIVE_MAX_RATIO=<n> raises it\)"):
         resolve_data_root(bomb, cache_root=tmp_path / "cache")
