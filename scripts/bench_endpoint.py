@@ -6,10 +6,12 @@
 Serves tests/fixtures/endpoint's blue and green (a scorer that answers who it is, so the figures
 are the front's and the server's, not a model's) and measures requests/s, latency and the CPU
 each process spent per request at concurrency 1 and 4, each client on a kept-alive connection:
-blue's server directly, then through the front, alternately for `rounds` rounds (the best round
-of each is shown, so a burst of another process's work on a shared machine counts against
-neither), then through the front with half of the requests mirrored to green. Then: the front's
-peak memory after an endless chunked body (refused at 16 MiB), and how long stop takes.
+blue's server directly, through a bare byte relay (scripts/bench/relay.py: the least a front in
+Python on uvloop adds, two loopback hops and no HTTP) and through the front, alternately for
+`rounds` rounds (the best round of each is shown, so a burst of another process's work on a
+shared machine counts against none), then through the front with half of the requests
+mirrored to green. Then: the front's peak memory after an endless chunked body (refused at
+16 MiB), and how long stop takes.
 CPU per request is the figure a shared machine changes least: the front's overhead is its CPU
 time on each request's path plus two loopback hops.
 """
@@ -21,6 +23,7 @@ import contextlib
 import http.client
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +38,7 @@ from mlops.endpoints.endpoint_state import EndpointState  # noqa: E402
 from mlops.runtime.launch import free_port  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "endpoint"
+RELAY = ROOT / "scripts" / "bench" / "relay.py"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -81,6 +85,18 @@ def measured(port: int, headers: dict[str, str], clients: int, *, seconds: float
     return row
 
 
+def wait_for_port(port: int, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def peak_mb(pid: int) -> float:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(next(line for line in status.splitlines() if line.startswith("VmHWM"))
@@ -112,24 +128,29 @@ def endless_body(port: int, key: str) -> float:
     return sent / 2**20
 
 
-def side_by_side(state: EndpointState, args) -> list[tuple[str, int, dict]]:
+def side_by_side(state: EndpointState, relay: tuple[int, int], args) -> list:
+    """Each path's best round at concurrency 1 and 4: the server alone, the bare relay (the
+    floor of a front in Python) and the front; then the front with half mirrored."""
     key = {"Authorization": f"Bearer {state.credential()}"}
     blue = state.deployments["blue"]
-    groups = (state.front_pid, blue.pid)
+    paths = (("server alone", blue.port, {}, state.front_pid),
+             ("bare relay (floor)", relay[0], {}, relay[1]),
+             ("through the front", state.port, key, state.front_pid))
     rows = []
     for clients in (1, 4):
         best: dict[str, dict] = {}
         for _ in range(args.rounds):
-            for name, port, headers in (("server alone", blue.port, {}),
-                                        ("through the front", state.port, key)):
-                row = measured(port, headers, clients, seconds=args.seconds, groups=groups)
+            for name, port, headers, pgid in paths:
+                row = measured(port, headers, clients, seconds=args.seconds,
+                               groups=(pgid, blue.pid))
                 if name not in best or row["rps"] > best[name]["rps"]:
                     best[name] = row
         rows += [(name, clients, row) for name, row in best.items()]
     endpoint_actions.update(None, traffic=None, mirror="green=50")
     for clients in (1, 4):
         rows.append(("front, 50 % mirrored", clients,
-                     measured(state.port, key, clients, seconds=args.seconds, groups=groups)))
+                     measured(state.port, key, clients, seconds=args.seconds,
+                              groups=(state.front_pid, blue.pid))))
     return rows
 
 
@@ -142,12 +163,13 @@ def report(rows: list[tuple[str, int, dict]]) -> None:
               f"{r['p50']:7.3f} {r['p99']:7.3f} {r['failed']:6d} {front:>17} "
               f"{r['server_cpu']:18.3f}")
     for clients in (1, 4):
-        alone, front = (r for n, c, r in rows[:4] if c == clients)
-        added = 1000 * clients * (1 / front["rps"] - 1 / alone["rps"])
-        print(f"concurrency {clients}: the front passes on {front['rps'] / alone['rps']:.2f} of "
-              f"the server's own rate; it adds {added:.3f} ms a request (mean), "
-              f"{front['p50'] - alone['p50']:.3f} ms at the median, and spends "
-              f"{front['front_cpu']:.3f} ms of CPU on each")
+        alone, relay, front = (r for n, c, r in rows[:6] if c == clients)
+        for name, row in (("the bare relay", relay), ("the front", front)):
+            added = 1000 * clients * (1 / row["rps"] - 1 / alone["rps"])
+            print(f"concurrency {clients}: {name} passes on {row['rps'] / alone['rps']:.2f} of "
+                  f"the server's own rate; it adds {added:.3f} ms a request (mean), "
+                  f"{row['p50'] - alone['p50']:.3f} ms at the median, and spends "
+                  f"{row['front_cpu']:.3f} ms of CPU on each")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,7 +195,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(state: EndpointState, args) -> None:
     load_before = os.getloadavg()[0]
-    report(side_by_side(state, args))
+    port = free_port()
+    relay = subprocess.Popen([sys.executable, str(RELAY), str(port),
+                              str(state.deployments["blue"].port)], start_new_session=True)
+    try:
+        wait_for_port(port)
+        report(side_by_side(state, (port, relay.pid), args))
+    finally:
+        relay.kill()
+        relay.wait()
     before = peak_mb(state.front_pid)
     sent = endless_body(state.port, state.credential())
     after = peak_mb(state.front_pid)
