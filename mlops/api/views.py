@@ -11,6 +11,7 @@ import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
+from mlops.api import uploads
 from mlops.api.job_edits import JobEdits
 from mlops.api.records import JobRecord
 from mlops.project import RESOURCE_GROUP, SUBSCRIPTION, WORKSPACE_NAME, tracking_uri
@@ -48,13 +49,18 @@ def _entity(record: JobRecord):
         text = (record.folder / "spec.yml").read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    origin = Path(record.run.spec).parent if record.run and record.run.spec else record.folder
+    origin = _origin(record)
     logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)  # its experimental-class notes
     try:
         job = load_job(io.StringIO(text), relative_origin=str(origin / "spec.yml"))
     except Exception:  # noqa: BLE001 - whatever the loader raises, the raw spec stands in
         return None
     return job._to_job() if isinstance(job, BaseNode) else job
+
+
+def _origin(record: JobRecord) -> Path:
+    """The folder the spec's relative paths start from."""
+    return Path(record.run.spec).parent if record.run and record.run.spec else record.folder
 
 
 def job_view(record: JobRecord) -> JobView:
@@ -75,7 +81,9 @@ def job_view(record: JobRecord) -> JobView:
         created_at=_created(record), created_by=getpass.getuser(), created_by_type="User")
     job.services = {"Tracking": JobService(endpoint=tracking_uri(), type="Tracking"),
                     "Studio": JobService(endpoint=record.web_view, type="Studio")}
+    uploads.as_uploaded(job, _origin(record), record.folder)
     view = job._to_dict()  # noqa: SLF001 - what `az ml job show` prints
+    uploads.with_default_output(view, record.name)
     return _local_properties(view, record)
 
 

@@ -8,6 +8,7 @@ import errno
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,44 @@ def test_a_job_that_ends_as_it_is_read_is_shown_as_it_ended_not_failed(repo, mon
     monkeypatch.setattr(records, "_alive", ends_meanwhile)
     assert JobRecord.at("racing", folder).status == JobStatus.COMPLETED
     assert find_job("racing").run.exit_code == 0
+
+
+def test_show_prints_local_inputs_at_their_upload_uri_and_the_default_output(repo, tmp_path):
+    """az ml uploads a local input at create and the job keeps the upload's URI
+    (LocalUpload/<azure-ai-ml's object hash>/<name>, a folder's ending in /); show printed
+    `azureml:data/x.csv`. The URI is fixed at the first view; the .amlignore'd file is
+    not part of the hash; a registered input is left as it is."""
+    spec_dir = tmp_path / "spec dir"
+    (spec_dir / "data" / "d").mkdir(parents=True)
+    (spec_dir / "data" / "x.csv").write_text("a,b\n")
+    (spec_dir / "data" / "d" / "y.txt").write_text("y")
+    spec = spec_dir / "job.yml"
+    spec.write_text("type: command\ncommand: echo ${{inputs.f}} ${{inputs.d}} ${{inputs.r}}\n"
+                    "environment: azureml:AzureML-sklearn-1.5@latest\ninputs:\n"
+                    "  f: {type: uri_file, path: data/x.csv}\n"
+                    "  d: {type: uri_folder, path: ./data/d}\n"
+                    "  r: {type: uri_folder, path: azureml:registered:1}\n")
+    folder = workspace_root().parent / "runs" / "up"
+    folder.mkdir(parents=True)
+    (folder / "spec.yml").write_text(spec.read_text())
+    RunRecord(kind="commandJob", spec=str(spec), name="up", status=JobStatus.COMPLETED,
+              created_at="2026-11-27T10:00:00+00:00", exit_code=0).write(folder)
+    claim_name(Workspace(workspace_root()), "up", folder)
+    blob = "azureml://datastores/workspaceblobstore/paths/LocalUpload/"
+    inputs = job_view(find_job("up"))["inputs"]
+    assert inputs["f"]["path"] == blob + (
+        "cc57292eb829d615f8e0f7860ff48993e8b0c85d6b55d04688e2dbd8547cfbb2/x.csv")
+    assert re.fullmatch(re.escape(blob) + "[0-9a-f]{64}/d/", inputs["d"]["path"])
+    assert inputs["r"]["path"] == "azureml:registered:1"
+    (spec_dir / "data" / "x.csv").write_text("changed after create\n")
+    (spec_dir / "data" / "d" / ".amlignore").write_text("skipped.txt\n")
+    view = job_view(find_job("up"))
+    assert view["inputs"]["f"]["path"] == inputs["f"]["path"]  # as create fixed it
+    assert view["outputs"]["default"] == {
+        "mode": "rw_mount", "type": "uri_folder",
+        "path": "azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.up"}
+    from mlops.api.uploads import upload_uri
+
+    before = upload_uri(spec_dir / "data" / "d", "uri_folder")
+    (spec_dir / "data" / "d" / "skipped.txt").write_text("left out by .amlignore")
+    assert upload_uri(spec_dir / "data" / "d", "uri_folder") == before
