@@ -74,7 +74,7 @@ def as_uploaded(job, origin: Path, folder: Path) -> None:
         _write(folder / CACHE, known)
 
 
-def with_default_output(view: dict, name: str) -> None:
+def with_default_output(view: dict[str, object], name: str) -> None:
     """A command job's `default` output, as the service adds it."""
     if view.get("type") == "command":
         outputs = view.setdefault("outputs", {})
