@@ -62,7 +62,26 @@ def update(name: str, edits: list[generic_update.Edit], *, force_string: bool = 
     values = {key: _loaded(key, after[key]) if key in after else None for key in MUTABLE}
     values["properties"] = own_properties(values["properties"])
     edited(record.folder, lambda kept: JobEdits(values=values, archived=kept.archived))
-    return job_view(record.refreshed())
+    shown = job_view(record.refreshed())
+    if record.mlflow_run_id:
+        _retag(record.mlflow_run_id, before, shown)
+    return shown
+
+
+def _retag(run_id: str, before: JobView, after: JobView) -> None:
+    """The job's MLflow run takes the new tags and display name (a warning where its store
+    cannot be written: the job's own record is updated already)."""
+    from mlops.errors import MachineError
+    from mlops.workspace.mlflow_models import retag_run
+
+    old, new = dict(before.get("tags") or {}), dict(after.get("tags") or {})
+    changed = {k: str(v) for k, v in new.items() if old.get(k) != v}
+    name = after.get("display_name")
+    try:
+        retag_run(run_id, tags=changed, removed=[k for k in old if k not in new],
+                  name=str(name) if name and name != before.get("display_name") else None)
+    except MachineError as err:
+        print(f"warning: the job's MLflow run {run_id} keeps its tags: {err}", file=sys.stderr)
 
 
 def _loaded(key: str, value: object) -> object:

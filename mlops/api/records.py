@@ -97,6 +97,17 @@ class JobRecord:
                 Status.FAILED: JobStatus.FAILED}.get(task.status, JobStatus.CANCELED)
 
     @property
+    def mlflow_run_id(self) -> str | None:
+        """The job's MLflow run: the run.json's (a pipeline's, a sweep's), else its task's."""
+        if self.run and self.run.mlflow_run_id:
+            return self.run.mlflow_run_id
+        try:
+            task = TaskRecord.read(self.folder)
+        except ValueError:  # (a damaged status.json: the job's status says so elsewhere)
+            return None
+        return task.mlflow_run_id if task else None
+
+    @property
     def web_view(self) -> str:
         """Where a user looks at the job: its run folder (Azure's Studio page)."""
         return self.folder.as_uri()

@@ -109,8 +109,8 @@ def _local_properties(view: JobView, record: JobRecord) -> JobView:
     JobEdits.read(record.folder).over(view)
     properties = dict(view.get("properties") or {})
     properties["azml.run_folder"] = str(record.folder)
-    if record.run and record.run.mlflow_run_id:
-        properties["mlflow.run_id"] = record.run.mlflow_run_id
+    if record.mlflow_run_id:
+        properties["mlflow.run_id"] = record.mlflow_run_id
     if record.run and record.run.exit_code is not None:
         properties["azml.exit_code"] = str(record.run.exit_code)
     view["properties"] = properties

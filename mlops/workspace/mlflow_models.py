@@ -193,3 +193,19 @@ def register_in_mlflow(record: AssetVersion) -> str | None:
                                               tags={WORKSPACE_TAG: record.version},
                                               description=record.description or None)
     return str(created.version)
+
+
+def retag_run(run_id: str, *, tags: dict[str, str], removed: list[str],
+              name: str | None) -> None:
+    """A job's MLflow run after `job update`: on Azure a job is its MLflow run, its tags the
+    run's tags and its display name the run's name, so a change of either is the run's too."""
+    client = _client()
+    if client is None:
+        return
+    with _store():
+        for key, value in tags.items():
+            client.set_tag(run_id, key, value)
+        for key in removed:
+            client.delete_tag(run_id, key)
+        if name:
+            client.update_run(run_id, name=name)

@@ -136,3 +136,32 @@ def test_generic_update_follows_azure_cli_s_paths_values_and_order():
     with pytest.raises(LocalRunError, match=r"Couldn't find 'zz' in 't'"):
         apply(target, [Edit("remove", ("t.zz",))])
     assert apply({"x": 1}, [Edit("set", ("x=1",))], force_string=True) == {"x": "1"}
+
+
+def test_update_changes_the_jobs_mlflow_run_too(repo, capsys, monkeypatch):
+    """On Azure a job is its MLflow run: `job update`'s tags and display name are the run's
+    (they stayed as the job was created in the local store)."""
+    calls = []
+
+    class Client:
+        def set_tag(self, run_id, key, value):
+            calls.append(("set", run_id, key, value))
+
+        def delete_tag(self, run_id, key):
+            calls.append(("delete", run_id, key))
+
+        def update_run(self, run_id, name=None):
+            calls.append(("name", run_id, name))
+
+    monkeypatch.setattr("mlops.workspace.mlflow_models._client", Client)
+    folder = a_job("tracked", JobStatus.COMPLETED, extra="tags: {old: o, kept: k}\n")
+    record = RunRecord.read(folder)
+    RunRecord(**{**record.__dict__, "mlflow_run_id": "r1"}).write(folder)
+    code, shown, _ = azml(capsys, "job", "update", "-n", "tracked", "--set", "tags.new=n",
+                          "--remove", "tags.old", "--set", "display_name=renamed")
+    assert code == 0 and shown["tags"] == {"kept": "k", "new": "n"}
+    assert sorted(calls) == [("delete", "r1", "old"), ("name", "r1", "renamed"),
+                             ("set", "r1", "new", "n")]
+    calls.clear()
+    assert azml(capsys, "job", "update", "-n", "tracked", "--set", "description=d")[0] == 0
+    assert calls == []  # nothing of the run's changed
