@@ -274,3 +274,13 @@ def test_show_prints_local_inputs_at_their_upload_uri_and_the_default_output(rep
     before = upload_uri(spec_dir / "data" / "d", "uri_folder")
     (spec_dir / "data" / "d" / "skipped.txt").write_text("left out by .amlignore")
     assert upload_uri(spec_dir / "data" / "d", "uri_folder") == before
+
+
+def test_show_names_a_command_jobs_mlflow_run_from_its_tasks_record(repo):
+    """A command job's run id is in its task's status.json, not run.json: show left
+    `mlflow.run_id` out of its properties."""
+    from mlops.runtime.records import Status, TaskRecord
+
+    job = a_job("tracked", JobStatus.COMPLETED, code=0)
+    TaskRecord(status=Status.COMPLETED, mlflow_run_id="abc", exit_code=0).write(job.folder)
+    assert job_view(find_job("tracked"))["properties"]["mlflow.run_id"] == "abc"
