@@ -34,7 +34,12 @@ SCHEMA_KINDS = {kind.lower(): kind for kind in (
     *JOB_TYPES.values(), *COMPONENT_TYPES.values(), "environment", "amlCompute", "data",
     "model", "managedOnlineEndpoint", "kubernetesOnlineEndpoint", "managedOnlineDeployment",
     "kubernetesOnlineDeployment", "batchEndpoint", "batchDeployment", "modelBatchDeployment",
-    "pipelineComponentBatchDeployment", "workspace", "registry", "datastore", "schedule")}
+    "pipelineComponentBatchDeployment", "workspace", "registry", "datastore", "schedule",
+    "computeInstance", "kubernetesCompute", "vmCompute", "virtualMachineCompute",
+    "synapseSparkCompute", "azureBlob", "azureFile", "azureDataLakeGen1", "azureDataLakeGen2",
+    "oneLake", "workspaceConnection", "connection", "featureStore", "featureSet",
+    "featureStoreEntity", "serverlessEndpoint", "marketplaceSubscription", "capabilityHost",
+    "index")}
 ASSET_ROLES = ("data", "model", "environment")  # kinds a verb names: their schemas' names
 JOB_FIELDS = ("command", "jobs", "trial", "task", "entry")  # a file with one of them is a job
 # A batch deployment with no `type:` and its settings at the top level (no `settings:`) is the

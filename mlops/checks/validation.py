@@ -22,9 +22,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, NamedTuple
 
-from mlops.checks import io_names, lint, lint_assets, sdk_findings, verdicts
+from mlops.checks import io_names, lint, lint_assets, resource_specs, sdk_findings, verdicts
 from mlops.project import project
-from mlops.specs import SCHEMA_DIR, Finding, Spec, SpecError, load_spec
+from mlops.specs import SCHEMA_DIR, SCHEMA_KINDS, Finding, Spec, SpecError, load_spec
 
 if TYPE_CHECKING:  # jsonschema is imported where a schema is checked (a kept verdict checks none)
     from jsonschema import Draft202012Validator
@@ -35,6 +35,7 @@ KINDS = ("commandJob", "sweepJob", "pipelineJob", "sparkJob", "commandComponent"
          "amlCompute", "data", "model", "managedOnlineEndpoint", "managedOnlineDeployment",
          "kubernetesOnlineDeployment", "batchEndpoint", "modelBatchDeployment", "batchDeployment")
 MAX_MESSAGE = 300  # characters of one schema finding
+KNOWN = sorted({*KINDS, *SCHEMA_KINDS.values()}, key=str.lower)  # what a $schema may name
 
 
 
@@ -75,7 +76,7 @@ def schema_layer(spec: Spec) -> list[Finding]:
                 else "no $schema line")
         return [spec.finding("$schema", what,
                              f"start the file with $schema: https://azuremlschemas.azureedge.net/"
-                             f"latest/<kind>.schema.json, kind one of {', '.join(KINDS)}")]
+                             f"latest/<kind>.schema.json, kind one of {', '.join(KNOWN)}")]
     found = []
     for error in _validator(spec.kind).iter_errors(spec.data):
         specific = _most_specific(error)
@@ -287,6 +288,8 @@ def duplicate_keys(spec: Spec) -> list[Finding]:
 
 
 def _layers(spec: Spec, for_run: bool) -> list[Finding]:
+    if spec.kind in resource_specs.LOADERS:
+        return resource_specs.loader_layer(spec)
     schema = schema_layer(spec)
     if spec.kind not in KINDS + SDK_ONLY:
         return schema

@@ -132,3 +132,43 @@ def test_kinds_without_a_vendored_schema_are_checked_by_azure_ai_mls_loader(tmp_
     assert [str(f) for f in check(load_spec(path)) if f.is_error] == []
     path.write_text(path.read_text().replace("environment: azureml:", "environment: 7 # "))
     assert any("environment" in str(f) for f in check(load_spec(path)) if f.is_error)
+
+
+RESOURCES = {  # a spec Azure's docs publish for each kind, its key to break, the broken value
+    "computeInstance": ("name: ci-one-2x\ntype: computeinstance\nsize: STANDARD_DS3_v2\n"
+                        "idle_time_before_shutdown_minutes: 30\n",
+                        "idle_time_before_shutdown_minutes: 30", "Not a valid integer"),
+    "azureBlob": ("name: blob_store\ntype: azure_blob\naccount_name: acct\n"
+                  "container_name: data\n", "account_name: acct",
+                  "Missing data for required field"),
+    "workspace": ("name: my-ws\nlocation: eastus\ndisplay_name: mine\n", "display_name: mine",
+                  "Unknown field"),
+    "schedule": ("name: nightly\ntrigger:\n  type: cron\n  expression: '0 2 * * *'\n"
+                 "create_job: ./job.yml\n", "type: cron", "is not in set"),
+    "registry": ("name: myreg\nlocation: eastus\nreplication_locations:\n  - location: eastus\n",
+                 "location: eastus\nreplication", "Missing data for required field"),
+}
+BREAKS = {"idle_time_before_shutdown_minutes: 30": "idle_time_before_shutdown_minutes: soon",
+          "account_name: acct": "", "display_name: mine": "bogus: mine",
+          "type: cron": "type: crontab", "location: eastus\nreplication": "replication"}
+
+
+@pytest.mark.parametrize("kind", sorted(RESOURCES))
+def test_a_workspaces_other_resources_are_checked_by_the_loader_az_ml_create_calls(tmp_path,
+                                                                                   kind):
+    """`make validate` refused a compute instance, a datastore, the workspace, a schedule or a
+    registry spec as an unknown $schema (each is `az ml <kind> create -f`'s); azure-ai-ml's
+    loader checks them now, its refusal at the key's line."""
+    from mlops.checks.validation import check
+
+    body, key, says = RESOURCES[kind]
+    (tmp_path / "job.yml").write_text("type: command\ncommand: echo hi\n"
+                                      "environment: azureml:AzureML-sklearn-1.5@latest\n")
+    path = tmp_path / "r.yml"
+    path.write_text(f"$schema: https://azuremlschemas.azureedge.net/latest/{kind}.schema.json\n"
+                    + body)
+    assert [str(f) for f in check(load_spec(path))] == []
+    path.write_text(path.read_text().replace(key, BREAKS[key]))
+    (finding,) = check(load_spec(path))
+    assert says in finding.problem and finding.key, finding
+    assert finding.line > 1 or "Missing" in says  # (a missing key has no line of its own)
