@@ -294,13 +294,17 @@ def _layers(spec: Spec, for_run: bool) -> list[Finding]:
     if spec.kind not in KINDS + SDK_ONLY:
         return schema
     sdk = sdk_layer(spec)
-    if not sdk:
-        # The generated schemas can be stricter than azure-ai-ml itself (a pipeline sweep node
-        # with name: and display_name:): what the loader and its validation accept, Azure
-        # accepts, so the loader decides.
-        schema = []
+    # The generated schemas can be stricter than azure-ai-ml itself (a pipeline sweep node with
+    # name: and display_name:, a Spark node's `Standard_E8S_V3` in other casing): what the
+    # loader and its validation accept, Azure accepts, so the loader decides, about each key
+    schema = [f for f in schema if any(_related(f.key, s.key) for s in sdk)]
     found = schema + sdk
     return found if schema else found + lint_layer(spec, flags=not for_run)
+
+
+def _related(key: str, other: str) -> bool:
+    """One key is the other or holds it (`jobs.s` and `jobs.s.resources`)."""
+    return key == other or key.startswith(other + ".") or other.startswith(key + ".")
 
 
 def _control_flow_hint(finding: Finding) -> Finding:

@@ -172,3 +172,23 @@ def test_a_workspaces_other_resources_are_checked_by_the_loader_az_ml_create_cal
     (finding,) = check(load_spec(path))
     assert says in finding.problem and finding.key, finding
     assert finding.line > 1 or "Missing" in says  # (a missing key has no line of its own)
+
+
+def test_a_schema_finding_the_loader_does_not_share_is_dropped_beside_its_real_one(tmp_path):
+    """A Spark node's `instance_type: Standard_E8S_V3` (azure-ai-ml takes any casing; the
+    generated schema lists two) was a second, false error beside the node's missing entry."""
+    from mlops.checks.validation import check
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "c.yml").write_text(
+        "$schema: https://azuremlschemas.azureedge.net/latest/sparkComponent.schema.json\n"
+        "name: sc\ntype: spark\ncode: ./src\nentry:\n  file: gone.py\nconf:\n"
+        "  spark.driver.cores: 1\n  spark.driver.memory: 2g\n  spark.executor.cores: 2\n"
+        "  spark.executor.memory: 2g\n  spark.executor.instances: 2\n")
+    path = tmp_path / "p.yml"
+    path.write_text("$schema: https://azuremlschemas.azureedge.net/latest/pipelineJob.schema.json"
+                    "\ntype: pipeline\njobs:\n  s:\n    type: spark\n    component: ./c.yml\n"
+                    "    resources:\n      instance_type: Standard_E8S_V3\n"
+                    "      runtime_version: 3.4.0\n")
+    (finding,) = check(load_spec(path))
+    assert finding.key == "jobs.s.component.entry" and "gone.py" in finding.problem
