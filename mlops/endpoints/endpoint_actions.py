@@ -45,7 +45,8 @@ from mlops.runtime import interruptible, safe_root, signals_held, stop_service
 AUTH_NOTES = {AuthMode.NONE: "auth: none (AUTH=none, as `az ml ... --local`, which has no auth; "
                              "on Azure this endpoint needs its key or token)",
               AuthMode.AAD_TOKEN: "auth: aad_token, simulated: a token issued here stands in for "
-                                  "a Microsoft Entra token (make credentials-local)"}
+                                  "a Microsoft Entra token (azml online-endpoint get-credentials "
+                                  "-n {name})"}
 
 
 def start(request: online.ServeRequest) -> int:
@@ -86,11 +87,11 @@ def _start(request: online.ServeRequest) -> int:
             with signals_held():
                 retire(replaced)
                 prune(folder, name, keep=Path(replaced.folder))
-    auth = AUTH_NOTES.get(state.auth_mode,
-                          f"auth: {state.auth_mode.value} (make credentials-local)")
+    auth = AUTH_NOTES.get(state.auth_mode, f"auth: {state.auth_mode.value} (azml "
+                          "online-endpoint get-credentials -n {name})").format(name=spec.name)
     print(f"environment: {slot.environment}\n{decided}\n{auth}"
           f"\nserving {name} in endpoint {spec.name} on http://127.0.0.1:{state.port}/score "
-          f"(log {slot.log.resolve()}; stop: make stop-local)")
+          f"(log {slot.log.resolve()}; stop: azml online-endpoint delete -n {spec.name})")
     return 0
 
 
@@ -119,7 +120,18 @@ def _enter(state: EndpointState, slot: Slot, folder: Path, choice: NewTraffic) -
 
 
 def running_state(folder: Path) -> EndpointState:
+    """The endpoint as it runs. Azure's endpoint is always up in front of its deployments:
+    where the front is gone (killed) and a deployment's server still runs, it starts again."""
     state = live_state(folder)
+    if state is not None and not state.front_pid and state.deployments:
+        with endpoint_lock(folder, "starting its front again"):
+            state = live_state(folder)  # (another command may have started it meanwhile)
+            if state is not None and not state.front_pid and state.deployments:
+                print(f"note: endpoint {folder.name}'s front was gone (killed?); its "
+                      f"deployments run: started it again on port {state.port}",
+                      file=sys.stderr, flush=True)
+                ensure_front(state, folder)
+                state.write(folder)
     if state is None or not state.front_pid:
         raise LocalRunError(f"local endpoint {folder.name} is not running: {START}")
     return state

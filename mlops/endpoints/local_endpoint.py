@@ -118,9 +118,16 @@ def endpoint_spec(request: online.ServeRequest, deployment: Deployment) -> Endpo
     return EndpointSpec(checked_name(name, "endpoint"), mode, path)
 
 
+HELD: set[Path] = set()  # the endpoints whose lock this process holds (taken again at once)
+
+
 @contextlib.contextmanager
 def endpoint_lock(folder: Path, doing: str) -> Iterator[None]:
-    """One command on the endpoint at a time; a second one waits and says for whom."""
+    """One command on the endpoint at a time; a second one waits and says for whom. A process
+    that holds it already goes on (flock would wait on itself through a second descriptor)."""
+    if folder.resolve() in HELD:
+        yield
+        return
     folder.mkdir(parents=True, exist_ok=True)
     handle = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -133,8 +140,10 @@ def endpoint_lock(folder: Path, doing: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX)
         write_holder(handle, f"pid {os.getpid()}: {doing}, since {time.strftime('%H:%M:%S')}",
                      folder / ".lock")
+        HELD.add(folder.resolve())
         yield
     finally:
+        HELD.discard(folder.resolve())
         os.close(handle)
 
 

@@ -99,3 +99,24 @@ def test_a_server_a_killed_start_left_is_stopped_by_the_next_start(tmp_path, mon
             if SERVER in line} == {str(endpoints.state().deployments["blue"].port)}
     endpoints.stop()
     until(lambda: not servers_of(folder), 15, "no server of the endpoint left")
+
+
+def test_a_killed_front_is_started_again_by_the_next_command(tmp_path, monkeypatch, capsys):
+    """Azure's endpoint is always up in front of its deployments: `kill -9` of the local
+    front left `invoke` saying the endpoint is not running while blue's server still ran."""
+    from mlops.endpoints import endpoint_actions
+    from mlops.runtime.service import alive
+
+    endpoints = use_root(monkeypatch, tmp_path / "endpoints")
+    endpoints.start(BLUE)
+    front = endpoints.state().front_pid
+    os.kill(front, signal.SIGKILL)
+    until(lambda: not alive(front), 15, "the front gone")
+    capsys.readouterr()
+    answer = endpoint_actions.post(b"{}", name="rollout-local", deployment=None)
+    assert answer.body == b'{"who": "blue"}'
+    assert "front was gone (killed?); its deployments run: started it again" in \
+        capsys.readouterr().err
+    assert endpoints.state().front_pid not in (0, front)
+    endpoints.stop()
+    until(lambda: not servers_of(endpoints.root / "rollout-local"), 15, "nothing left")

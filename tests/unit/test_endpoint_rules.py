@@ -360,3 +360,22 @@ def test_an_endpoint_spec_saying_auth_mode_key_capitalised_is_a_key_endpoint(tmp
     spec = local_endpoint.endpoint_spec(request(tmp_path / "d.yml"),
                                         load(tmp_path / "d.yml", "online-deployment"))
     assert (spec.name, spec.auth_mode) == ("rollout-local", AuthMode.KEY)
+
+
+def test_the_endpoint_lock_is_taken_again_at_once_by_the_process_that_holds_it(tmp_path):
+    """A command that holds an endpoint's lock and starts its front again (running_state)
+    takes it a second time: flock through a second descriptor would wait on itself."""
+    import fcntl
+
+    from mlops.endpoints.local_endpoint import endpoint_lock
+
+    folder = tmp_path / "ep"
+    with endpoint_lock(folder, "outer"), endpoint_lock(folder, "inner"):
+        other = os.open(folder / ".lock", os.O_RDWR)
+        try:  # another process's descriptor still finds it held
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    with endpoint_lock(folder, "again"):  # released once the outer one ended
+        pass
