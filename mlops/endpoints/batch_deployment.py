@@ -150,7 +150,9 @@ def run_batch(deployment: Deployment, source: Path, rt: Runtime, *,
     def planned() -> Batches:
         read.append(plan(source, rt.root, tabular=tabular,
                          size=max(1, int(settings.get("mini_batch_size") or 10)),
-                         limits=Limits(int(settings.get("error_threshold", -1)))))
+                         limits=Limits(int(settings.get("error_threshold", -1)),
+                                       max_retries=Retry.from_spec(
+                                           settings.get("retry_settings"), RETRY).max_retries)))
         work = read[0]
         print(f"{task.name}: {work.batches.items} {work.unit} in {len(work.batches.batches)} "
               f"mini-batch(es), {task.placement.copies} process(es), {driver}\n  model: "

@@ -214,7 +214,9 @@ def run_node(definition: SpecData, task: Task, rt: Runtime) -> Driven:
     print(f"step {task.name}: {items} {'rows' if rows else 'files'} in {len(batches)} "
           f"mini-batch(es), {task.placement.copies} process(es)", flush=True)
     driven = drive_batches(task, rt, Batches(
-        batches=batches, items=items, limits=Limits.from_spec(definition)),
+        batches=batches, items=items,
+        limits=Limits.from_spec(definition, Retry.from_spec(definition.get("retry_settings"),
+                                                            RETRY))),
         label=task.name)
     target = rows_target(definition.get("task") or {}, task.outputs, where)
     if target is not None:

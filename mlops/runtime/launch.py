@@ -229,6 +229,7 @@ class Launch:
     reaped: set[int] = field(default_factory=set)
     ended_ms: int | None = None  # when the last process ended
     log_error: OSError | None = None  # the log could not be written (a full disk): echo only
+    fail_fast: bool = True  # one failed process stops the others (False: its owner decides)
 
     def start(self) -> Launch:
         """Open the log and start the processes; the launch itself, to wait on."""
@@ -253,6 +254,15 @@ class Launch:
         for rank, env in enumerate(self.envs):
             self._start(rank, env)
         return self
+
+    def restart(self, rank: int) -> int:
+        """A fresh process in place of the one at `rank`, which ended (the mini-batch driver's
+        agent starts a worker again); its pid. Its end is no longer the launch's failure."""
+        self._start(rank, self.envs[rank])
+        self.procs[rank] = self.procs.pop()
+        if self.first_failed == rank:
+            self.first_failed = self.first_failure = None
+        return self.procs[rank].pid
 
     def _start(self, rank: int, env: dict[str, str]) -> None:
         if rank == self.terminal:  # in the runner's own group: the terminal's foreground
@@ -291,7 +301,8 @@ class Launch:
             if code not in (None, 0) and self.first_failure is None:
                 self.first_failure = code
                 self.first_failed = self.procs.index(popen)
-        if self.first_failure is not None and any(c is None for c in codes):
+        if self.first_failure is not None and any(c is None for c in codes) and \
+                self.fail_fast:
             self.stop()  # one process failed: the distributed job fails as a whole
             self.ended_ms = seen_ms
             return self.first_failure

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlops.runtime import engine, launch
+from mlops.runtime.minibatch_recovery import Recovery
 from mlops.runtime.records import Status
 from mlops.runtime.tasks import Task
 
@@ -49,11 +50,12 @@ class Limits:
 
     error_threshold: int = -1
     mini_batch_error_threshold: int = -1
+    max_retries: int = 3  # retry_settings: the tries a mini-batch has after its first
 
     @classmethod
-    def from_spec(cls, data: dict[str, object]) -> Limits:
+    def from_spec(cls, data: dict[str, object], retry: Retry) -> Limits:
         return cls(int(data.get("error_threshold", -1)),
-                   int(data.get("mini_batch_error_threshold", -1)))
+                   int(data.get("mini_batch_error_threshold", -1)), retry.max_retries)
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,8 @@ def watch(running: engine.Running, total: int, items: int, limits: Limits) -> St
     """Progress until every mini-batch is done, the processes end, or errors pass a limit."""
     started, shown, tty = time.monotonic(), (-1, 0.0), sys.stdout.isatty()
     results = Results(folder=running.task.folder / "work" / "results")
+    recovery = Recovery(work=running.task.folder / "work", max_retries=limits.max_retries,
+                        guard=running.guard)
     while True:
         launch.check_interrupt()
         scored, failed = results.read().scored, results.failed
@@ -224,7 +228,8 @@ def watch(running: engine.Running, total: int, items: int, limits: Limits) -> St
             line = f"{scored}/{items} files, {scored / max(elapsed, 1e-6):.1f}/s, {failed} failed"
             print(f"\r{line}" if tty else line, end="" if tty else "\n", flush=True)
             shown = (scored, elapsed)
-        stop = over_limit(results, limits)
+        stop = over_limit(results, limits) or recovery.after_deaths(running.launch,
+                                                                     results.done)
         if stop:
             print(f"\n{stop}")
             return Status.FAILED
@@ -277,6 +282,7 @@ def drive(task: Task, rt: engine.Runtime, work: Batches | Plan, *, label: str = 
     folder = task.folder / "work"
     open_queue(folder)
     running = engine.start(task, rt, echo=echo, label=label)
+    running.launch.fail_fast = False  # a killed worker is started again (minibatch_recovery)
     started = time.monotonic()
     try:
         work = work() if callable(work) else work

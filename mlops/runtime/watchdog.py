@@ -3,7 +3,8 @@ runner's hard stop): on Azure the job's container goes with its node; here a wat
 
 The runtime starts one watchdog per task, a small process in a session of its own that holds
 the read end of a pipe only the launcher can write. When the pipe closes without the launcher
-having said "done", the launcher is gone: the watchdog stops the task's process groups (TERM,
+having said "done", the launcher is gone: the watchdog stops the task's process groups (those
+it was started with, and any the launcher named on the pipe since, `pgid N`) (TERM,
 then KILL), records the task as Canceled in its status.json and ends its MLflow run, and every
 run below it still RUNNING, as KILLED on the store itself (the launcher's tracking server died
 with it). A later run into the same folder reopens that MLflow run (runtime.previous_run).
@@ -67,6 +68,13 @@ _released: list[Guard] = []  # told to leave: reaped once they have, or when the
 _reaping: list[bool] = []  # reap() is registered to run at the runner's exit
 
 
+def also_guard(watchdog: Guard, pgid: int) -> None:
+    """A process group the task started later (a mini-batch worker started again)."""
+    with contextlib.suppress(OSError):
+        watchdog.stdin.write(b"pgid %d\n" % pgid)
+        watchdog.stdin.flush()
+
+
 def release(watchdog: Guard) -> None:
     """The launcher finished the task itself: the watchdog leaves quietly, by itself (a task
     shorter than a watchdog's start does not wait for it to start and end); the runner reaps
@@ -124,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     said = sys.stdin.buffer.read()  # returns at EOF: when the launcher says done, or dies
     if said.endswith(DONE):
         return 0
+    pgids += [line[5:] for line in said.decode(errors="replace").splitlines()
+              if line.startswith("pgid ") and line[5:].isdigit()]
     time.sleep(0.2)  # let the launcher's own last writes land first
     take_over(Path(folder), run_id, store=store, pgids=[int(p) for p in pgids],
               since_ms=since[0] if since else None)

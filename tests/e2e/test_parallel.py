@@ -92,3 +92,18 @@ def test_a_mounted_mltable_is_the_list_of_files_its_paths_name(tmp_path):
     assert local.main(argv + [x for s in sets for x in ("--set", s)]) == 0
     rows = (tmp_path / "run/steps/score/outputs/scores/scores.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows] == ["item_2.txt", "item_5.txt"]
+
+
+@pytest.mark.network  # a cold cache: its environment layer (or debugpy) from the registry
+def test_a_killed_worker_is_started_again_and_its_mini_batch_queued_again(tmp_path, capsys):
+    """kill -9 of a worker (the OOM killer) stopped the whole node; Azure's driver starts the
+    process again and the mini-batch it held is tried again (a try of retry_settings spent)."""
+    marker = tmp_path / "crashed-once"
+    assert run("files-pipeline.yml", tmp_path / "run",
+               f"jobs.score.environment_variables.CRASH_ONCE={marker}") == 0
+    assert marker.exists()
+    out = capsys.readouterr().out
+    assert "ended (killed by SIGKILL (exit 137)); mini-batch 000001 queued again (try 2 of 2)" \
+        "; started again" in out, out
+    rows = (tmp_path / "run/steps/score/outputs/scores/scores.csv").read_text().splitlines()
+    assert rows == [f"item_{i}.txt,20" for i in range(1, 7)]  # each once, in order

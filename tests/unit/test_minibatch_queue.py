@@ -77,6 +77,9 @@ def test_the_rows_and_metrics_are_settled_while_the_processes_exit(tmp_path, mon
     events: list[str] = []
 
     class Launch:  # one process: it scores the mini-batch, then exits only once waited for
+        procs: list = []  # (none that ended by a signal: nothing to start again)
+        fail_fast = True
+
         def poll(self):
             return 0 if "waited" in events else None
 
@@ -89,7 +92,7 @@ def test_the_rows_and_metrics_are_settled_while_the_processes_exit(tmp_path, mon
             return 0
 
     running = SimpleNamespace(task=SimpleNamespace(folder=tmp_path), launch=Launch(),
-                              run_id="run-1")
+                              run_id="run-1", guard=None)
     monkeypatch.setattr(minibatch.engine, "start", lambda *a, **k: running)
     monkeypatch.setattr(minibatch.engine, "finish",
                         lambda run, rt, status: events.append(f"finished {status}") or status)
