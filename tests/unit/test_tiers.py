@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from _pytest.mark.expression import Expression
 from support import ROOT, Syntax, syntax
 
@@ -129,14 +128,22 @@ def test_no_test_is_both_a_proof_and_heavy():
     assert not both, f"heavy tests are make test-heavy's alone: {both}"
 
 
-@pytest.mark.parametrize("path", E2E, ids=[p.name for p in E2E])
-def test_make_test_proves_each_e2e_modules_behaviour_or_says_why_not(path):
+def proof_faults(path: Path) -> list[str]:
+    """An e2e module without a proof in make test and without WHY_NO_PROOF, or with both."""
     tests = list(declared(path))
     proofs = [t.name for t in tests if "proof" in t.marks or any("proof" in p for p in t.params)]
     reason = why_no_proof(path)
-    assert proofs or reason, f"{path.name}: mark a test of it `proof` (make test), or say " \
-                             "why not in WHY_NO_PROOF"
-    assert not (proofs and reason), f"{path.name} has proofs in make test and WHY_NO_PROOF"
+    if not (proofs or reason):
+        return [f"{path.name}: mark a test of it `proof` (make test), or say why not in "
+                "WHY_NO_PROOF"]
+    return [f"{path.name} has proofs in make test and WHY_NO_PROOF"] if proofs and reason else []
+
+
+def test_make_test_proves_each_e2e_modules_behaviour_or_says_why_not():
+    """Every e2e module, each fault named (one test for the rule: a test per module was
+    pytest's own work 37 times over for one check)."""
+    found = [fault for path in E2E for fault in proof_faults(path)]
+    assert not found, "\n".join(found)
 
 
 def test_the_proof_marker_is_read_where_it_is_declared():
@@ -229,15 +236,14 @@ def cache_skips(code: Syntax) -> list[tuple[int, list[str]]]:
             if any(CACHE_WORDS.search(w) for w in words)]
 
 
-@pytest.mark.parametrize("path", sorted(TESTS.rglob("test_*.py")) + [TESTS / "conftest.py",
-                                                                   TESTS / "support.py"],
-                         ids=lambda p: str(p.relative_to(TESTS)))
-def test_no_skip_decides_from_the_state_of_a_cache(path):
-    if path.name == "test_tiers.py":
-        return  # this file plants cache-reading skips on purpose, as strings
-    found = cache_skips(syntax(path))
-    assert not found, f"{path.name}: a skip reads cache state at lines {found}: run the test " \
-                      "in its tier every time (make test-e2e, make test-heavy) instead"
+def test_no_skip_decides_from_the_state_of_a_cache():
+    """Every test module, conftest.py and support.py (this file plants cache-reading skips on
+    purpose, as strings); one test naming each offender, not one per file."""
+    paths = [*sorted(TESTS.rglob("test_*.py")), TESTS / "conftest.py", TESTS / "support.py"]
+    found = [f"{path.relative_to(TESTS)}: lines {lines}" for path in paths
+             if path.name != "test_tiers.py" and (lines := cache_skips(syntax(path)))]
+    assert not found, "a skip reads cache state: run the test in its tier every time (make " \
+        "test-e2e, make test-heavy) instead:\n" + "\n".join(found)
 
 
 CACHE_SKIP = '''
