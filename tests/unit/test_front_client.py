@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 
+from mlops.endpoints import front_client
 from mlops.endpoints import front_wire as wire
 from mlops.endpoints.endpoint_state import AuthMode, EndpointState, Slot
 from mlops.endpoints.front import Front
@@ -131,10 +132,12 @@ def test_a_request_the_pool_fails_to_take_is_answered_502_once_and_leaves_no_pen
     connections(tmp_path, 1, then)
 
 
-def test_after_a_429_or_a_deployments_failure_the_connection_serves_on(tmp_path):
+def test_after_a_429_or_a_deployments_failure_the_connection_serves_on(tmp_path, monkeypatch):
     """A request read whole that the front answers itself (429 past max_pending, 408 or 502
     for the deployment's failure) keeps the connection, as nginx keeps it after a 429, 502 or
-    504; a pipelined request after it is answered. A refused head still closes it."""
+    504; a pipelined request after it is answered. A refused head still closes it (after its
+    linger, shortened from 1 s: the close is what is waited for)."""
+    monkeypatch.setattr(front_client, "LINGER_S", 0.02)
     request = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
     outcomes = [wire.Refused(429, "too many"), wire.Refused(408, "late"),
                 wire.Refused(502, "gone"), Answer(status=200, reason=b"OK", headers=[],
@@ -221,10 +224,12 @@ def test_what_a_client_pipelines_waits_unparsed_up_to_a_bound_however_long_it_go
     connections(tmp_path, 1, then)
 
 
-def test_requests_pipelined_before_the_client_closes_its_side_are_all_answered(tmp_path):
+def test_requests_pipelined_before_the_client_closes_its_side_are_all_answered(
+        tmp_path, monkeypatch):
     """A client that sends its requests and then closes its side (shutdown(SHUT_WR)) gets an
     answer to each, as nginx gives it, then the connection closes; a partial request after
-    them is refused (the first two answers only, before)."""
+    them is refused (the first two answers only, before; its linger shortened from 1 s)."""
+    monkeypatch.setattr(front_client, "LINGER_S", 0.02)
     request = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
 
     async def then(made):
