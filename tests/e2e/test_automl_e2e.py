@@ -10,10 +10,11 @@ import shutil
 
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
-from support import ROOT
+from support import ROOT, lazy
 
 from mlops import run as local
+
+tracking = lazy("mlflow.tracking")
 
 FIXTURES = ROOT / "tests" / "fixtures" / "automl"
 pytestmark = [pytest.mark.usefixtures("sources_unchanged", "mlflow_store"),
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.usefixtures("sources_unchanged", "mlflow_store"),
 
 def runs_of(experiment: str) -> tuple[object, list]:
     """The AutoML job's run (the one tagged with a best child) and its child runs."""
-    client = MlflowClient()
+    client = tracking.MlflowClient()
     found = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     parent = next(r for r in found if "best_child_run_id" in r.data.tags)
     children = [r for r in found if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
@@ -54,7 +55,8 @@ def test_a_classification_job_logs_each_trial_as_azure_does_and_leaves_its_best_
     assert "test_accuracy" in parent.data.metrics  # test_data, scored by the best model
     model = run / "outputs/best_model"
     assert yaml.safe_load((model / "MLmodel").read_text())["run_id"] == best
-    artifacts = {a.path for a in MlflowClient().list_artifacts(best, "outputs/mlflow-model")}
+    listed = tracking.MlflowClient().list_artifacts(best, "outputs/mlflow-model")
+    artifacts = {a.path for a in listed}
     assert "outputs/mlflow-model/MLmodel" in artifacts
     assert "flaml==2.7.0" in (model / "requirements.txt").read_text().split()
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from mlflow.tracking import MlflowClient
-from support import ROOT
+from support import ROOT, lazy
 
 from mlops import run as local
+
+tracking = lazy("mlflow.tracking")
 
 FIXTURES = ROOT / "tests" / "fixtures" / "automl" / "vision"
 pytestmark = [pytest.mark.usefixtures("sources_unchanged", "mlflow_store"),
@@ -40,7 +41,7 @@ def test_two_models_are_searched_with_bandit_termination_and_the_best_one_predic
     assert found["primary_metric"] == "accuracy" and len(found["trials"]) == 3
     assert {t["params"]["model"]["model_name"] for t in found["trials"]} <= {
         "resnet18", "mobilenetv2"}
-    client = MlflowClient()
+    client = tracking.MlflowClient()
     best = found["best_trial"]
     history = client.get_metric_history(best["run_id"], "accuracy")
     assert len(history) == 2  # one per epoch, as the runner logs them
@@ -58,7 +59,7 @@ def test_a_multilabel_job_completes_under_azures_iou(tmp_path):
     assert local.main([str(FIXTURES / "multilabel.yml"), "--run-dir", str(run)]) == 0
     best = summary_of(run)["best_trial"]
     assert best["status"] == "Completed" and 0 <= best["metric"] <= 1
-    assert len(MlflowClient().get_metric_history(best["run_id"], "iou")) == 2
+    assert len(tracking.MlflowClient().get_metric_history(best["run_id"], "iou")) == 2
     assert "scored 10 images" in predicted(tmp_path, run / "outputs/best_model", "shapes")
 
 
@@ -71,7 +72,7 @@ def test_an_object_detection_job_trains_on_boxes_and_its_model_finds_boxes(tmp_p
     rows = (FIXTURES / "shapes/train/annotations.jsonl").read_text().splitlines()
     boxes = sum(len(json.loads(row)["boxes"]) for row in rows)
     assert f"train data: {boxes} box(es)" in (run / "trials/trial_000/log.txt").read_text()
-    assert MlflowClient().get_metric_history(best["run_id"], "mean_average_precision")
+    assert tracking.MlflowClient().get_metric_history(best["run_id"], "mean_average_precision")
     assert "scored 10 images" in predicted(tmp_path, run / "outputs/best_model", "boxes")
 
 

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
-from support import SMALL_ARCH, built_once, copied_store, shared_folder
+from support import SMALL_ARCH, built_once, copied_store, lazy, shared_folder
 
 from mlops import run as local
 from mlops.endpoints.models import model_source
 from mlops.specs import ROOT, load_spec
+
+tracking = lazy("mlflow.tracking")
 
 HELLO = ROOT / "tests" / "fixtures" / "hello"
 TINY = ["inputs.epochs=1", "inputs.image_size=32", "inputs.weights=none", "inputs.batch_size=8",
@@ -46,7 +47,7 @@ def run(spec, run_dir, assets=None, sets=(), max_procs=2) -> int:
 
 
 def runs_of(experiment: str, uri: str | None = None):
-    client = MlflowClient(uri)
+    client = tracking.MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
     return client, client.search_runs([found.experiment_id]) if found else []
 
@@ -299,7 +300,7 @@ def test_the_local_loop_registers_what_passes_the_gate_and_serves_it_by_name(
     first = model_source("azureml:fowl-classifier:1", ROOT, "blue.yml")
     assert (latest.version, first.version) == ("2", "1")
     assert "local workspace" in latest.origin and (latest.path / "MLmodel").is_file()
-    assert len(MlflowClient().search_model_versions("name='fowl-classifier'")) == 2
+    assert len(tracking.MlflowClient().search_model_versions("name='fowl-classifier'")) == 2
 
 
 @pytest.mark.proof

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
-from support import until
+from support import lazy, until
 
 from mlops import run as local
 from mlops.checks.validation import validate
@@ -27,6 +26,8 @@ from mlops.runtime import launch, mlflow_server
 from mlops.runtime.mlflow_runs import Tracking
 from mlops.runtime.tasks import default_experiment
 from mlops.specs import ROOT
+
+tracking = lazy("mlflow.tracking")
 
 TP = ROOT / "tests" / "fixtures" / "thirdparty"
 HELLO = ROOT / "tests" / "fixtures" / "hello"
@@ -40,7 +41,7 @@ def run(spec: Path, run_dir: Path, *sets: str, assets: Path | None = None) -> in
 
 
 def runs(experiment: str) -> list:
-    client = MlflowClient()
+    client = tracking.MlflowClient()
     found = client.get_experiment_by_name(experiment)
     return client.search_runs([found.experiment_id]) if found else []
 
@@ -69,7 +70,7 @@ def test_outputs_and_logs_folders_are_created_kept_and_uploaded(tmp_path):
     assert (wd / "outputs/note.txt").is_file() and (wd / "logs/trace.log").is_file()
     assert (wd / "scratch.txt").is_file() and not (TP / "src/scratch.txt").exists()
     (mlflow_run,) = runs(default_experiment())
-    client = MlflowClient()
+    client = tracking.MlflowClient()
     uploaded = {a.path for folder in ("outputs", "logs", "user_logs")
                 for a in client.list_artifacts(mlflow_run.info.run_id, folder)}
     assert {"outputs/note.txt", "logs/trace.log", "user_logs/log.txt"} <= uploaded
@@ -385,7 +386,7 @@ def test_a_launcher_killed_without_warning_takes_its_job_with_it(tmp_path):
 
 def _left_running(folder: Path, pid: int) -> tuple[str, str]:
     """A run folder as a runner leaves it when it and its watchdog died together."""
-    client = MlflowClient()
+    client = tracking.MlflowClient()
     experiment = Tracking().experiment_id("hello-command")
     parent = client.create_run(experiment, run_name="hello-command").info.run_id
     inner = client.create_run(experiment, run_name="inner",
@@ -618,10 +619,10 @@ def test_an_sdk_v1_script_logs_through_run_get_context_into_the_jobs_mlflow_run(
     assert f"run {job.info.run_id} in experiment v1-run-context; tracking http" in log
     assert "metrics ['answer', 'losses', 'table.epoch', 'table.score']; parent None" in log
     assert job.data.metrics["answer"] == 42 and job.data.tags["stage"] == "local"
-    history = MlflowClient().get_metric_history(job.info.run_id, "losses")
+    history = tracking.MlflowClient().get_metric_history(job.info.run_id, "losses")
     assert [m.value for m in sorted(history, key=lambda m: m.step)] == [0.9, 0.5, 0.25]
     assert "is a Run: True; type azureml.scriptrun; Run(Experiment: v1-run-context," in log
-    uploaded = MlflowClient().list_artifacts(job.info.run_id, "outputs")
+    uploaded = tracking.MlflowClient().list_artifacts(job.info.run_id, "outputs")
     assert [a.path for a in uploaded] == ["outputs/answer.txt"]
 
 

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
-from support import ROOT
+from support import ROOT, lazy
 
 from mlops import run as local
 from mlops.environments import interpreters
 from mlops.environments.interpreters import find, how_to_get
+
+tracking = lazy("mlflow.tracking")
 
 FIXTURES = ROOT / "tests" / "fixtures"
 PYTHONS = FIXTURES / "pythons"
@@ -125,8 +126,8 @@ def test_a_job_on_python_38_logs_its_mlflow_run_through_its_own_client(tmp_path,
     hello = on_python_38(FIXTURES / "hello", tmp_path)
     monkeypatch.setenv("KEEP_ENV", "1")
     assert local.main([str(hello / "hello-command.yml"), "--run-dir", str(tmp_path / "r")]) == 0
-    experiment = MlflowClient().get_experiment_by_name("hello-command")
-    (run,) = MlflowClient().search_runs([experiment.experiment_id])
+    experiment = tracking.MlflowClient().get_experiment_by_name("hello-command")
+    (run,) = tracking.MlflowClient().search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED" and run.data.metrics
     top = tmp_path / "r/env/lib/python3.8/site-packages"
     (below,) = re.findall(r"addsitedir\('([^']+)'\)", (top / "zz_lower_layers.pth").read_text())
@@ -199,7 +200,7 @@ def test_the_jobs_own_mlflow_client_logs_and_registers_as_azures_store_takes_it(
     run_dir = tmp_path / "r"
     assert local.main([str(FIXTURES / "mlflow-clients" / spec), "--run-dir", str(run_dir)]) == 0
     assert "registered client-compat" in (run_dir / "log.txt").read_text()
-    client = MlflowClient()
+    client = tracking.MlflowClient()
     run_id = json.loads((run_dir / "status.json").read_text())["mlflow_run_id"]
     logged = str(run_dir.resolve() / "wd" / "model").lstrip("/")
     assert [f.path for f in client.list_artifacts(run_id, logged)] == [f"{logged}/weights.txt"]

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
-from support import built_once, copied_store
+from support import built_once, copied_store, lazy
 
 from mlops.environments.layers import cache_dir
 from mlops.specs import ROOT
+
+tracking = lazy("mlflow.tracking")
 
 SPARK = ROOT / "tests" / "fixtures" / "spark"
 pytestmark = pytest.mark.usefixtures("sources_unchanged")
@@ -95,7 +96,7 @@ def test_a_spark_step_feeds_a_command_step(spark_pipeline):
 
 
 def test_the_spark_step_is_tracked_as_every_step_is(spark_pipeline):
-    client = MlflowClient(spark_pipeline.store)
+    client = tracking.MlflowClient(spark_pipeline.store)
     experiment = client.get_experiment_by_name("spark-fixtures")
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert {"totals", "report"} <= set(runs)
@@ -123,7 +124,7 @@ def test_a_failing_spark_entry_ends_failed_with_its_traceback(
     assert "RuntimeError: broken on purpose after counting 10 rows" in log
     assert 'broken.py", line' in log
     assert json.loads((tmp_path / "run" / "status.json").read_text())["status"] == "Failed"
-    client = MlflowClient(store)
+    client = tracking.MlflowClient(store)
     experiment = client.get_experiment_by_name("spark-fixtures")
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FAILED"

@@ -12,17 +12,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from mlflow.tracking import MlflowClient
-from support import SMALL_ARCH, train_args
+from support import SMALL_ARCH, lazy, train_args
 
 from image_classifier import checkpoint
 from image_classifier.train import main
+
+tracking = lazy("mlflow.tracking")  # MLflow: seconds of every xdist worker's collection
 
 METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "best_val_acc", "lr")
 
 
 def _only_run(uri):
-    client = MlflowClient(uri)
+    client = tracking.MlflowClient(uri)
     experiment = client.get_experiment_by_name("tests")
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 1, "exactly one MLflow run expected"
@@ -134,7 +135,7 @@ def assert_one_complete_run(uri: str, epochs: int) -> None:
 def test_register_name_registers_an_mlflow_model(tiny_data, tmp_path, mlflow_store):
     out = tmp_path / "out"
     assert main(train_args(tiny_data, out, epochs=1, register_name="fowl-test")) == 0
-    client = MlflowClient(mlflow_store)
+    client = tracking.MlflowClient(mlflow_store)
     (version,) = client.search_model_versions("name='fowl-test'")
     assert version.run_id == _only_run(mlflow_store)[1].info.run_id
     import mlflow
