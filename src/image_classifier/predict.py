@@ -68,7 +68,7 @@ class Service:
         from . import inference  # torch: only when it is the backend served
 
         inference.set_threads(threads)
-        loaded = inference.load_model(folder)
+        loaded = inference.load_model(folder, torch_only=True)  # a ResNet: no torchvision
         self.model, self.model_file = loaded.model, folder / MODEL_FILE
         self.forward: Callable[[np.ndarray], np.ndarray] = \
             lambda batch: inference.probabilities(loaded.model, batch)
