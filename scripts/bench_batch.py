@@ -147,7 +147,7 @@ def measure(backend: str, folder: Path, images: np.ndarray, args) -> Row:
 
 
 START = ("import sys; from image_classifier import {script} as s; s.init(); "
-         "print('torch' in sys.modules)")
+         "print('imported:', *(m for m in ('torch', 'torchvision') if m in sys.modules))")
 
 
 def worker_start(folder: Path, script: str, backend: str, repeat: int = 3) -> str:
@@ -162,7 +162,10 @@ def worker_start(folder: Path, script: str, backend: str, repeat: int = 3) -> st
                               capture_output=True, text=True, check=True)
         walls.append(time.perf_counter() - started)
         cpus.append(cpu_seconds() - cpu)
-    torch = "imports torch" if done.stdout.strip().endswith("True") else "no torch"
+    # the last line that says (an online script logs to stdout too)
+    imported = [line.split()[1:] for line in done.stdout.splitlines()
+                if line.startswith("imported:")][-1]
+    torch = f"imports {' and '.join(imported)}" if imported else "no torch"
     return (f"{script} start ({backend}): {statistics.median(walls):.2f} s wall, "
             f"{statistics.median(cpus):.2f} CPU s ({torch}; median of {repeat})")
 
