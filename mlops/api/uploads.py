@@ -12,9 +12,12 @@ A command job also shows the output Azure gives every job, `default`: its run's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
+
+from mlops.workspace.records import write_atomic
 
 CACHE = "uploads.json"
 BLOB_STORE = "workspaceblobstore"
@@ -93,9 +96,5 @@ def _read(path: Path) -> dict[str, str]:
 
 def _write(path: Path, known: dict[str, str]) -> None:
     """Replaced atomically; not kept where the run folder cannot be written (computed again)."""
-    staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        staged.write_text(json.dumps(known, indent=2), encoding="utf-8")
-        os.replace(staged, path)
-    except OSError:
-        staged.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        write_atomic(path, json.dumps(known, indent=2))

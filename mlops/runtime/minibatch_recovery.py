@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlops.runtime import launch, watchdog
+from mlops.runtime.minibatch_worker import write_whole
 from mlops.runtime.service import alive
 
 
@@ -82,9 +83,7 @@ def _failed(work: Path, claimed: Path, ident: str, tries: int) -> None:
     items = batch.get("rows", 0) if isinstance(batch, dict) else len(batch)
     outcome = {"items": items, "returned": 0, "attempts": tries,
                "error": f"its process ended during each of {tries} tries"}
-    for suffix, text in ((".txt", ""), (".json", json.dumps(outcome))):  # the counts last
-        staged = work / "results" / f"{ident}{suffix}.tmp"
-        staged.write_text(text)
-        os.rename(staged, work / "results" / f"{ident}{suffix}")
+    write_whole(work / "results" / f"{ident}.txt", "")
+    write_whole(work / "results" / f"{ident}.json", json.dumps(outcome))  # the counts last
     claimed.unlink()
 
