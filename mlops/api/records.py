@@ -32,6 +32,18 @@ def _alive(pid: int | None) -> bool:
         return True
 
 
+def _is_watchdog(pid: int | None) -> bool:
+    """Whether `pid` runs a watchdog, not a process that reused its number (where /proc
+    cannot say, e.g. macOS: a live pid is taken as the watchdog)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return any(arg.endswith(b"/watchdog.py") for arg in argv[1:3])  # python <its file>
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()
+    except OSError:
+        return False
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobRecord:
     """A job by name: its run folder and its run.json."""
@@ -74,8 +86,21 @@ class JobRecord:
         if recorded is None:
             return self._from_task()
         if not recorded.terminal and not _alive(self.pid):
+            if self._watchdog_ending():
+                return JobStatus.CANCEL_REQUESTED
             return JobStatus.FAILED if self.runner_lost else self._from_task()
         return recorded
+
+    def _watchdog_ending(self) -> bool:
+        """The runner died with its task running and the task's watchdog is stopping it (its
+        processes get up to 5 s after TERM): Canceled once the watchdog records it, not Failed
+        until then, so a script waiting for an end sees one end only."""
+        try:
+            task = TaskRecord.read(self.folder)
+        except ValueError:
+            return False
+        return (task is not None and task.status == Status.RUNNING
+                and _alive(task.watchdog) and _is_watchdog(task.watchdog))
 
     @property
     def runner_lost(self) -> bool:

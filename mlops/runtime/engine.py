@@ -227,10 +227,11 @@ def start(task: Task, rt: Runtime, *, echo: bool = True, label: str = "") -> Run
                                 extra=tracking_env(task, rt.tracking, run.run_id, resolved.wd,
                                                    uri=store))
         job = launch_processes(task, rt, resolved, variables, echo=echo, label=label)
-    TaskRecord(status=Status.RUNNING, mlflow_run_id=run.run_id, pid=os.getpid(),
-               started_ms=run.since_ms, outputs=resolved.outputs).write(task.folder)
     guard = watchdog.start(task.folder, run.run_id, store=rt.tracking.uri,
                            pgids=[p.pid for p in job.procs])
+    TaskRecord(status=Status.RUNNING, mlflow_run_id=run.run_id, pid=os.getpid(),
+               started_ms=run.since_ms, outputs=resolved.outputs,
+               watchdog=guard.pid).write(task.folder)
     return Running(task=task, launch=job, run=run, outputs=resolved.outputs,
                    started=time.monotonic(), guard=guard, debugged=resolved.debug is not None)
 

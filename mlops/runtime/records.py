@@ -101,6 +101,7 @@ class TaskRecord:
     reused_run: str | None = None  # Reused: the MLflow run of the step it links
     reused_from: str | None = None  # Reused: that step's folder
     reason: str | None = None  # why it ended so, where the status alone does not say
+    watchdog: int | None = None  # the pid of the task's watchdog (runtime/watchdog.py)
 
     def write(self, folder: Path) -> None:
         record = {k: v for k, v in asdict(self).items() if v not in (None, [], {})}
@@ -123,6 +124,7 @@ class JobStatus(StrEnum):
 
     STARTING = "Starting"
     RUNNING = "Running"
+    CANCEL_REQUESTED = "CancelRequested"  # its runner died; its watchdog is ending it
     COMPLETED = "Completed"
     FAILED = "Failed"
     CANCELED = "Canceled"

@@ -366,7 +366,7 @@ def test_a_launcher_killed_without_warning_takes_its_job_with_it(tmp_path):
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     child = _pid_from(folder / "outputs/result/pid")
     started = json.loads((folder / "status.json").read_text())
-    assert started["status"] == "Running" and started["mlflow_run_id"]
+    assert started["status"] == "Running" and started["mlflow_run_id"] and started["watchdog"]
     runner.kill()
     runner.wait()
     assert _gone(child, 30), "the job outlived its launcher"
@@ -375,6 +375,7 @@ def test_a_launcher_killed_without_warning_takes_its_job_with_it(tmp_path):
             and time.monotonic() < deadline:
         time.sleep(0.1)
     assert record["status"] == "Canceled" and "runner died" in record["reason"]
+    assert _gone(started["watchdog"], 30), "the watchdog stayed after recording the end"
     (mlflow_run,) = runs("hello-command")
     assert (mlflow_run.info.run_id, mlflow_run.info.status) == (started["mlflow_run_id"],
                                                                 "KILLED")

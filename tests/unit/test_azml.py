@@ -78,6 +78,22 @@ def test_a_job_whose_runner_died_is_what_its_tasks_watchdog_recorded(repo):
     assert running.runner_lost and not killed.runner_lost
 
 
+def test_a_job_whose_watchdog_is_still_stopping_it_is_cancel_requested(repo, monkeypatch):
+    """kill -9 of the runner: its watchdog gives the job's processes up to 5 s after TERM, then
+    records Canceled; job show said Failed until then, so a script polling for an end saw
+    Failed, then Canceled. A pid that another process reused is not the watchdog."""
+    from mlops.api import records
+    from mlops.runtime.records import Status, TaskRecord
+
+    dying = a_job("dying", JobStatus.RUNNING, pid=DEAD_PID)
+    TaskRecord(status=Status.RUNNING, pid=DEAD_PID, watchdog=os.getpid()).write(dying.folder)
+    assert dying.status == JobStatus.FAILED  # this pid runs pytest, not a watchdog
+    monkeypatch.setattr(records, "_is_watchdog", lambda pid: pid == os.getpid())
+    assert dying.status == JobStatus.CANCEL_REQUESTED and not dying.status.terminal
+    TaskRecord(status=Status.RUNNING, pid=DEAD_PID, watchdog=DEAD_PID).write(dying.folder)
+    assert dying.status == JobStatus.FAILED  # the watchdog died too: nobody will end it
+
+
 def test_stream_of_a_job_whose_runner_is_gone_says_so(repo):
     """kill -9 of `job create`'s runner before its task starts: stream said only "ended
     Failed" beside a log that ends mid-run."""
