@@ -11,6 +11,7 @@ job's, until the job ends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from mlops.api.records import RUNNER_LOG, JobRecord, find_job
+from mlops.api.records import CANCEL_ASKED, RUNNER_LOG, JobRecord, find_job
 from mlops.checks.prepare import prepare_job
 from mlops.errors import LocalRunError
 from mlops.runtime import (
@@ -142,10 +143,15 @@ def _copy_from(log: Path, offset: int, out: TextIO) -> int:
 
 def cancel(name: str, *, wait: bool = True, timeout: float = 60.0) -> JobRecord:
     """Stop the job's runner (SIGTERM to its process group: it stops the job's processes and
-    records the job Canceled) and wait until it has; a job that has ended stays as it ended."""
+    records the job Canceled) and wait until it has (`wait`; else it is CancelRequested until
+    then); a job that has ended stays as it ended."""
     record = find_job(name)
     if record.status.terminal or record.pid is None:
         return record
+    # job show says CancelRequested until the runner records the end, as on Azure (on a full
+    # disk the cancel goes on, and show says Running until then)
+    with contextlib.suppress(OSError):
+        (record.folder / CANCEL_ASKED).write_text(str(record.pid))
     try:
         os.killpg(record.pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):

@@ -15,6 +15,7 @@ from mlops.workspace.records import DamagedRecord
 from mlops.workspace.store import Workspace, workspace_root
 
 RUNNER_LOG = "runner.log"  # the runner's output: what `azml job stream` prints
+CANCEL_ASKED = "cancel.requested"  # `job cancel` was asked to stop the runner with this pid
 
 
 def _alive(pid: int | None) -> bool:
@@ -89,7 +90,18 @@ class JobRecord:
             if self._watchdog_ending():
                 return JobStatus.CANCEL_REQUESTED
             return JobStatus.FAILED if self.runner_lost else self._from_task()
+        if not recorded.terminal and self._cancel_asked():
+            return JobStatus.CANCEL_REQUESTED
         return recorded
+
+    def _cancel_asked(self) -> bool:
+        """`job cancel` told this runner to stop; it has not recorded its end yet (it gives
+        the job's processes their grace). A request to an earlier runner of the folder does
+        not count."""
+        try:
+            return (self.folder / CANCEL_ASKED).read_text().strip() == str(self.pid)
+        except (OSError, ValueError):
+            return False
 
     def _watchdog_ending(self) -> bool:
         """The runner died with its task running and the task's watchdog is stopping it (its

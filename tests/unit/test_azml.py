@@ -94,6 +94,21 @@ def test_a_job_whose_watchdog_is_still_stopping_it_is_cancel_requested(repo, mon
     assert dying.status == JobStatus.FAILED  # the watchdog died too: nobody will end it
 
 
+def test_a_job_its_runner_was_told_to_cancel_is_cancel_requested_until_it_ends(repo):
+    """`job cancel --no-wait`: the runner gives the job's processes their grace before it
+    records Canceled; show said Running meanwhile (Azure: CancelRequested)."""
+    from mlops.api.records import CANCEL_ASKED
+
+    asked = a_job("asked", JobStatus.RUNNING, pid=os.getpid())
+    (asked.folder / CANCEL_ASKED).write_text(str(DEAD_PID))  # asked of an earlier runner
+    assert asked.status == JobStatus.RUNNING
+    (asked.folder / CANCEL_ASKED).write_text(str(os.getpid()))
+    assert asked.status == JobStatus.CANCEL_REQUESTED
+    ended = a_job("ended", JobStatus.CANCELED, pid=os.getpid())
+    (ended.folder / CANCEL_ASKED).write_text(str(os.getpid()))
+    assert ended.status == JobStatus.CANCELED
+
+
 def test_stream_of_a_job_whose_runner_is_gone_says_so(repo):
     """kill -9 of `job create`'s runner before its task starts: stream said only "ended
     Failed" beside a log that ends mid-run."""
