@@ -42,9 +42,14 @@ def _entity(record: AssetVersion):
     if record.kind == AssetKind.DATA:
         return entities.Data(path=str(record.path), type=record.type or "uri_folder", **common)
     spec = record.path / "spec.yml" if record.path.is_dir() else record.path
-    load = load_environment if record.kind == AssetKind.ENVIRONMENT else load_component
-    return load(source=spec, params_override=[{"name": record.name},
-                                              {"version": record.version}])
+    if record.kind == AssetKind.COMPONENT:
+        return load_component(source=spec, params_override=[{"name": record.name},
+                                                             {"version": record.version}])
+    environment = load_environment(source=spec, params_override=[{"name": record.name},
+                                                                 {"version": record.version}])
+    environment.description = record.description or None  # the spec's, or `update`'s
+    environment.tags = dict(record.tags)
+    return environment
 
 
 def asset_view(record: AssetVersion) -> AssetView:

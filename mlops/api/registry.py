@@ -48,6 +48,11 @@ def _workspace(registry: str | None = None) -> Workspace:
     return Workspace(local_store(registry))
 
 
+def workspace_of(selection: Selection) -> Workspace:
+    """The store a selection's versions are in: the workspace, or --registry-name's."""
+    return _workspace(selection.registry)
+
+
 def create(spec: Path | None, *, kind: str | None, overrides: Overrides,
            asset_file: Path | None, registry: str | None = None) -> AssetVersion:
     """`az ml <kind> create -f <spec> [--set K=V] [--name ...] [--registry-name <r>]`, or an

@@ -24,6 +24,7 @@ from mlops.workspace.records import AssetKind
 if TYPE_CHECKING:  # the endpoints' engines are imported on first use: a job never needs them
     from mlops.api import batch_endpoints, batch_jobs, endpoints
     from mlops.api.endpoints import View
+    from mlops.api.generic_update import Edit
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +43,20 @@ class AssetRequest:
     # az's params_override: --set's KEY=VALUE, then what its flags set (--name, --version,
     # --image, ...), applied to the spec in order (or, without --file, making it: environment)
     overrides: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssetUpdate:
+    """`az ml <kind> update -n N [-v V | -l L] --set/--add/--remove ... [--stage S]`."""
+
+    kind: str
+    name: str
+    version: str | None = None
+    label: str | None = None
+    registry: str | None = None
+    edits: tuple[Edit, ...] = ()
+    force_string: bool = False
+    stage: str | None = None  # a model's --stage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,6 +175,16 @@ class Session(ResourceVerbs, JobVerbs):
         return registry.download(registry.Selection(
             kind=AssetKind.MODEL, name=_named(name), version=version, registry=registry_name),
             path)
+
+    def update_asset(self, request: AssetUpdate) -> AssetView:
+        """`az ml model|data|environment update`: description and tags (a model's stage)."""
+        from mlops.api.asset_updates import update
+
+        selection = registry.Selection(kind=_kind(request.kind), name=_named(request.name),
+                                       version=request.version, label=request.label,
+                                       registry=request.registry)
+        return asset_view(update(selection, list(request.edits),
+                                 force_string=request.force_string, stage=request.stage))
 
     def archive_asset(self, kind: str, name: str, *, version: str | None = None,
                       archived: bool = True, registry_name: str | None = None

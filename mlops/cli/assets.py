@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mlops.api.session import AssetRequest, Session
+from mlops.api.session import AssetRequest, AssetUpdate, Session
 from mlops.checks.overrides import parse_sets
-from mlops.cli.common import Verb, add_sets, note, set_values
+from mlops.cli.common import Verb, add_generic_update, add_sets, note, set_values
 from mlops.errors import LocalRunError
 
 KINDS = ("model", "data", "environment", "component")
+UPDATED = ("model", "data", "environment")  # az ml component has no update
 PLURAL = {"data": "data assets"}
 
 
@@ -19,7 +20,8 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
     for kind in KINDS:
         group = groups.add_parser(kind, help=f"{PLURAL.get(kind, kind + 's')} in the local "
                                                  "workspace").add_subparsers(
-            dest="verb", required=True, metavar="{create,list,show,archive,restore"
+            dest="verb", required=True, metavar="{create,list,show,"
+            + ("update," if kind in UPDATED else "") + "archive,restore"
             + (",download}" if kind == "model" else "}"))
         create = verb.add(group, "create", _create, f"register a {kind} version")
         _create_arguments(create, kind)
@@ -36,6 +38,9 @@ def add(groups: argparse._SubParsersAction, verb: type[Verb]) -> None:
         show.add_argument("-n", "--name", required=True)
         show.add_argument("-v", "--version")
         show.add_argument("-l", "--label")
+        if kind in UPDATED:
+            _update_arguments(verb.add(group, "update", _update,
+                                       f"change a {kind} version's description or tags"), kind)
         for name, handler in (("archive", _archive), ("restore", _restore)):
             each = verb.add(group, name, handler, f"{name} a {kind} (or one version)")
             each.add_argument("-n", "--name", required=True)
@@ -141,6 +146,24 @@ def _list(session: Session, args: argparse.Namespace) -> object:
 def _show(session: Session, args: argparse.Namespace) -> object:
     return session.show_asset(args.kind, args.name, version=args.version, label=args.label,
                               registry_name=getattr(args, "registry_name", None))
+
+
+def _update_arguments(update: argparse.ArgumentParser, kind: str) -> None:
+    """az ml <kind> update's: the version (az's getter, <kind> show's), the generic update."""
+    update.add_argument("-n", "--name", required=True)
+    update.add_argument("-v", "--version")
+    update.add_argument("-l", "--label")
+    if kind == "model":
+        update.add_argument("-s", "--stage", help="the model's stage (e.g. Production)")
+    add_generic_update(update)
+    update.set_defaults(kind=kind)
+
+
+def _update(session: Session, args: argparse.Namespace) -> object:
+    return session.update_asset(AssetUpdate(
+        kind=args.kind, name=args.name, version=args.version, label=args.label,
+        registry=getattr(args, "registry_name", None), edits=tuple(args.edits),
+        force_string=args.force_string, stage=getattr(args, "stage", None)))
 
 
 def _labelled(session: Session, args: argparse.Namespace) -> str | None:

@@ -209,3 +209,22 @@ def retag_run(run_id: str, *, tags: dict[str, str], removed: list[str],
             client.delete_tag(run_id, key)
         if name:
             client.update_run(run_id, name=name)
+
+
+def update_model_version(record: AssetVersion) -> None:
+    """MLflow's version of a workspace model after `model update`: on Azure the workspace's
+    model registry is MLflow's, so the description and tags `az ml model update` sets are the
+    ones MLflow's client reads (`get_model_version`). Its own tags (WORKSPACE_TAG) stay."""
+    client = _client()
+    if client is None:
+        return
+    mine = [v for v in _mlflow_versions(client, record.name)
+            if (v.tags or {}).get(WORKSPACE_TAG, str(v.version)) == record.version]
+    with _store():
+        for version in mine:
+            client.update_model_version(record.name, version.version,
+                                        description=record.description)
+            for key in set(version.tags or {}) - set(record.tags) - {WORKSPACE_TAG}:
+                client.delete_model_version_tag(record.name, version.version, key)
+            for key, value in record.tags.items():
+                client.set_model_version_tag(record.name, version.version, key, value)

@@ -20,7 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -210,6 +210,19 @@ class Workspace:
         except OSError as err:
             raise self.unwritable(err) from None
         return chosen
+
+    def update_version(self, record: AssetVersion,
+                       change: Callable[[AssetVersion], None]) -> AssetVersion:
+        """`change` applied to the version's record as it is now, written under the name's
+        lock (a second update at once applies over the first, nothing lost)."""
+        try:
+            with self.locked(record.kind, record.name):
+                now = AssetVersion.read(record.folder, kind=record.kind, name=record.name)
+                change(now)
+                now.write()
+        except OSError as err:
+            raise self.unwritable(err) from None
+        return now
 
     def checked(self, record: AssetVersion) -> Path:
         """The registered content, after its digest is checked: content holds no link (a
