@@ -29,13 +29,13 @@ SHOWN_ONLY = ("creation_context", "id", "resourceGroup")  # what the service set
 
 
 def update(selection: registry.Selection, edits: list[Edit], *, force_string: bool = False,
-           stage: str | None = None) -> AssetVersion:
-    """The version `selection` names with `edits` (and --stage) applied and kept."""
+           given: dict[str, str | None] | None = None) -> AssetVersion:
+    """The version `selection` names with `edits`, then `given` (--stage, --description: the
+    ones not None), applied and kept."""
     record = registry.show(selection)
     shown = asset_view(record)
     edited = apply(copy.deepcopy(shown), edits, force_string=force_string)
-    if stage is not None:
-        edited["stage"] = stage
+    edited.update({k: v for k, v in (given or {}).items() if v is not None})
     _refuse_others(record, shown, edited)
     _load_as_az(record.kind, edited)
 

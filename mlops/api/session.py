@@ -57,6 +57,7 @@ class AssetUpdate:
     edits: tuple[Edit, ...] = ()
     force_string: bool = False
     stage: str | None = None  # a model's --stage
+    description: str | None = None  # --description
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,7 +185,9 @@ class Session(ResourceVerbs, JobVerbs):
                                        version=request.version, label=request.label,
                                        registry=request.registry)
         return asset_view(update(selection, list(request.edits),
-                                 force_string=request.force_string, stage=request.stage))
+                                 force_string=request.force_string,
+                                 given={"stage": request.stage,
+                                        "description": request.description}))
 
     def archive_asset(self, kind: str, name: str, *, version: str | None = None,
                       archived: bool = True, registry_name: str | None = None

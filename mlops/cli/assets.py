@@ -155,6 +155,7 @@ def _update_arguments(update: argparse.ArgumentParser, kind: str) -> None:
     update.add_argument("-l", "--label")
     if kind == "model":
         update.add_argument("-s", "--stage", help="the model's stage (e.g. Production)")
+    update.add_argument("-d", "--description", help="its new description")
     add_generic_update(update)
     update.set_defaults(kind=kind)
 
@@ -163,7 +164,8 @@ def _update(session: Session, args: argparse.Namespace) -> object:
     return session.update_asset(AssetUpdate(
         kind=args.kind, name=args.name, version=args.version, label=args.label,
         registry=getattr(args, "registry_name", None), edits=tuple(args.edits),
-        force_string=args.force_string, stage=getattr(args, "stage", None)))
+        force_string=args.force_string, stage=getattr(args, "stage", None),
+        description=args.description))
 
 
 def _labelled(session: Session, args: argparse.Namespace) -> str | None:

@@ -26,8 +26,8 @@ def model(repo):
 def test_description_tags_and_stage_change_and_stay(model):
     session = Session()
     shown = session.update_asset(AssetUpdate(kind="model", name="clf", version="1",
-                                             edits=sets("description=best", "tags.n=1"),
-                                             stage="Production"))
+                                             edits=sets("description=x", "tags.n=1"),
+                                             stage="Production", description="best"))
     assert (shown["description"], shown["tags"], shown["stage"]) == ("best", {"n": "1"},
                                                                      "Production")
     again = session.show_asset("model", "clf", version="1")

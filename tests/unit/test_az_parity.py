@@ -171,6 +171,12 @@ for _kind in ("model", "data", "environment", "component"):
                                                   if _kind == "model" else ()),
                                     *(("-v 1",) if _kind == "component" else ())))
 
+for _kind in ("model", "data", "environment"):  # _params/_<kind>_params.py: "ml <kind> update"
+    PARITY[f"{_kind} update"] = ("-n a", (
+        "--name a", *ASSET_READ, "--description d", "--set tags.a=1 description=d",
+        "--set a=1 --set b=2", "--remove tags.a", "--force-string",
+        *(("-s Production", "--stage Production") if _kind == "model" else ())))
+
 LOCAL_ONLY = {"job run"}  # azml's own verb: az has no twin
 
 # What az takes and azml does not, deliberately:
