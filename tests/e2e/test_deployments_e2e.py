@@ -89,23 +89,30 @@ def test_a_custom_scoring_script_reads_the_model_where_azure_mounts_it(deploymen
 
 
 @pytest.mark.proof
-def test_an_mlflow_model_without_code_answers_azures_and_mlflows_request_formats(
-        deployments, served):
+def test_an_mlflow_model_without_code_answers_as_azures_no_code_scoring(deployments, served):
+    """Azure's no-code scorer's rules (mlops/endpoints/nocode/mlflow_score.py) under the
+    environment's real inference server: `input_data` in split orientation is predicted; what
+    the server cannot parse is its own 400 or 415; input the model refuses is a 500; the
+    endpoint answers each non-200 as 424 with the server's status in a header."""
     served.start(deployments / "mlflow" / "online-deployment.yml")
     assert "no-code MLflow scoring" in server_log(served)
     split = json.loads((deployments / "mlflow" / "sample-request.json").read_text())
     assert post(served, split) == (200, pytest.approx(expected(split["input_data"]["data"])))
-    records = [{"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 0.5, "b": 0.0, "c": 1.0}]
-    want = pytest.approx(expected([[1, 2, 3], [0.5, 0, 1]]))
-    for body in ({"input_data": records}, {"dataframe_records": records},
-                 {"dataframe_split": {"columns": ["a", "b", "c"],
-                                      "data": [[1, 2, 3], [0.5, 0, 1]]}}):
-        assert post(served, body) == (200, want)
-    status, answer = post(served, {"input_data": {"columns": ["a", "b"], "index": [0],
-                                               "data": [[1, 2]]}})
-    assert status == 400 and "missing inputs ['c']" in answer["error"]
+    frame = {"columns": ["a", "b", "c"], "data": [[1, 2, 3], [0.5, 0, 1]]}
+    assert post(served, {"input_data": frame}) == (
+        200, pytest.approx(expected([[1, 2, 3], [0.5, 0, 1]])))
+    assert post(served, {"dataframe_split": frame}) == (
+        400, {"message": "A value is not provided for the 'input_data' parameter."})
     assert post(served, b"not json")[0] == 400
-    assert post(served, {"something": "else"})[0] == 400
+    wrong_type = client_post(f"http://127.0.0.1:{served.port}/score", split, served.headers(),
+                             content_type="text/plain")
+    assert (wrong_type.status, wrong_type.headers["ms-azureml-model-error-statuscode"]) == (
+        424, "415")
+    failed = {"message": "An unexpected error occurred in scoring script. Check the logs for "
+                         "more info."}
+    for body in ({"input_data": {"columns": ["a", "b"], "index": [0], "data": [[1, 2]]}},
+                 {"input_data": [{"a": 1.0, "b": 2.0, "c": 3.0}]}):  # records: split is read
+        assert post(served, body) == (500, failed)
 
 
 def test_an_mlflow_tensor_model_takes_arrays(deployments, served):
@@ -113,7 +120,8 @@ def test_an_mlflow_tensor_model_takes_arrays(deployments, served):
     assert post(served, {"input_data": [[1, 2, 3], [0, 0, 0]]}) == (
         200, pytest.approx(expected([[1, 2, 3], [0, 0, 0]])))
     status, answer = post(served, {"input_data": [[1, 2]]})
-    assert status == 400 and "does not match expected shape" in answer["error"]
+    assert status == 500 and "Check the logs" in answer["message"]
+    assert "does not match expected shape" in server_log(served)
 
 
 def test_an_mlflow_batch_deployment_without_code_writes_azures_predictions_file(

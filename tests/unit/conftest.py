@@ -42,6 +42,7 @@ HEAVY = {
     # tests that import it, one each from modules that are azure-ai-ml's otherwise
     "mlflow": (
         "test_tracking", "test_tracking_rest", "test_tracking_server", "test_makefile",
+        "test_nocode_scoring",  # with pandas, numpy and the inference server's Flask app
         "test_parallel_partitions",  # pandas (with pyarrow), which MLflow imports
         "test_conformance::test_a_parquet_stand_in_is_typed_with_dates_as_timestamps",
         # SciPy, which scikit-learn's metrics import

@@ -10,7 +10,6 @@ import pytest
 
 from mlops.endpoints import deployment, models
 from mlops.endpoints.models import ModelSource, lay_out, model_source, name_version
-from mlops.endpoints.nocode.mlflow_score import as_mlflow_request
 from mlops.errors import LocalRunError
 from mlops.project import Project
 from mlops.specs import ROOT, load_spec
@@ -183,18 +182,6 @@ def test_an_online_spec_is_not_a_batch_deployment_and_code_is_needed_unless_mlfl
                     "instance_type: Standard_DS3_v2\ninstance_count: 1\n")
     with pytest.raises(LocalRunError, match="Azure deploys only MLflow models without code"):
         deployment.load(spec, "online-deployment")
-
-
-@pytest.mark.parametrize("body, request_", [
-    ({"input_data": {"columns": ["a"], "index": [0], "data": [[1]]}},
-     {"dataframe_split": {"columns": ["a"], "index": [0], "data": [[1]]}}),
-    ({"input_data": [{"a": 1}], "params": {"k": 1}},
-     {"dataframe_records": [{"a": 1}], "params": {"k": 1}}),
-    ({"input_data": [[1, 2]]}, {"inputs": [[1, 2]]}),
-    ({"input_data": {"x": [1, 2]}}, {"inputs": {"x": [1, 2]}}),
-    ({"dataframe_split": {"data": [[1]]}}, {"dataframe_split": {"data": [[1]]}})])
-def test_azures_input_data_envelope_becomes_mlflows_own_request(body, request_):
-    assert as_mlflow_request(body) == request_
 
 
 @pytest.mark.parametrize(("settings", "level"), [({}, "info"), ({"logging_level": "debug"},
