@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mlops.environments import abi, resolve, steps
-from mlops.environments.integrity import cached_layer, torn
+from mlops.environments.integrity import cached_layer, sharers, torn
 from mlops.environments.interpreters import HERE, Python
 from mlops.environments.layers import (
     BASE_SITE,
@@ -38,7 +38,8 @@ from mlops.errors import LocalError, LocalRunError, MachineError
 
 
 def closure_key(lines: list[str], python: str) -> str:
-    return layer_key([f"python=={python}", "closure-layer-4", *steps.key_lines(lines)])
+    return layer_key([f"python=={python}", "closure-layer-4", *steps.key_lines(lines),
+                      *steps.stacked(lines)])
 
 
 def build_closure_layer(lines: list[str], python: str, label: str,
@@ -203,7 +204,9 @@ def _install(folder: Path, moved: resolve.Moved, label: str) -> dict[str, str]:
     wanted = {name: locked for name, locked in moved.here.items()
               if resolve.venv_version(name) != locked.version}
     make_venv(folder, [base_view(hidden_families(list(wanted)))])
-    return install_set(folder, wanted, label)
+    installed = install_set(folder, wanted, label)
+    restack(folder, moved.target, label)
+    return installed
 
 
 def install_set(folder: Path, wanted: dict[str, resolve.Locked], label: str, *,
@@ -256,10 +259,32 @@ def mend_torn(folder: Path, label: str, python: Python = HERE) -> None:
     one of its owners installed again alone, so the file is that wheel's whole, as pip's
     serial install would leave it."""
     for owners in torn(folder):
-        argv = [resolve.uv_binary(), "pip", "install", "--python", str(folder / "bin" / "python"),
-                "--no-deps", "--quiet", *bytecode_flags(python), "--reinstall", owners[-1]]
-        result = resolve.run_uv(argv)
-        if result.returncode != 0:
-            raise resolve.uv_failure(result.stderr, f"{resolve.environment_named(label)}: "
-                                     f"installing {owners[-1]} again (a file it shares with "
-                                     f"{', '.join(owners[:-1])} was left mixed)")
+        _reinstall(folder, owners[-1], label, python=python,
+                   why=f"a file it shares with {', '.join(owners[:-1])} was left mixed")
+
+
+def restack(folder: Path, target: dict[str, resolve.Locked], label: str,
+            python: Python = HERE) -> None:
+    """Files several installed wheels ship, as Azure's installs in turn leave them: a wheel a
+    later install brought is installed again, alone, over the earlier ones' (conda's mlflow
+    1.26, then pip's mlflow-skinny 2.17 for azureml-mlflow: skinny's files are the mlflow
+    package the job imports), where uv's one install of the set leaves each such file to
+    whichever wheel wrote it last."""
+    if not isinstance(target, resolve.Staged):
+        return
+    written = steps.written_in([install.locked for install in target.steps])
+    for owners in sharers(folder):
+        named = {canonical(owner.partition("==")[0]): owner for owner in owners}
+        for name in steps.rewritten(list(named), written):
+            others = ", ".join(sorted(set(owners) - {named[name]}))
+            _reinstall(folder, named[name], label, python=python,
+                       why=f"a later install than {others}'s wrote its files over theirs")
+
+
+def _reinstall(folder: Path, owner: str, label: str, *, python: Python, why: str) -> None:
+    argv = [resolve.uv_binary(), "pip", "install", "--python", str(folder / "bin" / "python"),
+            "--no-deps", "--quiet", *bytecode_flags(python), "--reinstall", owner]
+    result = resolve.run_uv(argv)
+    if result.returncode != 0:
+        raise resolve.uv_failure(result.stderr, f"{resolve.environment_named(label)}: "
+                                 f"installing {owner} again ({why})")

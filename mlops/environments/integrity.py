@@ -102,6 +102,18 @@ def torn(folder: Path) -> list[list[str]]:
     return found
 
 
+def sharers(folder: Path) -> list[list[str]]:
+    """Groups of wheels (`name==version`) whose RECORDs list one same file (mlflow and
+    mlflow-skinny both ship the mlflow/ package): which of them wrote it last decides it."""
+    groups: list[list[str]] = []
+    for rows in _records(folder).values():
+        infos = {info for _, _, info in rows}
+        owners = sorted({_owner(info) for info in infos} - {""}) if len(infos) > 1 else []
+        if len(owners) > 1 and owners not in groups:
+            groups.append(owners)
+    return groups
+
+
 def _records(folder: Path) -> dict[Path, list[tuple[str, str, Path]]]:
     """Every file the layer's wheels list with a digest: (algorithm, digest, dist-info)."""
     wanted: dict[Path, list[tuple[str, str, Path]]] = {}

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from mlops.environments import abi, resolve, steps
-from mlops.environments.closures import install_set, target_for
+from mlops.environments.closures import install_set, restack, target_for
 from mlops.environments.integrity import cached_layer
 from mlops.environments.interpreters import HERE, Python, minor_of
 from mlops.environments.layers import cache_dir
@@ -45,7 +45,7 @@ def resolved_for(asked: str | None, python: Python | None) -> str:
 
 def own_key(lines: list[str], version: str, python: Python) -> str:
     text = "\n".join([VERSION, version, python.version, str(python.executable),
-                      *sorted(steps.key_lines(lines))])
+                      *sorted(steps.key_lines(lines)), *steps.stacked(lines)])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -108,9 +108,11 @@ def _install(folder: Path, locked: dict[str, resolve.Locked], python: Python,
         raise resolve.uv_failure(made.stderr, f"{resolve.environment_named(label)}: creating a "
                                  f"virtual environment of Python {python.version}")
     try:
-        return install_set(folder, locked, label, python=python, wheels_only=False,
-                           built_on=built_on)
+        installed = install_set(folder, locked, label, python=python, wheels_only=False,
+                                built_on=built_on)
     except resolve.BuildFailed as failed:
         raise MachineError(f"{resolve.environment_named(label)}: {failed}\nFix: install the "
                             f"build tools its source needs, or pin a release of {failed.name} "
                             f"that publishes a wheel for Python {python.minor}") from None
+    restack(folder, locked, label, python)
+    return installed

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Protocol
 
 STEP = "--install-step"
 CONSTRAINT = "--install-constraint"
@@ -92,3 +93,37 @@ def constrained(lines: list[str], requirement: str) -> list[str]:
     out = into_first(lines, [requirement])
     return [item for line in out for item in
             ([line, f"{CONSTRAINT} {requirement}"] if line.startswith(STEP) else [line])]
+
+
+def stacked(lines: list[str]) -> list[str]:
+    """A key's mark of how files several installs' wheels share are left (the later install's
+    on top, closures.restack): only environments built by installs in turn carry it, so no
+    other cached environment is built again."""
+    return ["installs-stacked-1"] if has_steps(lines) else []
+
+
+class Released(Protocol):
+    """A package's release as an install's resolution holds it (resolve.Locked)."""
+
+    version: str
+
+
+def written_in(installs: list[dict[str, Released]]) -> dict[str, int]:
+    """Which install last wrote each package's files: the one that brought its final release (a
+    later install that keeps it, as pip keeps what satisfies its request, rewrites nothing).
+    `installs`: each install's resolution in order, name -> its release."""
+    found: dict[str, int] = {}
+    versions: dict[str, str] = {}
+    for number, locked in enumerate(installs):
+        for name, held in locked.items():
+            if versions.get(name) != held.version:
+                found[name], versions[name] = number, held.version
+    return found
+
+
+def rewritten(owners: list[str], written: dict[str, int]) -> list[str]:
+    """Of packages that ship the same files, the ones a later install wrote over the first
+    one's, in the order the installs wrote them: whose files Azure's build leaves on top."""
+    numbers = {name: written.get(name, 0) for name in owners}
+    first = min(numbers.values(), default=0)
+    return sorted((name for name in owners if numbers[name] > first), key=numbers.__getitem__)
