@@ -1,9 +1,11 @@
 """The hand-written stand-ins for Azure's CPU training images (catalog/local-envs.yml) keep the
-packages that bring what jobs import without naming it: azureml-defaults, whose
-azureml-dataset-runtime installs pyarrow (pandas' parquet engine) in every image that has it."""
+packages jobs import without naming them: matplotlib (a training script's plots) and
+azureml-defaults, whose azureml-dataset-runtime installs pyarrow (pandas' parquet engine), in
+every image that has them."""
 
 import json
 
+import pytest
 import yaml
 
 from mlops.environments import curated, envspec
@@ -24,12 +26,13 @@ def _cpu_standins() -> dict[str, list[str]]:
             if key.startswith(REGISTRY) and "cuda" not in key and isinstance(value, (dict, list))}
 
 
-def test_a_cpu_images_stand_in_keeps_azureml_defaults_where_the_image_installs_it():
+@pytest.mark.parametrize("package", ["azureml-defaults", "matplotlib"])
+def test_a_cpu_images_stand_in_keeps_what_jobs_import_where_the_image_installs_it(package):
     versions = json.loads(curated.VERSIONS.read_text())["versions"]
     checked = []
     for name, pip in _cpu_standins().items():
         images = [entry["pip"] for _, entry in versions.get(name, [])]
-        if images and any("azureml-defaults" in map(_base, lines) for lines in images):
+        if images and any(package in map(_base, lines) for lines in images):
             checked.append(name)
-            assert "azureml-defaults" in map(_base, pip), name
-    assert "sklearn-1.5" in checked  # the shape met: prep.py's to_parquet in sklearn-1.5
+            assert package in map(_base, pip), name
+    assert "sklearn-1.5" in checked  # the shape met: prep.py's to_parquet, train.py's plots
