@@ -58,10 +58,14 @@ def models(tmp_path_factory):
 @pytest.fixture
 def post(models, monkeypatch):
     """post(model folder, body[, content type]) -> (status, JSON answer) from the server."""
+    from azureml_inference_server_http.api import aml_request
     from azureml_inference_server_http.server import aml_blueprint, create_app
     from azureml_inference_server_http.server.config import config
     from inference_schema import schema_util
 
+    # a server process imports one script: a @rawhttp script another test of this worker
+    # imported (src/image_classifier/score.py) must not be taken for this one's decorator
+    monkeypatch.setattr(aml_request, "_rawHttpRequested", False)
     monkeypatch.setattr(config, "entry_script", str(SCORER))
     monkeypatch.setattr(config, "app_root", str(SCORER.parent))
     # the server's print redirection would take this test process's output
